@@ -1,0 +1,171 @@
+// RingWriter (server side) and RingReader (client side) of one rank's
+// shared-memory ring; see shm_layout.h for the layout and the protocol.
+//
+// Thread safety: a RingWriter is used by the server under its own locking
+// (claims and publishes must be serialised by the caller). A RingReader is
+// thread-safe: Acquire may be called from one thread at a time, Release from
+// any thread (tensors die wherever their owners drop them).
+#ifndef BATCHD_CLIENT_RING_H_
+#define BATCHD_CLIENT_RING_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/shm_layout.h"
+
+namespace batchd {
+
+struct RingGeometry {
+  uint32_t slot_count = 4;
+  uint64_t payload_bytes = 0;  // largest payload of one slot
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  std::string stream_name;
+
+  // Stride of one slot: header plus payload, page aligned.
+  uint64_t SlotBytes() const;
+  uint64_t SegmentBytes() const;
+};
+
+// Owns the mapping of a segment (either side); defined in ring.cc.
+class Mapping;
+
+// Free bytes of the file system that holds POSIX shared memory (/dev/shm).
+uint64_t ShmFreeBytes();
+
+class RingWriter {
+ public:
+  // Creates segment `name` (e.g. "/batchd.1000.job.0"), reserves all its
+  // bytes (so that a full /dev/shm fails here, not with SIGBUS later), writes
+  // the header and publishes its version. `gid` >= 0 makes the segment
+  // group-readable and -writable by that group (mode 0660); otherwise 0600.
+  // Fails with ResourceExhausted naming the bytes needed and free.
+  static absl::StatusOr<std::unique_ptr<RingWriter>> Create(
+      const std::string& name, const RingGeometry& geometry, gid_t gid = -1);
+  // Unmaps and unlinks the segment.
+  ~RingWriter();
+  // Removes the name now (the mapping stays until destruction); marks the
+  // ring closed so that an attached client stops waiting. Idempotent.
+  void Unlink();
+
+  const std::string& name() const { return name_; }
+  const RingGeometry& geometry() const { return geometry_; }
+  shm::RingHeader* header() const { return header_; }
+
+  // Claims the next position if its slot is free; returns false when the ring
+  // is full (the client holds every slot). Positions are claimed in order.
+  bool TryClaim(uint64_t* pos);
+  // Positions claimed so far (next position TryClaim returns).
+  uint64_t claimed() const { return claimed_; }
+  // Start of the slot for `pos` and its header.
+  uint8_t* SlotBase(uint64_t pos) const;
+  shm::SlotHeader* Slot(uint64_t pos) const {
+    return reinterpret_cast<shm::SlotHeader*>(SlotBase(pos));
+  }
+  // Makes [0, pos + 1) visible; pos must be the oldest unpublished position.
+  void Publish(uint64_t pos);
+  // Marks the end of the ring (no more batches) and wakes the client.
+  void SetState(uint32_t state);
+  void Heartbeat(uint64_t now_ns);
+
+  uint64_t published() const;
+  uint64_t released() const;
+
+  // The client's liveness as stamped in the header.
+  struct ClientInfo {
+    uint32_t pid = 0;
+    uint64_t heartbeat_ns = 0;
+    uint64_t wait_ns = 0;
+  };
+  ClientInfo client() const;
+  // True when a client attached and has died: its pid is gone, or (when it
+  // lives in another pid namespace) its heartbeat is older than stale_ns.
+  bool ClientDead(uint64_t now_ns, uint64_t stale_ns) const;
+
+ private:
+  RingWriter(std::string name, RingGeometry geometry,
+             std::unique_ptr<Mapping> mapping);
+
+  const std::string name_;
+  const RingGeometry geometry_;
+  const std::unique_ptr<Mapping> mapping_;
+  shm::RingHeader* const header_;
+  uint64_t claimed_ = 0;
+  bool unlinked_ = false;
+};
+
+// One tensor of a slot, as the client sees it.
+struct SlotTensor {
+  std::string name;
+  uint32_t dtype = 0;
+  std::vector<int64_t> shape;
+  uint8_t* data = nullptr;
+  uint64_t nbytes = 0;
+};
+
+class RingReader {
+ public:
+  struct Options {
+    // A server whose heartbeat is older than this is taken as stopped.
+    double server_stale_seconds = 3.0;
+  };
+  // Opens `name`, checks magic, version and geometry, and stamps this
+  // process's pid in the header.
+  static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
+      const std::string& name, const Options& options);
+  static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
+      const std::string& name) {
+    return Attach(name, Options());
+  }
+  ~RingReader();
+
+  shm::RingHeader* header() const { return header_; }
+
+  // Waits up to timeout_seconds (< 0: for ever) for the next published
+  // position and returns it. Fails with Unavailable when the server stopped
+  // ("batchd (pid N) stopped: ..."), OutOfRange when the ring ended,
+  // Cancelled when the stream was closed, DeadlineExceeded on timeout.
+  absl::StatusOr<uint64_t> Acquire(double timeout_seconds);
+  const shm::SlotHeader* Slot(uint64_t pos) const;
+  uint8_t* SlotBase(uint64_t pos) const;
+  // The tensors of an acquired slot, checked against the slot bounds.
+  absl::StatusOr<std::vector<SlotTensor>> Tensors(uint64_t pos) const;
+  // Gives an acquired position back; any order.
+  void Release(uint64_t pos);
+  // Refreshes the client heartbeat (the Loader calls it ~10x/s).
+  void Heartbeat();
+
+  // Why the server is taken as stopped, or OK.
+  absl::Status CheckServer() const;
+
+ private:
+  RingReader(std::string name, Options options,
+             std::unique_ptr<Mapping> mapping);
+
+  const std::string name_;
+  const Options options_;
+  const std::unique_ptr<Mapping> mapping_;
+  shm::RingHeader* const header_;
+  uint32_t slot_count_;
+  uint64_t slot_bytes_;
+
+  std::mutex mu_;
+  uint64_t next_acquire_ = 0;     // guarded by mu_
+  std::vector<uint8_t> released_;  // guarded by mu_; by pos % slot_count
+};
+
+// Removes segments under /dev/shm whose names start with `prefix` (e.g.
+// "batchd.1000.") and whose recorded server is dead, or that were never
+// finished by a creator that has since died. Returns the names removed.
+std::vector<std::string> RemoveStaleSegments(const std::string& prefix);
+
+}  // namespace batchd
+
+#endif  // BATCHD_CLIENT_RING_H_

@@ -1,0 +1,214 @@
+// The shared-memory layout of one ring: one POSIX segment per (stream, rank).
+//
+// This header is the whole protocol between the batchd server (the only
+// writer of batches) and a client (the only reader of one rank's ring). Every
+// offset is pinned by a static_assert below and by shm_layout_test.cc; change
+// one and kLayoutVersion must change with it.
+//
+// Segment:
+//
+//   0      +--------------------------- RingHeader (4096 B) ------------------+
+//          |  0 magic            u64  "BATCHDR1"                              |
+//          |  8 layout_version   u32  written last (release): 0 = not ready   |
+//          | 12 header_bytes     u32  4096                                    |
+//          | 16 slot_count       u32                                          |
+//          | 20 world_size       u32                                          |
+//          | 24 slot_bytes       u64  stride of one slot, header included     |
+//          | 32 segment_bytes    u64                                          |
+//          | 40 rank             u32                                          |
+//          | 44 server_pid       u32                                          |
+//          | 48 server_start     u64  /proc/<pid>/stat starttime (ticks)      |
+//          | 56 server_pid_ns    u64  inode of the server's pid namespace     |
+//   64     +-- producer line -------------------------------------------------+
+//          | 64 write_pos        u64  atomic: positions [0, write_pos) public |
+//          | 72 data_futex       u32  atomic: bumped after each publish       |
+//          | 76 state            u32  atomic: kStateOpen / Ended / Closed     |
+//   128    +-- server liveness line -------------------------------------------+
+//          |128 server_heartbeat u64  atomic: CLOCK_MONOTONIC ns, ~10 Hz      |
+//   192    +-- consumer line -------------------------------------------------+
+//          |192 read_pos         u64  atomic: positions [0, read_pos) free    |
+//          |200 space_futex      u32  atomic: bumped after each release       |
+//   256    +-- client liveness line -------------------------------------------+
+//          |256 client_pid       u32  0 = no client attached yet              |
+//          |264 client_start     u64                                          |
+//          |272 client_heartbeat u64  atomic: CLOCK_MONOTONIC ns              |
+//          |280 client_pid_ns    u64                                          |
+//          |288 client_wait_ns   u64  atomic: total time Next() waited        |
+//   320    +-- stream name, char[64], NUL-terminated ----------------------------+
+//   384..4096 reserved (zero)
+//   4096   +-- slot 0: SlotHeader (4096 B), then tensors at offsets ≥ 4096 ---+
+//          +-- slot 1 ... slot_count-1, each slot_bytes apart (4096-aligned) --+
+//
+// Slot for position p: header_bytes + (p % slot_count) * slot_bytes.
+//
+// SlotHeader (at the start of a slot):
+//     0 sequence u64 (= p)   8 step u64      16 epoch u64   24 position u64
+//    32 cursor_epoch u64    40 cursor_window u64   48 cursor_row u64
+//    56 valid_count u32     60 num_tensors u32     64 payload_bytes u64
+//   128 tensors[16] of TensorDesc (128 B each): name char[48], dtype u32,
+//       ndim u32, shape i64[6], offset u64 (from the slot start), nbytes u64
+//
+// Protocol: the server claims position p only while p - read_pos <
+// slot_count, writes the slot, then publishes with a release store of
+// write_pos = p + 1 (positions are published in order) and a futex wake on
+// data_futex. The client acquires write_pos, reads, and on release advances
+// read_pos over the contiguous prefix of released positions (release store),
+// then wakes space_futex. No lock lives in this memory: a process killed at
+// any instruction leaves the other side able to go on or to notice.
+#ifndef BATCHD_CLIENT_SHM_LAYOUT_H_
+#define BATCHD_CLIENT_SHM_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace batchd {
+namespace shm {
+
+inline constexpr uint64_t kMagic = 0x3152444843544142ULL;  // "BATCHDR1"
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kHeaderBytes = 4096;
+inline constexpr uint32_t kSlotHeaderBytes = 4096;
+inline constexpr uint32_t kMaxTensors = 16;
+inline constexpr uint32_t kMaxDims = 6;
+inline constexpr uint32_t kTensorAlign = 256;
+inline constexpr uint32_t kNameBytes = 48;
+
+// RingHeader::state.
+inline constexpr uint32_t kStateOpen = 0;
+inline constexpr uint32_t kStateEnded = 1;   // all batches published (eval)
+inline constexpr uint32_t kStateClosed = 2;  // stream closed or server exiting
+
+enum class DTypeCode : uint32_t {
+  kUInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat32 = 4,
+  kUInt64 = 5,
+};
+
+struct RingHeader {
+  uint64_t magic;
+  std::atomic<uint32_t> layout_version;
+  uint32_t header_bytes;
+  uint32_t slot_count;
+  uint32_t world_size;
+  uint64_t slot_bytes;
+  uint64_t segment_bytes;
+  uint32_t rank;
+  uint32_t server_pid;
+  uint64_t server_start;
+  uint64_t server_pid_ns;
+
+  alignas(64) std::atomic<uint64_t> write_pos;
+  std::atomic<uint32_t> data_futex;
+  std::atomic<uint32_t> state;
+
+  alignas(64) std::atomic<uint64_t> server_heartbeat_ns;
+
+  alignas(64) std::atomic<uint64_t> read_pos;
+  std::atomic<uint32_t> space_futex;
+
+  alignas(64) std::atomic<uint32_t> client_pid;
+  std::atomic<uint64_t> client_start;
+  std::atomic<uint64_t> client_heartbeat_ns;
+  std::atomic<uint64_t> client_pid_ns;
+  std::atomic<uint64_t> client_wait_ns;
+
+  alignas(64) char stream_name[64];
+};
+
+struct TensorDesc {
+  char name[kNameBytes];
+  uint32_t dtype;  // DTypeCode
+  uint32_t ndim;
+  int64_t shape[kMaxDims];
+  uint64_t offset;  // from the start of the slot
+  uint64_t nbytes;
+  uint64_t reserved;
+};
+
+struct SlotHeader {
+  uint64_t sequence;
+  uint64_t step;
+  uint64_t epoch;
+  uint64_t position;
+  uint64_t cursor_epoch;
+  uint64_t cursor_window;
+  uint64_t cursor_row;
+  uint32_t valid_count;
+  uint32_t num_tensors;
+  uint64_t payload_bytes;
+  uint64_t reserved[7];
+  TensorDesc tensors[kMaxTensors];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<uint64_t>) == 8);
+static_assert(sizeof(std::atomic<uint32_t>) == 4);
+
+static_assert(offsetof(RingHeader, magic) == 0);
+static_assert(offsetof(RingHeader, layout_version) == 8);
+static_assert(offsetof(RingHeader, header_bytes) == 12);
+static_assert(offsetof(RingHeader, slot_count) == 16);
+static_assert(offsetof(RingHeader, world_size) == 20);
+static_assert(offsetof(RingHeader, slot_bytes) == 24);
+static_assert(offsetof(RingHeader, segment_bytes) == 32);
+static_assert(offsetof(RingHeader, rank) == 40);
+static_assert(offsetof(RingHeader, server_pid) == 44);
+static_assert(offsetof(RingHeader, server_start) == 48);
+static_assert(offsetof(RingHeader, server_pid_ns) == 56);
+static_assert(offsetof(RingHeader, write_pos) == 64);
+static_assert(offsetof(RingHeader, data_futex) == 72);
+static_assert(offsetof(RingHeader, state) == 76);
+static_assert(offsetof(RingHeader, server_heartbeat_ns) == 128);
+static_assert(offsetof(RingHeader, read_pos) == 192);
+static_assert(offsetof(RingHeader, space_futex) == 200);
+static_assert(offsetof(RingHeader, client_pid) == 256);
+static_assert(offsetof(RingHeader, client_start) == 264);
+static_assert(offsetof(RingHeader, client_heartbeat_ns) == 272);
+static_assert(offsetof(RingHeader, client_pid_ns) == 280);
+static_assert(offsetof(RingHeader, client_wait_ns) == 288);
+static_assert(offsetof(RingHeader, stream_name) == 320);
+static_assert(sizeof(RingHeader) == 384);
+static_assert(sizeof(RingHeader) <= kHeaderBytes);
+
+static_assert(offsetof(TensorDesc, dtype) == 48);
+static_assert(offsetof(TensorDesc, ndim) == 52);
+static_assert(offsetof(TensorDesc, shape) == 56);
+static_assert(offsetof(TensorDesc, offset) == 104);
+static_assert(offsetof(TensorDesc, nbytes) == 112);
+static_assert(sizeof(TensorDesc) == 128);
+
+static_assert(offsetof(SlotHeader, sequence) == 0);
+static_assert(offsetof(SlotHeader, step) == 8);
+static_assert(offsetof(SlotHeader, epoch) == 16);
+static_assert(offsetof(SlotHeader, position) == 24);
+static_assert(offsetof(SlotHeader, cursor_epoch) == 32);
+static_assert(offsetof(SlotHeader, cursor_window) == 40);
+static_assert(offsetof(SlotHeader, cursor_row) == 48);
+static_assert(offsetof(SlotHeader, valid_count) == 56);
+static_assert(offsetof(SlotHeader, num_tensors) == 60);
+static_assert(offsetof(SlotHeader, payload_bytes) == 64);
+static_assert(offsetof(SlotHeader, tensors) == 128);
+static_assert(sizeof(SlotHeader) <= kSlotHeaderBytes);
+
+// Bytes of one element of `code`; 0 for an unknown code.
+inline size_t DTypeSize(uint32_t code) {
+  switch (static_cast<DTypeCode>(code)) {
+    case DTypeCode::kUInt8: return 1;
+    case DTypeCode::kInt32: return 4;
+    case DTypeCode::kFloat32: return 4;
+    case DTypeCode::kInt64: return 8;
+    case DTypeCode::kUInt64: return 8;
+  }
+  return 0;
+}
+
+inline uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace shm
+}  // namespace batchd
+
+#endif  // BATCHD_CLIENT_SHM_LAYOUT_H_

@@ -1,0 +1,109 @@
+// Conversions between core structs and protos; see convert.h.
+#include "server/convert.h"
+
+namespace batchd {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                      std::string(s.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+
+StreamSpec FromProto(const v1::StreamSpec& p) {
+  StreamSpec s;
+  s.name = p.name();
+  s.workload = p.workload();
+  s.data = p.data();
+  s.split = p.split();
+  s.global_batch_size = p.global_batch_size();
+  s.world_size = p.world_size();
+  s.seed = p.seed();
+  s.start_step = p.start_step();
+  s.slots = p.slots();
+  for (const auto& [k, v] : p.options()) s.options[k] = v;
+  return s;
+}
+
+void ToProto(const StreamSpec& s, v1::StreamSpec* p) {
+  p->set_name(s.name);
+  p->set_workload(s.workload);
+  p->set_data(s.data);
+  p->set_split(s.split);
+  p->set_global_batch_size(s.global_batch_size);
+  p->set_world_size(s.world_size);
+  p->set_seed(s.seed);
+  p->set_start_step(s.start_step);
+  p->set_slots(s.slots);
+  for (const auto& [k, v] : s.options) (*p->mutable_options())[k] = v;
+}
+
+const char* DTypeString(shm::DTypeCode code) {
+  switch (code) {
+    case shm::DTypeCode::kUInt8: return "uint8";
+    case shm::DTypeCode::kInt32: return "int32";
+    case shm::DTypeCode::kInt64: return "int64";
+    case shm::DTypeCode::kFloat32: return "float32";
+    case shm::DTypeCode::kUInt64: return "uint64";
+  }
+  return "unknown";
+}
+
+void ToProto(const OpenResult& r, v1::OpenStreamResponse* p) {
+  p->set_segment(r.segment);
+  p->set_segment_bytes(r.segment_bytes);
+  p->set_slots(r.slots);
+  p->set_slot_bytes(r.slot_bytes);
+  p->set_examples_per_epoch(r.examples_per_epoch);
+  p->set_steps_per_epoch(r.steps_per_epoch);
+  for (const TensorLayout& t : r.tensors) {
+    v1::TensorInfo* ti = p->add_tensors();
+    ti->set_name(t.name);
+    ti->set_dtype(DTypeString(t.dtype));
+    for (int64_t d : t.example_shape) ti->add_shape(d);
+  }
+  p->set_server_pid(r.server_pid);
+  p->set_start_step(r.start_step);
+}
+
+void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p) {
+  p->set_pid(s.pid);
+  p->set_version(s.version);
+  p->set_uptime_seconds(s.uptime_seconds);
+  p->set_threads(s.threads);
+  p->set_worker_threads(s.worker_threads);
+  p->set_rss_bytes(s.rss_bytes);
+  p->set_ring_bytes(s.ring_bytes);
+  for (const StreamStatusData& st : s.streams) {
+    v1::StreamStatus* sp = p->add_streams();
+    ToProto(st.spec, sp->mutable_spec());
+    sp->set_examples_per_second(st.examples_per_second);
+    sp->set_bytes_per_second(st.bytes_per_second);
+    sp->set_decode_errors(st.decode_errors);
+    sp->set_skipped_examples(st.skipped_examples);
+    sp->set_steps_per_epoch(st.steps_per_epoch);
+    for (const RankStatusData& r : st.ranks) {
+      v1::RankStatus* rp = sp->add_ranks();
+      rp->set_rank(r.rank);
+      rp->set_attached(r.attached);
+      rp->set_client_pid(r.client_pid);
+      rp->set_produced_step(r.produced_step);
+      rp->set_consumed_step(r.consumed_step);
+      rp->set_ring_fill(r.ring_fill);
+      rp->set_ring_slots(r.ring_slots);
+      rp->set_server_wait_seconds(r.server_wait_seconds);
+      rp->set_client_wait_seconds(r.client_wait_seconds);
+      rp->set_examples(r.examples);
+      rp->set_bytes(r.bytes);
+      rp->set_reattaches(r.reattaches);
+    }
+  }
+}
+
+}  // namespace batchd

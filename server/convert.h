@@ -1,0 +1,24 @@
+// The one place where core structs and absl::Status meet protos and
+// grpc::Status.
+#ifndef BATCHD_SERVER_CONVERT_H_
+#define BATCHD_SERVER_CONVERT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "batchd/v1/batchd.pb.h"
+#include "server/core.h"
+
+namespace batchd {
+
+grpc::Status ToGrpc(const absl::Status& status);
+absl::Status FromGrpc(const grpc::Status& status);
+StreamSpec FromProto(const v1::StreamSpec& p);
+void ToProto(const StreamSpec& s, v1::StreamSpec* p);
+void ToProto(const OpenResult& r, v1::OpenStreamResponse* p);
+void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p);
+const char* DTypeString(shm::DTypeCode code);
+
+}  // namespace batchd
+
+#endif  // BATCHD_SERVER_CONVERT_H_

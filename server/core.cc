@@ -1,0 +1,421 @@
+// Streams, ranks and their rings; see core.h.
+#include "server/core.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/process.h"
+
+namespace batchd {
+
+namespace {
+
+bool ValidStreamName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string OptionsString(const std::map<std::string, std::string>& options) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : options) parts.push_back(absl::StrCat(k, "=", v));
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+}
+
+int DefaultThreads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    return std::max(1, CPU_COUNT(&set));
+  }
+  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+}  // namespace
+
+std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
+                            bool compare_start_step, std::string* detail) {
+  auto diff = [&](const char* field, const std::string& x,
+                  const std::string& y) {
+    *detail = absl::StrCat(field, " is ", y, " here but ", x,
+                           " in the existing stream");
+    return std::string(field);
+  };
+  if (a.workload != b.workload) return diff("workload", a.workload, b.workload);
+  if (a.data != b.data) return diff("data", a.data, b.data);
+  if (a.split != b.split) return diff("split", a.split, b.split);
+  if (a.global_batch_size != b.global_batch_size) {
+    return diff("global_batch_size", absl::StrCat(a.global_batch_size),
+                absl::StrCat(b.global_batch_size));
+  }
+  if (a.world_size != b.world_size) {
+    return diff("world_size", absl::StrCat(a.world_size),
+                absl::StrCat(b.world_size));
+  }
+  if (a.seed != b.seed) {
+    return diff("seed", absl::StrCat(a.seed), absl::StrCat(b.seed));
+  }
+  if (compare_start_step && a.start_step != b.start_step) {
+    return diff("start_step", absl::StrCat(a.start_step),
+                absl::StrCat(b.start_step));
+  }
+  if (a.slots != b.slots) {
+    return diff("slots", absl::StrCat(a.slots), absl::StrCat(b.slots));
+  }
+  if (a.options != b.options) {
+    return diff("options", OptionsString(a.options), OptionsString(b.options));
+  }
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
+  CoreOptions o = options;
+  char resolved[PATH_MAX];
+  if (realpath(o.data_root.c_str(), resolved) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-root ", o.data_root, " does not exist"));
+  }
+  o.data_root = resolved;
+  if (o.threads <= 0) o.threads = DefaultThreads();
+  if (o.default_slots == 0) o.default_slots = 4;
+  if (o.shm_prefix.empty() || o.shm_prefix.find('/') != std::string::npos ||
+      o.shm_prefix.find('.') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "--shm-prefix must be a non-empty name without '/' or '.'");
+  }
+  return std::unique_ptr<Core>(new Core(o));
+}
+
+Core::Core(const CoreOptions& options)
+    : options_(options), start_ns_(MonotonicNanos()) {
+  engine_ = std::make_unique<Engine>(options_.threads);
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
+}
+
+Core::~Core() {
+  stop_.store(true);
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (supervisor_thread_.joinable()) supervisor_thread_.join();
+  engine_->Stop();
+  CloseAll();
+}
+
+std::string Core::SegmentName(const std::string& stream, uint32_t rank) const {
+  return absl::StrCat("/", options_.shm_prefix, ".", getuid(), ".", stream,
+                      ".", rank);
+}
+
+void Core::HeartbeatLoop() {
+  // Does nothing else, so that a busy server never looks dead.
+  while (!stop_.load()) {
+    const uint64_t now = MonotonicNanos();
+    {
+      std::lock_guard<std::mutex> lock(beat_mu_);
+      for (const auto& p : beating_) p->ring().Heartbeat(now);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Core::SupervisorLoop() {
+  while (!stop_.load()) {
+    for (const std::string& seg : ReapDeadClients()) {
+      fprintf(stderr,
+              "batchd: level=warn event=client_dead segment=%s msg=\"ring "
+              "freed; the rank may re-attach\"\n",
+              seg.c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+absl::StatusOr<std::string> Core::ConfineDataPath(
+    const std::string& data) const {
+  if (data.empty()) return std::string();
+  const std::string joined =
+      data[0] == '/' ? data : absl::StrCat(options_.data_root, "/", data);
+  char resolved[PATH_MAX];
+  if (realpath(joined.c_str(), resolved) == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "data path '", data, "' does not exist under --data-root ",
+        options_.data_root));
+  }
+  const std::string r = resolved;
+  const std::string& root = options_.data_root;
+  const bool inside =
+      r == root ||
+      (r.size() > root.size() && r.compare(0, root.size(), root) == 0 &&
+       (root == "/" || r[root.size()] == '/'));
+  if (!inside) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "data path '", data, "' resolves to ", r,
+        ", outside the server's --data-root ", root));
+  }
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
+    const StreamSpec& spec) {
+  absl::StatusOr<std::string> path = ConfineDataPath(spec.data);
+  if (!path.ok()) return path.status();
+  WorkloadConfig config;
+  config.data_path = *path;
+  config.split = spec.split;
+  config.seed = spec.seed;
+  config.options = spec.options;
+  absl::StatusOr<std::unique_ptr<Workload>> workload =
+      CreateWorkload(spec.workload, config);
+  if (!workload.ok()) return workload.status();
+  absl::StatusOr<Sampler> sampler =
+      Sampler::Create((*workload)->num_examples(), spec.global_batch_size,
+                      spec.world_size, spec.seed, (*workload)->shuffle());
+  if (!sampler.ok()) return sampler.status();
+  BatchLayout layout =
+      BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());
+  auto stream = std::make_unique<Stream>();
+  stream->spec = spec;
+  stream->core = std::make_shared<StreamCore>(
+      spec.name, spec.seed, std::move(*workload), std::move(*sampler),
+      std::move(layout));
+  stream->ranks.resize(spec.world_size);
+  stream->created_ns = MonotonicNanos();
+  return stream;
+}
+
+absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
+                                            uint32_t rank,
+                                            uint32_t client_pid) {
+  StreamSpec spec = in;
+  if (spec.slots == 0) spec.slots = options_.default_slots;
+  if (spec.split.empty()) spec.split = "train";
+  if (!ValidStreamName(spec.name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stream name '", spec.name,
+        "' is invalid: use 1 to 64 characters of A-Z a-z 0-9 _ -"));
+  }
+  if (spec.world_size == 0) {
+    return absl::InvalidArgumentError("world_size must be at least 1");
+  }
+  if (rank >= spec.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for world_size ",
+                     spec.world_size, " (ranks are 0..", spec.world_size - 1,
+                     ")"));
+  }
+  if (spec.slots > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots ", spec.slots, " exceeds the limit of 1024"));
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(spec.name);
+  bool created = false;
+  if (it == streams_.end()) {
+    absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
+    if (!made.ok()) return made.status();
+    it = streams_.emplace(spec.name, std::move(*made)).first;
+    created = true;
+  }
+  Stream& stream = *it->second;
+  RankState& rs = stream.ranks[rank];
+
+  // Ranks that never attached must agree on everything; a rank re-attaching
+  // after its client died may ask for another start step.
+  std::string detail;
+  const std::string field =
+      FirstDifference(stream.spec, spec, !rs.ever_attached, &detail);
+  if (!field.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stream '", spec.name, "' exists with another spec: ",
+                     detail));
+  }
+  if (rs.producer != nullptr) {
+    const RingWriter::ClientInfo c = rs.producer->ring().client();
+    const uint32_t holder = c.pid != 0 ? c.pid : rs.requester_pid;
+    const bool dead = rs.producer->ring().ClientDead(
+                          MonotonicNanos(),
+                          uint64_t(options_.client_stale_seconds * 1e9)) ||
+                      (c.pid == 0 && !ProcessAlive(holder, 0, 0));
+    if (!dead && holder != client_pid) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("rank ", rank, " of stream '", spec.name,
+                       "' is already attached by pid ", holder));
+    }
+    Detach(stream, rs);  // its old client is gone, or it is us again
+  }
+
+  const CoreOptions& o = options_;
+  const StreamCore& sc = *stream.core;
+  RingGeometry geometry;
+  geometry.slot_count = spec.slots;
+  geometry.payload_bytes = sc.layout.payload_bytes;
+  geometry.rank = rank;
+  geometry.world_size = spec.world_size;
+  geometry.stream_name = spec.name;
+  const std::string segment = SegmentName(spec.name, rank);
+  absl::StatusOr<std::unique_ptr<RingWriter>> ring =
+      RingWriter::Create(segment, geometry, o.shm_group);
+  if (!ring.ok()) {
+    if (created) streams_.erase(it);
+    return ring.status();
+  }
+  if (rs.ever_attached) ++rs.reattaches;
+  rs.ever_attached = true;
+  rs.requester_pid = client_pid;
+  rs.attached_ns = MonotonicNanos();
+  rs.producer = std::make_shared<RankProducer>(stream.core, rank,
+                                               spec.start_step,
+                                               std::move(*ring));
+  {
+    std::lock_guard<std::mutex> beat(beat_mu_);
+    beating_.push_back(rs.producer);
+  }
+  engine_->Add(rs.producer);
+
+  OpenResult r;
+  r.segment = segment;
+  r.segment_bytes = geometry.SegmentBytes();
+  r.slots = geometry.slot_count;
+  r.slot_bytes = geometry.SlotBytes();
+  r.examples_per_epoch = sc.sampler.num_examples();
+  r.steps_per_epoch = sc.sampler.steps_per_epoch();
+  for (const BatchLayout::Entry& e : sc.layout.entries) {
+    TensorLayout t = e.tensor;
+    t.example_shape.insert(t.example_shape.begin(),
+                           int64_t(sc.layout.per_rank_batch));
+    r.tensors.push_back(std::move(t));
+  }
+  r.server_pid = uint32_t(getpid());
+  r.start_step = spec.start_step;
+  return r;
+}
+
+void Core::Detach(Stream& stream, RankState& rs) {
+  if (rs.producer == nullptr) return;
+  engine_->Retire(rs.producer);
+  {
+    std::lock_guard<std::mutex> beat(beat_mu_);
+    beating_.erase(
+        std::remove(beating_.begin(), beating_.end(), rs.producer),
+        beating_.end());
+  }
+  rs.examples_before += rs.producer->examples.load();
+  rs.bytes_before += rs.producer->bytes.load();
+  // The segment is unlinked now so that the name is free for a re-attaching
+  // rank; workers still filling a slot keep the mapping alive until done.
+  rs.producer->ring().Unlink();
+  rs.producer.reset();
+}
+
+std::vector<std::string> Core::ReapDeadClients() {
+  std::vector<std::string> freed;
+  const uint64_t now = MonotonicNanos();
+  const uint64_t stale = uint64_t(options_.client_stale_seconds * 1e9);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, stream] : streams_) {
+    for (RankState& rs : stream->ranks) {
+      if (rs.producer == nullptr) continue;
+      RingWriter& ring = rs.producer->ring();
+      bool dead = ring.ClientDead(now, stale);
+      // A client that asked for the ring but died before mapping it.
+      if (!dead && ring.client().pid == 0 && rs.requester_pid != 0 &&
+          now - rs.attached_ns > stale) {
+        dead = !ProcessAlive(rs.requester_pid, 0, 0);
+      }
+      if (dead) {
+        freed.push_back(ring.name());
+        Detach(*stream, rs);
+      }
+    }
+  }
+  return freed;
+}
+
+absl::Status Core::CloseStream(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(name);
+  if (it == streams_.end()) {
+    return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
+  }
+  for (RankState& rs : it->second->ranks) Detach(*it->second, rs);
+  streams_.erase(it);
+  return absl::OkStatus();
+}
+
+void Core::CloseAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, stream] : streams_) {
+    for (RankState& rs : stream->ranks) Detach(*stream, rs);
+  }
+  streams_.clear();
+}
+
+ServerStatusData Core::GetStatus() {
+  ServerStatusData s;
+  s.pid = uint32_t(getpid());
+  s.version = "0.1.0";
+  const uint64_t now = MonotonicNanos();
+  s.uptime_seconds = double(now - start_ns_) / 1e9;
+  s.threads = uint32_t(SelfThreadCount());
+  s.worker_threads = uint32_t(engine_->threads());
+  s.rss_bytes = SelfRssBytes(false);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, stream] : streams_) {
+    StreamStatusData st;
+    st.spec = stream->spec;
+    st.steps_per_epoch = stream->core->sampler.steps_per_epoch();
+    st.decode_errors = stream->core->counters.decode_errors.load();
+    st.skipped_examples = stream->core->counters.skipped_examples.load();
+    uint64_t examples = 0, bytes = 0;
+    for (size_t r = 0; r < stream->ranks.size(); ++r) {
+      const RankState& rs = stream->ranks[r];
+      RankStatusData rd;
+      rd.rank = uint32_t(r);
+      rd.reattaches = rs.reattaches;
+      rd.examples = rs.examples_before;
+      rd.bytes = rs.bytes_before;
+      if (rs.producer != nullptr) {
+        const RankProducer& p = *rs.producer;
+        const RingWriter& ring = p.ring();
+        const RingWriter::ClientInfo c = ring.client();
+        rd.attached = true;
+        rd.client_pid = c.pid != 0 ? c.pid : rs.requester_pid;
+        const uint64_t published = ring.published();
+        const uint64_t released = ring.released();
+        rd.produced_step = p.start_step() + published;
+        rd.consumed_step = p.start_step() + released;
+        rd.ring_fill = uint32_t(published - released);
+        rd.ring_slots = ring.geometry().slot_count;
+        rd.server_wait_seconds = double(p.server_wait_ns.load()) / 1e9;
+        rd.client_wait_seconds = double(c.wait_ns) / 1e9;
+        rd.examples += p.examples.load();
+        rd.bytes += p.bytes.load();
+        s.ring_bytes += ring.geometry().SegmentBytes();
+      }
+      examples += rd.examples;
+      bytes += rd.bytes;
+      st.ranks.push_back(rd);
+    }
+    const double age = double(now - stream->created_ns) / 1e9;
+    if (age > 0) {
+      st.examples_per_second = double(examples) / age;
+      st.bytes_per_second = double(bytes) / age;
+    }
+    s.streams.push_back(std::move(st));
+  }
+  return s;
+}
+
+}  // namespace batchd

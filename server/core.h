@@ -1,0 +1,172 @@
+// The server's core: streams, their ranks' rings, and the status figures.
+// It knows nothing of gRPC: it takes and returns plain structs and
+// absl::Status; grpc_service.cc converts.
+//
+// Thread safety: every public method is thread-safe.
+#ifndef BATCHD_SERVER_CORE_H_
+#define BATCHD_SERVER_CORE_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine.h"
+
+namespace batchd {
+
+struct StreamSpec {
+  std::string name;
+  std::string workload;
+  std::string data;
+  std::string split;
+  uint64_t global_batch_size = 0;
+  uint32_t world_size = 0;
+  uint64_t seed = 0;
+  uint64_t start_step = 0;
+  uint32_t slots = 0;
+  std::map<std::string, std::string> options;
+};
+
+// The first field in which `b` differs from `a` (start_step only when
+// compare_start_step), or "" when none does. `detail` receives "x here but y
+// in the existing stream".
+std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
+                            bool compare_start_step, std::string* detail);
+
+struct OpenResult {
+  std::string segment;
+  uint64_t segment_bytes = 0;
+  uint32_t slots = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t examples_per_epoch = 0;
+  uint64_t steps_per_epoch = 0;
+  std::vector<TensorLayout> tensors;  // with the batch dimension first
+  uint32_t server_pid = 0;
+  uint64_t start_step = 0;
+};
+
+struct RankStatusData {
+  uint32_t rank = 0;
+  bool attached = false;
+  uint32_t client_pid = 0;
+  uint64_t produced_step = 0;
+  uint64_t consumed_step = 0;
+  uint32_t ring_fill = 0;
+  uint32_t ring_slots = 0;
+  double server_wait_seconds = 0;
+  double client_wait_seconds = 0;
+  uint64_t examples = 0;
+  uint64_t bytes = 0;
+  uint32_t reattaches = 0;
+};
+
+struct StreamStatusData {
+  StreamSpec spec;
+  std::vector<RankStatusData> ranks;
+  double examples_per_second = 0;
+  double bytes_per_second = 0;
+  uint64_t decode_errors = 0;
+  uint64_t skipped_examples = 0;
+  uint64_t steps_per_epoch = 0;
+};
+
+struct ServerStatusData {
+  uint32_t pid = 0;
+  std::string version;
+  double uptime_seconds = 0;
+  uint32_t threads = 0;
+  uint32_t worker_threads = 0;
+  uint64_t rss_bytes = 0;
+  uint64_t ring_bytes = 0;
+  std::vector<StreamStatusData> streams;
+};
+
+struct CoreOptions {
+  // Data paths of specs are confined to this directory. Default: cwd.
+  std::string data_root = ".";
+  // Segment names are /<shm_prefix>.<uid>.<stream>.<rank>. Default: batchd.
+  std::string shm_prefix = "batchd";
+  // Worker threads. Default: the cores this process may use.
+  int threads = 0;
+  // Group given read/write access to the rings (-1: owner only).
+  gid_t shm_group = gid_t(-1);
+  // Ring slots per rank when a spec says 0. Default: 4.
+  uint32_t default_slots = 4;
+  // A client in another pid namespace whose heartbeat is older than this is
+  // taken as dead. Default: 10 s.
+  double client_stale_seconds = 10.0;
+};
+
+class Core {
+ public:
+  static absl::StatusOr<std::unique_ptr<Core>> Create(
+      const CoreOptions& options);
+  // Stops the workers and unlinks every segment.
+  ~Core();
+
+  absl::StatusOr<OpenResult> OpenStream(const StreamSpec& spec, uint32_t rank,
+                                        uint32_t client_pid);
+  absl::Status CloseStream(const std::string& name);
+  ServerStatusData GetStatus();
+  // Frees the rings of ranks whose clients died; called ~10x/s by the
+  // supervisor thread. Returns the segments freed.
+  std::vector<std::string> ReapDeadClients();
+  // Closes every stream (clients see "closed"), unlinks every segment.
+  void CloseAll();
+
+  const CoreOptions& options() const { return options_; }
+  std::string SegmentName(const std::string& stream, uint32_t rank) const;
+
+ private:
+  explicit Core(const CoreOptions& options);
+  void HeartbeatLoop();
+  void SupervisorLoop();
+
+  struct RankState {
+    std::shared_ptr<RankProducer> producer;  // null: not attached
+    uint32_t requester_pid = 0;
+    uint64_t attached_ns = 0;
+    bool ever_attached = false;
+    uint32_t reattaches = 0;
+    // Figures of earlier attachments, so status keeps counting.
+    uint64_t examples_before = 0, bytes_before = 0;
+  };
+  struct Stream {
+    StreamSpec spec;
+    std::shared_ptr<StreamCore> core;
+    std::vector<RankState> ranks;
+    uint64_t created_ns = 0;
+  };
+
+  absl::StatusOr<std::string> ConfineDataPath(const std::string& data) const;
+  absl::StatusOr<std::unique_ptr<Stream>> MakeStream(const StreamSpec& spec);
+  void Detach(Stream& stream, RankState& rank);  // requires mu_
+
+  const CoreOptions options_;
+  const uint64_t start_ns_;
+  std::unique_ptr<Engine> engine_;
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Stream>> streams_;  // guarded by mu_
+
+  // Rings whose heartbeat the heartbeat thread refreshes; its own lock so
+  // that nothing else ever delays a heartbeat.
+  std::mutex beat_mu_;
+  std::vector<std::shared_ptr<RankProducer>> beating_;  // guarded by beat_mu_
+
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_thread_;
+  std::thread supervisor_thread_;
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_SERVER_CORE_H_

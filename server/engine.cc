@@ -1,0 +1,259 @@
+// The worker pool and the per-rank producers; see engine.h.
+#include "server/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/process.h"
+
+namespace batchd {
+
+BatchLayout BatchLayout::Make(const std::vector<TensorLayout>& tensors,
+                              uint64_t per_rank_batch) {
+  BatchLayout layout;
+  layout.per_rank_batch = per_rank_batch;
+  uint64_t offset = shm::kSlotHeaderBytes;
+  for (const TensorLayout& t : tensors) {
+    Entry e{t, offset, t.ExampleBytes()};
+    layout.entries.push_back(e);
+    offset = shm::AlignUp(offset + e.example_bytes * per_rank_batch,
+                          shm::kTensorAlign);
+  }
+  layout.payload_bytes = offset - shm::kSlotHeaderBytes;
+  return layout;
+}
+
+RankProducer::RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
+                           uint64_t start_step,
+                           std::unique_ptr<RingWriter> ring)
+    : stream_(std::move(stream)),
+      rank_(rank),
+      start_step_(start_step),
+      ring_(std::move(ring)),
+      next_step_(start_step) {}
+
+Engine::Engine(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void Engine::Add(std::shared_ptr<RankProducer> producer) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    producers_.push_back(std::move(producer));
+  }
+  cv_.notify_all();
+}
+
+void Engine::Retire(const std::shared_ptr<RankProducer>& producer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  producer->retired_ = true;
+  producers_.erase(std::remove(producers_.begin(), producers_.end(), producer),
+                   producers_.end());
+}
+
+namespace {
+
+void WriteSlotHeader(const StreamCore& s, const RankSlice& slice,
+                     uint64_t step, uint64_t pos, shm::SlotHeader* h) {
+  h->sequence = pos;
+  h->step = step;
+  h->epoch = slice.epoch;
+  h->position = slice.first_position;
+  const uint64_t steps = s.sampler.steps_per_epoch();
+  h->cursor_epoch = slice.epoch;
+  h->cursor_window = s.sampler.shuffle() ? step % steps : step;
+  h->cursor_row = 0;
+  const uint64_t n = s.sampler.num_examples();
+  uint64_t valid = slice.count;
+  if (!s.sampler.shuffle()) {
+    valid = slice.first_position >= n
+                ? 0
+                : std::min<uint64_t>(slice.count, n - slice.first_position);
+  }
+  h->valid_count = uint32_t(valid);
+  h->num_tensors = uint32_t(s.layout.entries.size());
+  h->payload_bytes = s.layout.payload_bytes;
+  for (size_t k = 0; k < s.layout.entries.size(); ++k) {
+    const BatchLayout::Entry& e = s.layout.entries[k];
+    shm::TensorDesc& d = h->tensors[k];
+    memset(&d, 0, sizeof(d));
+    snprintf(d.name, sizeof(d.name), "%s", e.tensor.name.c_str());
+    d.dtype = uint32_t(e.tensor.dtype);
+    d.ndim = uint32_t(1 + e.tensor.example_shape.size());
+    d.shape[0] = int64_t(s.layout.per_rank_batch);
+    for (size_t i = 0; i < e.tensor.example_shape.size(); ++i) {
+      d.shape[i + 1] = e.tensor.example_shape[i];
+    }
+    d.offset = e.offset;
+    d.nbytes = e.example_bytes * s.layout.per_rank_batch;
+  }
+}
+
+}  // namespace
+
+bool Engine::FindTask(Task* task, bool* some_ring_full) {
+  *some_ring_full = false;
+  const size_t n = producers_.size();
+  const uint32_t max_chunks = uint32_t(2 * workers_.size());
+  for (size_t i = 0; i < n; ++i) {
+    const size_t idx = (round_robin_ + i) % n;
+    const std::shared_ptr<RankProducer>& p = producers_[idx];
+    if (p->failed.load(std::memory_order_relaxed)) continue;
+    // Unclaimed chunks of batches already started come first.
+    for (RankProducer::Job& job : p->inflight_) {
+      if (job.next_chunk < job.chunks) {
+        *task = {p, job.step, job.pos, job.next_chunk++, job.chunks};
+        round_robin_ = idx + 1;
+        return true;
+      }
+    }
+    const StreamCore& s = *p->stream_;
+    if (s.sampler.Finite() && p->next_step_ >= s.sampler.steps_per_epoch()) {
+      if (!p->ended_ && p->inflight_.empty()) {
+        p->ended_ = true;
+        p->ring_->SetState(shm::kStateEnded);
+      }
+      continue;
+    }
+    uint64_t pos;
+    if (!p->ring_->TryClaim(&pos)) {
+      if (p->blocked_since_ns_ == 0) p->blocked_since_ns_ = MonotonicNanos();
+      *some_ring_full = true;
+      continue;
+    }
+    if (p->blocked_since_ns_ != 0) {
+      p->server_wait_ns.fetch_add(MonotonicNanos() - p->blocked_since_ns_,
+                                  std::memory_order_relaxed);
+      p->blocked_since_ns_ = 0;
+    }
+    const uint64_t step = p->next_step_++;
+    const RankSlice slice = s.sampler.Slice(step, p->rank_);
+    WriteSlotHeader(s, slice, step, pos, p->ring_->Slot(pos));
+    const uint32_t chunks = uint32_t(std::max<uint64_t>(
+        1, std::min<uint64_t>(slice.count, max_chunks)));
+    p->inflight_.push_back({step, pos, chunks, 1, 0, absl::OkStatus()});
+    *task = {p, step, pos, 0, chunks};
+    round_robin_ = idx + 1;
+    return true;
+  }
+  return false;
+}
+
+void Engine::RunTask(const Task& t, absl::Status* status) {
+  const StreamCore& s = *t.producer->stream_;
+  const RankSlice slice = s.sampler.Slice(t.step, t.producer->rank_);
+  const uint64_t lo = slice.count * t.chunk / t.chunks;
+  const uint64_t hi = slice.count * (t.chunk + 1) / t.chunks;
+  uint8_t* base = t.producer->ring_->SlotBase(t.pos);
+  const size_t nt = s.layout.entries.size();
+  std::vector<uint8_t*> out(nt);
+  const uint64_t n = s.sampler.num_examples();
+  // One permutation object per chunk: a few hashes to build.
+  const EpochPermutation perm(n, s.seed, slice.epoch);
+  for (uint64_t e = lo; e < hi; ++e) {
+    ExampleRef ex;
+    ex.seed = s.seed;
+    ex.epoch = slice.epoch;
+    ex.position = slice.first_position + e;
+    if (s.sampler.shuffle()) {
+      ex.id = perm(ex.position);
+    } else {
+      ex.valid = ex.position < n;
+      ex.id = ex.valid ? ex.position : 0;
+    }
+    for (size_t k = 0; k < nt; ++k) {
+      const BatchLayout::Entry& entry = s.layout.entries[k];
+      out[k] = base + entry.offset + e * entry.example_bytes;
+    }
+    absl::Status st = s.workload->Fill(ex, out.data(),
+                                       &t.producer->stream_->counters);
+    if (!st.ok()) {
+      *status = absl::Status(
+          st.code(), absl::StrCat(st.message(), " (stream ", s.name,
+                                  ", example ", ex.id, ", epoch ", ex.epoch,
+                                  ", position ", ex.position, ")"));
+      return;
+    }
+  }
+}
+
+void Engine::Finish(const Task& t, absl::Status status) {
+  RankProducer& p = *t.producer;
+  for (RankProducer::Job& job : p.inflight_) {
+    if (job.step == t.step) {
+      ++job.done_chunks;
+      if (!status.ok() && job.status.ok()) job.status = status;
+      break;
+    }
+  }
+  // Publish, in order, every finished batch at the front.
+  while (!p.inflight_.empty() &&
+         p.inflight_.front().done_chunks == p.inflight_.front().chunks) {
+    RankProducer::Job& job = p.inflight_.front();
+    if (!job.status.ok()) {
+      // A batch that could not be made ends this rank's ring rather than
+      // publishing garbage; the client sees the stream closed.
+      p.failed.store(true, std::memory_order_relaxed);
+      fprintf(stderr, "batchd: level=error stream=%s rank=%u msg=\"%s\"\n",
+              p.stream_->name.c_str(), p.rank_,
+              std::string(job.status.message()).c_str());
+      p.ring_->SetState(shm::kStateClosed);
+      p.inflight_.clear();
+      return;
+    }
+    if (!p.retired_) p.ring_->Publish(job.pos);
+    p.published_steps.fetch_add(1, std::memory_order_relaxed);
+    p.examples.fetch_add(p.stream_->layout.per_rank_batch,
+                         std::memory_order_relaxed);
+    p.bytes.fetch_add(p.stream_->layout.payload_bytes,
+                      std::memory_order_relaxed);
+    p.inflight_.pop_front();
+  }
+}
+
+void Engine::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    Task task;
+    bool ring_full = false;
+    if (!FindTask(&task, &ring_full)) {
+      // Clients free slots without telling us (no lock or doorbell in shared
+      // memory), so full rings are polled, by one worker at a time; the
+      // others sleep until new work arrives.
+      if (ring_full && !poller_active_) {
+        poller_active_ = true;
+        cv_.wait_for(lock, std::chrono::microseconds(500));
+        poller_active_ = false;
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      continue;
+    }
+    // More work may be there for another worker.
+    cv_.notify_one();
+    lock.unlock();
+    absl::Status status;
+    RunTask(task, &status);
+    lock.lock();
+    Finish(task, std::move(status));
+  }
+}
+
+}  // namespace batchd

@@ -1,0 +1,144 @@
+// The engine: one fixed pool of worker threads that fills the rings of every
+// (stream, rank) the server serves. The thread count never depends on the
+// number of streams or ranks.
+//
+// A RankProducer is one rank's ring plus the position of its next global
+// batch. Workers split each batch into chunks of examples, fill them straight
+// into the claimed slot, and the worker that finishes a batch publishes every
+// finished batch at the front of that rank's queue, in step order.
+//
+// Thread safety: Engine is thread-safe. RankProducer's mutable state is
+// guarded by Engine::mu_; the counters it exposes are atomics.
+#ifndef BATCHD_SERVER_ENGINE_H_
+#define BATCHD_SERVER_ENGINE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/ring.h"
+#include "server/sampler.h"
+#include "workloads/workload.h"
+
+namespace batchd {
+
+// Where each tensor of a rank's batch lives in a slot; shared by all ranks of
+// a stream. Constant after construction.
+struct BatchLayout {
+  struct Entry {
+    TensorLayout tensor;
+    uint64_t offset;         // from the slot start
+    uint64_t example_bytes;  // bytes of one example of this tensor
+  };
+  std::vector<Entry> entries;
+  uint64_t per_rank_batch = 0;
+  uint64_t payload_bytes = 0;  // slot bytes after the slot header
+
+  static BatchLayout Make(const std::vector<TensorLayout>& tensors,
+                          uint64_t per_rank_batch);
+};
+
+// What every rank of one stream shares. Constant after construction, except
+// the counters.
+struct StreamCore {
+  std::string name;
+  uint64_t seed = 0;
+  std::unique_ptr<Workload> workload;
+  Sampler sampler;
+  BatchLayout layout;
+  WorkloadCounters counters;
+
+  StreamCore(std::string n, uint64_t s, std::unique_ptr<Workload> w,
+             Sampler sam, BatchLayout lay)
+      : name(std::move(n)),
+        seed(s),
+        workload(std::move(w)),
+        sampler(std::move(sam)),
+        layout(std::move(lay)) {}
+};
+
+class RankProducer {
+ public:
+  RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
+               uint64_t start_step, std::unique_ptr<RingWriter> ring);
+
+  uint32_t rank() const { return rank_; }
+  uint64_t start_step() const { return start_step_; }
+  RingWriter& ring() const { return *ring_; }
+  const std::shared_ptr<StreamCore>& stream() const { return stream_; }
+
+  // Counters, readable at any time.
+  std::atomic<uint64_t> published_steps{0};
+  std::atomic<uint64_t> examples{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> server_wait_ns{0};
+  std::atomic<bool> failed{false};  // a fill error ended this ring
+
+ private:
+  friend class Engine;
+  struct Job {
+    uint64_t step;
+    uint64_t pos;
+    uint32_t chunks;
+    uint32_t next_chunk = 0;
+    uint32_t done_chunks = 0;
+    absl::Status status;
+  };
+
+  const std::shared_ptr<StreamCore> stream_;
+  const uint32_t rank_;
+  const uint64_t start_step_;
+  const std::unique_ptr<RingWriter> ring_;
+
+  // Guarded by Engine::mu_.
+  uint64_t next_step_;
+  std::deque<Job> inflight_;
+  bool retired_ = false;
+  bool ended_ = false;
+  uint64_t blocked_since_ns_ = 0;  // ring full since (0: not blocked)
+};
+
+class Engine {
+ public:
+  explicit Engine(int threads);
+  ~Engine();  // stops the workers after their current chunk
+
+  int threads() const { return int(workers_.size()); }
+  void Add(std::shared_ptr<RankProducer> producer);
+  // Stops producing for `producer`; chunks in flight finish first (the
+  // producer and its ring live until the last worker lets go).
+  void Retire(const std::shared_ptr<RankProducer>& producer);
+  // Stops all workers; idempotent.
+  void Stop();
+
+ private:
+  struct Task {
+    std::shared_ptr<RankProducer> producer;
+    uint64_t step;
+    uint64_t pos;
+    uint32_t chunk;
+    uint32_t chunks;
+  };
+  bool FindTask(Task* task, bool* some_ring_full);  // requires mu_
+  void RunTask(const Task& task, absl::Status* status);
+  void Finish(const Task& task, absl::Status status);  // requires mu_
+  void WorkerLoop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                                     // guarded by mu_
+  std::vector<std::shared_ptr<RankProducer>> producers_;  // guarded by mu_
+  size_t round_robin_ = 0;                                // guarded by mu_
+  bool poller_active_ = false;                            // guarded by mu_
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_SERVER_ENGINE_H_

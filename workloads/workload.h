@@ -1,0 +1,84 @@
+// What a workload is to the server: a data set of N examples, each turned
+// into a fixed-size part of every tensor of a batch, written straight into the
+// ring slot (DALI's split: the sizes are known first, then each example is
+// written into memory it is given).
+//
+// Thread safety: Create() runs once; every const method may be called from
+// any number of worker threads at once.
+#ifndef BATCHD_WORKLOADS_WORKLOAD_H_
+#define BATCHD_WORKLOADS_WORKLOAD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/shm_layout.h"
+
+namespace batchd {
+
+// One tensor of a batch; the batch shape is [B] + example_shape.
+struct TensorLayout {
+  std::string name;
+  shm::DTypeCode dtype;
+  std::vector<int64_t> example_shape;
+
+  uint64_t ExampleBytes() const {
+    uint64_t n = shm::DTypeSize(uint32_t(dtype));
+    for (int64_t d : example_shape) n *= uint64_t(d);
+    return n;
+  }
+};
+
+// Which example to write, and the key of its randomness.
+struct ExampleRef {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t position = 0;  // in the epoch
+  uint64_t id = 0;        // global example id (meaningless when !valid)
+  bool valid = true;      // false: padding of the last eval batch
+};
+
+struct WorkloadConfig {
+  std::string data_path;  // absolute, already confined to --data-root
+  std::string split;
+  uint64_t seed = 0;
+  std::map<std::string, std::string> options;
+};
+
+// Counters a workload keeps while filling (decode errors, skips).
+struct WorkloadCounters {
+  std::atomic<uint64_t> decode_errors{0};
+  std::atomic<uint64_t> skipped_examples{0};
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual uint64_t num_examples() const = 0;
+  // Training streams shuffle and repeat; others run once in order.
+  virtual bool shuffle() const = 0;
+  virtual const std::vector<TensorLayout>& tensors() const = 0;
+  // Writes example `ex` into out[k], the example's bytes of tensor k (each
+  // tensors()[k].ExampleBytes() long). Called for padding too (ex.valid
+  // false), which must be written deterministically (zeros, weight 0).
+  virtual absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+                            WorkloadCounters* counters) const = 0;
+};
+
+// The explicit table of workloads: "synthetic" (and the ones that follow).
+// Fails with InvalidArgument naming the known ones for an unknown name.
+absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
+    const std::string& name, const WorkloadConfig& config);
+
+// Option helpers: parse an unsigned option, or return the default; an
+// unparsable value is an error naming the option.
+absl::StatusOr<uint64_t> UintOption(const WorkloadConfig& config,
+                                    const std::string& key, uint64_t def);
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_WORKLOAD_H_
