@@ -207,9 +207,10 @@ RingWriter::ClientInfo RingWriter::client() const {
   return info;
 }
 
-bool RingWriter::ClientDead(uint64_t now_ns, uint64_t stale_ns) const {
+bool RingWriter::ClientGone(uint64_t now_ns, uint64_t stale_ns) const {
   const uint32_t pid = header_->client_pid.load(std::memory_order_acquire);
   if (pid == 0) return false;  // nobody attached yet
+  if (header_->client_detached.load(std::memory_order_acquire)) return true;
   const uint64_t start = header_->client_start.load(std::memory_order_acquire);
   const uint64_t ns = header_->client_pid_ns.load(std::memory_order_acquire);
   if (ns == SelfPidNamespace()) return !ProcessAlive(pid, start, ns);
@@ -279,7 +280,10 @@ RingReader::RingReader(std::string name, Options options,
   header_->client_pid.store(uint32_t(getpid()), std::memory_order_release);
 }
 
-RingReader::~RingReader() = default;
+RingReader::~RingReader() {
+  // The server frees the ring on its next look, as for a dead client.
+  header_->client_detached.store(1, std::memory_order_release);
+}
 
 void RingReader::Heartbeat() {
   header_->client_heartbeat_ns.store(MonotonicNanos(),

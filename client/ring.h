@@ -85,9 +85,10 @@ class RingWriter {
     uint64_t wait_ns = 0;
   };
   ClientInfo client() const;
-  // True when a client attached and has died: its pid is gone, or (when it
-  // lives in another pid namespace) its heartbeat is older than stale_ns.
-  bool ClientDead(uint64_t now_ns, uint64_t stale_ns) const;
+  // True when a client attached and has let go or died: it marked the ring
+  // detached, its pid is gone, or (when it lives in another pid namespace)
+  // its heartbeat is older than stale_ns.
+  bool ClientGone(uint64_t now_ns, uint64_t stale_ns) const;
 
  private:
   RingWriter(std::string name, RingGeometry geometry,

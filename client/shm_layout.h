@@ -34,6 +34,7 @@
 //          |272 client_heartbeat u64  atomic: CLOCK_MONOTONIC ns              |
 //          |280 client_pid_ns    u64                                          |
 //          |288 client_wait_ns   u64  atomic: total time Next() waited        |
+//          |296 client_detached  u32  atomic: 1 once the client let go        |
 //   320    +-- stream name, char[64], NUL-terminated ----------------------------+
 //   384..4096 reserved (zero)
 //   4096   +-- slot 0: SlotHeader (4096 B), then tensors at offsets ≥ 4096 ---+
@@ -114,6 +115,7 @@ struct RingHeader {
   std::atomic<uint64_t> client_heartbeat_ns;
   std::atomic<uint64_t> client_pid_ns;
   std::atomic<uint64_t> client_wait_ns;
+  std::atomic<uint32_t> client_detached;
 
   alignas(64) char stream_name[64];
 };
@@ -170,6 +172,7 @@ static_assert(offsetof(RingHeader, client_start) == 264);
 static_assert(offsetof(RingHeader, client_heartbeat_ns) == 272);
 static_assert(offsetof(RingHeader, client_pid_ns) == 280);
 static_assert(offsetof(RingHeader, client_wait_ns) == 288);
+static_assert(offsetof(RingHeader, client_detached) == 296);
 static_assert(offsetof(RingHeader, stream_name) == 320);
 static_assert(sizeof(RingHeader) == 384);
 static_assert(sizeof(RingHeader) <= kHeaderBytes);

@@ -133,7 +133,7 @@ void Core::SupervisorLoop() {
   while (!stop_.load()) {
     for (const std::string& seg : ReapDeadClients()) {
       fprintf(stderr,
-              "batchd: level=warn event=client_dead segment=%s msg=\"ring "
+              "batchd: level=info event=client_gone segment=%s msg=\"ring "
               "freed; the rank may re-attach\"\n",
               seg.c_str());
     }
@@ -244,7 +244,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   if (rs.producer != nullptr) {
     const RingWriter::ClientInfo c = rs.producer->ring().client();
     const uint32_t holder = c.pid != 0 ? c.pid : rs.requester_pid;
-    const bool dead = rs.producer->ring().ClientDead(
+    const bool dead = rs.producer->ring().ClientGone(
                           MonotonicNanos(),
                           uint64_t(options_.client_stale_seconds * 1e9)) ||
                       (c.pid == 0 && !ProcessAlive(holder, 0, 0));
@@ -275,6 +275,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   rs.ever_attached = true;
   rs.requester_pid = client_pid;
   rs.attached_ns = MonotonicNanos();
+  stream.idle_since_ns = 0;
   rs.producer = std::make_shared<RankProducer>(stream.core, rank,
                                                spec.start_step,
                                                std::move(*ring));
@@ -328,7 +329,7 @@ std::vector<std::string> Core::ReapDeadClients() {
     for (RankState& rs : stream->ranks) {
       if (rs.producer == nullptr) continue;
       RingWriter& ring = rs.producer->ring();
-      bool dead = ring.ClientDead(now, stale);
+      bool dead = ring.ClientGone(now, stale);
       // A client that asked for the ring but died before mapping it.
       if (!dead && ring.client().pid == 0 && rs.requester_pid != 0 &&
           now - rs.attached_ns > stale) {
@@ -339,6 +340,23 @@ std::vector<std::string> Core::ReapDeadClients() {
         Detach(*stream, rs);
       }
     }
+  }
+  const uint64_t idle = uint64_t(options_.idle_stream_seconds * 1e9);
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    Stream& st = *it->second;
+    bool any = false;
+    for (const RankState& rs : st.ranks) any |= rs.producer != nullptr;
+    if (any) {
+      st.idle_since_ns = 0;
+    } else if (st.idle_since_ns == 0) {
+      st.idle_since_ns = now;
+    } else if (now - st.idle_since_ns > idle) {
+      fprintf(stderr, "batchd: level=info event=stream_forgotten stream=%s\n",
+              it->first.c_str());
+      it = streams_.erase(it);
+      continue;
+    }
+    ++it;
   }
   return freed;
 }

@@ -103,6 +103,9 @@ struct CoreOptions {
   // A client in another pid namespace whose heartbeat is older than this is
   // taken as dead. Default: 10 s.
   double client_stale_seconds = 10.0;
+  // A stream none of whose ranks is attached is forgotten after this long.
+  // Default: 300 s.
+  double idle_stream_seconds = 300.0;
 };
 
 class Core {
@@ -116,8 +119,9 @@ class Core {
                                         uint32_t client_pid);
   absl::Status CloseStream(const std::string& name);
   ServerStatusData GetStatus();
-  // Frees the rings of ranks whose clients died; called ~10x/s by the
-  // supervisor thread. Returns the segments freed.
+  // Frees the rings of ranks whose clients let go or died, and forgets
+  // streams idle for idle_stream_seconds; called ~10x/s by the supervisor
+  // thread. Returns the segments freed.
   std::vector<std::string> ReapDeadClients();
   // Closes every stream (clients see "closed"), unlinks every segment.
   void CloseAll();
@@ -144,6 +148,7 @@ class Core {
     std::shared_ptr<StreamCore> core;
     std::vector<RankState> ranks;
     uint64_t created_ns = 0;
+    uint64_t idle_since_ns = 0;  // no rank attached since (0: some is)
   };
 
   absl::StatusOr<std::string> ConfineDataPath(const std::string& data) const;

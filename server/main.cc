@@ -54,6 +54,9 @@ Flags:
   --client-stale-seconds S
                          a client in another pid namespace whose heartbeat
                          is older than S is taken as dead. Default: 10
+  --idle-stream-seconds S
+                         forget a stream none of whose ranks has been
+                         attached for S seconds. Default: 300
   --version              print the version and exit
   --help                 print this help and exit
 
@@ -147,6 +150,8 @@ int main(int argc, char** argv) {
       options.default_slots = uint32_t(need_int(1));
     } else if (arg == "--client-stale-seconds") {
       options.client_stale_seconds = double(need_int(1));
+    } else if (arg == "--idle-stream-seconds") {
+      options.idle_stream_seconds = double(need_int(0));
     } else if (arg == "--shm-group") {
       std::string g;
       need(&g);

@@ -1,0 +1,216 @@
+"""batchd: batches from a batchd server as torch tensors, without copying.
+
+One batchd server per node writes every rank's slice of every global batch
+into a shared-memory ring; a Loader maps this rank's ring and yields each
+batch as a dict of torch tensors ({"inputs": ..., "targets": ...}), as
+AlgoPerf's input queues do:
+
+    loader = batchd.Loader("job42-train", global_batch_size=256,
+                           workload="imagenet", data="imagenet/train")
+    for batch in loader:                      # rank, world from RANK, WORLD_SIZE
+        x = batchd.normalize(batch["inputs"], device="cuda")
+        info = loader.last_batch_info         # step, epoch, position, ...
+
+The tensors are views of the ring slot: the slot goes back to the server when
+the last tensor of the batch dies, so a tensor kept past its iteration stays
+valid, but the server cannot reuse that slot meanwhile; holding every slot
+stalls the stream. Writing into them in place changes shared memory (the
+server overwrites it once the slot is released).
+
+dtypes: uint8, int32, int64 and float32 map to the torch dtype of the same
+name; uint64 tensors (e.g. the synthetic workload's ids) come out as int64
+holding the same bits, since torch has no uint64.
+"""
+
+from typing import NamedTuple, Tuple
+
+from ._batchd import (
+    DeadlineExceededError,
+    Error,
+    InvalidArgumentError,
+    ServerUnavailableError,
+    StreamClosedError,
+)
+from . import _batchd
+
+__all__ = [
+    "BatchInfo",
+    "DeadlineExceededError",
+    "Error",
+    "InvalidArgumentError",
+    "Loader",
+    "ServerUnavailableError",
+    "StreamClosedError",
+    "StreamInfo",
+    "normalize",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class StreamInfo(NamedTuple):
+    """This rank's view of the stream, as the server opened it."""
+
+    segment: str  # POSIX shared-memory name of this rank's ring
+    server_pid: int
+    rank: int
+    world_size: int
+    examples_per_epoch: int
+    steps_per_epoch: int
+    start_step: int
+    slots: int  # ring slots: at most this many batches alive at once
+    slot_bytes: int
+
+
+class BatchInfo(NamedTuple):
+    """Metadata of one batch (this rank's slice of one global batch)."""
+
+    step: int  # global batch number, counted over epochs
+    epoch: int
+    position: int  # position in its epoch of this rank's first example
+    valid_count: int  # real rows; the rest is padding (last eval batch)
+    cursor: Tuple[int, int, int]  # WMT packing cursor (epoch, window, row)
+
+
+_from_dlpack = None
+
+
+def _torch_from_dlpack():
+    # Imported on first use so that `import batchd` works without torch.
+    global _from_dlpack
+    if _from_dlpack is None:
+        try:
+            from torch.utils.dlpack import from_dlpack
+        except ImportError as e:
+            raise ImportError(
+                "batchd hands batches out as torch tensors: install torch"
+            ) from e
+        _from_dlpack = from_dlpack
+    return _from_dlpack
+
+
+class Loader(_batchd.Loader):
+    """One rank's stream of batches from a batchd server.
+
+    Loader(stream, global_batch_size, *, workload="synthetic", data="",
+           split="train", world_size=None, rank=None, seed=0, start_step=0,
+           slots=0, options=None, server=None, timeout=None,
+           server_stale_seconds=3.0, connect_timeout=30.0)
+
+    Opens (or joins) `stream` on the server; every rank of a job passes the
+    same spec (workload, data, split, global_batch_size, world_size, seed,
+    start_step, slots, options), and the server refuses a spec that differs,
+    naming the field.
+
+    stream: name of the stream, unique per server, [A-Za-z0-9_-]{1,64}.
+    global_batch_size: examples per global batch, divisible by world_size.
+    workload, data, split: what to read; `data` is relative to the server's
+        --data-root. "train" repeats, shuffled, forever; eval splits are one
+        pass in order, after which iteration stops.
+    world_size, rank: default from the environment as torchrun sets it:
+        WORLD_SIZE (else 1) and RANK (else LOCAL_RANK, else 0).
+    seed, start_step: the global order and where to start (resume).
+    slots: ring slots per rank; 0 takes the server's default.
+    options: workload options; values are passed as str(value).
+    server: "unix:///path/sock" or "tcp://host:port"; default $BATCHD_SERVER,
+        else unix:///run/batchd/batchd.sock.
+    timeout: longest wait in seconds for one batch while the server is alive
+        (DeadlineExceededError after it); None waits for ever. A stopped
+        server is noticed regardless (ServerUnavailableError naming its pid).
+    server_stale_seconds: a server heartbeat older than this means stopped.
+    connect_timeout: deadline of the OpenStream call.
+
+    Iterating yields dicts {name: torch tensor}; the metadata of the batch
+    last returned is `last_batch_info` (a BatchInfo), and next_batch()
+    returns both at once. Errors are subclasses of batchd.Error (itself a
+    RuntimeError): ServerUnavailableError (also a ConnectionError),
+    DeadlineExceededError (a TimeoutError), InvalidArgumentError (a
+    ValueError), StreamClosedError. next() waits without holding the GIL and
+    wakes for Ctrl-C. One thread at a time should iterate a Loader.
+    """
+
+    last_batch_info = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next_batch()[0]
+
+    def next_batch(self):
+        """Returns (dict of tensors, BatchInfo) of the next batch.
+
+        Raises StopIteration after the last batch of an eval stream.
+        """
+        from_dlpack = _torch_from_dlpack()
+        capsules, meta = self._next()
+        batch = {name: from_dlpack(capsule) for name, capsule in capsules}
+        self.last_batch_info = BatchInfo(*meta)
+        return batch, self.last_batch_info
+
+    @property
+    def info(self):
+        """This rank's StreamInfo (segment, server pid, rank, world size, ...)."""
+        return StreamInfo(**self._info())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+
+def normalize(
+    inputs,
+    mean=IMAGENET_MEAN,
+    std=IMAGENET_STD,
+    layout="nhwc",
+    device=None,
+):
+    """Turns uint8 images into float32 (x - 255·mean) / (255·std).
+
+    inputs: a uint8 tensor, [B, H, W, C] or [H, W, C] for layout "nhwc",
+        [B, C, H, W] or [C, H, W] for "nchw"; C must equal len(mean).
+    device: where to compute; default the tensor's own. The uint8 tensor is
+        copied there first: a quarter of the bytes of its float32 form.
+
+    The result keeps `layout`. For a torch model that wants NCHW, an NHWC
+    result's .permute(0, 3, 1, 2) is an NCHW view in channels_last memory
+    format, which torch's convolutions take as is.
+    """
+    import torch
+
+    if not isinstance(inputs, torch.Tensor) or inputs.dtype != torch.uint8:
+        raise TypeError(f"normalize takes a uint8 tensor, got {_describe(inputs)}")
+    if layout not in ("nhwc", "nchw"):
+        raise ValueError(f'layout must be "nhwc" or "nchw", not {layout!r}')
+    if inputs.dim() not in (3, 4):
+        raise ValueError(
+            f"normalize takes images of 3 or 4 dimensions, got shape "
+            f"{tuple(inputs.shape)}"
+        )
+    if len(mean) != len(std):
+        raise ValueError(f"mean has {len(mean)} values but std has {len(std)}")
+    channel_dim = inputs.dim() - 1 if layout == "nhwc" else inputs.dim() - 3
+    channels = inputs.shape[channel_dim]
+    if channels != len(mean):
+        raise ValueError(
+            f"{layout} images of shape {tuple(inputs.shape)} have {channels} "
+            f"channels but mean has {len(mean)} values"
+        )
+    device = inputs.device if device is None else torch.device(device)
+    # A blocking copy: the source may be a ring slot that is released as soon
+    # as the caller drops it, and an asynchronous copy could still read it.
+    x = inputs.to(device)
+    shape = [1] * x.dim()
+    shape[channel_dim] = channels
+    mean = torch.tensor(mean, dtype=torch.float32, device=device).mul_(255)
+    std = torch.tensor(std, dtype=torch.float32, device=device).mul_(255)
+    return x.float().sub_(mean.view(shape)).div_(std.view(shape))
+
+
+def _describe(value):
+    dtype = getattr(value, "dtype", None)
+    return f"{type(value).__name__} of dtype {dtype}" if dtype else type(value).__name__

@@ -1,0 +1,365 @@
+// batchd._batchd: the Python binding of batchd::Loader. Each batch's tensors
+// leave as DLPack capsules that share ownership of the batch's ring slot, so
+// torch (whichever build the user has; this module never links libtorch)
+// views shared memory without a copy, and the slot goes back to the server
+// when the last of those tensors dies. The package batchd/__init__.py turns
+// the capsules into a dict of torch tensors.
+//
+// Thread safety: the GIL is released while a call waits (Open, Next); one
+// mutex per Loader keeps Next and close from overlapping, since the C++
+// Loader allows one Next at a time. Tensors may die on any thread.
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "batchd/loader.h"
+
+namespace py = pybind11;
+
+namespace batchd {
+namespace {
+
+// Longest stretch Next() waits in C++ before it takes the GIL back to check
+// for signals: a trainer blocked on data must still stop on Ctrl-C.
+constexpr double kSignalCheckSeconds = 0.2;
+
+// Exception types, made once at import. References are kept for the life of
+// the process on purpose: dropping them at exit would touch a finalised
+// interpreter.
+struct ErrorTypes {
+  PyObject* error = nullptr;              // any batchd failure
+  PyObject* unavailable = nullptr;        // server stopped or unreachable
+  PyObject* cancelled = nullptr;          // stream closed
+  PyObject* deadline_exceeded = nullptr;  // timeout
+  PyObject* invalid_argument = nullptr;   // bad spec or arguments
+};
+ErrorTypes errors;
+
+// The type is named batchd.X (not batchd._batchd.X): the package re-exports
+// it, so tracebacks and pickles name the public module.
+PyObject* AddErrorType(py::module_& m, const char* name, py::handle bases,
+                       const char* doc) {
+  std::string qualified = std::string("batchd.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(
+      qualified.c_str(), doc, bases.ptr(), /*dict=*/nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.attr(name) = py::handle(type);
+  return type;
+}
+
+PyObject* ErrorTypeFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+      return errors.unavailable;
+    case absl::StatusCode::kCancelled:
+      return errors.cancelled;
+    case absl::StatusCode::kDeadlineExceeded:
+      return errors.deadline_exceeded;
+    case absl::StatusCode::kInvalidArgument:
+      return errors.invalid_argument;
+    default:
+      return errors.error;
+  }
+}
+
+// Raises the Python exception for a failed status; `code` carries the
+// status code's name ("OUT_OF_RANGE", ...) for codes without their own type.
+[[noreturn]] void Raise(const absl::Status& status) {
+  py::handle type = ErrorTypeFor(status.code());
+  py::object error = type(std::string(status.message()));
+  error.attr("code") = absl::StatusCodeToString(status.code());
+  PyErr_SetObject(type.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+// What a DLManagedTensor points to. Owning a share of the slot here is what
+// keeps the slot (and the mapping) alive while torch holds the tensor.
+struct ManagedTensor {
+  DLManagedTensor dl;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  std::shared_ptr<SlotLease> lease;
+};
+
+// Called by the consumer (torch) when its tensor dies, possibly on another
+// thread and without the GIL: it must not touch Python.
+void DeleteManagedTensor(DLManagedTensor* self) {
+  delete static_cast<ManagedTensor*>(self->manager_ctx);
+}
+
+// A capsule nobody consumed still owns its tensor; a consumer renames the
+// capsule to "used_dltensor" and owns the tensor from then on.
+void DeleteUnusedCapsule(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* dl = static_cast<DLManagedTensor*>(
+      PyCapsule_GetPointer(capsule, "dltensor"));
+  dl->deleter(dl);
+}
+
+absl::StatusOr<DLDataType> ToDLDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8:
+      return DLDataType{kDLUInt, 8, 1};
+    case DType::kInt32:
+      return DLDataType{kDLInt, 32, 1};
+    case DType::kInt64:
+      return DLDataType{kDLInt, 64, 1};
+    case DType::kFloat32:
+      return DLDataType{kDLFloat, 32, 1};
+    case DType::kUInt64:
+      // torch has no uint64 (1.13): hand the same bits out as int64. Ids and
+      // positions stay far below 2^63, so the values read the same.
+      return DLDataType{kDLInt, 64, 1};
+  }
+  return absl::InternalError(
+      absl::StrFormat("tensor of unknown dtype %u", uint32_t(dtype)));
+}
+
+py::capsule MakeCapsule(const Tensor& tensor,
+                        const std::shared_ptr<SlotLease>& lease) {
+  absl::StatusOr<DLDataType> dtype = ToDLDataType(tensor.dtype);
+  if (!dtype.ok()) Raise(dtype.status());
+  auto managed = std::make_unique<ManagedTensor>();
+  managed->lease = lease;
+  managed->shape = tensor.shape;
+  managed->strides.resize(tensor.shape.size());
+  int64_t stride = 1;  // row-major, in elements as DLPack counts them
+  for (size_t i = tensor.shape.size(); i-- > 0;) {
+    managed->strides[i] = stride;
+    stride *= tensor.shape[i];
+  }
+  DLTensor& dl = managed->dl.dl_tensor;
+  dl.data = tensor.data;
+  dl.device = DLDevice{kDLCPU, 0};
+  dl.ndim = int(managed->shape.size());
+  dl.dtype = *dtype;
+  dl.shape = managed->shape.data();
+  dl.strides = managed->strides.data();
+  dl.byte_offset = 0;
+  managed->dl.manager_ctx = managed.get();
+  managed->dl.deleter = DeleteManagedTensor;
+  py::capsule capsule(&managed->dl, "dltensor", DeleteUnusedCapsule);
+  managed.release();  // the capsule owns it now
+  return capsule;
+}
+
+// The C++ Loader and what Python asks of it. The user's timeout is applied
+// here, in slices of kSignalCheckSeconds (see there).
+class PyLoader {
+ public:
+  explicit PyLoader(LoaderOptions options)
+      : stream_(options.stream), timeout_seconds_(options.timeout_seconds) {
+    options.timeout_seconds =
+        timeout_seconds_ < 0 ? kSignalCheckSeconds
+                             : std::min(timeout_seconds_, kSignalCheckSeconds);
+    absl::StatusOr<std::unique_ptr<Loader>> loader;
+    {
+      py::gil_scoped_release release;
+      loader = Loader::Open(options);
+    }
+    if (!loader.ok()) Raise(loader.status());
+    loader_ = *std::move(loader);
+    info_ = loader_->info();
+  }
+
+  // Returns ([(name, capsule), ...], (step, epoch, position, valid_count,
+  // (cursor epoch, window, row))). Raises StopIteration at the end of an
+  // eval stream.
+  py::tuple Next() {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      absl::StatusOr<Batch> batch;
+      {
+        py::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (loader_ == nullptr) {
+          batch = absl::FailedPreconditionError("the Loader is closed");
+        } else {
+          batch = loader_->Next();
+        }
+      }
+      if (batch.ok()) return ToPython(*batch);
+      if (absl::IsOutOfRange(batch.status())) throw py::stop_iteration();
+      if (!absl::IsDeadlineExceeded(batch.status())) Raise(batch.status());
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      const double waited =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      if (timeout_seconds_ >= 0 && waited >= timeout_seconds_) {
+        Raise(absl::DeadlineExceededError(absl::StrFormat(
+            "no batch from batchd (pid %u) within %.3g s: stream %s, rank %u",
+            info_.server_pid, timeout_seconds_, stream_, info_.rank)));
+      }
+    }
+  }
+
+  py::dict Info() const {
+    py::dict info;
+    info["segment"] = info_.segment;
+    info["server_pid"] = info_.server_pid;
+    info["rank"] = info_.rank;
+    info["world_size"] = info_.world_size;
+    info["examples_per_epoch"] = info_.examples_per_epoch;
+    info["steps_per_epoch"] = info_.steps_per_epoch;
+    info["start_step"] = info_.start_step;
+    info["slots"] = info_.slots;
+    info["slot_bytes"] = info_.slot_bytes;
+    return info;
+  }
+
+  double WaitSeconds() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return loader_ == nullptr ? closed_wait_seconds_ : loader_->wait_seconds();
+  }
+
+  // Detaches from the ring now rather than when Python collects the Loader.
+  // Tensors already handed out stay valid: they own their slots.
+  void Close() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loader_ == nullptr) return;
+    closed_wait_seconds_ = loader_->wait_seconds();
+    loader_.reset();
+  }
+
+ private:
+  py::tuple ToPython(const Batch& batch) const {
+    py::list tensors;
+    for (const Tensor& tensor : batch.tensors()) {
+      tensors.append(
+          py::make_tuple(tensor.name, MakeCapsule(tensor, batch.lease())));
+    }
+    py::tuple cursor = py::make_tuple(
+        batch.cursor_epoch(), batch.cursor_window(), batch.cursor_row());
+    return py::make_tuple(
+        tensors, py::make_tuple(batch.step(), batch.epoch(), batch.position(),
+                                batch.valid_count(), cursor));
+  }
+
+  // Constant after construction.
+  const std::string stream_;
+  const double timeout_seconds_;  // the user's; < 0 waits for ever
+  StreamInfo info_;
+
+  std::mutex mu_;
+  std::unique_ptr<Loader> loader_;    // guarded by mu_; null once closed
+  double closed_wait_seconds_ = 0;  // guarded by mu_
+};
+
+LoaderOptions MakeOptions(std::string stream, uint64_t global_batch_size,
+                          std::string workload, std::string data,
+                          std::string split, py::object world_size,
+                          py::object rank, uint64_t seed, uint64_t start_step,
+                          uint32_t slots, py::object options,
+                          py::object server, py::object timeout,
+                          double server_stale_seconds,
+                          double connect_timeout) {
+  LoaderOptions o;
+  o.stream = std::move(stream);
+  o.global_batch_size = global_batch_size;
+  o.workload = std::move(workload);
+  o.data = std::move(data);
+  o.split = std::move(split);
+  if (!world_size.is_none()) {
+    o.world_size = world_size.cast<int>();
+    if (o.world_size < 1) throw py::value_error("world_size must be >= 1");
+  }
+  if (!rank.is_none()) {
+    o.rank = rank.cast<int>();
+    if (o.rank < 0) throw py::value_error("rank must be >= 0");
+  }
+  o.seed = seed;
+  o.start_step = start_step;
+  o.slots = slots;
+  if (!options.is_none()) {
+    // Workload options are strings on the wire; str() lets callers pass
+    // numbers ({"examples": 1000}).
+    for (auto item : py::dict(options)) {
+      o.options[py::str(item.first)] = py::str(item.second);
+    }
+  }
+  if (!server.is_none()) o.server = server.cast<std::string>();
+  if (!timeout.is_none()) {
+    o.timeout_seconds = timeout.cast<double>();
+    if (!(o.timeout_seconds >= 0)) {
+      throw py::value_error("timeout must be >= 0 seconds, or None");
+    }
+  }
+  o.server_stale_seconds = server_stale_seconds;
+  o.connect_timeout_seconds = connect_timeout;
+  ApplyEnvironmentDefaults(&o);
+  return o;
+}
+
+void DefineModule(py::module_& m) {
+  m.doc() = "Binding of the batchd C++ client; use the package `batchd`.";
+
+  py::handle runtime_error = PyExc_RuntimeError;
+  errors.error = AddErrorType(
+      m, "Error", runtime_error,
+      "A batchd failure; `code` names the status code (e.g. 'INTERNAL').");
+  py::handle base = errors.error;
+  errors.unavailable = AddErrorType(
+      m, "ServerUnavailableError",
+      py::make_tuple(base, py::handle(PyExc_ConnectionError)),
+      "The server stopped (the message names its pid) or cannot be reached.");
+  errors.cancelled = AddErrorType(m, "StreamClosedError", base,
+                                  "The stream was closed on the server.");
+  errors.deadline_exceeded = AddErrorType(
+      m, "DeadlineExceededError",
+      py::make_tuple(base, py::handle(PyExc_TimeoutError)),
+      "No batch (or no answer to OpenStream) within the timeout.");
+  errors.invalid_argument = AddErrorType(
+      m, "InvalidArgumentError",
+      py::make_tuple(base, py::handle(PyExc_ValueError)),
+      "The server refused the stream spec or the arguments; the message "
+      "says which field.");
+
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init([](std::string stream, uint64_t global_batch_size,
+                       std::string workload, std::string data,
+                       std::string split, py::object world_size,
+                       py::object rank, uint64_t seed, uint64_t start_step,
+                       uint32_t slots, py::object options, py::object server,
+                       py::object timeout, double server_stale_seconds,
+                       double connect_timeout) {
+             return std::make_unique<PyLoader>(MakeOptions(
+                 std::move(stream), global_batch_size, std::move(workload),
+                 std::move(data), std::move(split), std::move(world_size),
+                 std::move(rank), seed, start_step, slots, std::move(options),
+                 std::move(server), std::move(timeout), server_stale_seconds,
+                 connect_timeout));
+           }),
+           py::arg("stream"), py::arg("global_batch_size"), py::kw_only(),
+           py::arg("workload") = "synthetic", py::arg("data") = "",
+           py::arg("split") = "train", py::arg("world_size") = py::none(),
+           py::arg("rank") = py::none(), py::arg("seed") = 0,
+           py::arg("start_step") = 0, py::arg("slots") = 0,
+           py::arg("options") = py::none(), py::arg("server") = py::none(),
+           py::arg("timeout") = py::none(),
+           py::arg("server_stale_seconds") = 3.0,
+           py::arg("connect_timeout") = 30.0)
+      .def("_next", &PyLoader::Next)
+      .def("_info", &PyLoader::Info)
+      .def_property_readonly("wait_seconds", &PyLoader::WaitSeconds,
+                             "Seconds next() has spent waiting for data.")
+      .def("close", &PyLoader::Close,
+           "Detaches from the ring now; tensors handed out stay valid.");
+}
+
+}  // namespace
+}  // namespace batchd
+
+PYBIND11_MODULE(_batchd, m) { batchd::DefineModule(m); }

@@ -1,0 +1,168 @@
+// Starts a real batchd daemon in a child process for a test: its own socket,
+// data root and shared-memory prefix, so tests never collide with each other
+// or with a daemon of the machine.
+#ifndef BATCHD_TESTS_TEST_SERVER_H_
+#define BATCHD_TESTS_TEST_SERVER_H_
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace batchd {
+namespace testing {
+
+// Path of the daemon binary (set by CMake).
+inline std::string DaemonPath() { return BATCHD_DAEMON_PATH; }
+
+inline std::string MakeTempDir() {
+  char tmpl[] = "/tmp/batchd-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d == nullptr ? std::string("/tmp") : std::string(d);
+}
+
+inline bool UnixSocketAccepts(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  const bool ok =
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+// Names of /dev/shm entries that start with `prefix`.
+inline std::vector<std::string> ShmEntries(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) {
+      out.emplace_back(e->d_name);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+class TestServer {
+ public:
+  // `tag` makes the socket and shm prefix unique within the test binary.
+  explicit TestServer(const std::string& tag, std::string dir = "")
+      : dir_(dir.empty() ? MakeTempDir() : dir) {
+    socket_ = dir_ + "/" + tag + ".sock";
+    prefix_ = "bdt" + std::to_string(getpid()) + tag;
+  }
+  ~TestServer() { Stop(); }
+
+  // Starts the daemon with extra flags and waits until its socket accepts.
+  // Returns false if it exited instead.
+  bool Start(std::vector<std::string> extra = {}, int threads = 2) {
+    std::vector<std::string> args = {DaemonPath(),
+                                     "--listen",
+                                     "unix://" + socket_,
+                                     "--data-root",
+                                     dir_,
+                                     "--shm-prefix",
+                                     prefix_,
+                                     "--threads",
+                                     std::to_string(threads)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 1000; ++i) {
+      if (UnixSocketAccepts(socket_)) return true;
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  // Runs a daemon that is expected to refuse to start; returns its exit
+  // status and its stderr in `err`. Kills it after 10 s if it does start.
+  int RunExpectingExit(std::string* err) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(fds[1], 2);
+      close(fds[0]);
+      std::string listen = "unix://" + socket_;
+      execl(DaemonPath().c_str(), DaemonPath().c_str(), "--listen",
+            listen.c_str(), "--data-root", dir_.c_str(), "--shm-prefix",
+            prefix_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    int status = -1;
+    for (int i = 0; i < 1000; ++i) {
+      if (waitpid(pid, &status, WNOHANG) == pid) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (i == 999) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+      }
+    }
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof(buf))) > 0) err->append(buf, n);
+    close(fds[0]);
+    return status;
+  }
+
+  // SIGTERM and wait; returns the exit status (or -1).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  // kill -9 and reap.
+  void Kill9() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  std::string address() const { return "unix://" + socket_; }
+  const std::string& socket_path() const { return socket_; }
+  const std::string& prefix() const { return prefix_; }
+  std::vector<std::string> Segments() const {
+    return ShmEntries(prefix_ + ".");
+  }
+
+ private:
+  std::string dir_, socket_, prefix_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace testing
+}  // namespace batchd
+
+#endif  // BATCHD_TESTS_TEST_SERVER_H_
