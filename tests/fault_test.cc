@@ -1,0 +1,210 @@
+// Faults with real processes: kill -9 a trainer, kill -9 the server, restart
+// it. Nothing may hang, and nothing may be left behind.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batchd/loader.h"
+#include "server/sampler.h"
+#include "tests/test_server.h"
+
+namespace batchd {
+namespace {
+
+using testing::TestServer;
+
+// A consumer process (tests/consumer_main.cc) whose stdout we read.
+class Consumer {
+ public:
+  Consumer(const TestServer& server, const std::string& stream, int g, int w,
+           int rank, int start, int steps, int sleep_ms) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      const std::string args[] = {server.address(),      stream,
+                                  std::to_string(g),     std::to_string(w),
+                                  std::to_string(rank),  std::to_string(start),
+                                  std::to_string(steps), std::to_string(sleep_ms)};
+      execl(BATCHD_CONSUMER_PATH, BATCHD_CONSUMER_PATH, args[0].c_str(),
+            args[1].c_str(), args[2].c_str(), args[3].c_str(),
+            args[4].c_str(), args[5].c_str(), args[6].c_str(),
+            args[7].c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+  }
+  ~Consumer() {
+    Kill9();
+    if (out_ != nullptr) fclose(out_);
+  }
+  // The next "step N ids ..." line, parsed; false at EOF.
+  bool NextLine(uint64_t* step, std::vector<uint64_t>* ids) {
+    char* line = nullptr;
+    size_t cap = 0;
+    const ssize_t n = getline(&line, &cap, out_);
+    if (n <= 0) {
+      free(line);
+      return false;
+    }
+    std::istringstream in(line);
+    free(line);
+    std::string word;
+    in >> word >> *step >> word;
+    ids->clear();
+    uint64_t v;
+    while (in >> v) ids->push_back(v);
+    return true;
+  }
+  void Kill9() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+};
+
+LoaderOptions Options(const TestServer& server, const std::string& stream,
+                      int g, int w, int rank, uint64_t start = 0) {
+  LoaderOptions o;
+  o.server = server.address();
+  o.stream = stream;
+  o.global_batch_size = uint64_t(g);
+  o.world_size = w;
+  o.rank = rank;
+  o.start_step = start;
+  o.seed = 1;
+  o.slots = 2;
+  o.options = {{"examples", "1000"}, {"payload_bytes", "40"}};
+  o.timeout_seconds = 20;
+  return o;
+}
+
+std::vector<uint64_t> ExpectedIds(uint64_t step, int g, int w, int rank) {
+  absl::StatusOr<Sampler> s = Sampler::Create(1000, g, w, 1, true);
+  const RankSlice slice = s->Slice(step, rank);
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < slice.count; ++i) {
+    ids.push_back(s->ExampleId(slice.epoch, slice.first_position + i));
+  }
+  return ids;
+}
+
+bool WaitFor(const std::function<bool()>& cond, double seconds) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(int(seconds * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+TEST(FaultTest, KilledClientsRingIsFreedOthersGoOnRankReattaches) {
+  TestServer server("killclient");
+  ASSERT_TRUE(server.Start());
+  const std::string seg0 = server.prefix() + "." + std::to_string(getuid()) +
+                           ".job.0";
+  Consumer rank0(server, "job", 8, 2, 0, 0, -1, 5);
+  uint64_t step;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(rank0.NextLine(&step, &ids));
+    EXPECT_EQ(ids, ExpectedIds(step, 8, 2, 0));
+  }
+  auto rank1 = Loader::Open(Options(server, "job", 8, 2, 1));
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  ASSERT_EQ(server.Segments().size(), 2u);
+
+  rank0.Kill9();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& s : server.Segments()) {
+          if (s == seg0) return false;
+        }
+        return true;
+      },
+      3.0))
+      << "the dead rank's ring was not freed";
+
+  // The other rank goes on, well past its ring's capacity.
+  for (uint64_t s = 0; s < 20; ++s) {
+    absl::StatusOr<Batch> b = (*rank1)->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->step(), s);
+  }
+
+  // The restarted rank asks for the step it had reached.
+  Consumer again(server, "job", 8, 2, 0, 3, 2, 0);
+  ASSERT_TRUE(again.NextLine(&step, &ids));
+  EXPECT_EQ(step, 3u);
+  EXPECT_EQ(ids, ExpectedIds(3, 8, 2, 0));
+  ASSERT_TRUE(again.NextLine(&step, &ids));
+  EXPECT_EQ(step, 4u);
+}
+
+TEST(FaultTest, KilledServerFailsTheWaitingClientNamingItsPid) {
+  TestServer server("killserver");
+  ASSERT_TRUE(server.Start());
+  const pid_t pid = server.pid();
+  auto loader = Loader::Open(Options(server, "job", 8, 1, 0));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_TRUE((*loader)->Next().ok());
+
+  absl::Status failure;
+  double waited = 0;
+  std::thread consumer([&] {
+    for (;;) {
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::StatusOr<Batch> b = (*loader)->Next();
+      if (!b.ok()) {
+        waited = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+        failure = b.status();
+        return;
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::vector<std::string> left = server.Segments();
+  server.Kill9();
+  consumer.join();
+  EXPECT_TRUE(absl::IsUnavailable(failure)) << failure;
+  EXPECT_NE(failure.message().find("batchd (pid " + std::to_string(pid) +
+                                   ") stopped"),
+            std::string::npos)
+      << failure;
+  EXPECT_LT(waited, 20.0) << "must fail well within the client's timeout";
+
+  // kill -9 left the segment; a restarted server removes it.
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(server.Segments(), left);
+  ASSERT_TRUE(server.Start());
+  EXPECT_TRUE(server.Segments().empty());
+  // And serves again.
+  auto fresh = Loader::Open(Options(server, "job", 8, 1, 0));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE((*fresh)->Next().ok());
+}
+
+}  // namespace
+}  // namespace batchd

@@ -1,0 +1,261 @@
+// The ring protocol on its own: layout offsets, wrap-around, back-pressure,
+// out-of-order release, version check, reservation, liveness across real
+// processes.
+#include "client/ring.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "client/process.h"
+#include "tests/test_server.h"
+
+namespace batchd {
+namespace {
+
+std::string UniqueName(const std::string& what) {
+  static int n = 0;
+  return "/bdring" + std::to_string(getpid()) + "." + what + "." +
+         std::to_string(n++);
+}
+
+RingGeometry Geometry(uint32_t slots, uint64_t payload) {
+  RingGeometry g;
+  g.slot_count = slots;
+  g.payload_bytes = payload;
+  g.stream_name = "ring-test";
+  return g;
+}
+
+// Writes `value` as the slot's first payload word and publishes it.
+void Produce(RingWriter& w, uint64_t value) {
+  uint64_t pos;
+  ASSERT_TRUE(w.TryClaim(&pos));
+  memcpy(w.SlotBase(pos) + shm::kSlotHeaderBytes, &value, 8);
+  w.Slot(pos)->step = value;
+  w.Publish(pos);
+}
+
+uint64_t Value(RingReader& r, uint64_t pos) {
+  uint64_t v;
+  memcpy(&v, r.SlotBase(pos) + shm::kSlotHeaderBytes, 8);
+  return v;
+}
+
+TEST(ShmLayoutTest, OffsetsArePinned) {
+  // The same numbers as the diagram in shm_layout.h; the static_asserts
+  // there pin them at compile time, this pins them for readers of tests.
+  EXPECT_EQ(offsetof(shm::RingHeader, layout_version), 8u);
+  EXPECT_EQ(offsetof(shm::RingHeader, write_pos), 64u);
+  EXPECT_EQ(offsetof(shm::RingHeader, data_futex), 72u);
+  EXPECT_EQ(offsetof(shm::RingHeader, server_heartbeat_ns), 128u);
+  EXPECT_EQ(offsetof(shm::RingHeader, read_pos), 192u);
+  EXPECT_EQ(offsetof(shm::RingHeader, client_pid), 256u);
+  EXPECT_EQ(offsetof(shm::RingHeader, client_detached), 296u);
+  EXPECT_EQ(offsetof(shm::RingHeader, stream_name), 320u);
+  EXPECT_EQ(offsetof(shm::SlotHeader, tensors), 128u);
+  EXPECT_EQ(sizeof(shm::TensorDesc), 128u);
+  EXPECT_EQ(shm::kHeaderBytes, 4096u);
+  // Producer and consumer counters on different cache lines.
+  EXPECT_GE(offsetof(shm::RingHeader, read_pos) -
+                offsetof(shm::RingHeader, write_pos),
+            64u);
+}
+
+TEST(RingTest, WrapsAroundInOrder) {
+  const std::string name = UniqueName("wrap");
+  auto w = RingWriter::Create(name, Geometry(3, 64));
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (uint64_t i = 0; i < 20; ++i) {
+    Produce(**w, 1000 + i);
+    absl::StatusOr<uint64_t> pos = (*r)->Acquire(1.0);
+    ASSERT_TRUE(pos.ok()) << pos.status();
+    EXPECT_EQ(*pos, i);
+    EXPECT_EQ(Value(**r, *pos), 1000 + i);
+    (*r)->Release(*pos);
+  }
+  EXPECT_EQ((*w)->released(), 20u);
+}
+
+TEST(RingTest, FullRingPushesBack) {
+  const std::string name = UniqueName("full");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(w.ok() && r.ok());
+  Produce(**w, 1);
+  Produce(**w, 2);
+  uint64_t pos;
+  EXPECT_FALSE((*w)->TryClaim(&pos)) << "claimed a slot the client holds";
+  absl::StatusOr<uint64_t> a = (*r)->Acquire(1.0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE((*w)->TryClaim(&pos)) << "acquired is not released";
+  (*r)->Release(*a);
+  EXPECT_TRUE((*w)->TryClaim(&pos));
+  EXPECT_EQ(pos, 2u);
+}
+
+TEST(RingTest, OutOfOrderReleaseAdvancesOverThePrefix) {
+  const std::string name = UniqueName("ooo");
+  auto w = RingWriter::Create(name, Geometry(4, 64));
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(w.ok() && r.ok());
+  for (uint64_t i = 0; i < 4; ++i) Produce(**w, i);
+  std::vector<uint64_t> held;
+  for (int i = 0; i < 4; ++i) held.push_back(*(*r)->Acquire(1.0));
+  (*r)->Release(held[2]);
+  (*r)->Release(held[1]);
+  EXPECT_EQ((*w)->released(), 0u) << "0 is still held";
+  (*r)->Release(held[0]);
+  EXPECT_EQ((*w)->released(), 3u);
+  (*r)->Release(held[0]);  // twice is harmless
+  EXPECT_EQ((*w)->released(), 3u);
+  (*r)->Release(held[3]);
+  EXPECT_EQ((*w)->released(), 4u);
+}
+
+TEST(RingTest, TimesOutWhileServerAlive) {
+  const std::string name = UniqueName("timeout");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(w.ok() && r.ok());
+  std::atomic<bool> stop{false};
+  std::thread beat([&] {
+    while (!stop) {
+      (*w)->Heartbeat(MonotonicNanos());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  absl::StatusOr<uint64_t> pos = (*r)->Acquire(0.3);
+  stop = true;
+  beat.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(pos.status())) << pos.status();
+}
+
+TEST(RingTest, EndedAndClosedRingsStopTheReader) {
+  const std::string name = UniqueName("end");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(w.ok() && r.ok());
+  Produce(**w, 7);
+  (*w)->SetState(shm::kStateEnded);
+  ASSERT_TRUE((*r)->Acquire(1.0).ok()) << "published batches come first";
+  EXPECT_TRUE(absl::IsOutOfRange((*r)->Acquire(1.0).status()));
+  (*w)->SetState(shm::kStateClosed);
+  EXPECT_TRUE(absl::IsCancelled((*r)->Acquire(1.0).status()));
+}
+
+TEST(RingTest, OtherLayoutVersionIsRefused) {
+  const std::string name = UniqueName("version");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  ASSERT_TRUE(w.ok());
+  (*w)->header()->layout_version.store(shm::kLayoutVersion + 1);
+  auto r = RingReader::Attach(name);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("layout version 2"), std::string::npos)
+      << r.status();
+  (*w)->header()->magic = 0;
+  r = RingReader::Attach(name);
+  EXPECT_NE(r.status().message().find("bad magic"), std::string::npos);
+}
+
+TEST(RingTest, RefusesWhatDevShmCannotHold) {
+  const std::string name = UniqueName("big");
+  const uint64_t free_bytes = ShmFreeBytes();
+  RingGeometry g = Geometry(4, free_bytes / 2);  // twice what is free
+  auto w = RingWriter::Create(name, g);
+  ASSERT_FALSE(w.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(w.status()));
+  EXPECT_NE(w.status().message().find("needs " +
+                                      std::to_string(g.SegmentBytes())),
+            std::string::npos)
+      << w.status();
+  EXPECT_TRUE(testing::ShmEntries(name.substr(1)).empty());
+}
+
+TEST(RingTest, SegmentIsReservedAndPrivate) {
+  const std::string name = UniqueName("reserve");
+  auto w = RingWriter::Create(name, Geometry(2, 1 << 20));
+  ASSERT_TRUE(w.ok());
+  struct stat st;
+  ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Every byte is allocated now, not on first touch.
+  EXPECT_GE(uint64_t(st.st_blocks) * 512, (*w)->geometry().SegmentBytes());
+}
+
+TEST(RingTest, ServerKilledMidStreamIsNamedWithinTheTimeout) {
+  const std::string name = UniqueName("kill");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t server = fork();
+  if (server == 0) {
+    auto w = RingWriter::Create(name, Geometry(2, 64));
+    if (!w.ok()) _exit(1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    for (;;) {
+      (*w)->Heartbeat(MonotonicNanos());
+      usleep(50000);
+    }
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(server, SIGKILL);
+    waitpid(server, nullptr, 0);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<uint64_t> pos = (*r)->Acquire(-1);  // would wait for ever
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  killer.join();
+  ASSERT_TRUE(absl::IsUnavailable(pos.status())) << pos.status();
+  EXPECT_NE(pos.status().message().find("batchd (pid " +
+                                        std::to_string(server) + ") stopped"),
+            std::string::npos)
+      << pos.status();
+  EXPECT_LT(waited, 3.0);
+  // The dead server's segment is stale now, and only now.
+  EXPECT_EQ(RemoveStaleSegments(name.substr(1)),
+            std::vector<std::string>{name});
+}
+
+TEST(RingTest, StaleSweepKeepsLiveServersSegments) {
+  const std::string name = UniqueName("live");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(RemoveStaleSegments(name.substr(1)).empty());
+  EXPECT_EQ(testing::ShmEntries(name.substr(1)).size(), 1u);
+}
+
+TEST(RingTest, ServerSeesKilledClient) {
+  const std::string name = UniqueName("client");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE((*w)->ClientGone(MonotonicNanos(), 1000000000));
+  const pid_t client = fork();
+  if (client == 0) {
+    auto r = RingReader::Attach(name);
+    pause();
+    _exit(0);
+  }
+  while ((*w)->client().pid != uint32_t(client)) usleep(1000);
+  EXPECT_FALSE((*w)->ClientGone(MonotonicNanos(), 1000000000));
+  kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  EXPECT_TRUE((*w)->ClientGone(MonotonicNanos(), 1000000000));
+}
+
+}  // namespace
+}  // namespace batchd
