@@ -1,0 +1,65 @@
+// The libtorch adapter: a batch's tensors as torch::Tensors that view the
+// ring slot directly (torch::from_blob). Each tensor's deleter holds the
+// slot's lease, so the slot goes back to the server when the last tensor
+// (and the Batch) are gone, in whatever order and on whatever thread.
+//
+// Header-only, so that the client library itself never links libtorch.
+#ifndef BATCHD_TORCH_H_
+#define BATCHD_TORCH_H_
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "batchd/loader.h"
+
+namespace batchd {
+
+inline torch::Dtype TorchDtype(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: return torch::kUInt8;
+    case DType::kInt32: return torch::kInt32;
+    case DType::kInt64: return torch::kInt64;
+    case DType::kFloat32: return torch::kFloat32;
+    case DType::kUInt64: return torch::kInt64;  // torch has no uint64: bits
+  }
+  return torch::kUInt8;
+}
+
+// The tensors of `batch`, by name, without copying. The batch is consumed:
+// its slot now belongs to the tensors.
+inline std::map<std::string, torch::Tensor> ToTorch(Batch batch) {
+  std::map<std::string, torch::Tensor> out;
+  std::shared_ptr<SlotLease> lease = batch.lease();
+  for (const Tensor& t : batch.tensors()) {
+    out[t.name] = torch::from_blob(
+        t.data, t.shape, [lease](void*) mutable { lease.reset(); },
+        torch::TensorOptions().dtype(TorchDtype(t.dtype)));
+  }
+  return out;
+}
+
+// ImageNet's normalisation, done by the consumer after the uint8 transport:
+// float32 (x - 255 * mean) / (255 * std) on `device` (the input's device
+// when undefined). `images` is uint8 [B, H, W, 3] (nhwc) or [B, 3, H, W].
+inline torch::Tensor NormalizeImages(const torch::Tensor& images,
+                                     bool nchw = false,
+                                     torch::Device device = torch::kCPU) {
+  torch::Tensor x = images.to(device, /*non_blocking=*/true).to(torch::kFloat32);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  torch::Tensor mean =
+      torch::tensor({0.485f * 255, 0.456f * 255, 0.406f * 255}, opts);
+  torch::Tensor std =
+      torch::tensor({0.229f * 255, 0.224f * 255, 0.225f * 255}, opts);
+  if (nchw) {
+    mean = mean.view({1, 3, 1, 1});
+    std = std.view({1, 3, 1, 1});
+  }
+  return (x - mean) / std;
+}
+
+}  // namespace batchd
+
+#endif  // BATCHD_TORCH_H_

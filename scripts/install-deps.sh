@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything batchd needs to build, test and run on Debian 12, from
+# Debian's packages only. Idempotent; run as root (or through sudo).
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libboost-dev libabsl-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgtest-dev libgmock-dev
+  libtorch-dev python3-torch
+  pybind11-dev libdlpack-dev python3-dev python3-pytest python3-numpy
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "batchd: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,64 @@
+// The libtorch adapter: tensors view the slot without copying, and the slot
+// is released only when the last tensor is gone.
+#include "batchd/torch.h"
+
+#include <gtest/gtest.h>
+
+#include "client/ring.h"
+#include "tests/test_server.h"
+
+namespace batchd {
+namespace {
+
+using testing::TestServer;
+
+TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
+  TestServer server("torch");
+  ASSERT_TRUE(server.Start());
+  LoaderOptions o;
+  o.server = server.address();
+  o.stream = "t";
+  o.global_batch_size = 8;
+  o.world_size = 2;
+  o.rank = 1;
+  o.slots = 2;
+  o.options = {{"examples", "100"}, {"payload_bytes", "16"}};
+  o.timeout_seconds = 20;
+  auto loader = Loader::Open(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  // A second mapping of the same ring to watch read_pos.
+  auto watch = RingReader::Attach((*loader)->info().segment);
+  ASSERT_TRUE(watch.ok());
+  auto read_pos = [&] { return (*watch)->header()->read_pos.load(); };
+
+  absl::StatusOr<Batch> b = (*loader)->Next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const void* ids_ptr = b->tensor("ids")->data;
+  std::map<std::string, torch::Tensor> t = ToTorch(std::move(*b));
+  ASSERT_EQ(t.count("payload"), 1u);
+  EXPECT_EQ(t["ids"].data_ptr(), ids_ptr) << "copied instead of viewed";
+  EXPECT_EQ(t["ids"].sizes(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(t["payload"].sizes(), (std::vector<int64_t>{4, 16}));
+  EXPECT_EQ(t["payload"].dtype(), torch::kUInt8);
+  // Rank 1 of step 0 holds positions 4..7.
+  EXPECT_EQ(t["positions"][0].item<int64_t>(), 4);
+
+  torch::Tensor keep = t["payload"];
+  t.clear();
+  EXPECT_EQ(read_pos(), 0u) << "released while a tensor lives";
+  keep = torch::Tensor();
+  EXPECT_EQ(read_pos(), 1u) << "not released when the last tensor died";
+}
+
+TEST(TorchAdapterTest, NormalizesImagesLikeTorchvision) {
+  torch::Tensor img = torch::full({1, 2, 2, 3}, 128, torch::kUInt8);
+  torch::Tensor x = NormalizeImages(img);
+  EXPECT_EQ(x.dtype(), torch::kFloat32);
+  EXPECT_NEAR(x[0][0][0][0].item<float>(), (128 / 255.0 - 0.485) / 0.229,
+              1e-4);
+  EXPECT_NEAR(x[0][1][1][2].item<float>(), (128 / 255.0 - 0.406) / 0.225,
+              1e-4);
+}
+
+}  // namespace
+}  // namespace batchd
