@@ -34,8 +34,8 @@ RankProducer::RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
       ring_(std::move(ring)),
       next_step_(start_step) {}
 
-Engine::Engine(int threads) {
-  for (int i = 0; i < std::max(1, threads); ++i) {
+Engine::Engine(int threads) : thread_count_(std::max(1, threads)) {
+  for (int i = 0; i < thread_count_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
 }
@@ -111,7 +111,7 @@ void WriteSlotHeader(const StreamCore& s, const RankSlice& slice,
 bool Engine::FindTask(Task* task, bool* some_ring_full) {
   *some_ring_full = false;
   const size_t n = producers_.size();
-  const uint32_t max_chunks = uint32_t(2 * workers_.size());
+  const uint32_t max_chunks = uint32_t(2 * thread_count_);
   for (size_t i = 0; i < n; ++i) {
     const size_t idx = (round_robin_ + i) % n;
     const std::shared_ptr<RankProducer>& p = producers_[idx];

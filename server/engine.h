@@ -109,7 +109,7 @@ class Engine {
   explicit Engine(int threads);
   ~Engine();  // stops the workers after their current chunk
 
-  int threads() const { return int(workers_.size()); }
+  int threads() const { return thread_count_; }
   void Add(std::shared_ptr<RankProducer> producer);
   // Stops producing for `producer`; chunks in flight finish first (the
   // producer and its ring live until the last worker lets go).
@@ -130,6 +130,7 @@ class Engine {
   void Finish(const Task& task, absl::Status status);  // requires mu_
   void WorkerLoop();
 
+  const int thread_count_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;                                     // guarded by mu_
