@@ -335,6 +335,8 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
     if (timeout_seconds >= 0) {
       const uint64_t limit = uint64_t(timeout_seconds * 1e9);
       if (now - start >= limit) {
+        header_->client_wait_ns.fetch_add(now - start,
+                                          std::memory_order_relaxed);
         return absl::DeadlineExceededError(absl::StrFormat(
             "no batch from batchd (pid %u) for %.1f s (server alive)",
             header_->server_pid, double(now - start) / 1e9));

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,8 +50,8 @@ ErrorTypes errors;
 PyObject* AddErrorType(py::module_& m, const char* name, py::handle bases,
                        const char* doc) {
   std::string qualified = std::string("batchd.") + name;
-  PyObject* type = PyErr_NewExceptionWithDoc(
-      qualified.c_str(), doc, bases.ptr(), /*dict=*/nullptr);
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc,
+                                             bases.ptr(), /*dict=*/nullptr);
   if (type == nullptr) throw py::error_already_set();
   m.attr(name) = py::handle(type);
   return type;
@@ -102,8 +101,8 @@ void DeleteManagedTensor(DLManagedTensor* self) {
 // capsule to "used_dltensor" and owns the tensor from then on.
 void DeleteUnusedCapsule(PyObject* capsule) {
   if (!PyCapsule_IsValid(capsule, "dltensor")) return;
-  auto* dl = static_cast<DLManagedTensor*>(
-      PyCapsule_GetPointer(capsule, "dltensor"));
+  auto* dl =
+      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
   dl->deleter(dl);
 }
 
@@ -118,8 +117,9 @@ absl::StatusOr<DLDataType> ToDLDataType(DType dtype) {
     case DType::kFloat32:
       return DLDataType{kDLFloat, 32, 1};
     case DType::kUInt64:
-      // torch has no uint64 (1.13): hand the same bits out as int64. Ids and
-      // positions stay far below 2^63, so the values read the same.
+      // torch has no uint64 (1.13): hand the same bits out as int64. Ids,
+      // epochs and positions stay far below 2^63 and read the same; the
+      // all-ones id of eval padding reads -1.
       return DLDataType{kDLInt, 64, 1};
   }
   return absl::InternalError(
@@ -254,7 +254,7 @@ class PyLoader {
   StreamInfo info_;
 
   std::mutex mu_;
-  std::unique_ptr<Loader> loader_;    // guarded by mu_; null once closed
+  std::unique_ptr<Loader> loader_;  // guarded by mu_; null once closed
   double closed_wait_seconds_ = 0;  // guarded by mu_
 };
 
@@ -262,9 +262,8 @@ LoaderOptions MakeOptions(std::string stream, uint64_t global_batch_size,
                           std::string workload, std::string data,
                           std::string split, py::object world_size,
                           py::object rank, uint64_t seed, uint64_t start_step,
-                          uint32_t slots, py::object options,
-                          py::object server, py::object timeout,
-                          double server_stale_seconds,
+                          uint32_t slots, py::object options, py::object server,
+                          py::object timeout, double server_stale_seconds,
                           double connect_timeout) {
   LoaderOptions o;
   o.stream = std::move(stream);
@@ -317,10 +316,10 @@ void DefineModule(py::module_& m) {
       "The server stopped (the message names its pid) or cannot be reached.");
   errors.cancelled = AddErrorType(m, "StreamClosedError", base,
                                   "The stream was closed on the server.");
-  errors.deadline_exceeded = AddErrorType(
-      m, "DeadlineExceededError",
-      py::make_tuple(base, py::handle(PyExc_TimeoutError)),
-      "No batch (or no answer to OpenStream) within the timeout.");
+  errors.deadline_exceeded =
+      AddErrorType(m, "DeadlineExceededError",
+                   py::make_tuple(base, py::handle(PyExc_TimeoutError)),
+                   "No batch (or no answer to OpenStream) within the timeout.");
   errors.invalid_argument = AddErrorType(
       m, "InvalidArgumentError",
       py::make_tuple(base, py::handle(PyExc_ValueError)),
@@ -328,29 +327,29 @@ void DefineModule(py::module_& m) {
       "says which field.");
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init([](std::string stream, uint64_t global_batch_size,
-                       std::string workload, std::string data,
-                       std::string split, py::object world_size,
-                       py::object rank, uint64_t seed, uint64_t start_step,
-                       uint32_t slots, py::object options, py::object server,
-                       py::object timeout, double server_stale_seconds,
-                       double connect_timeout) {
-             return std::make_unique<PyLoader>(MakeOptions(
-                 std::move(stream), global_batch_size, std::move(workload),
-                 std::move(data), std::move(split), std::move(world_size),
-                 std::move(rank), seed, start_step, slots, std::move(options),
-                 std::move(server), std::move(timeout), server_stale_seconds,
-                 connect_timeout));
-           }),
-           py::arg("stream"), py::arg("global_batch_size"), py::kw_only(),
-           py::arg("workload") = "synthetic", py::arg("data") = "",
-           py::arg("split") = "train", py::arg("world_size") = py::none(),
-           py::arg("rank") = py::none(), py::arg("seed") = 0,
-           py::arg("start_step") = 0, py::arg("slots") = 0,
-           py::arg("options") = py::none(), py::arg("server") = py::none(),
-           py::arg("timeout") = py::none(),
-           py::arg("server_stale_seconds") = 3.0,
-           py::arg("connect_timeout") = 30.0)
+      .def(
+          py::init([](std::string stream, uint64_t global_batch_size,
+                      std::string workload, std::string data, std::string split,
+                      py::object world_size, py::object rank, uint64_t seed,
+                      uint64_t start_step, uint32_t slots, py::object options,
+                      py::object server, py::object timeout,
+                      double server_stale_seconds, double connect_timeout) {
+            return std::make_unique<PyLoader>(MakeOptions(
+                std::move(stream), global_batch_size, std::move(workload),
+                std::move(data), std::move(split), std::move(world_size),
+                std::move(rank), seed, start_step, slots, std::move(options),
+                std::move(server), std::move(timeout), server_stale_seconds,
+                connect_timeout));
+          }),
+          py::arg("stream"), py::arg("global_batch_size"), py::kw_only(),
+          py::arg("workload") = "synthetic", py::arg("data") = "",
+          py::arg("split") = "train", py::arg("world_size") = py::none(),
+          py::arg("rank") = py::none(), py::arg("seed") = 0,
+          py::arg("start_step") = 0, py::arg("slots") = 0,
+          py::arg("options") = py::none(), py::arg("server") = py::none(),
+          py::arg("timeout") = py::none(),
+          py::arg("server_stale_seconds") = 3.0,
+          py::arg("connect_timeout") = 30.0)
       .def("_next", &PyLoader::Next)
       .def("_info", &PyLoader::Info)
       .def_property_readonly("wait_seconds", &PyLoader::WaitSeconds,

@@ -19,7 +19,8 @@ server overwrites it once the slot is released).
 
 dtypes: uint8, int32, int64 and float32 map to the torch dtype of the same
 name; uint64 tensors (e.g. the synthetic workload's ids) come out as int64
-holding the same bits, since torch has no uint64.
+holding the same bits, since torch has no uint64: values below 2**63 read the
+same, and an all-ones value (the id of an eval padding row) reads -1.
 """
 
 from typing import NamedTuple, Tuple
