@@ -211,6 +211,7 @@ TEST(ServerTest, SameBytesAcrossRunsThreadsAndWorldSizes) {
   }
   EXPECT_EQ(PayloadByPosition(a, 1), PayloadByPosition(b, 4));
   auto other_seed = PullOne(four_threads, "det3", 32, 4, 2, /*seed=*/2);
+  ASSERT_EQ(other_seed.size(), 2u);
   EXPECT_NE(other_seed[0].ids, b[0].ids);
 }
 
