@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,9 +56,45 @@ struct WorkloadCounters {
   std::atomic<uint64_t> skipped_examples{0};
 };
 
+// The example order of one epoch, for workloads that pack rows.
+struct EpochOrder {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t num_examples = 0;
+  std::function<uint64_t(uint64_t)> id_at;  // position in epoch -> example id
+};
+
+// Where a packed row sits: the cursor of the determinism contract.
+struct RowCursor {
+  uint64_t epoch = 0;
+  uint64_t window = 0;
+  uint64_t row = 0;  // row within the window
+};
+
 class Workload {
  public:
   virtual ~Workload() = default;
+
+  // Row-packing workloads (WMT training) make the items of a batch from
+  // several examples each: the examples of an epoch, in the epoch's order,
+  // are packed into rows, and global batch s of the epoch is rows
+  // [sG, (s+1)G). The engine then calls RowsInEpoch and FillRow instead of
+  // Fill. Default: false.
+  virtual bool packs_rows() const { return false; }
+  // Rows the epoch packs into; deterministic in (seed, epoch). May be slow
+  // (it may have to look at every example's length): the engine calls it
+  // once per epoch and stream.
+  virtual absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const {
+    return absl::UnimplementedError("not a row-packing workload");
+  }
+  // Writes row `row` of the epoch into out[k] (one row's bytes of tensor k)
+  // and says where the row sits.
+  virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
+                               uint8_t* const* out, RowCursor* cursor,
+                               WorkloadCounters* counters) const {
+    return absl::UnimplementedError("not a row-packing workload");
+  }
+
   virtual uint64_t num_examples() const = 0;
   // Training streams shuffle and repeat; others run once in order.
   virtual bool shuffle() const = 0;
