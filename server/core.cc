@@ -291,7 +291,8 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   r.slots = geometry.slot_count;
   r.slot_bytes = geometry.SlotBytes();
   r.examples_per_epoch = sc.sampler.num_examples();
-  r.steps_per_epoch = sc.sampler.steps_per_epoch();
+  // Packed epochs hold as many steps as their rows allow: not known ahead.
+  r.steps_per_epoch = sc.packed ? 0 : sc.sampler.steps_per_epoch();
   for (const BatchLayout::Entry& e : sc.layout.entries) {
     TensorLayout t = e.tensor;
     t.example_shape.insert(t.example_shape.begin(),
@@ -393,7 +394,8 @@ ServerStatusData Core::GetStatus() {
   for (const auto& [name, stream] : streams_) {
     StreamStatusData st;
     st.spec = stream->spec;
-    st.steps_per_epoch = stream->core->sampler.steps_per_epoch();
+    st.steps_per_epoch =
+        stream->core->packed ? 0 : stream->core->sampler.steps_per_epoch();
     st.decode_errors = stream->core->counters.decode_errors.load();
     st.skipped_examples = stream->core->counters.skipped_examples.load();
     uint64_t examples = 0, bytes = 0;

@@ -156,7 +156,50 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
   return false;
 }
 
+void Engine::RunPackedTask(const Task& t, absl::Status* status) {
+  StreamCore& s = *t.producer->stream_;
+  absl::StatusOr<PackedSchedule::Location> loc = s.packed->Locate(t.step);
+  if (!loc.ok()) {
+    *status = loc.status();
+    return;
+  }
+  const uint64_t count = s.layout.per_rank_batch;
+  const uint64_t first = loc->first_row + t.producer->rank_ * count;
+  const uint64_t lo = count * t.chunk / t.chunks;
+  const uint64_t hi = count * (t.chunk + 1) / t.chunks;
+  uint8_t* base = t.producer->ring_->SlotBase(t.pos);
+  const size_t nt = s.layout.entries.size();
+  std::vector<uint8_t*> out(nt);
+  const EpochOrder order = s.packed->Order(loc->epoch);
+  for (uint64_t e = lo; e < hi; ++e) {
+    for (size_t k = 0; k < nt; ++k) {
+      const BatchLayout::Entry& entry = s.layout.entries[k];
+      out[k] = base + entry.offset + e * entry.example_bytes;
+    }
+    RowCursor cursor;
+    absl::Status st = s.workload->FillRow(order, first + e, out.data(),
+                                          &cursor, &s.counters);
+    if (!st.ok()) {
+      *status = absl::Status(
+          st.code(), absl::StrCat(st.message(), " (stream ", s.name,
+                                  ", epoch ", loc->epoch, ", row ",
+                                  first + e, ")"));
+      return;
+    }
+    if (e == 0) {
+      // The batch is where its first row is.
+      shm::SlotHeader* h = t.producer->ring_->Slot(t.pos);
+      h->epoch = loc->epoch;
+      h->position = first;
+      h->cursor_epoch = cursor.epoch;
+      h->cursor_window = cursor.window;
+      h->cursor_row = cursor.row;
+    }
+  }
+}
+
 void Engine::RunTask(const Task& t, absl::Status* status) {
+  if (t.producer->stream_->packed != nullptr) return RunPackedTask(t, status);
   const StreamCore& s = *t.producer->stream_;
   const RankSlice slice = s.sampler.Slice(t.step, t.producer->rank_);
   const uint64_t lo = slice.count * t.chunk / t.chunks;

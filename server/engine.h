@@ -53,6 +53,8 @@ struct StreamCore {
   Sampler sampler;
   BatchLayout layout;
   WorkloadCounters counters;
+  // Set for row-packing workloads, whose batches are made of rows.
+  std::unique_ptr<PackedSchedule> packed;
 
   StreamCore(std::string n, uint64_t s, std::unique_ptr<Workload> w,
              Sampler sam, BatchLayout lay)
@@ -60,7 +62,13 @@ struct StreamCore {
         seed(s),
         workload(std::move(w)),
         sampler(std::move(sam)),
-        layout(std::move(lay)) {}
+        layout(std::move(lay)) {
+    if (workload->packs_rows()) {
+      packed = std::make_unique<PackedSchedule>(
+          *workload, sampler.num_examples(), sampler.global_batch_size(),
+          seed);
+    }
+  }
 };
 
 class RankProducer {
@@ -127,6 +135,7 @@ class Engine {
   };
   bool FindTask(Task* task, bool* some_ring_full);  // requires mu_
   void RunTask(const Task& task, absl::Status* status);
+  void RunPackedTask(const Task& task, absl::Status* status);
   void Finish(const Task& task, absl::Status status);  // requires mu_
   void WorkerLoop();
 

@@ -91,4 +91,40 @@ uint64_t Sampler::ExampleId(uint64_t epoch, uint64_t position) const {
   return EpochPermutation(n_, seed_, epoch)(position);
 }
 
+EpochOrder PackedSchedule::Order(uint64_t epoch) const {
+  EpochOrder order;
+  order.seed = seed_;
+  order.epoch = epoch;
+  order.num_examples = n_;
+  order.id_at = [perm = EpochPermutation(n_, seed_, epoch)](uint64_t p) {
+    return perm(p);
+  };
+  return order;
+}
+
+absl::StatusOr<PackedSchedule::Location> PackedSchedule::Locate(
+    uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (ends_.empty() || ends_.back() <= step) {
+    const uint64_t epoch = ends_.size();
+    absl::StatusOr<uint64_t> rows = workload_.RowsInEpoch(Order(epoch));
+    if (!rows.ok()) return rows.status();
+    const uint64_t steps = *rows / g_;
+    if (steps == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "epoch ", epoch, " packs into ", *rows,
+          " rows, fewer than one global batch of ", g_));
+    }
+    ends_.push_back((ends_.empty() ? 0 : ends_.back()) + steps);
+  }
+  Location loc;
+  // Epochs are few; a linear scan from the end is fine.
+  uint64_t e = ends_.size() - 1;
+  while (e > 0 && ends_[e - 1] > step) --e;
+  loc.epoch = e;
+  const uint64_t first_step = e == 0 ? 0 : ends_[e - 1];
+  loc.first_row = (step - first_step) * g_;
+  return loc;
+}
+
 }  // namespace batchd

@@ -8,8 +8,11 @@
 #define BATCHD_SERVER_SAMPLER_H_
 
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "workloads/workload.h"
 
 namespace batchd {
 
@@ -72,6 +75,37 @@ class Sampler {
   uint64_t seed_;
   bool shuffle_;
   uint64_t steps_per_epoch_;
+};
+
+// Where the steps of a row-packing workload fall: epoch e holds
+// RowsInEpoch(e) / G global batches (the remainder dropped, as for examples),
+// so step s maps to (epoch, first row) by the running sum over epochs. Row
+// counts are asked of the workload once per epoch and kept.
+//
+// Thread safety: thread-safe; Locate may run RowsInEpoch (slow) under its own
+// lock, never under the engine's.
+class PackedSchedule {
+ public:
+  PackedSchedule(const Workload& workload, uint64_t num_examples,
+                 uint64_t global_batch_size, uint64_t seed)
+      : workload_(workload),
+        n_(num_examples),
+        g_(global_batch_size),
+        seed_(seed) {}
+
+  struct Location {
+    uint64_t epoch = 0;
+    uint64_t first_row = 0;  // of the global batch, within its epoch
+  };
+  absl::StatusOr<Location> Locate(uint64_t step);
+  // The order of an epoch's examples, as the workload sees it.
+  EpochOrder Order(uint64_t epoch) const;
+
+ private:
+  const Workload& workload_;
+  const uint64_t n_, g_, seed_;
+  std::mutex mu_;
+  std::vector<uint64_t> ends_;  // guarded by mu_; first step after epoch e
 };
 
 }  // namespace batchd
