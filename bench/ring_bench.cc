@@ -325,9 +325,9 @@ class Session {
     if (writer_->TryClaim(&pos)) return pos;
     const uint64_t t0 = MonotonicNanos();
     for (;;) {
-      const uint32_t seen = h->space_futex.load(std::memory_order_acquire);
+      const uint64_t seen = writer_->released();
       if (writer_->TryClaim(&pos)) break;
-      FutexWait(&h->space_futex, seen, 50'000'000);
+      writer_->WaitForRelease(seen, 50'000'000);
       writer_->Heartbeat(MonotonicNanos());
     }
     *wait_ns += MonotonicNanos() - t0;
@@ -338,9 +338,9 @@ class Session {
   void Drain() {
     shm::RingHeader* h = writer_->header();
     for (;;) {
-      const uint32_t seen = h->space_futex.load(std::memory_order_acquire);
-      if (writer_->released() >= writer_->published()) return;
-      FutexWait(&h->space_futex, seen, 50'000'000);
+      const uint64_t seen = writer_->released();
+      if (seen >= writer_->published()) return;
+      writer_->WaitForRelease(seen, 50'000'000);
       writer_->Heartbeat(MonotonicNanos());
     }
   }
@@ -542,7 +542,10 @@ int Main(int argc, char** argv) {
   std::vector<MemcpyResult> copies, rotating;
   for (uint64_t b : sizes) {
     copies.push_back(MeasureMemcpy(b, 1));
-    rotating.push_back(MeasureMemcpy(b, flags.slots));
+    // Rotate over as many buffers as the ring has slots, within 2 GiB.
+    const uint64_t most = std::max<uint64_t>(1, (uint64_t(2) << 30) / b);
+    rotating.push_back(
+        MeasureMemcpy(b, uint32_t(std::min<uint64_t>(flags.slots, most))));
   }
 
   std::vector<RingResult> rings;
@@ -600,19 +603,18 @@ int Main(int argc, char** argv) {
   }
 
   printf("memcpy, one thread, best of 5 rounds\n");
-  printf("  %-10s %12s %18s\n", "buffer", "GB/s",
-         absl::StrFormat("GB/s, %u dst", flags.slots).c_str());
+  printf("  %-10s %10s %18s\n", "buffer", "GB/s", "GB/s, rotating");
   for (size_t i = 0; i < copies.size(); ++i) {
-    printf("  %-10s %12.2f %18.2f\n", SizeLabel(copies[i].bytes).c_str(),
-           copies[i].gb_per_s, rotating[i].gb_per_s);
+    printf("  %-10s %10.2f %9.2f (%u dst)\n",
+           SizeLabel(copies[i].bytes).c_str(), copies[i].gb_per_s,
+           rotating[i].gb_per_s, rotating[i].destinations);
   }
   printf(
       "\nring: producer process (memcpy into the slot) -> consumer process, "
       "%u slots\n",
       flags.slots);
   printf("  %-10s %-6s %8s %8s %9s %9s %12s %10s\n", "slot", "touch", "batches",
-         "seconds", "GB/s", "x memcpy",
-         absl::StrFormat("x %u dst", flags.slots).c_str(), "ring full");
+         "seconds", "GB/s", "x memcpy", "x rotating", "ring full");
   for (const RingResult& r : rings) {
     printf("  %-10s %-6s %8llu %8.3f %9.2f %9.2f %12.2f %9.0f%%\n",
            SizeLabel(r.slot_payload_bytes).c_str(), TouchName(r.touch),

@@ -174,10 +174,24 @@ bool RingWriter::TryClaim(uint64_t* pos) {
 }
 
 void RingWriter::Publish(uint64_t pos) {
-  // Release: the slot's bytes are visible before the position that covers it.
-  header_->write_pos.store(pos + 1, std::memory_order_release);
-  header_->data_futex.fetch_add(1, std::memory_order_release);
-  FutexWakeAll(&header_->data_futex);
+  // The slot's bytes are visible before the position that covers it
+  // (seq_cst includes release). seq_cst also orders this store before the
+  // load of data_waiters below, pairing with the client's raise-then-recheck
+  // in Acquire: either it sees the new write_pos or we see it waiting.
+  header_->write_pos.store(pos + 1, std::memory_order_seq_cst);
+  header_->data_futex.fetch_add(1, std::memory_order_seq_cst);
+  if (header_->data_waiters.load(std::memory_order_seq_cst) != 0) {
+    FutexWakeAll(&header_->data_futex);
+  }
+}
+
+void RingWriter::WaitForRelease(uint64_t seen_read_pos, uint64_t timeout_ns) {
+  const uint32_t seen = header_->space_futex.load(std::memory_order_seq_cst);
+  header_->space_waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (header_->read_pos.load(std::memory_order_seq_cst) == seen_read_pos) {
+    FutexWait(&header_->space_futex, seen, timeout_ns);
+  }
+  header_->space_waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void RingWriter::SetState(uint32_t state) {
@@ -307,6 +321,7 @@ absl::Status RingReader::CheckServer() const {
 
 absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
   const uint64_t start = MonotonicNanos();
+  uint64_t last_check = start;
   uint64_t pos;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -330,7 +345,11 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
     }
     if (spins < 64) continue;  // a publish is often moments away
     const uint64_t now = MonotonicNanos();
-    if (absl::Status s = CheckServer(); !s.ok()) return s;
+    // /proc is read at most every kPollNs, not before every sleep.
+    if (now - last_check >= kPollNs) {
+      if (absl::Status s = CheckServer(); !s.ok()) return s;
+      last_check = now;
+    }
     uint64_t wait = kPollNs;
     if (timeout_seconds >= 0) {
       const uint64_t limit = uint64_t(timeout_seconds * 1e9);
@@ -343,7 +362,11 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
       }
       wait = std::min(wait, limit - (now - start));
     }
-    FutexWait(&header_->data_futex, seen, wait);
+    header_->data_waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (header_->write_pos.load(std::memory_order_seq_cst) <= pos) {
+      FutexWait(&header_->data_futex, seen, wait);
+    }
+    header_->data_waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
   const uint64_t waited = MonotonicNanos() - start;
   header_->client_wait_ns.fetch_add(waited, std::memory_order_relaxed);
@@ -406,10 +429,13 @@ void RingReader::Release(uint64_t pos) {
     ++read;
   }
   if (read != before) {
-    // Release: our reads of the slots happen before the server reuses them.
-    header_->read_pos.store(read, std::memory_order_release);
-    header_->space_futex.fetch_add(1, std::memory_order_release);
-    FutexWakeAll(&header_->space_futex);
+    // Release (in seq_cst): our reads of the slots happen before the server
+    // reuses them; seq_cst orders the store before the waiters load.
+    header_->read_pos.store(read, std::memory_order_seq_cst);
+    header_->space_futex.fetch_add(1, std::memory_order_seq_cst);
+    if (header_->space_waiters.load(std::memory_order_seq_cst) != 0) {
+      FutexWakeAll(&header_->space_futex);
+    }
   }
 }
 

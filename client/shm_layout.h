@@ -23,11 +23,13 @@
 //          | 64 write_pos        u64  atomic: positions [0, write_pos) public |
 //          | 72 data_futex       u32  atomic: bumped after each publish       |
 //          | 76 state            u32  atomic: kStateOpen / Ended / Closed     |
+//          | 80 data_waiters     u32  atomic: clients asleep on data_futex    |
 //   128    +-- server liveness line -------------------------------------------+
 //          |128 server_heartbeat u64  atomic: CLOCK_MONOTONIC ns, ~10 Hz      |
 //   192    +-- consumer line -------------------------------------------------+
 //          |192 read_pos         u64  atomic: positions [0, read_pos) free    |
 //          |200 space_futex      u32  atomic: bumped after each release       |
+//          |204 space_waiters    u32  atomic: producers asleep on space_futex |
 //   256    +-- client liveness line -------------------------------------------+
 //          |256 client_pid       u32  0 = no client attached yet              |
 //          |264 client_start     u64                                          |
@@ -50,12 +52,16 @@
 //       ndim u32, shape i64[6], offset u64 (from the slot start), nbytes u64
 //
 // Protocol: the server claims position p only while p - read_pos <
-// slot_count, writes the slot, then publishes with a release store of
-// write_pos = p + 1 (positions are published in order) and a futex wake on
-// data_futex. The client acquires write_pos, reads, and on release advances
-// read_pos over the contiguous prefix of released positions (release store),
-// then wakes space_futex. No lock lives in this memory: a process killed at
-// any instruction leaves the other side able to go on or to notice.
+// slot_count, writes the slot, then publishes with a store of write_pos =
+// p + 1 (positions are published in order) and bumps data_futex; it makes
+// the futex wake call (tens of µs) only when data_waiters says a client
+// sleeps. A client about to sleep raises data_waiters, then re-reads
+// write_pos; both sides use seq_cst for that store/load pair, so one of them
+// always sees the other. The client acquires write_pos, reads, and on
+// release advances read_pos over the contiguous prefix of released
+// positions and bumps space_futex, waking it only when space_waiters says
+// a producer sleeps there (the same handshake, the other way round). No lock lives in this memory: a process killed at any instruction
+// leaves the other side able to go on or to notice.
 #ifndef BATCHD_CLIENT_SHM_LAYOUT_H_
 #define BATCHD_CLIENT_SHM_LAYOUT_H_
 
@@ -104,11 +110,13 @@ struct RingHeader {
   alignas(64) std::atomic<uint64_t> write_pos;
   std::atomic<uint32_t> data_futex;
   std::atomic<uint32_t> state;
+  std::atomic<uint32_t> data_waiters;
 
   alignas(64) std::atomic<uint64_t> server_heartbeat_ns;
 
   alignas(64) std::atomic<uint64_t> read_pos;
   std::atomic<uint32_t> space_futex;
+  std::atomic<uint32_t> space_waiters;
 
   alignas(64) std::atomic<uint32_t> client_pid;
   std::atomic<uint64_t> client_start;
@@ -164,9 +172,11 @@ static_assert(offsetof(RingHeader, server_pid_ns) == 56);
 static_assert(offsetof(RingHeader, write_pos) == 64);
 static_assert(offsetof(RingHeader, data_futex) == 72);
 static_assert(offsetof(RingHeader, state) == 76);
+static_assert(offsetof(RingHeader, data_waiters) == 80);
 static_assert(offsetof(RingHeader, server_heartbeat_ns) == 128);
 static_assert(offsetof(RingHeader, read_pos) == 192);
 static_assert(offsetof(RingHeader, space_futex) == 200);
+static_assert(offsetof(RingHeader, space_waiters) == 204);
 static_assert(offsetof(RingHeader, client_pid) == 256);
 static_assert(offsetof(RingHeader, client_start) == 264);
 static_assert(offsetof(RingHeader, client_heartbeat_ns) == 272);

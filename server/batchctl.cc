@@ -1311,7 +1311,8 @@ int BenchCommand(int argc, char** argv) {
   // A rank may wait cfg.timeout for each batch; allow for slow runs.
   const uint64_t run_deadline =
       MonotonicNanos() +
-      uint64_t((cfg.timeout * double(cfg.steps + 2) + 60) * 1e9);
+      uint64_t(
+          std::min(1e18, (cfg.timeout * double(cfg.steps + 2) + 60) * 1e9));
   s = Gather(
       children, [](const Child& c) { return c.reported; }, run_deadline, tick);
   if (!s.ok()) return finish(kExitServer, s);
