@@ -321,7 +321,6 @@ class Session {
   // spent waiting to *wait_ns.
   uint64_t Claim(uint64_t* wait_ns) {
     uint64_t pos;
-    shm::RingHeader* h = writer_->header();
     if (writer_->TryClaim(&pos)) return pos;
     const uint64_t t0 = MonotonicNanos();
     for (;;) {
@@ -336,7 +335,6 @@ class Session {
 
   // Waits until the consumer has released every published slot.
   void Drain() {
-    shm::RingHeader* h = writer_->header();
     for (;;) {
       const uint64_t seen = writer_->released();
       if (seen >= writer_->published()) return;
