@@ -9,6 +9,7 @@ PACKAGES=(
   libboost-dev libabsl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev
+  libcivetweb-dev libsystemd-dev libtomlplusplus-dev
   libtorch-dev python3-torch
   pybind11-dev libdlpack-dev python3-dev python3-pytest python3-numpy
 )

@@ -55,6 +55,30 @@ const char* DTypeString(shm::DTypeCode code) {
   return "unknown";
 }
 
+namespace {
+
+void TensorsToProto(const std::vector<TensorLayout>& tensors,
+                    google::protobuf::RepeatedPtrField<v1::TensorInfo>* out) {
+  for (const TensorLayout& t : tensors) {
+    v1::TensorInfo* ti = out->Add();
+    ti->set_name(t.name);
+    ti->set_dtype(DTypeString(t.dtype));
+    for (int64_t d : t.example_shape) ti->add_shape(d);
+  }
+}
+
+}  // namespace
+
+void ToProto(const PlanResult& r, v1::PlanResponse* p) {
+  p->set_segment_bytes(r.segment_bytes);
+  p->set_ranks(r.ranks);
+  p->set_total_bytes(r.total_bytes);
+  p->set_shm_free_bytes(r.shm_free_bytes);
+  p->set_slot_bytes(r.slot_bytes);
+  p->set_slots(r.slots);
+  TensorsToProto(r.tensors, p->mutable_tensors());
+}
+
 void ToProto(const OpenResult& r, v1::OpenStreamResponse* p) {
   p->set_segment(r.segment);
   p->set_segment_bytes(r.segment_bytes);
@@ -62,12 +86,7 @@ void ToProto(const OpenResult& r, v1::OpenStreamResponse* p) {
   p->set_slot_bytes(r.slot_bytes);
   p->set_examples_per_epoch(r.examples_per_epoch);
   p->set_steps_per_epoch(r.steps_per_epoch);
-  for (const TensorLayout& t : r.tensors) {
-    v1::TensorInfo* ti = p->add_tensors();
-    ti->set_name(t.name);
-    ti->set_dtype(DTypeString(t.dtype));
-    for (int64_t d : t.example_shape) ti->add_shape(d);
-  }
+  TensorsToProto(r.tensors, p->mutable_tensors());
   p->set_server_pid(r.server_pid);
   p->set_start_step(r.start_step);
 }
@@ -80,6 +99,7 @@ void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p) {
   p->set_worker_threads(s.worker_threads);
   p->set_rss_bytes(s.rss_bytes);
   p->set_ring_bytes(s.ring_bytes);
+  p->set_draining(s.draining);
   for (const StreamStatusData& st : s.streams) {
     v1::StreamStatus* sp = p->add_streams();
     ToProto(st.spec, sp->mutable_spec());

@@ -17,6 +17,7 @@ StreamSpec FromProto(const v1::StreamSpec& p);
 void ToProto(const StreamSpec& s, v1::StreamSpec* p);
 void ToProto(const OpenResult& r, v1::OpenStreamResponse* p);
 void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p);
+void ToProto(const PlanResult& r, v1::PlanResponse* p);
 const char* DTypeString(shm::DTypeCode code);
 
 }  // namespace batchd

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/process.h"
+#include "server/log.h"
 
 namespace batchd {
 
@@ -98,7 +99,9 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
 }
 
 Core::Core(const CoreOptions& options)
-    : options_(options), start_ns_(MonotonicNanos()) {
+    : options_(options),
+      start_ns_(MonotonicNanos()),
+      last_throughput_ns_(start_ns_) {
   engine_ = std::make_unique<Engine>(options_.threads);
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
@@ -132,13 +135,46 @@ void Core::HeartbeatLoop() {
 void Core::SupervisorLoop() {
   while (!stop_.load()) {
     for (const std::string& seg : ReapDeadClients()) {
-      fprintf(stderr,
-              "batchd: level=info event=client_gone segment=%s msg=\"ring "
-              "freed; the rank may re-attach\"\n",
-              seg.c_str());
+      Log(LogLevel::kInfo, "client_gone",
+          {{"segment", seg}, {"msg", "ring freed; the rank may re-attach"}});
+    }
+    const uint64_t now = MonotonicNanos();
+    if (options_.throughput_log_seconds > 0 &&
+        now - last_throughput_ns_ >=
+            uint64_t(options_.throughput_log_seconds * 1e9)) {
+      LogThroughput(now);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+void Core::LogThroughput(uint64_t now) {
+  const double span = double(now - last_throughput_ns_) / 1e9;
+  last_throughput_ns_ = now;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> totals;
+  for (const StreamStatusData& st : GetStatus().streams) {
+    uint64_t examples = 0, bytes = 0;
+    int attached = 0;
+    for (const RankStatusData& r : st.ranks) {
+      examples += r.examples;
+      bytes += r.bytes;
+      attached += r.attached;
+    }
+    totals[st.spec.name] = {examples, bytes};
+    const auto last = last_totals_.find(st.spec.name);
+    const uint64_t de = last == last_totals_.end() ? examples
+                                                   : examples - last->second.first;
+    const uint64_t db = last == last_totals_.end() ? bytes
+                                                   : bytes - last->second.second;
+    Log(LogLevel::kInfo, "throughput",
+        {{"stream", st.spec.name},
+         {"attached_ranks", std::to_string(attached)},
+         {"examples_per_s", absl::StrCat(int64_t(double(de) / span))},
+         {"bytes_per_s", absl::StrCat(int64_t(double(db) / span))},
+         {"decode_errors", std::to_string(st.decode_errors)},
+         {"skipped", std::to_string(st.skipped_examples)}});
+  }
+  last_totals_ = std::move(totals);
 }
 
 absl::StatusOr<std::string> Core::ConfineDataPath(
@@ -194,35 +230,125 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   return stream;
 }
 
+absl::Status Core::ValidateSpec(const StreamSpec& spec) {
+  if (!ValidStreamName(spec.name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stream name '", spec.name.substr(0, 80),
+        "' is invalid: use 1 to 64 characters of A-Z a-z 0-9 _ -"));
+  }
+  auto too_long = [](const char* field, const std::string& v, size_t max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " is ", v.size(), " bytes long; the limit is ", max));
+  };
+  if (spec.workload.size() > 64) return too_long("workload", spec.workload, 64);
+  if (spec.split.size() > 64) return too_long("split", spec.split, 64);
+  if (spec.data.size() > 4096) return too_long("data", spec.data, 4096);
+  if (spec.options.size() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options has ", spec.options.size(), " entries; the limit is 64"));
+  }
+  for (const auto& [k, v] : spec.options) {
+    if (k.size() > 256) return too_long("an option name", k, 256);
+    if (v.size() > 4096) return too_long(("option " + k).c_str(), v, 4096);
+  }
+  if (spec.world_size == 0 || spec.world_size > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size ", spec.world_size, " is out of range (1..65536)"));
+  }
+  if (spec.global_batch_size > (uint64_t(1) << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global_batch_size ", spec.global_batch_size,
+                     " exceeds the limit of ", uint64_t(1) << 24));
+  }
+  if (spec.slots > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots ", spec.slots, " exceeds the limit of 1024"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Core::RingBytesInUse() const {
+  uint64_t total = 0;
+  for (const auto& [name, stream] : streams_) {
+    for (const RankState& rs : stream->ranks) {
+      if (rs.producer != nullptr) {
+        total += rs.producer->ring().geometry().SegmentBytes();
+      }
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<PlanResult> Core::Plan(const StreamSpec& in) {
+  StreamSpec spec = in;
+  if (spec.slots == 0) spec.slots = options_.default_slots;
+  if (spec.split.empty()) spec.split = "train";
+  if (absl::Status s = ValidateSpec(spec); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
+  if (!made.ok()) return made.status();
+  const StreamCore& sc = *(*made)->core;
+  RingGeometry g;
+  g.slot_count = spec.slots;
+  g.payload_bytes = sc.layout.payload_bytes;
+  PlanResult p;
+  p.segment_bytes = g.SegmentBytes();
+  p.ranks = spec.world_size;
+  p.total_bytes = p.segment_bytes * spec.world_size;
+  p.shm_free_bytes = ShmFreeBytes();
+  p.slot_bytes = g.SlotBytes();
+  p.slots = spec.slots;
+  for (const BatchLayout::Entry& e : sc.layout.entries) {
+    TensorLayout t = e.tensor;
+    t.example_shape.insert(t.example_shape.begin(),
+                           int64_t(sc.layout.per_rank_batch));
+    p.tensors.push_back(std::move(t));
+  }
+  return p;
+}
+
+uint32_t Core::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+  uint32_t attached = 0;
+  for (const auto& [name, stream] : streams_) {
+    for (const RankState& rs : stream->ranks) attached += rs.producer != nullptr;
+  }
+  return attached;
+}
+
+void Core::SetOnDrained(std::function<void()> on_drained) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_drained_ = std::move(on_drained);
+}
+
 absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
                                             uint32_t rank,
                                             uint32_t client_pid) {
   StreamSpec spec = in;
   if (spec.slots == 0) spec.slots = options_.default_slots;
   if (spec.split.empty()) spec.split = "train";
-  if (!ValidStreamName(spec.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stream name '", spec.name,
-        "' is invalid: use 1 to 64 characters of A-Z a-z 0-9 _ -"));
-  }
-  if (spec.world_size == 0) {
-    return absl::InvalidArgumentError("world_size must be at least 1");
-  }
+  if (absl::Status s = ValidateSpec(spec); !s.ok()) return s;
   if (rank >= spec.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range for world_size ",
                      spec.world_size, " (ranks are 0..", spec.world_size - 1,
                      ")"));
   }
-  if (spec.slots > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slots ", spec.slots, " exceeds the limit of 1024"));
-  }
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(spec.name);
   bool created = false;
   if (it == streams_.end()) {
+    if (draining_) {
+      return absl::UnavailableError(
+          "batchd is draining: it serves the streams it has and takes no "
+          "new ones");
+    }
+    if (streams_.size() >= options_.max_streams) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "batchd serves ", streams_.size(), " streams, its limit "
+          "(--max-streams ", options_.max_streams, "); close one first"));
+    }
     absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
     if (!made.ok()) return made.status();
     it = streams_.emplace(spec.name, std::move(*made)).first;
@@ -265,6 +391,29 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   geometry.world_size = spec.world_size;
   geometry.stream_name = spec.name;
   const std::string segment = SegmentName(spec.name, rank);
+  const uint64_t bytes = geometry.SegmentBytes();
+  uint64_t stream_bytes = 0;
+  for (const RankState& other : stream.ranks) {
+    if (other.producer != nullptr) {
+      stream_bytes += other.producer->ring().geometry().SegmentBytes();
+    }
+  }
+  absl::Status limit;
+  if (o.max_stream_bytes != 0 && stream_bytes + bytes > o.max_stream_bytes) {
+    limit = absl::ResourceExhaustedError(absl::StrCat(
+        "stream '", spec.name, "' would hold ", stream_bytes + bytes,
+        " ring bytes on this node, over --max-stream-bytes ",
+        o.max_stream_bytes));
+  } else if (o.max_total_bytes != 0 &&
+             RingBytesInUse() + bytes > o.max_total_bytes) {
+    limit = absl::ResourceExhaustedError(absl::StrCat(
+        "rings would take ", RingBytesInUse() + bytes,
+        " bytes, over --max-ring-bytes ", o.max_total_bytes));
+  }
+  if (!limit.ok()) {
+    if (created) streams_.erase(it);
+    return limit;
+  }
   absl::StatusOr<std::unique_ptr<RingWriter>> ring =
       RingWriter::Create(segment, geometry, o.shm_group);
   if (!ring.ok()) {
@@ -342,6 +491,11 @@ std::vector<std::string> Core::ReapDeadClients() {
       }
     }
   }
+  if (draining_ && on_drained_ && RingBytesInUse() == 0) {
+    std::function<void()> done = std::move(on_drained_);
+    on_drained_ = nullptr;
+    done();
+  }
   const uint64_t idle = uint64_t(options_.idle_stream_seconds * 1e9);
   for (auto it = streams_.begin(); it != streams_.end();) {
     Stream& st = *it->second;
@@ -352,8 +506,7 @@ std::vector<std::string> Core::ReapDeadClients() {
     } else if (st.idle_since_ns == 0) {
       st.idle_since_ns = now;
     } else if (now - st.idle_since_ns > idle) {
-      fprintf(stderr, "batchd: level=info event=stream_forgotten stream=%s\n",
-              it->first.c_str());
+      Log(LogLevel::kInfo, "stream_forgotten", {{"stream", it->first}});
       it = streams_.erase(it);
       continue;
     }
@@ -391,6 +544,7 @@ ServerStatusData Core::GetStatus() {
   s.worker_threads = uint32_t(engine_->threads());
   s.rss_bytes = SelfRssBytes(false);
   std::lock_guard<std::mutex> lock(mu_);
+  s.draining = draining_;
   for (const auto& [name, stream] : streams_) {
     StreamStatusData st;
     st.spec = stream->spec;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,16 @@ struct OpenResult {
   uint64_t start_step = 0;
 };
 
+struct PlanResult {
+  uint64_t segment_bytes = 0;
+  uint32_t ranks = 0;
+  uint64_t total_bytes = 0;
+  uint64_t shm_free_bytes = 0;
+  uint64_t slot_bytes = 0;
+  uint32_t slots = 0;
+  std::vector<TensorLayout> tensors;
+};
+
 struct RankStatusData {
   uint32_t rank = 0;
   bool attached = false;
@@ -86,6 +97,7 @@ struct ServerStatusData {
   uint32_t worker_threads = 0;
   uint64_t rss_bytes = 0;
   uint64_t ring_bytes = 0;
+  bool draining = false;
   std::vector<StreamStatusData> streams;
 };
 
@@ -106,6 +118,16 @@ struct CoreOptions {
   // A stream none of whose ranks is attached is forgotten after this long.
   // Default: 300 s.
   double idle_stream_seconds = 300.0;
+  // Limits, so that one client cannot exhaust /dev/shm or the server.
+  // Streams at once. Default: 64.
+  uint32_t max_streams = 64;
+  // Ring bytes of one stream (all its ranks on this node); 0: no limit.
+  uint64_t max_stream_bytes = 0;
+  // Ring bytes of all streams together; 0: no limit (/dev/shm's size is).
+  uint64_t max_total_bytes = 0;
+  // A throughput line per stream in the log this often; 0: never.
+  // Default: 60 s.
+  double throughput_log_seconds = 60;
 };
 
 class Core {
@@ -118,6 +140,12 @@ class Core {
   absl::StatusOr<OpenResult> OpenStream(const StreamSpec& spec, uint32_t rank,
                                         uint32_t client_pid);
   absl::Status CloseStream(const std::string& name);
+  // What `spec` would need, without creating anything.
+  absl::StatusOr<PlanResult> Plan(const StreamSpec& spec);
+  // Refuses new streams from now on; `on_drained` (given to SetOnDrained)
+  // runs once no rank is attached. Returns the ranks attached now.
+  uint32_t Drain();
+  void SetOnDrained(std::function<void()> on_drained);
   ServerStatusData GetStatus();
   // Frees the rings of ranks whose clients let go or died, and forgets
   // streams idle for idle_stream_seconds; called ~10x/s by the supervisor
@@ -133,6 +161,7 @@ class Core {
   explicit Core(const CoreOptions& options);
   void HeartbeatLoop();
   void SupervisorLoop();
+  void LogThroughput(uint64_t now);  // supervisor thread only
 
   struct RankState {
     std::shared_ptr<RankProducer> producer;  // null: not attached
@@ -152,6 +181,9 @@ class Core {
   };
 
   absl::StatusOr<std::string> ConfineDataPath(const std::string& data) const;
+  // Checks the fields of a spec against the limits of a request.
+  static absl::Status ValidateSpec(const StreamSpec& spec);
+  uint64_t RingBytesInUse() const;  // requires mu_
   absl::StatusOr<std::unique_ptr<Stream>> MakeStream(const StreamSpec& spec);
   void Detach(Stream& stream, RankState& rank);  // requires mu_
 
@@ -161,11 +193,17 @@ class Core {
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Stream>> streams_;  // guarded by mu_
+  bool draining_ = false;                                   // guarded by mu_
+  std::function<void()> on_drained_;                        // guarded by mu_
 
   // Rings whose heartbeat the heartbeat thread refreshes; its own lock so
   // that nothing else ever delays a heartbeat.
   std::mutex beat_mu_;
   std::vector<std::shared_ptr<RankProducer>> beating_;  // guarded by beat_mu_
+
+  // Supervisor thread only.
+  uint64_t last_throughput_ns_;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> last_totals_;
 
   std::atomic<bool> stop_{false};
   std::thread heartbeat_thread_;

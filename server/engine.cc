@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/process.h"
+#include "server/log.h"
 
 namespace batchd {
 
@@ -254,9 +255,11 @@ void Engine::Finish(const Task& t, absl::Status status) {
       // A batch that could not be made ends this rank's ring rather than
       // publishing garbage; the client sees the stream closed.
       p.failed.store(true, std::memory_order_relaxed);
-      fprintf(stderr, "batchd: level=error stream=%s rank=%u msg=\"%s\"\n",
-              p.stream_->name.c_str(), p.rank_,
-              std::string(job.status.message()).c_str());
+      Log(LogLevel::kError, "batch_failed",
+          {{"stream", p.stream_->name},
+           {"rank", std::to_string(p.rank_)},
+           {"step", std::to_string(job.step)},
+           {"msg", std::string(job.status.message())}});
       p.ring_->SetState(shm::kStateClosed);
       p.inflight_.clear();
       return;

@@ -41,4 +41,16 @@ grpc::Status BatchdService::Shutdown(grpc::ServerContext*,
   return on_shutdown_(), grpc::Status::OK;
 }
 
+grpc::Status BatchdService::Drain(grpc::ServerContext*,
+                                  const v1::DrainRequest*,
+                                  v1::DrainResponse* resp) {
+  return resp->set_attached_ranks(core_.Drain()), grpc::Status::OK;
+}
+
+grpc::Status BatchdService::Plan(grpc::ServerContext*,
+                                 const v1::PlanRequest* req,
+                                 v1::PlanResponse* resp) {
+  return Reply(core_.Plan(FromProto(req->spec())), resp);
+}
+
 }  // namespace batchd

@@ -25,6 +25,10 @@ class BatchdService final : public v1::Batchd::Service {
                          v1::GetStatusResponse* resp) override;
   grpc::Status Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
                         v1::ShutdownResponse*) override;
+  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*,
+                     v1::DrainResponse* resp) override;
+  grpc::Status Plan(grpc::ServerContext*, const v1::PlanRequest* req,
+                    v1::PlanResponse* resp) override;
 
  private:
   Core& core_;

@@ -1,6 +1,7 @@
-// batchd: the daemon. Parses flags, removes stale segments, serves gRPC on a
-// unix socket (or loopback TCP), and on SIGTERM / SIGINT / Shutdown closes
-// every stream and unlinks every segment before it exits.
+// batchd: the daemon. Reads its settings (flags, --config), removes stale
+// segments, serves gRPC on a unix socket (or TCP), tells systemd when it is
+// ready, and on SIGTERM / SIGINT / Shutdown / a finished drain closes every
+// stream and unlinks every segment before it exits.
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -8,63 +9,32 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/ring.h"
+#include "server/config.h"
 #include "server/core.h"
 #include "server/grpc_service.h"
+#include "server/log.h"
+#include "server/metrics.h"
 
 namespace {
-
-constexpr char kUsage[] = R"(batchd - one input-pipeline server per node for data-parallel training
-
-Usage: batchd [flags]
-
-batchd reads, shuffles and decodes a data set once and writes every local
-rank's slice of every global batch into a shared-memory ring of that rank
-(/dev/shm/<prefix>.<uid>.<stream>.<rank>). Trainers attach with the batchd
-client (C++ batchd::Loader, Python batchd.Loader); operators use batchctl.
-
-Flags:
-  --listen ADDR          where the gRPC control plane listens:
-                         unix:///path/to/socket or tcp://127.0.0.1:PORT
-                         (TCP binds loopback only). Default:
-                         unix:///run/batchd/batchd.sock
-  --data-root DIR        data paths of stream specs are confined to DIR
-                         ('..' and symlinks out of it are refused).
-                         Default: the current directory
-  --threads N            worker threads shared by every stream and rank.
-                         Default: the cores this process may use
-  --shm-prefix NAME      first part of segment names. Default: batchd
-  --shm-group GROUP      give this group (name or gid) read/write access to
-                         the rings (mode 0660); default: owner only (0600)
-  --slots N              ring slots per rank when a spec asks for 0.
-                         Default: 4
-  --client-stale-seconds S
-                         a client in another pid namespace whose heartbeat
-                         is older than S is taken as dead. Default: 10
-  --idle-stream-seconds S
-                         forget a stream none of whose ranks has been
-                         attached for S seconds. Default: 300
-  --version              print the version and exit
-  --help                 print this help and exit
-
-Signals: SIGTERM and SIGINT close every stream, unlink every segment and
-exit 0. At start, segments left by dead batchd processes are removed.
-
-Exit codes: 0 clean shutdown, 1 could not start, 2 bad flags.
-)";
 
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 ||
@@ -90,86 +60,46 @@ bool SocketAccepts(const std::string& path) {
   return ok;
 }
 
+std::string HostOf(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  return colon == std::string::npos ? "" : host_port.substr(0, colon);
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  batchd::CoreOptions options;
-  std::string listen = "unix:///run/batchd/batchd.sock";
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    const size_t eq = arg.find('=');
-    const bool has_eq = arg.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_eq) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    auto next = [&](std::string* out) {
-      if (has_eq) {
-        *out = value;
-        return true;
-      }
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    auto need = [&](std::string* out) {
-      if (!next(out)) {
-        fprintf(stderr, "batchd: %s needs a value (see --help)\n",
-                arg.c_str());
-        exit(2);
-      }
-    };
-    auto need_int = [&](int64_t lo) {
-      std::string v;
-      need(&v);
-      int64_t n;
-      if (!absl::SimpleAtoi(v, &n) || n < lo) {
-        fprintf(stderr, "batchd: %s wants an integer >= %lld, not '%s'\n",
-                arg.c_str(), static_cast<long long>(lo), v.c_str());
-        exit(2);
-      }
-      return n;
-    };
-    if (arg == "--help" || arg == "-h") {
-      fputs(kUsage, stdout);
-      return 0;
-    } else if (arg == "--version") {
-      printf("batchd 0.1.0 (shared-memory layout version %u)\n",
-             batchd::shm::kLayoutVersion);
-      return 0;
-    } else if (arg == "--listen") {
-      need(&listen);
-    } else if (arg == "--data-root") {
-      need(&options.data_root);
-    } else if (arg == "--threads") {
-      options.threads = int(need_int(1));
-    } else if (arg == "--shm-prefix") {
-      need(&options.shm_prefix);
-    } else if (arg == "--slots") {
-      options.default_slots = uint32_t(need_int(1));
-    } else if (arg == "--client-stale-seconds") {
-      options.client_stale_seconds = double(need_int(1));
-    } else if (arg == "--idle-stream-seconds") {
-      options.idle_stream_seconds = double(need_int(0));
-    } else if (arg == "--shm-group") {
-      std::string g;
-      need(&g);
-      int64_t gid;
-      if (absl::SimpleAtoi(g, &gid)) {
-        options.shm_group = gid_t(gid);
-      } else if (group* gr = getgrnam(g.c_str())) {
-        options.shm_group = gr->gr_gid;
-      } else {
-        return Fail(2, absl::StrCat("--shm-group: no group named '", g, "'"));
-      }
-    } else {
-      return Fail(2, absl::StrCat("unknown flag '", argv[i],
-                                  "' (see batchd --help)"));
-    }
+  batchd::DaemonConfig config;
+  batchd::ParsedArgs parsed;
+  if (absl::Status s = batchd::ParseArgs(argc, argv, &config, &parsed);
+      !s.ok()) {
+    return Fail(2, std::string(s.message()));
   }
+  if (parsed.help) {
+    fputs(batchd::Usage().c_str(), stdout);
+    return 0;
+  }
+  if (parsed.version) {
+    printf("batchd 0.1.0 (shared-memory layout version %u)\n",
+           batchd::shm::kLayoutVersion);
+    return 0;
+  }
+  if (parsed.print_config) {
+    fputs(batchd::ConfigToToml(config).c_str(), stdout);
+    return 0;
+  }
+  batchd::SetLogLevel(config.log_level);
 
   // Where to listen, in gRPC's terms.
+  const std::string& listen = config.listen;
   std::string grpc_address, socket_path;
   if (listen.rfind("unix://", 0) == 0) {
     socket_path = listen.substr(7);
@@ -179,17 +109,49 @@ int main(int argc, char** argv) {
     grpc_address = listen;
   } else if (listen.rfind("tcp://", 0) == 0) {
     grpc_address = listen.substr(6);
-    const size_t colon = grpc_address.rfind(':');
-    const std::string host =
-        colon == std::string::npos ? "" : grpc_address.substr(0, colon);
-    if (!IsLoopback(host)) {
-      return Fail(2, absl::StrCat("--listen ", listen,
-                                  ": TCP listens on loopback only "
-                                  "(127.0.0.1 or [::1])"));
-    }
   } else {
     return Fail(2, absl::StrCat("--listen ", listen,
                                 ": use unix:///path or tcp://127.0.0.1:PORT"));
+  }
+  std::shared_ptr<grpc::ServerCredentials> creds =
+      grpc::InsecureServerCredentials();
+  if (socket_path.empty()) {
+    const bool loopback = IsLoopback(HostOf(grpc_address));
+    if (!loopback && !config.allow_remote) {
+      return Fail(2, absl::StrCat("--listen ", listen,
+                                  ": TCP listens on loopback only "
+                                  "(127.0.0.1 or [::1]); other addresses "
+                                  "need --allow-remote with TLS"));
+    }
+    if (!loopback || !config.tls_cert.empty()) {
+      if (config.tls_cert.empty() || config.tls_key.empty()) {
+        return Fail(2, "--allow-remote needs --tls-cert and --tls-key: "
+                       "batchd never serves other hosts in plain text");
+      }
+      grpc::SslServerCredentialsOptions ssl;
+      grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+      if (!ReadFile(config.tls_key, &pair.private_key) ||
+          !ReadFile(config.tls_cert, &pair.cert_chain)) {
+        return Fail(2, absl::StrCat("cannot read --tls-cert ",
+                                    config.tls_cert, " or --tls-key ",
+                                    config.tls_key));
+      }
+      ssl.pem_key_cert_pairs.push_back(pair);
+      if (!config.tls_client_ca.empty()) {
+        if (!ReadFile(config.tls_client_ca, &ssl.pem_root_certs)) {
+          return Fail(2, absl::StrCat("cannot read --tls-client-ca ",
+                                      config.tls_client_ca));
+        }
+        ssl.client_certificate_request =
+            GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      }
+      creds = grpc::SslServerCredentials(ssl);
+    }
+  }
+  if (!config.metrics_listen.empty() &&
+      !IsLoopback(HostOf(config.metrics_listen)) && !config.allow_remote) {
+    return Fail(2, absl::StrCat("--metrics-listen ", config.metrics_listen,
+                                ": loopback only unless --allow-remote"));
   }
 
   // One daemon per socket: a lock file beside the socket, then a probe, so
@@ -221,6 +183,18 @@ int main(int argc, char** argv) {
       return Fail(1, absl::StrCat("cannot write ", lock_path));
     }
   }
+  gid_t socket_gid = gid_t(-1);
+  if (!config.socket_group.empty()) {
+    int64_t gid;
+    if (absl::SimpleAtoi(config.socket_group, &gid)) {
+      socket_gid = gid_t(gid);
+    } else if (group* gr = getgrnam(config.socket_group.c_str())) {
+      socket_gid = gr->gr_gid;
+    } else {
+      return Fail(2, absl::StrCat("--socket-group: no group named '",
+                                  config.socket_group, "'"));
+    }
+  }
 
   // Signals are taken by sigwait below, never by a handler: block them
   // before any thread starts so that every thread inherits the mask.
@@ -231,42 +205,83 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const std::string stale_prefix =
-      absl::StrCat(options.shm_prefix, ".", getuid(), ".");
+      absl::StrCat(config.core.shm_prefix, ".", getuid(), ".");
   for (const std::string& seg : batchd::RemoveStaleSegments(stale_prefix)) {
-    fprintf(stderr,
-            "batchd: level=info event=stale_segment_removed segment=%s\n",
-            seg.c_str());
+    batchd::Log(batchd::LogLevel::kInfo, "stale_segment_removed",
+                {{"segment", seg}});
   }
 
   absl::StatusOr<std::unique_ptr<batchd::Core>> core =
-      batchd::Core::Create(options);
+      batchd::Core::Create(config.core);
   if (!core.ok()) return Fail(1, std::string(core.status().message()));
+  (*core)->SetOnDrained([] {
+    batchd::Log(batchd::LogLevel::kInfo, "drained");
+    kill(getpid(), SIGTERM);
+  });
 
   batchd::BatchdService service(**core, [] { kill(getpid(), SIGTERM); });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Requests are small; a huge one is refused before it is parsed.
+  builder.SetMaxReceiveMessageSize(1 << 20);
   int port = 0;
-  builder.AddListeningPort(grpc_address, grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(grpc_address, creds, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (socket_path.empty() && port == 0)) {
     return Fail(1, absl::StrCat("cannot listen on ", listen,
                                 " (in use, or no permission)"));
   }
-  if (!socket_path.empty()) chmod(socket_path.c_str(), 0660);
-  fprintf(stderr,
-          "batchd: level=info event=ready pid=%d listen=%s data_root=%s "
-          "threads=%d shm_prefix=%s\n",
-          getpid(), listen.c_str(), (*core)->options().data_root.c_str(),
-          (*core)->options().threads, options.shm_prefix.c_str());
+  if (!socket_path.empty()) {
+    chmod(socket_path.c_str(), config.socket_mode);
+    if (socket_gid != gid_t(-1) &&
+        chown(socket_path.c_str(), uid_t(-1), socket_gid) != 0) {
+      return Fail(1, absl::StrCat("cannot give ", socket_path, " to group ",
+                                  config.socket_group, ": ",
+                                  strerror(errno)));
+    }
+  }
+  std::unique_ptr<batchd::MetricsServer> metrics;
+  if (!config.metrics_listen.empty()) {
+    auto m = batchd::MetricsServer::Start(config.metrics_listen, **core);
+    if (!m.ok()) return Fail(1, std::string(m.status().message()));
+    metrics = std::move(*m);
+  }
+  batchd::Log(batchd::LogLevel::kInfo, "ready",
+              {{"pid", std::to_string(getpid())},
+               {"listen", socket_path.empty()
+                              ? absl::StrCat("tcp://", HostOf(grpc_address),
+                                             ":", port)
+                              : listen},
+               {"data_root", (*core)->options().data_root},
+               {"threads", std::to_string((*core)->options().threads)},
+               {"shm_prefix", config.core.shm_prefix},
+               {"metrics", config.metrics_listen}});
+  // systemd (Type=notify): ready only now that the socket accepts.
+  sd_notify(0, "READY=1");
+  std::atomic<bool> stopping{false};
+  std::thread watchdog;
+  uint64_t watchdog_usec = 0;
+  if (sd_watchdog_enabled(0, &watchdog_usec) > 0) {
+    watchdog = std::thread([&stopping, watchdog_usec] {
+      while (!stopping.load()) {
+        sd_notify(0, "WATCHDOG=1");
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(watchdog_usec / 3));
+      }
+    });
+  }
 
   int sig = 0;
   sigwait(&signals, &sig);
-  fprintf(stderr, "batchd: level=info event=shutdown signal=%s\n",
-          sig == SIGINT ? "SIGINT" : "SIGTERM");
+  sd_notify(0, "STOPPING=1");
+  batchd::Log(batchd::LogLevel::kInfo, "shutdown",
+              {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+  stopping.store(true);
+  if (watchdog.joinable()) watchdog.join();
+  metrics.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   core->reset();  // closes every stream, unlinks every segment
@@ -275,6 +290,6 @@ int main(int argc, char** argv) {
     // on different files of the same name.
     unlink(socket_path.c_str());
   }
-  fprintf(stderr, "batchd: level=info event=stopped\n");
+  batchd::Log(batchd::LogLevel::kInfo, "stopped");
   return 0;
 }

@@ -1,0 +1,360 @@
+// Flags and the TOML config file; see config.h.
+#include "server/config.h"
+
+#include <grp.h>
+
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace batchd {
+
+namespace {
+
+enum class Kind { kString, kInt, kDouble, kBool };
+
+struct Flag {
+  const char* name;
+  Kind kind;
+  const char* value;  // placeholder in --help
+  const char* help;
+  std::function<absl::Status(DaemonConfig*, const std::string&)> set;
+  std::function<std::string(const DaemonConfig&)> get;
+};
+
+absl::Status ParseU64(const std::string& flag, const std::string& v,
+                      uint64_t lo, uint64_t* out) {
+  if (!absl::SimpleAtoi(v, out) || *out < lo) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " wants an integer >= ", lo, ", not '", v, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDouble(const std::string& flag, const std::string& v,
+                         double* out) {
+  if (!absl::SimpleAtod(v, out) || *out < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " wants a number >= 0, not '", v, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseBool(const std::string& flag, const std::string& v,
+                       bool* out) {
+  if (v == "true" || v == "1" || v == "yes") {
+    *out = true;
+  } else if (v == "false" || v == "0" || v == "no") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " wants true or false, not '", v, "'"));
+  }
+  return absl::OkStatus();
+}
+
+#define U64_FLAG(NAME, FIELD, LO, VALUE, HELP)                            \
+  Flag {                                                                  \
+    NAME, Kind::kInt, VALUE, HELP,                                        \
+        [](DaemonConfig* c, const std::string& v) {                       \
+          uint64_t n;                                                     \
+          absl::Status s = ParseU64(NAME, v, LO, &n);                     \
+          if (s.ok()) c->FIELD = decltype(c->FIELD)(n);                   \
+          return s;                                                       \
+        },                                                                \
+        [](const DaemonConfig& c) { return absl::StrCat(uint64_t(c.FIELD)); } \
+  }
+#define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                             \
+  Flag {                                                                  \
+    NAME, Kind::kDouble, VALUE, HELP,                                     \
+        [](DaemonConfig* c, const std::string& v) {                       \
+          return ParseDouble(NAME, v, &c->FIELD);                         \
+        },                                                                \
+        [](const DaemonConfig& c) { return absl::StrCat(c.FIELD); }       \
+  }
+#define STRING_FLAG(NAME, FIELD, VALUE, HELP)                             \
+  Flag {                                                                  \
+    NAME, Kind::kString, VALUE, HELP,                                     \
+        [](DaemonConfig* c, const std::string& v) {                       \
+          c->FIELD = v;                                                   \
+          return absl::OkStatus();                                        \
+        },                                                                \
+        [](const DaemonConfig& c) { return c.FIELD; }                     \
+  }
+
+const std::vector<Flag>& Flags() {
+  static const std::vector<Flag>* flags = new std::vector<Flag>{
+      STRING_FLAG("listen", listen, "ADDR",
+                  "where the gRPC control plane listens: unix:///path or "
+                  "tcp://127.0.0.1:PORT (TCP binds loopback only unless "
+                  "--allow-remote). Default: unix:///run/batchd/batchd.sock"),
+      STRING_FLAG("data-root", core.data_root, "DIR",
+                  "data paths of stream specs are confined to DIR ('..' "
+                  "and symlinks out of it are refused). Default: the "
+                  "current directory"),
+      U64_FLAG("threads", core.threads, 0, "N",
+               "worker threads shared by every stream and rank; 0: the "
+               "cores this process may use. Default: 0"),
+      STRING_FLAG("shm-prefix", core.shm_prefix, "NAME",
+                  "first part of segment names "
+                  "(/dev/shm/NAME.<uid>.<stream>.<rank>). Default: batchd"),
+      STRING_FLAG("shm-group", shm_group, "GROUP",
+                  "give this group (name or gid) read/write access to the "
+                  "rings (mode 0660). Default: owner only (0600)"),
+      U64_FLAG("slots", core.default_slots, 1, "N",
+               "ring slots per rank when a spec asks for 0. Default: 4"),
+      DOUBLE_FLAG("client-stale-seconds", core.client_stale_seconds, "S",
+                  "a client in another pid namespace whose heartbeat is "
+                  "older than S is taken as dead. Default: 10"),
+      DOUBLE_FLAG("idle-stream-seconds", core.idle_stream_seconds, "S",
+                  "forget a stream none of whose ranks has been attached "
+                  "for S seconds. Default: 300"),
+      U64_FLAG("max-streams", core.max_streams, 1, "N",
+               "streams served at once. Default: 64"),
+      U64_FLAG("max-stream-bytes", core.max_stream_bytes, 0, "BYTES",
+               "ring bytes one stream may hold on this node; 0: no limit. "
+               "Default: 0"),
+      U64_FLAG("max-ring-bytes", core.max_total_bytes, 0, "BYTES",
+               "ring bytes of all streams together; 0: no limit but "
+               "/dev/shm's size. Default: 0"),
+      Flag{"socket-mode", Kind::kString, "OCTAL",
+           "mode of the unix socket. Default: 0660",
+           [](DaemonConfig* c, const std::string& v) {
+             char* end = nullptr;
+             const unsigned long m = strtoul(v.c_str(), &end, 8);
+             if (v.empty() || *end != '\0' || m > 0777) {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--socket-mode wants an octal mode such as 0660, not '",
+                   v, "'"));
+             }
+             c->socket_mode = unsigned(m);
+             return absl::OkStatus();
+           },
+           [](const DaemonConfig& c) {
+             return absl::StrFormat("0%o", c.socket_mode);
+           }},
+      STRING_FLAG("socket-group", socket_group, "GROUP",
+                  "group of the unix socket (name or gid). Default: the "
+                  "daemon's"),
+      Flag{"allow-remote", Kind::kBool, "BOOL",
+           "let tcp:// listen on other than loopback; requires --tls-cert "
+           "and --tls-key. Default: false",
+           [](DaemonConfig* c, const std::string& v) {
+             return ParseBool("allow-remote", v, &c->allow_remote);
+           },
+           [](const DaemonConfig& c) {
+             return std::string(c.allow_remote ? "true" : "false");
+           }},
+      STRING_FLAG("tls-cert", tls_cert, "FILE",
+                  "PEM certificate chain for TCP (with --tls-key)"),
+      STRING_FLAG("tls-key", tls_key, "FILE", "PEM private key for TCP"),
+      STRING_FLAG("tls-client-ca", tls_client_ca, "FILE",
+                  "PEM roots: clients must present a certificate they sign"),
+      STRING_FLAG("metrics-listen", metrics_listen, "HOST:PORT",
+                  "serve Prometheus metrics at http://HOST:PORT/metrics "
+                  "(loopback unless --allow-remote). Default: off"),
+      Flag{"log-level", Kind::kString, "LEVEL",
+           "debug, info, warn or error. Default: info",
+           [](DaemonConfig* c, const std::string& v) {
+             if (v != "debug" && v != "info" && v != "warn" && v != "error") {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--log-level wants debug, info, warn or error, not '", v,
+                   "'"));
+             }
+             c->log_level = v;
+             return absl::OkStatus();
+           },
+           [](const DaemonConfig& c) { return c.log_level; }},
+      DOUBLE_FLAG("throughput-log-seconds", core.throughput_log_seconds, "S",
+                  "log a throughput line per stream every S seconds; 0: "
+                  "never. Default: 60"),
+  };
+  return *flags;
+}
+
+const Flag* FindFlag(const std::string& name) {
+  for (const Flag& f : Flags()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string Usage() {
+  std::string out =
+      "batchd - one input-pipeline server per node for data-parallel "
+      "training\n\n"
+      "Usage: batchd [--config FILE] [flags]\n\n"
+      "batchd reads, shuffles and prepares a data set once and writes every\n"
+      "local rank's slice of every global batch into a shared-memory ring of\n"
+      "that rank. Trainers attach with the batchd client (C++ "
+      "batchd::Loader,\n"
+      "Python batchd.Loader); operators use batchctl.\n\nFlags:\n";
+  for (const Flag& f : Flags()) {
+    out += absl::StrFormat("  --%s %s\n", f.name, f.value);
+    // Wrap the help at ~72 columns, indented.
+    std::istringstream words(f.help);
+    std::string word, line = "      ";
+    while (words >> word) {
+      if (line.size() + word.size() > 76) {
+        out += line + "\n";
+        line = "      ";
+      }
+      line += (line.size() > 6 ? " " : "") + word;
+    }
+    out += line + "\n";
+  }
+  out +=
+      "  --config FILE\n"
+      "      TOML file whose keys are the flag names above (data-root = "
+      "\"/data\");\n"
+      "      flags on the command line win\n"
+      "  --print-config\n"
+      "      print the merged settings as a config file and exit\n"
+      "  --version, --help\n\n"
+      "Signals: SIGTERM and SIGINT close every stream, unlink every "
+      "segment\nand exit 0. At start, segments left by dead batchd "
+      "processes are removed.\nUnder systemd (Type=notify) READY=1 is sent "
+      "once the socket accepts.\n\n"
+      "Exit codes: 0 clean shutdown, 1 could not start, 2 bad flags or "
+      "config.\n";
+  return out;
+}
+
+absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config %s line %d: %s", path, int(e.source().begin.line),
+        std::string(e.description())));
+  }
+  for (const auto& [key, node] : table) {
+    const std::string name(key.str());
+    const Flag* flag = FindFlag(name);
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("config %s line %d: unknown key '%s'", path,
+                          int(key.source().begin.line), name));
+    }
+    std::string value;
+    if (auto s = node.value<std::string>(); s && node.is_string()) {
+      value = *s;
+    } else if (node.is_integer()) {
+      value = absl::StrCat(*node.value<int64_t>());
+    } else if (node.is_floating_point()) {
+      value = absl::StrCat(*node.value<double>());
+    } else if (node.is_boolean()) {
+      value = *node.value<bool>() ? "true" : "false";
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config %s: key '%s' must be a string, number or boolean", path,
+          name));
+    }
+    if (absl::Status s = flag->set(config, value); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config ", path, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigToToml(const DaemonConfig& config) {
+  std::string out = "# batchd settings (defaults, config file and flags)\n";
+  for (const Flag& f : Flags()) {
+    const std::string v = f.get(config);
+    if (f.kind == Kind::kString) {
+      std::ostringstream quoted;
+      quoted << toml::value<std::string>(v);
+      out += absl::StrCat(f.name, " = ", quoted.str(), "\n");
+    } else {
+      out += absl::StrCat(f.name, " = ", v, "\n");
+    }
+  }
+  return out;
+}
+
+absl::Status ParseArgs(int argc, char** argv, DaemonConfig* config,
+                       ParsedArgs* parsed) {
+  // The file first, so that flags win whatever their order.
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string path;
+    if (arg == "--config" && i + 1 < argc) {
+      path = argv[i + 1];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      path = arg.substr(9);
+    } else {
+      continue;
+    }
+    if (absl::Status s = LoadConfigFile(path, config); !s.ok()) return s;
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      parsed->help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      parsed->version = true;
+      continue;
+    }
+    if (arg == "--print-config") {
+      parsed->print_config = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (see batchd --help)"));
+    }
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool has_eq = eq != std::string::npos;
+    if (has_eq) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "config") {
+      if (!has_eq) ++i;
+      continue;
+    }
+    const Flag* flag = FindFlag(name);
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '", arg, "' (see batchd --help)"));
+    }
+    if (!has_eq) {
+      if (flag->kind == Kind::kBool &&
+          (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)) {
+        value = "true";  // a bare boolean flag
+      } else if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value (see batchd --help)"));
+      } else {
+        value = argv[++i];
+      }
+    }
+    if (absl::Status s = flag->set(config, value); !s.ok()) return s;
+  }
+  if (!config->shm_group.empty()) {
+    int64_t gid;
+    if (absl::SimpleAtoi(config->shm_group, &gid)) {
+      config->core.shm_group = gid_t(gid);
+    } else if (group* gr = getgrnam(config->shm_group.c_str())) {
+      config->core.shm_group = gr->gr_gid;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shm-group: no group named '", config->shm_group, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace batchd

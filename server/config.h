@@ -1,0 +1,45 @@
+// The daemon's settings: one table of flags, each also a key of the TOML
+// config file (the flag's name without dashes: `data-root = "/data"`).
+// Defaults, then the file named by --config, then the command line.
+#ifndef BATCHD_SERVER_CONFIG_H_
+#define BATCHD_SERVER_CONFIG_H_
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/core.h"
+
+namespace batchd {
+
+struct DaemonConfig {
+  CoreOptions core;
+  std::string listen = "unix:///run/batchd/batchd.sock";
+  std::string shm_group;       // name or gid; resolved into core.shm_group
+  unsigned socket_mode = 0660;
+  std::string socket_group;
+  bool allow_remote = false;
+  std::string tls_cert, tls_key, tls_client_ca;
+  std::string metrics_listen;  // host:port; empty = no metrics endpoint
+  std::string log_level = "info";
+};
+
+struct ParsedArgs {
+  bool help = false;
+  bool version = false;
+  bool print_config = false;
+};
+
+// Applies --config FILE (wherever it stands) and then every flag. Errors
+// name the flag or the file, line and key.
+absl::Status ParseArgs(int argc, char** argv, DaemonConfig* config,
+                       ParsedArgs* parsed);
+absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
+// The merged settings as a config file.
+std::string ConfigToToml(const DaemonConfig& config);
+std::string Usage();
+
+}  // namespace batchd
+
+#endif  // BATCHD_SERVER_CONFIG_H_

@@ -1,0 +1,101 @@
+// key=value event lines with rate limiting; see log.h.
+#include "server/log.h"
+
+#include <time.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "client/process.h"
+
+namespace batchd {
+
+namespace {
+
+std::atomic<int> g_level{int(LogLevel::kInfo)};
+
+const char* LevelName(LogLevel l) {
+  switch (l) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kError: return "error";
+  }
+  return "info";
+}
+
+std::string Quote(const std::string& v) {
+  bool plain = !v.empty();
+  for (char c : v) {
+    if (c == ' ' || c == '"' || c == '=' || c == '\n') plain = false;
+  }
+  if (plain) return v;
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+struct Limiter {
+  std::mutex mu;
+  struct Entry {
+    uint64_t last_ns = 0;
+    uint64_t dropped = 0;
+  };
+  std::map<std::string, Entry> entries;  // guarded by mu
+};
+
+Limiter& limiter() {
+  static Limiter* l = new Limiter;
+  return *l;
+}
+
+constexpr uint64_t kRepeatNs = 10ULL * 1000 * 1000 * 1000;
+
+}  // namespace
+
+void SetLogLevel(const std::string& level) {
+  LogLevel l = LogLevel::kInfo;
+  if (level == "debug") l = LogLevel::kDebug;
+  if (level == "warn") l = LogLevel::kWarn;
+  if (level == "error") l = LogLevel::kError;
+  g_level.store(int(l));
+}
+
+void Log(LogLevel level, const std::string& event,
+         const std::vector<std::pair<std::string, std::string>>& fields) {
+  if (int(level) < g_level.load()) return;
+  std::string line;
+  for (const auto& [k, v] : fields) line += " " + k + "=" + Quote(v);
+  uint64_t dropped = 0;
+  if (level >= LogLevel::kWarn) {
+    Limiter& lim = limiter();
+    std::lock_guard<std::mutex> lock(lim.mu);
+    Limiter::Entry& e = lim.entries[event + line];
+    const uint64_t now = MonotonicNanos();
+    if (e.last_ns != 0 && now - e.last_ns < kRepeatNs) {
+      ++e.dropped;
+      return;
+    }
+    dropped = e.dropped;
+    e.dropped = 0;
+    e.last_ns = now;
+    if (lim.entries.size() > 10000) lim.entries.clear();  // bounded memory
+  }
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm t;
+  gmtime_r(&ts.tv_sec, &t);
+  char when[40];
+  strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &t);
+  if (dropped > 0) line += " repeats_dropped=" + std::to_string(dropped);
+  fprintf(stderr, "batchd: ts=%s.%03ldZ level=%s event=%s%s\n", when,
+          ts.tv_nsec / 1000000, LevelName(level), event.c_str(),
+          line.c_str());
+}
+
+}  // namespace batchd

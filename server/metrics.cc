@@ -1,0 +1,142 @@
+// Prometheus exposition and its HTTP endpoint; see metrics.h.
+#include "server/metrics.h"
+
+#include <civetweb.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace batchd {
+
+namespace {
+
+// Label values escape backslash, quote and newline.
+std::string Label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? 'n' : c;
+  }
+  return out;
+}
+
+struct Family {
+  const char* name;
+  const char* type;
+  const char* help;
+};
+
+}  // namespace
+
+std::string PrometheusText(const ServerStatusData& s) {
+  std::string out;
+  auto family = [&](const Family& f) {
+    absl::StrAppend(&out, "# HELP ", f.name, " ", f.help, "\n# TYPE ",
+                    f.name, " ", f.type, "\n");
+  };
+  auto sample = [&](const char* name, const std::string& labels,
+                    double value) {
+    absl::StrAppend(&out, name, labels.empty() ? "" : "{", labels,
+                    labels.empty() ? "" : "}", " ",
+                    absl::StrFormat("%.17g", value), "\n");
+  };
+  family({"batchd_threads", "gauge", "Threads of the server process."});
+  sample("batchd_threads", "", s.threads);
+  family({"batchd_worker_threads", "gauge", "Worker pool size."});
+  sample("batchd_worker_threads", "", s.worker_threads);
+  family({"batchd_rss_bytes", "gauge",
+          "Resident bytes of the server, without the rings."});
+  sample("batchd_rss_bytes", "", double(s.rss_bytes));
+  family({"batchd_ring_bytes", "gauge", "Bytes of all attached rings."});
+  sample("batchd_ring_bytes", "", double(s.ring_bytes));
+  family({"batchd_streams", "gauge", "Streams served."});
+  sample("batchd_streams", "", double(s.streams.size()));
+  family({"batchd_uptime_seconds", "gauge", "Seconds since start."});
+  sample("batchd_uptime_seconds", "", s.uptime_seconds);
+
+  const Family per_rank[] = {
+      {"batchd_examples_total", "counter", "Examples written to the ring."},
+      {"batchd_bytes_total", "counter", "Batch bytes written to the ring."},
+      {"batchd_ring_fill", "gauge", "Published slots not yet released."},
+      {"batchd_ring_slots", "gauge", "Slots of the ring."},
+      {"batchd_produced_step", "gauge", "Next step to publish."},
+      {"batchd_consumed_step", "gauge", "Steps released by the rank."},
+      {"batchd_data_wait_seconds_total", "counter",
+       "Time the rank waited for data."},
+      {"batchd_server_wait_seconds_total", "counter",
+       "Time the server waited on a full ring."},
+      {"batchd_rank_attached", "gauge", "1 while a client is attached."},
+  };
+  for (size_t k = 0; k < sizeof(per_rank) / sizeof(per_rank[0]); ++k) {
+    family(per_rank[k]);
+    for (const StreamStatusData& st : s.streams) {
+      for (const RankStatusData& r : st.ranks) {
+        const std::string labels =
+            absl::StrCat("stream=\"", Label(st.spec.name), "\",rank=\"",
+                         r.rank, "\"");
+        const double values[] = {double(r.examples),
+                                 double(r.bytes),
+                                 double(r.ring_fill),
+                                 double(r.ring_slots),
+                                 double(r.produced_step),
+                                 double(r.consumed_step),
+                                 r.client_wait_seconds,
+                                 r.server_wait_seconds,
+                                 r.attached ? 1.0 : 0.0};
+        sample(per_rank[k].name, labels, values[k]);
+      }
+    }
+  }
+  family({"batchd_decode_errors_total", "counter",
+          "Examples that failed to decode (substituted or failed)."});
+  for (const StreamStatusData& st : s.streams) {
+    sample("batchd_decode_errors_total",
+           absl::StrCat("stream=\"", Label(st.spec.name), "\""),
+           double(st.decode_errors));
+  }
+  family({"batchd_skipped_examples_total", "counter",
+          "Examples skipped (e.g. too long)."});
+  for (const StreamStatusData& st : s.streams) {
+    sample("batchd_skipped_examples_total",
+           absl::StrCat("stream=\"", Label(st.spec.name), "\""),
+           double(st.skipped_examples));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen, Core& core) {
+  mg_init_library(0);
+  std::unique_ptr<MetricsServer> server(new MetricsServer(core));
+  // Two threads: a scrape is cheap and rare.
+  const char* options[] = {"listening_ports", listen.c_str(),
+                           "num_threads",     "2",
+                           nullptr};
+  mg_callbacks callbacks{};
+  server->ctx_ = mg_start(&callbacks, server.get(), options);
+  if (server->ctx_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", listen, " (in use, or a bad address)"));
+  }
+  mg_set_request_handler(server->ctx_, "/metrics", &MetricsServer::Handle,
+                         server.get());
+  return server;
+}
+
+MetricsServer::~MetricsServer() {
+  if (ctx_ != nullptr) mg_stop(ctx_);
+}
+
+int MetricsServer::Handle(mg_connection* conn, void* self) {
+  const std::string body =
+      PrometheusText(static_cast<MetricsServer*>(self)->core_.GetStatus());
+  mg_printf(conn,
+            "HTTP/1.1 200 OK\r\n"
+            "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+            body.size());
+  mg_write(conn, body.data(), body.size());
+  return 200;
+}
+
+}  // namespace batchd

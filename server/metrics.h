@@ -1,0 +1,41 @@
+// Prometheus text exposition of the server's status, served over HTTP by
+// civetweb (Debian's libcivetweb) at /metrics when --metrics-listen is set.
+//
+// Thread safety: MetricsServer calls Core::GetStatus from civetweb's threads
+// (Core is thread-safe); Start/destruction from one thread.
+#ifndef BATCHD_SERVER_METRICS_H_
+#define BATCHD_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/core.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace batchd {
+
+// The exposition text (version 0.0.4) of one status snapshot.
+std::string PrometheusText(const ServerStatusData& status);
+
+class MetricsServer {
+ public:
+  // Listens on "HOST:PORT" (PORT 0 is not supported by civetweb: pick one).
+  // `core` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& listen, Core& core);
+  ~MetricsServer();
+
+ private:
+  explicit MetricsServer(Core& core) : core_(core) {}
+  static int Handle(::mg_connection* conn, void* self);
+
+  Core& core_;
+  mg_context* ctx_ = nullptr;
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_SERVER_METRICS_H_

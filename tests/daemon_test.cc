@@ -1,0 +1,281 @@
+// The daemon as an operator runs it: config file round trip, systemd
+// readiness, Prometheus metrics, access control and limits, and one job's
+// stopped rank never stalling another job.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "batchd/loader.h"
+#include "client/ring.h"
+#include "tests/test_server.h"
+
+namespace batchd {
+namespace {
+
+using testing::TestServer;
+
+// Runs the daemon with `args` to completion; returns exit status and output.
+int RunDaemon(const std::string& args, std::string* out) {
+  const std::string cmd = testing::DaemonPath() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  return pclose(p);
+}
+
+LoaderOptions Options(const TestServer& s, const std::string& stream,
+                      int world = 1, int rank = 0) {
+  LoaderOptions o;
+  o.server = s.address();
+  o.stream = stream;
+  o.global_batch_size = 8;
+  o.world_size = world;
+  o.rank = rank;
+  o.slots = 2;
+  o.options = {{"examples", "1000"}, {"payload_bytes", "1024"}};
+  o.timeout_seconds = 20;
+  return o;
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) < 0) return "";
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
+  close(fd);
+  return resp;
+}
+
+TEST(DaemonTest, ConfigFileRoundTripsAndFlagsWin) {
+  const std::string dir = testing::MakeTempDir();
+  std::string printed;
+  ASSERT_EQ(RunDaemon("--threads 3 --max-streams 7 --log-level warn "
+                      "--listen unix://" + dir + "/x.sock --print-config",
+                      &printed),
+            0)
+      << printed;
+  EXPECT_NE(printed.find("threads = 3"), std::string::npos) << printed;
+  std::ofstream(dir + "/batchd.toml") << printed;
+  std::string again;
+  ASSERT_EQ(RunDaemon("--config " + dir + "/batchd.toml --print-config",
+                      &again),
+            0);
+  EXPECT_EQ(again, printed) << "the file did not reproduce the flags";
+  std::string overridden;
+  ASSERT_EQ(RunDaemon("--threads 5 --config " + dir +
+                          "/batchd.toml --print-config",
+                      &overridden),
+            0);
+  EXPECT_NE(overridden.find("threads = 5"), std::string::npos);
+  EXPECT_NE(overridden.find("max-streams = 7"), std::string::npos);
+  std::ofstream(dir + "/bad.toml") << "threads = 2\nthredas = 4\n";
+  std::string bad;
+  const int status = RunDaemon("--config " + dir + "/bad.toml", &bad);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(bad.find("line 2: unknown key 'thredas'"), std::string::npos)
+      << bad;
+}
+
+TEST(DaemonTest, ReadyIsNotifiedOnlyOnceTheSocketAccepts) {
+  const std::string dir = testing::MakeTempDir();
+  const std::string notify = dir + "/notify";
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string sock = dir + "/d.sock";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+    execl(testing::DaemonPath().c_str(), testing::DaemonPath().c_str(),
+          "--listen", ("unix://" + sock).c_str(), "--data-root", dir.c_str(),
+          "--shm-prefix", ("bdready" + std::to_string(getppid())).c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  timeval tv{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[256] = {0};
+  const ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+  ASSERT_GT(n, 0) << "no notification";
+  EXPECT_NE(std::string(buf).find("READY=1"), std::string::npos) << buf;
+  // The moment READY arrives, the socket already serves.
+  EXPECT_TRUE(testing::UnixSocketAccepts(sock));
+  kill(pid, SIGTERM);
+  int status;
+  waitpid(pid, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  close(fd);
+}
+
+TEST(DaemonTest, MetricsAreScrapedAndParse) {
+  const int port = FreePort();
+  TestServer server("metrics");
+  ASSERT_TRUE(server.Start(
+      {"--metrics-listen", "127.0.0.1:" + std::to_string(port)}));
+  auto l = Loader::Open(Options(server, "scraped"));
+  ASSERT_TRUE(l.ok()) << l.status();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*l)->Next().ok());
+  const std::string resp = HttpGet(port, "/metrics");
+  ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp;
+  const std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
+  // Every line is a comment or `name{labels} value`.
+  const std::regex sample(
+      R"(^([a-z_]+)(\{([a-z_]+="[^"]*",?)*\})? (-?[0-9.eE+-]+|NaN)$)");
+  std::istringstream in(body);
+  std::string line;
+  double examples = -1, threads = -1;
+  int samples = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+    ++samples;
+    if (line.rfind("batchd_examples_total{stream=\"scraped\",rank=\"0\"}", 0) ==
+        0) {
+      examples = std::stod(m[4]);
+    }
+    if (m[1] == "batchd_threads") threads = std::stod(m[4]);
+  }
+  EXPECT_GT(samples, 10);
+  EXPECT_GE(examples, 5 * 8);
+  EXPECT_GT(threads, 2);
+}
+
+TEST(DaemonTest, RemoteBindNeedsTheFlagAndTls) {
+  std::string out;
+  int status = RunDaemon("--listen tcp://0.0.0.0:45555", &out);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(out.find("loopback only"), std::string::npos) << out;
+  out.clear();
+  status = RunDaemon("--listen tcp://0.0.0.0:45555 --allow-remote", &out);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(out.find("needs --tls-cert and --tls-key"), std::string::npos)
+      << out;
+  out.clear();
+  status = RunDaemon("--metrics-listen 0.0.0.0:45556", &out);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(out.find("loopback only"), std::string::npos) << out;
+}
+
+TEST(DaemonTest, AnotherUserCannotOpenAPrivateRing) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  TestServer server("uid");
+  ASSERT_TRUE(server.Start());
+  auto l = Loader::Open(Options(server, "private"));
+  ASSERT_TRUE(l.ok()) << l.status();
+  const std::string segment = (*l)->info().segment;
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    auto r = RingReader::Attach(segment);
+    _exit(r.ok() ? 1 : 0);
+  }
+  int status;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "nobody opened a 0600 ring";
+}
+
+TEST(DaemonTest, LimitsAreEnforcedWithClearErrors) {
+  TestServer server("limits");
+  ASSERT_TRUE(server.Start({"--max-streams", "2", "--max-stream-bytes",
+                            "100000", "--max-ring-bytes", "120000"}));
+  // Stream a's rank ring: 2 slots of 12288 bytes + the header = 28672.
+  auto a = Loader::Open(Options(server, "a", 2, 0));
+  ASSERT_TRUE(a.ok()) << a.status();
+  LoaderOptions big = Options(server, "b");
+  big.options["payload_bytes"] = "10000";  // 176128 bytes: over 100000
+  auto b = Loader::Open(big);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("--max-stream-bytes"),
+            std::string::npos)
+      << b.status();
+  LoaderOptions total = Options(server, "c");
+  total.options["payload_bytes"] = "4000";  // 77824 bytes: under 100000
+  auto c = Loader::Open(total);
+  ASSERT_TRUE(c.ok()) << c.status();
+  // 28672 + 77824 in use; 28672 more would pass 120000.
+  auto a1 = Loader::Open(Options(server, "a", 2, 1));
+  ASSERT_FALSE(a1.ok());
+  EXPECT_NE(a1.status().message().find("--max-ring-bytes"), std::string::npos)
+      << a1.status();
+  auto d = Loader::Open(Options(server, "d"));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("--max-streams 2"), std::string::npos)
+      << d.status();
+  // Oversized or invalid fields.
+  LoaderOptions o = Options(server, std::string(65, 'x'));
+  EXPECT_NE(Loader::Open(o).status().message().find("stream name"),
+            std::string::npos);
+  o = Options(server, "e");
+  o.options["payload_bytes"] = std::string(5000, '1');
+  EXPECT_NE(Loader::Open(o).status().message().find("the limit is 4096"),
+            std::string::npos);
+  o = Options(server, "e");
+  for (int i = 0; i < 70; ++i) o.options["k" + std::to_string(i)] = "1";
+  EXPECT_NE(Loader::Open(o).status().message().find("the limit is 64"),
+            std::string::npos);
+  EXPECT_TRUE((*a)->Next().ok()) << "the daemon still serves";
+}
+
+TEST(DaemonTest, AStoppedRankOfOneJobNeverStallsAnother) {
+  TestServer server("jobs");
+  ASSERT_TRUE(server.Start({}, 2));
+  // Job A: rank 1 attaches and never reads, so its ring stays full.
+  auto a0 = Loader::Open(Options(server, "jobA", 2, 0));
+  auto a1 = Loader::Open(Options(server, "jobA", 2, 1));
+  ASSERT_TRUE(a0.ok() && a1.ok());
+  auto b = Loader::Open(Options(server, "jobB"));
+  ASSERT_TRUE(b.ok());
+  // Job B and job A's live rank go on far past any ring's capacity.
+  for (int i = 0; i < 2000; ++i) {
+    absl::StatusOr<Batch> batch = (*b)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_EQ(batch->step(), uint64_t(i));
+    if (i % 10 == 0) {
+      ASSERT_TRUE((*a0)->Next().ok());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace batchd
