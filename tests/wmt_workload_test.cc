@@ -1,0 +1,699 @@
+// The wmt workload on tiny generated data: packed train rows equal the
+// packing rule applied to the tokenizer's output, whatever the source,
+// thread or order of calls; cursors; eval rows and weights; bad input.
+#include <link.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#ifdef BATCHD_TEST_WITH_PROTOBUF
+#include "google/protobuf/stubs/common.h"
+#endif
+#include "workloads/common/tfrecord.h"
+#include "workloads/wmt/packing.h"
+#include "workloads/wmt/sentencepiece_model.h"
+#include "workloads/wmt/tokenizer.h"
+#include "workloads/wmt/wmt.h"
+
+namespace batchd {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using wmt::PackedRow;
+using wmt::TokenPair;
+
+struct Pair {
+  std::string de, en;
+};
+
+constexpr size_t kTrainPairs = 700;
+constexpr size_t kModelLines = 450;  // the model never sees the rest
+
+// German- and English-like sentences with WMT's shape: mostly short, a few
+// over 256 tokens; pairs past kModelLines may hold a character the model
+// has not seen (SentencePiece's unk, id 0).
+std::vector<Pair> MakePairs(size_t n, uint64_t seed) {
+  static const char* const kDe[] = {
+      "der",       "die",     "das",       "und",   "nicht",      "über",
+      "Straße",    "Mädchen", "größer",    "schön", "Häuser",     "früh",
+      "Regierung", "Europa",  "Parlament", "wir",   "müssen",     "heute",
+      "Bürger",    "Frage",   "Antwort",   "weiß",  "Kommission", "Rat"};
+  static const char* const kEn[] = {
+      "the",        "and",      "not",        "over",   "street",
+      "girl",       "bigger",   "beautiful",  "houses", "early",
+      "government", "Europe",   "parliament", "we",     "must",
+      "today",      "citizens", "question",   "answer", "white",
+      "commission", "council",  "of",         "to"};
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> words(std::log(10.0), 0.6);
+  std::vector<Pair> pairs(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int w = i % 97 == 13 ? 300 : std::clamp(int(words(rng)), 1, 80);
+    for (int k = 0; k < w; ++k) {
+      pairs[i].de += std::string(k ? " " : "") + kDe[rng() % 24];
+      pairs[i].en += std::string(k ? " " : "") + kEn[rng() % 24];
+    }
+    if (i >= kModelLines && i % 5 == 0) pairs[i].de += " \u2603.";
+    pairs[i].en += ".";
+  }
+  return pairs;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void WriteText(const std::string& dir, const std::string& split,
+               const std::vector<Pair>& pairs) {
+  std::string de, en;
+  for (const Pair& p : pairs) {
+    de += p.de + "\n";
+    en += p.en + "\n";
+  }
+  WriteFile(dir + "/" + split + ".de", de);
+  WriteFile(dir + "/" + split + ".en", en);
+}
+
+std::string TfdsDir(const std::string& dir, const std::string& builder) {
+  const std::string d = dir + "/" + builder + "/de-en/1.0.0";
+  fs::create_directories(d);
+  return d;
+}
+
+// Writes `pairs` as `shards` TFDS shards of split `split`.
+void WriteTfds(const std::string& dir, const std::string& split,
+               const std::vector<Pair>& pairs, int shards) {
+  const std::string builder =
+      split == "train" ? "wmt17_translate" : "wmt14_translate";
+  const std::string d = TfdsDir(dir, builder);
+  for (int s = 0; s < shards; ++s) {
+    std::vector<std::string> records;
+    for (size_t i = s; i < pairs.size(); i += shards) {
+      ExampleFeatures f;
+      f.bytes["de"] = {pairs[i].de};
+      f.bytes["en"] = {pairs[i].en};
+      records.push_back(SerializeExample(f));
+    }
+    char name[128];
+    snprintf(name, sizeof(name), "/%s-%s.tfrecord-%05d-of-%05d",
+             builder.c_str(), split.c_str(), s, shards);
+    ASSERT_TRUE(WriteTFRecordFile(d + name, records).ok());
+  }
+}
+
+// The order WriteTfds stores pairs in (round robin over shards).
+std::vector<Pair> TfdsOrder(const std::vector<Pair>& pairs, int shards) {
+  std::vector<Pair> out;
+  for (int s = 0; s < shards; ++s) {
+    for (size_t i = s; i < pairs.size(); i += shards) out.push_back(pairs[i]);
+  }
+  return out;
+}
+
+class WmtWorkloadTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/batchd-wmt-XXXXXX";
+    root_ = new std::string(mkdtemp(tmpl));
+    pairs_ = new std::vector<Pair>(MakePairs(kTrainPairs, 1));
+    eval_pairs_ = new std::vector<Pair>(MakePairs(150, 2));
+    std::string corpus;
+    for (size_t i = 0; i < kModelLines; ++i) {
+      corpus += (*pairs_)[i].de + "\n" + (*pairs_)[i].en + "\n";
+    }
+    WriteFile(*root_ + "/corpus.txt", corpus);
+    // Unigram, default ids (unk 0, bos 1, eos 2), character_coverage 1.0,
+    // as AlgoPerf trains its model.
+    std::string error;
+    ASSERT_TRUE(wmt::TrainSentencePiece(
+        "--input=" + *root_ + "/corpus.txt --model_prefix=" + *root_ +
+            "/spm --vocab_size=300 --model_type=unigram "
+            "--character_coverage=1.0 --hard_vocab_limit=false "
+            "--num_threads=1 --minloglevel=2",
+        &error))
+        << error;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*root_, ec);
+  }
+
+  // A fresh data directory holding the model.
+  std::string NewDataDir() {
+    const std::string d = *root_ + "/data" + std::to_string(dirs_++);
+    fs::create_directories(d);
+    fs::copy_file(*root_ + "/spm.model", d + "/wmt_sentencepiece_model");
+    return d;
+  }
+
+  static absl::StatusOr<std::unique_ptr<Workload>> Create(
+      const std::string& data, const std::string& split,
+      std::map<std::string, std::string> options = {}) {
+    WorkloadConfig c;
+    c.data_path = data;
+    c.split = split;
+    c.options = std::move(options);
+    c.options.emplace("index_threads", "2");
+    return CreateWmtWorkload(c);
+  }
+
+  static std::unique_ptr<wmt::Tokenizer> LoadTokenizer() {
+    auto t = wmt::Tokenizer::Load(*root_ + "/spm.model");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::move(*t) : nullptr;
+  }
+
+  // The rule applied to the tokenizer's output: what the rows must be.
+  static std::vector<PackedRow> ExpectedRows(const std::vector<Pair>& pairs,
+                                             const std::vector<uint64_t>& order,
+                                             size_t* dropped) {
+    auto tok = LoadTokenizer();
+    std::vector<TokenPair> kept;
+    *dropped = 0;
+    for (uint64_t id : order) {
+      TokenPair p;
+      auto fate = tok->TokenizePair(pairs[id].de, pairs[id].en, 256, false, &p);
+      EXPECT_TRUE(fate.ok());
+      if (*fate == wmt::PairFate::kKept) {
+        kept.push_back(std::move(p));
+      } else {
+        ++*dropped;
+      }
+    }
+    return wmt::PackStream(kept, 256, 256);
+  }
+
+  static EpochOrder Order(const std::vector<uint64_t>& ids, uint64_t epoch) {
+    EpochOrder o;
+    o.seed = 5;
+    o.epoch = epoch;
+    o.num_examples = ids.size();
+    o.id_at = [ids](uint64_t p) { return ids[p]; };
+    return o;
+  }
+
+  static std::vector<uint64_t> Shuffled(size_t n, uint64_t seed) {
+    std::vector<uint64_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed));
+    return ids;
+  }
+
+  // Every row of the epoch, as PackedRows (int32 tensors).
+  static std::vector<PackedRow> AllRows(const Workload& w,
+                                        const EpochOrder& order,
+                                        WorkloadCounters* counters,
+                                        std::vector<RowCursor>* cursors) {
+    std::vector<PackedRow> rows;
+    auto n = w.RowsInEpoch(order);
+    EXPECT_TRUE(n.ok()) << n.status();
+    if (!n.ok()) return rows;
+    for (uint64_t r = 0; r < *n; ++r) {
+      PackedRow row;
+      std::vector<int32_t>* v[] = {
+          &row.inputs,           &row.targets,
+          &row.inputs_position,  &row.inputs_segmentation,
+          &row.targets_position, &row.targets_segmentation};
+      uint8_t* out[6];
+      for (int k = 0; k < 6; ++k) {
+        v[k]->resize(256);
+        out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
+      }
+      RowCursor cursor;
+      absl::Status s = w.FillRow(order, r, out, &cursor, counters);
+      EXPECT_TRUE(s.ok()) << s;
+      if (cursors) cursors->push_back(cursor);
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+
+  static void ExpectRowsEqual(const std::vector<PackedRow>& a,
+                              const std::vector<PackedRow>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      SCOPED_TRACE(r);
+      EXPECT_EQ(a[r].inputs, b[r].inputs);
+      EXPECT_EQ(a[r].targets, b[r].targets);
+      EXPECT_EQ(a[r].inputs_position, b[r].inputs_position);
+      EXPECT_EQ(a[r].inputs_segmentation, b[r].inputs_segmentation);
+      EXPECT_EQ(a[r].targets_position, b[r].targets_position);
+      EXPECT_EQ(a[r].targets_segmentation, b[r].targets_segmentation);
+    }
+  }
+
+  static std::string* root_;
+  static std::vector<Pair>* pairs_;
+  static std::vector<Pair>* eval_pairs_;
+  static int dirs_;
+};
+
+std::string* WmtWorkloadTest::root_;
+std::vector<Pair>* WmtWorkloadTest::pairs_;
+std::vector<Pair>* WmtWorkloadTest::eval_pairs_;
+int WmtWorkloadTest::dirs_ = 0;
+
+TEST_F(WmtWorkloadTest, TrainRowsArePackStreamOfTheTokenizedEpoch) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto w = Create(d, "train");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE((*w)->packs_rows());
+  EXPECT_TRUE((*w)->shuffle());
+  EXPECT_EQ((*w)->num_examples(), kTrainPairs);
+  ASSERT_EQ((*w)->tensors().size(), 6u);
+  EXPECT_EQ((*w)->tensors()[3].name, "inputs_segmentation");
+  EXPECT_EQ((*w)->tensors()[0].ExampleBytes(), 256u * 4);
+
+  for (uint64_t epoch : {0, 1}) {
+    const std::vector<uint64_t> ids = Shuffled(kTrainPairs, 100 + epoch);
+    size_t dropped;
+    const std::vector<PackedRow> expected =
+        ExpectedRows(*pairs_, ids, &dropped);
+    ASSERT_GT(dropped, 3u);  // the long pairs
+    ASSERT_GT(expected.size(), 4u);
+    WorkloadCounters counters;
+    ExpectRowsEqual(AllRows(**w, Order(ids, epoch), &counters, nullptr),
+                    expected);
+    EXPECT_EQ(counters.skipped_examples.load(), dropped);
+    EXPECT_EQ(counters.decode_errors.load(), 0u);
+  }
+  // Some rows hold unk (0) tokens inside examples: AlgoPerf's quirk path.
+  const std::vector<uint64_t> ids = Shuffled(kTrainPairs, 100);
+  size_t dropped;
+  bool zero_inside = false;
+  for (const PackedRow& row : ExpectedRows(*pairs_, ids, &dropped)) {
+    for (size_t i = 0; i < 256; ++i) {
+      zero_inside |= row.inputs[i] == 0 && row.inputs_segmentation[i] == 0 &&
+                     i + 1 < 256 && row.inputs[i + 1] != 0;
+    }
+  }
+  EXPECT_TRUE(zero_inside);
+}
+
+TEST_F(WmtWorkloadTest, TfdsShardsGiveTheRowsOfTheSamePairs) {
+  const std::string d = NewDataDir();
+  WriteTfds(d, "train", *pairs_, 3);
+  auto w = Create(d, "train");
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<Pair> stored = TfdsOrder(*pairs_, 3);
+  const std::vector<uint64_t> ids = Shuffled(kTrainPairs, 9);
+  size_t dropped;
+  ExpectRowsEqual(AllRows(**w, Order(ids, 0), nullptr, nullptr),
+                  ExpectedRows(stored, ids, &dropped));
+  // source=text on a TFDS-only directory names what it looked for.
+  auto text = Create(d, "train", {{"source", "text"}});
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(text.status().message(), HasSubstr("train.de"));
+}
+
+TEST_F(WmtWorkloadTest, CursorsNameWindowAndRowAndInvert) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto w = Create(d, "train");
+  ASSERT_TRUE(w.ok());
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 3), 4);
+  std::vector<RowCursor> cursors;
+  const std::vector<PackedRow> rows = AllRows(**w, order, nullptr, &cursors);
+  ASSERT_FALSE(rows.empty());
+  uint64_t window = 0, row_in_window = 0;
+  for (size_t r = 0; r < cursors.size(); ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(cursors[r].epoch, 4u);
+    if (cursors[r].window != window) {
+      EXPECT_EQ(cursors[r].window, window + 1);
+      window = cursors[r].window;
+      row_in_window = 0;
+    }
+    EXPECT_EQ(cursors[r].row, row_in_window++);
+    auto back = wmt::RowAtCursor(**w, order, cursors[r]);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, r);
+  }
+  // (kTrainPairs - dropped) kept pairs make ceil(kept / 256) windows.
+  EXPECT_EQ(window + 1, 3u);
+  EXPECT_FALSE(wmt::RowAtCursor(**w, order, {4, 99, 0}).ok());
+  EXPECT_FALSE(wmt::RowAtCursor(**w, order, {3, 0, 0}).ok());
+  EXPECT_EQ((*w)->RowsInEpoch(order).value(), rows.size());
+  uint8_t* none[6] = {};
+  EXPECT_EQ((*w)->FillRow(order, rows.size(), none, nullptr, nullptr).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(WmtWorkloadTest, RowsDoNotDependOnThreadsOrCallOrder) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto w = Create(d, "train");
+  ASSERT_TRUE(w.ok());
+  // Several epochs at once exercise the per-epoch table cache and its LRU.
+  std::vector<EpochOrder> orders;
+  std::vector<std::vector<PackedRow>> sequential;
+  for (uint64_t e = 0; e < 6; ++e) {
+    orders.push_back(Order(Shuffled(kTrainPairs, 50 + e), e));
+    sequential.push_back(AllRows(**w, orders.back(), nullptr, nullptr));
+  }
+  auto fresh = Create(d, "train");  // lengths built from the threads below
+  ASSERT_TRUE(fresh.ok());
+  std::vector<std::vector<PackedRow>> parallel(orders.size());
+  for (size_t e = 0; e < orders.size(); ++e) {
+    parallel[e].resize(sequential[e].size());
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t e = 0; e < orders.size(); ++e) {
+        const size_t n = parallel[e].size();
+        for (size_t i = t; i < n; i += 4) {
+          const size_t r = n - 1 - i;  // backwards, interleaved
+          PackedRow& row = parallel[e][r];
+          std::vector<int32_t>* v[] = {
+              &row.inputs,           &row.targets,
+              &row.inputs_position,  &row.inputs_segmentation,
+              &row.targets_position, &row.targets_segmentation};
+          uint8_t* out[6];
+          for (int k = 0; k < 6; ++k) {
+            v[k]->resize(256);
+            out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
+          }
+          EXPECT_TRUE(
+              (*fresh)->FillRow(orders[e], r, out, nullptr, nullptr).ok());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t e = 0; e < orders.size(); ++e) {
+    ExpectRowsEqual(parallel[e], sequential[e]);
+  }
+}
+
+TEST_F(WmtWorkloadTest, Int64RowsHoldTheSameValues) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto w32 = Create(d, "train");
+  auto w64 = Create(d, "train", {{"dtype", "int64"}});
+  ASSERT_TRUE(w32.ok() && w64.ok());
+  EXPECT_EQ((*w64)->tensors()[0].dtype, shm::DTypeCode::kInt64);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 1), 0);
+  const std::vector<PackedRow> rows = AllRows(**w32, order, nullptr, nullptr);
+  std::vector<std::vector<int64_t>> out64(6, std::vector<int64_t>(256));
+  uint8_t* out[6];
+  for (int k = 0; k < 6; ++k)
+    out[k] = reinterpret_cast<uint8_t*>(out64[k].data());
+  ASSERT_TRUE((*w64)->FillRow(order, 1, out, nullptr, nullptr).ok());
+  EXPECT_EQ(std::vector<int32_t>(out64[0].begin(), out64[0].end()),
+            rows[1].inputs);
+  EXPECT_EQ(std::vector<int32_t>(out64[5].begin(), out64[5].end()),
+            rows[1].targets_segmentation);
+}
+
+TEST_F(WmtWorkloadTest, EvalRowsArePaddedPairsWithWeights) {
+  const std::string d = NewDataDir();
+  WriteTfds(d, "validation", *eval_pairs_, 1);
+  auto w = Create(d, "validation");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE((*w)->packs_rows());
+  EXPECT_FALSE((*w)->shuffle());
+  ASSERT_EQ((*w)->tensors().size(), 3u);
+  EXPECT_EQ((*w)->tensors()[2].name, "weights");
+  EXPECT_EQ((*w)->tensors()[2].dtype, shm::DTypeCode::kFloat32);
+  auto tok = LoadTokenizer();
+  std::vector<TokenPair> kept;
+  for (const Pair& p : *eval_pairs_) {
+    TokenPair t;
+    if (*tok->TokenizePair(p.de, p.en, 256, false, &t) ==
+        wmt::PairFate::kKept) {
+      kept.push_back(t);
+    }
+  }
+  ASSERT_LT(kept.size(), eval_pairs_->size());  // long pairs are dropped
+  ASSERT_EQ((*w)->num_examples(), kept.size());
+  WorkloadCounters counters;
+  std::vector<int32_t> inputs(256), targets(256);
+  std::vector<float> weights(256);
+  uint8_t* out[3] = {reinterpret_cast<uint8_t*>(inputs.data()),
+                     reinterpret_cast<uint8_t*>(targets.data()),
+                     reinterpret_cast<uint8_t*>(weights.data())};
+  for (uint64_t i = 0; i < kept.size(); ++i) {
+    ExampleRef ex;
+    ex.id = ex.position = i;
+    ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+    std::vector<int32_t> want_in = kept[i].inputs, want_tg = kept[i].targets;
+    want_in.resize(256, 0);
+    want_tg.resize(256, 0);
+    EXPECT_EQ(inputs, want_in);
+    EXPECT_EQ(targets, want_tg);
+    for (size_t k = 0; k < 256; ++k) {
+      EXPECT_EQ(weights[k], targets[k] > 0 ? 1.0f : 0.0f);
+    }
+  }
+  EXPECT_EQ(counters.skipped_examples.load(),
+            eval_pairs_->size() - kept.size());
+  ExampleRef pad;
+  pad.valid = false;
+  ASSERT_TRUE((*w)->Fill(pad, out, &counters).ok());
+  EXPECT_EQ(inputs, std::vector<int32_t>(256, 0));
+  EXPECT_EQ(targets, std::vector<int32_t>(256, 0));
+  EXPECT_EQ(weights, std::vector<float>(256, 0.0f));
+  // The train path is not the eval path.
+  EXPECT_EQ((*w)->RowsInEpoch(Order({0}, 0)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+#ifdef BATCHD_TEST_WITH_PROTOBUF
+// The daemon has gRPC's libprotobuf loaded; Debian's libsentencepiece
+// carries another protobuf. This suite runs with both, as the daemon does.
+TEST_F(WmtWorkloadTest, SentencePieceLivesNextToLibprotobuf) {
+  GOOGLE_PROTOBUF_VERIFY_VERSION;
+  const bool loaded = dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void*) -> int {
+        return info->dlpi_name != nullptr &&
+               strstr(info->dlpi_name, "libprotobuf.so") != nullptr;
+      },
+      nullptr);
+  EXPECT_TRUE(loaded);
+  auto tok = LoadTokenizer();
+  ASSERT_NE(tok, nullptr);
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(tok->Encode("der Rat", &ids).ok());
+  EXPECT_EQ(ids.back(), 2);
+}
+#endif
+
+TEST(WmtUtf8, FindsTheFirstMalformedByte) {
+  using wmt::FirstInvalidUtf8;
+  constexpr size_t kNone = std::string_view::npos;
+  EXPECT_EQ(FirstInvalidUtf8(""), kNone);
+  EXPECT_EQ(FirstInvalidUtf8("Stra\xc3\x9f"
+                             "e \xe2\x82\xac \xf0\x9f\x98\x80"),
+            kNone);
+  EXPECT_EQ(FirstInvalidUtf8("ab\x80"), 2u);            // stray continuation
+  EXPECT_EQ(FirstInvalidUtf8("a\xc3"), 1u);             // cut short
+  EXPECT_EQ(FirstInvalidUtf8("\xc0\xaf"), 0u);          // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("x\xe0\x80\xaf"), 1u);     // overlong, 3 bytes
+  EXPECT_EQ(FirstInvalidUtf8("\xed\xa0\x80"), 0u);      // a surrogate
+  EXPECT_EQ(FirstInvalidUtf8("\xf4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("\xff"), 0u);
+}
+
+// --- Bad input
+// -----------------------------------------------------------------
+
+TEST_F(WmtWorkloadTest, MissingModelIsNotFoundNamingThePath) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto w = Create(d, "train", {{"vocab", "no_such_model"}});
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(w.status().message(), HasSubstr(d + "/no_such_model"));
+  WriteFile(d + "/garbage_model", "not a model");
+  w = Create(d, "train", {{"vocab", "garbage_model"}});
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(w.status().message(), HasSubstr("garbage_model"));
+  for (const char* outside : {"../spm.model", "/etc/passwd", "a/../../x"}) {
+    w = Create(d, "train", {{"vocab", outside}});
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << outside;
+  }
+  symlink((*root_ + "/spm.model").c_str(), (d + "/link_model").c_str());
+  w = Create(d, "train", {{"vocab", "link_model"}});
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(w.status().message(), HasSubstr("outside the data path"));
+}
+
+TEST_F(WmtWorkloadTest, BadOptionsAndSplitsAreRefused) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  EXPECT_THAT(Create(d, "train", {{"colour", "blue"}}).status().message(),
+              HasSubstr("unknown option 'colour'"));
+  EXPECT_THAT(Create(d, "train", {{"dtype", "float16"}}).status().message(),
+              HasSubstr("dtype"));
+  EXPECT_THAT(Create(d, "train", {{"max_length", "0"}}).status().message(),
+              HasSubstr("max_length"));
+  EXPECT_THAT(Create(d, "bogus").status().message(),
+              HasSubstr("unknown split 'bogus'"));
+  EXPECT_EQ(Create(d, "test").status().code(), absl::StatusCode::kNotFound);
+  auto w = Create(d, "train");
+  ASSERT_TRUE(w.ok());
+  uint8_t* none[6] = {};
+  EXPECT_EQ((*w)->Fill(ExampleRef{}, none, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(WmtWorkloadTest, CorruptRecordIsCountedAndDropped) {
+  const std::string d = NewDataDir();
+  WriteTfds(d, "train", *pairs_, 1);
+  const std::string shard = TfdsDir(d, "wmt17_translate") +
+                            "/wmt17_translate-train.tfrecord-00000-of-00001";
+  // Flip one byte inside record 1's data.
+  std::string bytes = ReadFile(shard);
+  ExampleFeatures first;
+  first.bytes["de"] = {(*pairs_)[0].de};
+  first.bytes["en"] = {(*pairs_)[0].en};
+  const size_t record0 = 12 + SerializeExample(first).size() + 4;
+  bytes[record0 + 12 + 5] ^= 0x40;
+  WriteFile(shard, bytes);
+  auto w = Create(d, "train");
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<uint64_t> ids(kTrainPairs);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<Pair> without1 = *pairs_;
+  without1.erase(without1.begin() + 1);
+  std::vector<uint64_t> ids_without1(kTrainPairs - 1);
+  std::iota(ids_without1.begin(), ids_without1.end(), 0);
+  size_t dropped;
+  WorkloadCounters counters;
+  ExpectRowsEqual(AllRows(**w, Order(ids, 0), &counters, nullptr),
+                  ExpectedRows(without1, ids_without1, &dropped));
+  EXPECT_EQ(counters.decode_errors.load(), 1u);
+  EXPECT_EQ(counters.skipped_examples.load(), dropped);
+}
+
+TEST_F(WmtWorkloadTest, TruncatedShardFailsNamingFileAndOffset) {
+  const std::string d = NewDataDir();
+  WriteTfds(d, "train", *pairs_, 2);
+  const std::string shard = TfdsDir(d, "wmt17_translate") +
+                            "/wmt17_translate-train.tfrecord-00001-of-00002";
+  const std::string bytes = ReadFile(shard);
+  WriteFile(shard, bytes.substr(0, bytes.size() - 3));
+  auto w = Create(d, "train");
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(w.status().message(), HasSubstr(shard));
+  EXPECT_THAT(w.status().message(), HasSubstr("truncated"));
+  EXPECT_THAT(w.status().message(), HasSubstr("offset"));
+}
+
+TEST_F(WmtWorkloadTest, MissingShardFails) {
+  const std::string d = NewDataDir();
+  WriteTfds(d, "train", *pairs_, 3);
+  fs::remove(TfdsDir(d, "wmt17_translate") +
+             "/wmt17_translate-train.tfrecord-00001-of-00003");
+  auto w = Create(d, "train");
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(w.status().message(), HasSubstr("00001 of 00003"));
+}
+
+TEST_F(WmtWorkloadTest, ExampleWithoutDeIsADecodeError) {
+  const std::string d = NewDataDir();
+  std::vector<std::string> records;
+  for (int i = 0; i < 5; ++i) {
+    ExampleFeatures f;
+    if (i != 2) f.bytes["de"] = {"der Rat"};
+    f.bytes["en"] = {"the council"};
+    if (i == 3) f.bytes["de"] = {"a", "b"};  // two values: also unusable
+    records.push_back(SerializeExample(f));
+  }
+  records.push_back("\x0a\xff garbage");  // not an Example at all
+  ASSERT_TRUE(
+      WriteTFRecordFile(TfdsDir(d, "wmt14_translate") +
+                            "/wmt14_translate-test.tfrecord-00000-of-00001",
+                        records)
+          .ok());
+  auto w = Create(d, "test");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->num_examples(), 3u);
+  WorkloadCounters counters;
+  std::vector<int32_t> a(256), b(256);
+  std::vector<float> c(256);
+  uint8_t* out[3] = {reinterpret_cast<uint8_t*>(a.data()),
+                     reinterpret_cast<uint8_t*>(b.data()),
+                     reinterpret_cast<uint8_t*>(c.data())};
+  for (uint64_t i = 0; i < 3; ++i) {
+    ExampleRef ex;
+    ex.id = i;
+    ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  }
+  EXPECT_EQ(counters.decode_errors.load(), 3u);
+}
+
+TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorAndEmptyLinesAreKept) {
+  const std::string d = NewDataDir();
+  WriteFile(d + "/validation.de",
+            "der Rat\n\xc3\x28 kaputt\n\nHäuser\r\nüber\xed\xa0\x80\n");
+  WriteFile(d + "/validation.en", "the council\nbroken\nempty\n\nover\n");
+  auto w = Create(d, "validation");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->num_examples(), 3u);  // lines 0, 2 and 3
+  WorkloadCounters counters;
+  std::vector<int32_t> in(256), tg(256);
+  std::vector<float> wt(256);
+  uint8_t* out[3] = {reinterpret_cast<uint8_t*>(in.data()),
+                     reinterpret_cast<uint8_t*>(tg.data()),
+                     reinterpret_cast<uint8_t*>(wt.data())};
+  ExampleRef ex;
+  ex.id = 1;  // line 2: an empty German side is EOS alone, as in AlgoPerf
+  ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  EXPECT_EQ(in[0], 2);
+  EXPECT_EQ(in[1], 0);
+  ex.id = 2;  // line 3: "Häuser\r" reads as "Häuser"; the English is empty
+  ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  EXPECT_EQ(tg[0], 2);
+  ex.id = 0;
+  ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  EXPECT_EQ(counters.decode_errors.load(), 2u);  // lines 1 and 4
+
+  auto skip = Create(d, "validation", {{"skip_empty", "1"}});
+  ASSERT_TRUE(skip.ok());
+  EXPECT_EQ((*skip)->num_examples(), 1u);
+  WorkloadCounters c2;
+  ex.id = 0;
+  ASSERT_TRUE((*skip)->Fill(ex, out, &c2).ok());
+  EXPECT_EQ(c2.skipped_examples.load(), 2u);
+  EXPECT_EQ(c2.decode_errors.load(), 2u);
+}
+
+TEST_F(WmtWorkloadTest, MisalignedTextFilesFail) {
+  const std::string d = NewDataDir();
+  WriteFile(d + "/train.de", "a\nb\nc\n");
+  WriteFile(d + "/train.en", "a\nb\n");
+  auto w = Create(d, "train");
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(w.status().message(), HasSubstr("3 lines"));
+  WriteFile(d + "/train.en", "");
+  WriteFile(d + "/train.de", "");
+  EXPECT_EQ(Create(d, "train").status().code(),
+            absl::StatusCode::kFailedPrecondition);  // no pairs
+  fs::remove(d + "/train.en");
+  EXPECT_EQ(Create(d, "train").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace batchd

@@ -1,0 +1,310 @@
+// TFDS and text sources of WMT pairs; see pair_source.h.
+#include "workloads/wmt/pair_source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "workloads/common/tfrecord.h"
+
+namespace batchd {
+namespace wmt {
+
+namespace {
+
+constexpr const char* kBuilders[] = {"wmt17_translate", "wmt14_translate"};
+
+// ---------------------------------------------------------------------------
+// TFDS shards
+
+class TfdsSource : public PairSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<PairSource>> Open(
+      const std::vector<std::string>& shards) {
+    std::unique_ptr<TfdsSource> s(new TfdsSource());
+    uint64_t total = 0;
+    for (const std::string& path : shards) {
+      absl::StatusOr<std::unique_ptr<TFRecordFile>> f =
+          TFRecordFile::Open(path);
+      if (!f.ok()) return f.status();
+      s->first_.push_back(total);
+      total += (*f)->size();
+      s->files_.push_back(std::move(*f));
+    }
+    s->first_.push_back(total);
+    s->describe_ = shards.empty() ? "" : shards.front();
+    if (shards.size() > 1)
+      absl::StrAppend(&s->describe_, " (+", shards.size() - 1, " shards)");
+    return std::unique_ptr<PairSource>(std::move(s));
+  }
+
+  uint64_t size() const override { return first_.back(); }
+  std::string Describe() const override { return describe_; }
+
+  absl::Status Read(uint64_t i, std::string* de,
+                    std::string* en) const override {
+    if (i >= size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("pair ", i, " out of range (", size(), ")"));
+    }
+    // first_ is sorted; the shard is the last one starting at or before i.
+    const size_t shard =
+        size_t(std::upper_bound(first_.begin(), first_.end(), i) -
+               first_.begin()) -
+        1;
+    const TFRecordFile& file = *files_[shard];
+    const size_t record = size_t(i - first_[shard]);
+    absl::StatusOr<std::string> bytes = file.Read(record);
+    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<ExampleFeatures> ex = ParseExample(*bytes);
+    if (!ex.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": record ", record, ": ", ex.status().message()));
+    }
+    for (auto [name, out] :
+         {std::pair<const char*, std::string*>{"de", de}, {"en", en}}) {
+      auto it = ex->bytes.find(name);
+      if (it == ex->bytes.end() || it->second.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            file.path(), ": record ", record,
+            ": the Example has no single-valued bytes feature '", name, "'"));
+      }
+      *out = std::move(it->second[0]);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TfdsSource() = default;
+  std::vector<std::unique_ptr<TFRecordFile>> files_;
+  std::vector<uint64_t> first_;  // first pair of each shard, then the total
+  std::string describe_;
+};
+
+// ---------------------------------------------------------------------------
+// Aligned text files
+
+// One read-only mapped text file and the start of each line.
+class LineFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<LineFile>> Open(
+      const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return errno == ENOENT
+                 ? absl::NotFoundError(absl::StrCat("no such file ", path))
+                 : absl::UnavailableError(absl::StrCat("cannot open ", path,
+                                                       ": ", strerror(errno)));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("cannot stat ", path, ": ", strerror(err)));
+    }
+    std::unique_ptr<LineFile> f(new LineFile(path));
+    f->size_ = uint64_t(st.st_size);
+    if (f->size_ > 0) {
+      void* p = mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        close(fd);
+        return absl::UnavailableError(
+            absl::StrCat("cannot map ", path, ": ", strerror(err)));
+      }
+      f->data_ = static_cast<const char*>(p);
+      madvise(p, f->size_, MADV_SEQUENTIAL);
+    }
+    close(fd);
+    // Line i is [starts_[i], starts_[i + 1] - 1); the sentinel is one past
+    // the end when the file does not end in '\n'.
+    uint64_t pos = 0;
+    while (pos < f->size_) {
+      f->starts_.push_back(pos);
+      const void* nl = memchr(f->data_ + pos, '\n', f->size_ - pos);
+      pos = nl == nullptr
+                ? f->size_ + 1
+                : uint64_t(static_cast<const char*>(nl) - f->data_) + 1;
+    }
+    f->starts_.push_back(std::max(pos, f->size_));
+    if (f->size_ > 0)
+      madvise(const_cast<char*>(f->data_), f->size_, MADV_RANDOM);
+    return f;
+  }
+
+  ~LineFile() {
+    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+  }
+
+  const std::string& path() const { return path_; }
+  uint64_t lines() const { return starts_.size() - 1; }
+  std::string Line(uint64_t i) const {
+    uint64_t begin = starts_[i], end = starts_[i + 1] - 1;
+    if (end > begin && data_[end - 1] == '\r') --end;
+    return std::string(data_ + begin, end - begin);
+  }
+
+ private:
+  explicit LineFile(std::string path) : path_(std::move(path)) {}
+  const std::string path_;
+  const char* data_ = nullptr;
+  uint64_t size_ = 0;
+  std::vector<uint64_t> starts_;
+};
+
+class TextSource : public PairSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<PairSource>> Open(
+      const std::string& de_path, const std::string& en_path) {
+    absl::StatusOr<std::unique_ptr<LineFile>> de = LineFile::Open(de_path);
+    if (!de.ok()) return de.status();
+    absl::StatusOr<std::unique_ptr<LineFile>> en = LineFile::Open(en_path);
+    if (!en.ok()) return en.status();
+    if ((*de)->lines() != (*en)->lines()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the text files are not aligned: ", de_path, " has ", (*de)->lines(),
+          " lines, ", en_path, " has ", (*en)->lines()));
+    }
+    return std::unique_ptr<PairSource>(
+        new TextSource(std::move(*de), std::move(*en)));
+  }
+
+  uint64_t size() const override { return de_->lines(); }
+  std::string Describe() const override {
+    return absl::StrCat(de_->path(), " + ", en_->path());
+  }
+
+  absl::Status Read(uint64_t i, std::string* de,
+                    std::string* en) const override {
+    if (i >= size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("pair ", i, " out of range (", size(), ")"));
+    }
+    *de = de_->Line(i);
+    *en = en_->Line(i);
+    return absl::OkStatus();
+  }
+
+ private:
+  TextSource(std::unique_ptr<LineFile> de, std::unique_ptr<LineFile> en)
+      : de_(std::move(de)), en_(std::move(en)) {}
+  const std::unique_ptr<LineFile> de_, en_;
+};
+
+bool ParseShardSuffix(const std::string& suffix, uint32_t* index,
+                      uint32_t* count) {
+  // "NNNNN-of-MMMMM"
+  const size_t of = suffix.find("-of-");
+  if (of == std::string::npos || of == 0) return false;
+  const std::string a = suffix.substr(0, of), b = suffix.substr(of + 4);
+  if (b.empty() || a.find_first_not_of("0123456789") != std::string::npos ||
+      b.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  return absl::SimpleAtoi(a, index) && absl::SimpleAtoi(b, count);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> FindTfdsShards(
+    const std::string& data, const std::string& split) {
+  std::vector<std::string> order(std::begin(kBuilders), std::end(kBuilders));
+  if (split != "train") std::swap(order[0], order[1]);
+  for (const std::string& builder : order) {
+    const std::filesystem::path dir =
+        std::filesystem::path(data) / builder / "de-en" / "1.0.0";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) continue;
+    const std::string prefix = builder + "-" + split + ".tfrecord-";
+    std::map<uint32_t, std::string> shards;
+    uint32_t expected_count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      uint32_t index = 0, count = 0;
+      if (!ParseShardSuffix(name.substr(prefix.size()), &index, &count)) {
+        continue;
+      }
+      if (expected_count != 0 && count != expected_count) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            dir.string(), ": shards of ", split, " disagree on their count (",
+            expected_count, " and ", count, ")"));
+      }
+      expected_count = count;
+      shards[index] = entry.path().string();
+    }
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
+    }
+    if (shards.empty()) continue;
+    std::vector<std::string> paths;
+    for (uint32_t k = 0; k < expected_count; ++k) {
+      auto it = shards.find(k);
+      if (it == shards.end()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s: shard %05u of %05u of %s is missing (found %u)", dir.string(),
+            k, expected_count, split, shards.size()));
+      }
+      paths.push_back(it->second);
+    }
+    if (shards.size() != expected_count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir.string(), ": ", shards.size(), " shards of ", split,
+                       " but their names say ", expected_count));
+    }
+    return paths;
+  }
+  return std::vector<std::string>{};
+}
+
+absl::StatusOr<std::unique_ptr<PairSource>> OpenPairSource(
+    const std::string& data, const std::string& split,
+    const std::string& kind) {
+  if (kind != "auto" && kind != "tfds" && kind != "text") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wmt: source='", kind, "' is not one of auto, tfds, text"));
+  }
+  if (split.empty() || split.find('/') != std::string::npos ||
+      split.find("..") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wmt: bad split name '", split, "'"));
+  }
+  std::vector<std::string> tried;
+  if (kind != "text") {
+    absl::StatusOr<std::vector<std::string>> shards =
+        FindTfdsShards(data, split);
+    if (!shards.ok()) return shards.status();
+    if (!shards->empty()) return TfdsSource::Open(*shards);
+    for (const char* b : kBuilders) {
+      tried.push_back(absl::StrCat(data, "/", b, "/de-en/1.0.0/", b, "-", split,
+                                   ".tfrecord-*"));
+    }
+  }
+  if (kind != "tfds") {
+    const std::string de = absl::StrCat(data, "/", split, ".de");
+    const std::string en = absl::StrCat(data, "/", split, ".en");
+    std::error_code ec;
+    if (std::filesystem::exists(de, ec) || std::filesystem::exists(en, ec)) {
+      return TextSource::Open(de, en);
+    }
+    tried.push_back(de + " and " + en);
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "wmt: no ", split, " data; looked for ", absl::StrJoin(tried, ", ")));
+}
+
+}  // namespace wmt
+}  // namespace batchd

@@ -1,0 +1,54 @@
+// Where WMT translation pairs come from: TFDS TFRecord shards or plain
+// aligned text files, both seen as N pairs (de, en) numbered from 0.
+//
+// How `data` (a directory) and `split` map to files, tried in this order
+// when the kind is "auto":
+//   tfds <data>/<builder>/de-en/1.0.0/<builder>-<split>.tfrecord-NNNNN-of-MMMMM
+//         with builder wmt17_translate for train and wmt14_translate for
+//         validation and test (AlgoPerf's choice); the other builder is
+//         tried next. Every shard 0..MMMMM-1 must be there; shards are read
+//         in order, records in file order.
+//   text  <data>/<split>.de and <data>/<split>.en, UTF-8, one sentence per
+//         line ('\n', a trailing '\r' is dropped), same line count.
+//
+// Thread safety: immutable after Open; Read may be called from any number
+// of threads at once.
+#ifndef BATCHD_WORKLOADS_WMT_PAIR_SOURCE_H_
+#define BATCHD_WORKLOADS_WMT_PAIR_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace batchd {
+namespace wmt {
+
+class PairSource {
+ public:
+  virtual ~PairSource() = default;
+  virtual uint64_t size() const = 0;
+  // Pair i. DataLoss or InvalidArgument (naming file and record or line) for
+  // a damaged record that readers may count and skip; other codes are I/O
+  // errors.
+  virtual absl::Status Read(uint64_t i, std::string* de,
+                            std::string* en) const = 0;
+  // What was opened, for messages: a directory and a file pattern.
+  virtual std::string Describe() const = 0;
+};
+
+// kind: "auto", "tfds" or "text". NotFound names every path it tried.
+absl::StatusOr<std::unique_ptr<PairSource>> OpenPairSource(
+    const std::string& data, const std::string& split, const std::string& kind);
+
+// The TFDS files of one split, sorted; empty when there are none. An
+// incomplete shard set (a missing NNNNN, mixed MMMMM) is an error.
+absl::StatusOr<std::vector<std::string>> FindTfdsShards(
+    const std::string& data, const std::string& split);
+
+}  // namespace wmt
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_WMT_PAIR_SOURCE_H_

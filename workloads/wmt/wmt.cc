@@ -1,0 +1,610 @@
+// The WMT workload; see wmt.h.
+#include "workloads/wmt/wmt.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "workloads/wmt/packing.h"
+#include "workloads/wmt/pair_source.h"
+#include "workloads/wmt/tokenizer.h"
+
+namespace batchd {
+namespace wmt {
+namespace {
+
+// Packed lengths of every pair; these values in `inputs` mark a dropped
+// pair (a kept one is at most max_length <= kMaxLength).
+constexpr uint16_t kDroppedTooLong = 0xffff;
+constexpr uint16_t kDroppedEmpty = 0xfffe;
+constexpr uint16_t kDroppedDamaged = 0xfffd;
+constexpr uint64_t kMaxLength = 4096;
+constexpr size_t kEpochTables = 4;  // per-epoch tables kept (LRU)
+
+bool Dropped(const PackedLengths& l) { return l.inputs > kMaxLength; }
+
+// As UintOption (workload.h), which this library cannot link: the workload
+// table links it.
+absl::StatusOr<uint64_t> Uint(const WorkloadConfig& config,
+                              const std::string& key, uint64_t def) {
+  auto it = config.options.find(key);
+  if (it == config.options.end()) return def;
+  uint64_t value;
+  if (!absl::SimpleAtoi(it->second, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wmt: option ", key, "='", it->second, "' is not an unsigned integer"));
+  }
+  return value;
+}
+
+struct Options {
+  std::string vocab = "wmt_sentencepiece_model";
+  std::string source = "auto";
+  bool int64 = false;
+  uint64_t max_length = 256;
+  bool skip_empty = false;
+  uint64_t index_threads = 0;
+};
+
+absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
+  static const char* const kKnown[] = {
+      "vocab", "source", "dtype", "max_length", "skip_empty", "index_threads"};
+  for (const auto& [key, value] : config.options) {
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
+          return key == k;
+        }) == std::end(kKnown)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "wmt: unknown option '", key,
+          "' (known: vocab, source, dtype, max_length, skip_empty, "
+          "index_threads)"));
+    }
+  }
+  Options o;
+  auto get = [&](const char* key, std::string* out) {
+    auto it = config.options.find(key);
+    if (it != config.options.end()) *out = it->second;
+  };
+  get("vocab", &o.vocab);
+  get("source", &o.source);
+  std::string dtype = "int32";
+  get("dtype", &dtype);
+  if (dtype != "int32" && dtype != "int64") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wmt: dtype='", dtype, "' is not int32 or int64"));
+  }
+  o.int64 = dtype == "int64";
+  absl::StatusOr<uint64_t> v = Uint(config, "max_length", 256);
+  if (!v.ok()) return v.status();
+  if (*v == 0 || *v > kMaxLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wmt: max_length=", *v, " is not in [1, ", kMaxLength, "]"));
+  }
+  o.max_length = *v;
+  v = Uint(config, "skip_empty", 0);
+  if (!v.ok()) return v.status();
+  if (*v > 1) {
+    return absl::InvalidArgumentError("wmt: skip_empty must be 0 or 1");
+  }
+  o.skip_empty = *v == 1;
+  v = Uint(config, "index_threads", 0);
+  if (!v.ok()) return v.status();
+  o.index_threads = *v;
+  if (o.index_threads == 0) {
+    o.index_threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+  return o;
+}
+
+// The model path: relative to the data directory and inside it, symlinks
+// resolved, since the data directory is what the server confines.
+absl::StatusOr<std::string> ModelPath(const std::string& data,
+                                      const std::string& vocab) {
+  if (vocab.empty() || vocab[0] == '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wmt: vocab='", vocab, "' must be a path relative to the data path"));
+  }
+  for (absl::string_view part : absl::StrSplit(vocab, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("wmt: vocab='", vocab, "' leaves the data path ('..')"));
+    }
+  }
+  const std::string path = data + "/" + vocab;
+  char resolved_data[PATH_MAX], resolved_model[PATH_MAX];
+  if (realpath(data.c_str(), resolved_data) != nullptr &&
+      realpath(path.c_str(), resolved_model) != nullptr) {
+    const std::string d = resolved_data, m = resolved_model;
+    if (m.compare(0, d.size(), d) != 0 || m.size() <= d.size() ||
+        (d != "/" && m[d.size()] != '/')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("wmt: the SentencePiece model ", path, " resolves to ",
+                       m, ", outside the data path ", d));
+    }
+  }
+  return path;  // a missing file is reported by Tokenizer::Load
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads; the first error stops
+// the others and is returned.
+absl::Status ParallelFor(uint64_t n, uint64_t threads,
+                         const std::function<absl::Status(uint64_t)>& fn) {
+  threads = std::max<uint64_t>(1, std::min<uint64_t>(threads, n / 64 + 1));
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  absl::Status first_error;
+  auto work = [&] {
+    constexpr uint64_t kChunk = 256;
+    while (!failed.load(std::memory_order_relaxed)) {
+      const uint64_t begin = next.fetch_add(kChunk);
+      if (begin >= n) return;
+      for (uint64_t i = begin; i < std::min(n, begin + kChunk); ++i) {
+        absl::Status s = fn(i);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = s;
+          failed = true;
+          return;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (uint64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return first_error;
+}
+
+void WriteTokens(const std::vector<int32_t>& v, bool int64, uint8_t* out) {
+  if (int64) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int64_t x = v[i];
+      memcpy(out + 8 * i, &x, 8);
+    }
+  } else {
+    memcpy(out, v.data(), 4 * v.size());
+  }
+}
+
+void WritePadded(const std::vector<int32_t>& tokens, size_t max_length,
+                 bool int64, uint8_t* out) {
+  std::vector<int32_t> row(max_length, 0);
+  std::copy(tokens.begin(),
+            tokens.begin() + std::min(tokens.size(), max_length), row.begin());
+  WriteTokens(row, int64, out);
+}
+
+// Where each window of one epoch starts, and its first row.
+struct EpochTable {
+  uint64_t seed = 0, epoch = 0, num_examples = 0;
+  // Position of the first pair each window considers (the one after the
+  // previous window's last kept pair), then num_examples.
+  std::vector<uint64_t> window_start;
+  // First row of each window, then the epoch's row count.
+  std::vector<uint64_t> first_row;
+  uint64_t windows() const { return first_row.size() - 1; }
+};
+
+// A pair of an eval split, with the drops just before it (to count).
+struct EvalPair {
+  uint64_t id;
+  uint32_t skipped_before = 0;
+  uint32_t errors_before = 0;
+};
+
+}  // namespace
+
+class WmtWorkload : public Workload {
+ public:
+  static absl::StatusOr<std::unique_ptr<Workload>> Create(
+      const WorkloadConfig& config) {
+    absl::StatusOr<Options> options = ParseOptions(config);
+    if (!options.ok()) return options.status();
+    const bool train = config.split == "train";
+    if (!train && config.split != "validation" && config.split != "test") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("wmt: unknown split '", config.split,
+                       "' (known: train, validation, test)"));
+    }
+    absl::StatusOr<std::string> model_path =
+        ModelPath(config.data_path, options->vocab);
+    if (!model_path.ok()) return model_path.status();
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        Tokenizer::Load(*model_path);
+    if (!tokenizer.ok()) {
+      return absl::Status(tokenizer.status().code(),
+                          absl::StrCat("wmt: ", tokenizer.status().message()));
+    }
+    absl::StatusOr<std::unique_ptr<PairSource>> source =
+        OpenPairSource(config.data_path, config.split, options->source);
+    if (!source.ok()) return source.status();
+    if ((*source)->size() == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("wmt: ", (*source)->Describe(), " holds no pairs"));
+    }
+    std::unique_ptr<WmtWorkload> w(new WmtWorkload(
+        *options, train, std::move(*tokenizer), std::move(*source)));
+    if (!train) {
+      absl::Status s = w->IndexEvalPairs();
+      if (!s.ok()) return s;
+    }
+    return std::unique_ptr<Workload>(std::move(w));
+  }
+
+  bool packs_rows() const override { return train_; }
+  uint64_t num_examples() const override {
+    return train_ ? source_->size() : eval_pairs_.size();
+  }
+  bool shuffle() const override { return train_; }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
+
+  absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
+    absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
+    if (!table.ok()) return table.status();
+    return (*table)->first_row.back();
+  }
+
+  absl::Status FillRow(const EpochOrder& order, uint64_t row,
+                       uint8_t* const* out, RowCursor* cursor,
+                       WorkloadCounters* counters) const override;
+
+  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+                    WorkloadCounters* counters) const override;
+
+  absl::StatusOr<uint64_t> RowAt(const EpochOrder& order,
+                                 const RowCursor& cursor) const {
+    if (!train_) {
+      return absl::InvalidArgumentError("wmt: only train rows have cursors");
+    }
+    absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
+    if (!table.ok()) return table.status();
+    const EpochTable& t = **table;
+    if (cursor.epoch != order.epoch || cursor.window >= t.windows() ||
+        cursor.row >=
+            t.first_row[cursor.window + 1] - t.first_row[cursor.window]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "wmt: cursor (epoch ", cursor.epoch, ", window ", cursor.window,
+          ", row ", cursor.row, ") is not in epoch ", order.epoch));
+    }
+    return t.first_row[cursor.window] + cursor.row;
+  }
+
+ private:
+  WmtWorkload(const Options& options, bool train,
+              std::unique_ptr<Tokenizer> tokenizer,
+              std::unique_ptr<PairSource> source)
+      : options_(options),
+        train_(train),
+        tokenizer_(std::move(tokenizer)),
+        source_(std::move(source)) {
+    const shm::DTypeCode t =
+        options_.int64 ? shm::DTypeCode::kInt64 : shm::DTypeCode::kInt32;
+    const std::vector<int64_t> shape = {int64_t(options_.max_length)};
+    if (train_) {
+      for (const char* name :
+           {"inputs", "targets", "inputs_position", "inputs_segmentation",
+            "targets_position", "targets_segmentation"}) {
+        tensors_.push_back({name, t, shape});
+      }
+    } else {
+      tensors_ = {{"inputs", t, shape},
+                  {"targets", t, shape},
+                  {"weights", shm::DTypeCode::kFloat32, shape}};
+    }
+  }
+
+  // Reads and tokenizes pair `id`. Damaged records are a fate, not an
+  // error; I/O failures are errors.
+  absl::StatusOr<PairFate> LoadPair(uint64_t id, TokenPair* pair) const {
+    std::string de, en;
+    absl::Status s = source_->Read(id, &de, &en);
+    if (s.code() == absl::StatusCode::kDataLoss ||
+        s.code() == absl::StatusCode::kInvalidArgument) {
+      return PairFate::kDamaged;
+    }
+    if (!s.ok()) return s;
+    return tokenizer_->TokenizePair(de, en, options_.max_length,
+                                    options_.skip_empty, pair);
+  }
+
+  static PackedLengths DroppedMark(PairFate fate) {
+    const uint16_t mark = fate == PairFate::kTooLong ? kDroppedTooLong
+                          : fate == PairFate::kEmpty ? kDroppedEmpty
+                                                     : kDroppedDamaged;
+    return {mark, mark};
+  }
+
+  static void CountDrop(const PackedLengths& l, WorkloadCounters* counters) {
+    if (counters == nullptr) return;
+    if (l.inputs == kDroppedDamaged) {
+      counters->decode_errors.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters->skipped_examples.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  absl::Status EnsureLengths() const {
+    if (lengths_ready_.load(std::memory_order_acquire)) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(lengths_mu_);
+    if (lengths_ready_.load(std::memory_order_relaxed)) return absl::OkStatus();
+    std::vector<PackedLengths> lengths(source_->size());
+    absl::Status s =
+        ParallelFor(lengths.size(), options_.index_threads, [&](uint64_t id) {
+          TokenPair pair;
+          absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+          if (!fate.ok()) return fate.status();
+          lengths[id] = *fate == PairFate::kKept
+                            ? PackedLengthsOf(pair, options_.max_length)
+                            : DroppedMark(*fate);
+          return absl::OkStatus();
+        });
+    if (!s.ok()) return s;
+    lengths_ = std::move(lengths);
+    lengths_ready_.store(true, std::memory_order_release);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<const EpochTable>> TableFor(
+      const EpochOrder& order) const {
+    if (!train_) {
+      return absl::FailedPreconditionError(
+          "wmt: eval splits are not packed into rows");
+    }
+    if (order.num_examples != source_->size() || !order.id_at) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("wmt: the epoch order covers ", order.num_examples,
+                       " examples, the data has ", source_->size()));
+    }
+    absl::Status s = EnsureLengths();
+    if (!s.ok()) return s;
+    {
+      std::lock_guard<std::mutex> lock(tables_mu_);
+      for (CachedTable& c : tables_) {
+        if (c.table->seed == order.seed && c.table->epoch == order.epoch) {
+          c.last_use = ++use_clock_;
+          return c.table;
+        }
+      }
+    }
+    // Built outside the lock: two threads may both build one (same result).
+    auto table = std::make_shared<EpochTable>();
+    table->seed = order.seed;
+    table->epoch = order.epoch;
+    table->num_examples = order.num_examples;
+    const uint64_t window = options_.max_length;
+    std::vector<PackedLengths> in_window;
+    in_window.reserve(window);
+    uint64_t next_start = 0, rows = 0;
+    auto close_window = [&] {
+      table->first_row.push_back(rows);
+      rows += PlanWindow(in_window, options_.max_length).size();
+      in_window.clear();
+    };
+    for (uint64_t p = 0; p < order.num_examples; ++p) {
+      const uint64_t id = order.id_at(p);
+      if (id >= lengths_.size()) {
+        return absl::InternalError(absl::StrCat(
+            "wmt: the epoch order gives id ", id, " at position ", p));
+      }
+      const PackedLengths& l = lengths_[id];
+      if (Dropped(l)) continue;
+      if (in_window.empty()) table->window_start.push_back(next_start);
+      in_window.push_back(l);
+      if (in_window.size() == window) {
+        close_window();
+        next_start = p + 1;
+      }
+    }
+    if (!in_window.empty()) close_window();
+    table->window_start.push_back(order.num_examples);
+    table->first_row.push_back(rows);
+
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    if (tables_.size() >= kEpochTables) {
+      tables_.erase(
+          std::min_element(tables_.begin(), tables_.end(),
+                           [](const CachedTable& a, const CachedTable& b) {
+                             return a.last_use < b.last_use;
+                           }));
+    }
+    tables_.push_back({table, ++use_clock_});
+    return std::shared_ptr<const EpochTable>(table);
+  }
+
+  // Tokenizes every pair of an eval split once, to know which are kept.
+  absl::Status IndexEvalPairs() {
+    std::vector<PackedLengths> marks(source_->size());
+    absl::Status s =
+        ParallelFor(marks.size(), options_.index_threads, [&](uint64_t id) {
+          TokenPair pair;
+          absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+          if (!fate.ok()) return fate.status();
+          marks[id] =
+              *fate == PairFate::kKept ? PackedLengths{} : DroppedMark(*fate);
+          return absl::OkStatus();
+        });
+    if (!s.ok()) return s;
+    uint32_t skipped = 0, errors = 0;
+    for (uint64_t id = 0; id < marks.size(); ++id) {
+      if (Dropped(marks[id])) {
+        (marks[id].inputs == kDroppedDamaged ? errors : skipped) += 1;
+        continue;
+      }
+      eval_pairs_.push_back({id, skipped, errors});
+      skipped = errors = 0;
+    }
+    if (eval_pairs_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("wmt: no usable pair in ", source_->Describe(), " (",
+                       marks.size(), " dropped)"));
+    }
+    eval_pairs_.back().skipped_before += skipped;  // drops after the last pair
+    eval_pairs_.back().errors_before += errors;
+    return absl::OkStatus();
+  }
+
+  struct CachedTable {
+    std::shared_ptr<const EpochTable> table;
+    uint64_t last_use;
+  };
+
+  // Constant after construction (eval_pairs_ after Create).
+  const Options options_;
+  const bool train_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  const std::unique_ptr<PairSource> source_;
+  std::vector<TensorLayout> tensors_;
+  std::vector<EvalPair> eval_pairs_;
+
+  // Written once under lengths_mu_, then read-only once lengths_ready_.
+  mutable std::mutex lengths_mu_;
+  mutable std::atomic<bool> lengths_ready_{false};
+  mutable std::vector<PackedLengths> lengths_;
+
+  mutable std::mutex tables_mu_;
+  mutable std::vector<CachedTable> tables_;  // guarded by tables_mu_
+  mutable uint64_t use_clock_ = 0;           // guarded by tables_mu_
+};
+
+absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
+                                  uint8_t* const* out, RowCursor* cursor,
+                                  WorkloadCounters* counters) const {
+  absl::StatusOr<std::shared_ptr<const EpochTable>> table_or = TableFor(order);
+  if (!table_or.ok()) return table_or.status();
+  const EpochTable& table = **table_or;
+  if (row >= table.first_row.back()) {
+    return absl::OutOfRangeError(absl::StrCat("wmt: row ", row, " of epoch ",
+                                              order.epoch, " (which has ",
+                                              table.first_row.back(), ")"));
+  }
+  const uint64_t w = uint64_t(std::upper_bound(table.first_row.begin(),
+                                               table.first_row.end(), row) -
+                              table.first_row.begin()) -
+                     1;
+  const uint64_t r = row - table.first_row[w];
+
+  // The window's kept pairs, as the table saw them.
+  std::vector<uint64_t> ids;
+  std::vector<PackedLengths> lengths;
+  for (uint64_t p = table.window_start[w]; p < table.window_start[w + 1]; ++p) {
+    const uint64_t id = order.id_at(p);
+    if (id >= lengths_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "wmt: the epoch order gives id ", id, " at position ", p));
+    }
+    const PackedLengths& l = lengths_[id];
+    if (Dropped(l)) {
+      if (r == 0) CountDrop(l, counters);
+      continue;
+    }
+    if (ids.size() == options_.max_length) {
+      if (r == 0) continue;  // still counting the drops after the window
+      break;
+    }
+    ids.push_back(id);
+    lengths.push_back(l);
+  }
+  const std::vector<uint32_t> starts = PlanWindow(lengths, options_.max_length);
+  if (r >= starts.size()) {
+    return absl::InternalError("wmt: window plan disagrees with its table");
+  }
+  const size_t end = r + 1 < starts.size() ? starts[r + 1] : ids.size();
+
+  std::vector<TokenPair> pairs(end - starts[r]);
+  std::vector<const TokenPair*> members;
+  for (size_t i = starts[r]; i < end; ++i) {
+    TokenPair& pair = pairs[i - starts[r]];
+    absl::StatusOr<PairFate> fate = LoadPair(ids[i], &pair);
+    if (!fate.ok()) return fate.status();
+    const PackedLengths now = PackedLengthsOf(pair, options_.max_length);
+    if (*fate != PairFate::kKept || now.inputs != lengths[i].inputs ||
+        now.targets != lengths[i].targets) {
+      return absl::DataLossError(absl::StrCat("wmt: pair ", ids[i], " of ",
+                                              source_->Describe(),
+                                              " changed since it was indexed"));
+    }
+    members.push_back(&pair);
+  }
+  PackedRow packed;
+  FillPackedRow(members, options_.max_length, &packed);
+  WriteTokens(packed.inputs, options_.int64, out[0]);
+  WriteTokens(packed.targets, options_.int64, out[1]);
+  WriteTokens(packed.inputs_position, options_.int64, out[2]);
+  WriteTokens(packed.inputs_segmentation, options_.int64, out[3]);
+  WriteTokens(packed.targets_position, options_.int64, out[4]);
+  WriteTokens(packed.targets_segmentation, options_.int64, out[5]);
+  if (cursor != nullptr) *cursor = {order.epoch, w, r};
+  return absl::OkStatus();
+}
+
+absl::Status WmtWorkload::Fill(const ExampleRef& ex, uint8_t* const* out,
+                               WorkloadCounters* counters) const {
+  if (train_) {
+    return absl::FailedPreconditionError(
+        "wmt: train rows are packed from several pairs; call FillRow "
+        "(packs_rows() is true)");
+  }
+  const size_t n = options_.max_length;
+  std::vector<float> weights(n, 0.0f);
+  if (!ex.valid) {
+    for (int k = 0; k < 2; ++k) memset(out[k], 0, n * (options_.int64 ? 8 : 4));
+    memcpy(out[2], weights.data(), 4 * n);
+    return absl::OkStatus();
+  }
+  if (ex.id >= eval_pairs_.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("wmt: example ", ex.id, " of ", eval_pairs_.size()));
+  }
+  const EvalPair& e = eval_pairs_[ex.id];
+  TokenPair pair;
+  absl::StatusOr<PairFate> fate = LoadPair(e.id, &pair);
+  if (!fate.ok()) return fate.status();
+  if (*fate != PairFate::kKept) {
+    return absl::DataLossError(absl::StrCat("wmt: pair ", e.id, " of ",
+                                            source_->Describe(),
+                                            " changed since it was indexed"));
+  }
+  if (counters != nullptr) {
+    counters->skipped_examples.fetch_add(e.skipped_before,
+                                         std::memory_order_relaxed);
+    counters->decode_errors.fetch_add(e.errors_before,
+                                      std::memory_order_relaxed);
+  }
+  WritePadded(pair.inputs, n, options_.int64, out[0]);
+  WritePadded(pair.targets, n, options_.int64, out[1]);
+  for (size_t i = 0; i < pair.targets.size() && i < n; ++i) {
+    weights[i] = pair.targets[i] > 0 ? 1.0f : 0.0f;
+  }
+  memcpy(out[2], weights.data(), 4 * n);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RowAtCursor(const Workload& workload,
+                                     const EpochOrder& order,
+                                     const RowCursor& cursor) {
+  const auto* w = dynamic_cast<const WmtWorkload*>(&workload);
+  if (w == nullptr) {
+    return absl::InvalidArgumentError("RowAtCursor: not a wmt workload");
+  }
+  return w->RowAt(order, cursor);
+}
+
+}  // namespace wmt
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateWmtWorkload(
+    const WorkloadConfig& config) {
+  return wmt::WmtWorkload::Create(config);
+}
+
+}  // namespace batchd

@@ -1,0 +1,68 @@
+// The WMT workload (AlgoPerf's `wmt`): German→English pairs, SentencePiece
+// tokens with EOS, pairs over max_length tokens dropped; the train split
+// packs rows as AlgoPerf's pack_dataset does, the eval splits pad one pair
+// per row and carry weights.
+//
+// Config:
+//   data_path  a directory; see pair_source.h for how data + split map to
+//              files (TFDS shards or <split>.de / <split>.en).
+//   split      "train" (packed, shuffled, repeated), "validation" or "test"
+//              (one pass, in order).
+// Options:
+//   vocab        the SentencePiece model, relative to data_path (no "..",
+//                not absolute). Default: wmt_sentencepiece_model.
+//   source       auto, tfds or text. Default: auto (TFDS when present).
+//   dtype        int32 or int64, of the token tensors. Default: int32.
+//   max_length   row length, length filter and packing window. Default 256.
+//   skip_empty   1: drop pairs with an empty side (counted as skipped);
+//                0 keeps them as AlgoPerf does (EOS alone). Default: 0.
+//   index_threads  threads of the one-time length pass. Default: all cores.
+//
+// Tensors, [B, max_length] each:
+//   train: inputs, targets, inputs_position, inputs_segmentation,
+//          targets_position, targets_segmentation (dtype)
+//   eval:  inputs, targets (dtype), weights (float32: targets > 0 on real
+//          rows, 0 on the padding rows of the last batch)
+//
+// Counters: skipped_examples counts pairs dropped for length (and empty ones
+// with skip_empty); decode_errors counts records that cannot be used (CRC
+// mismatch, malformed Example, no `de`/`en`, invalid UTF-8). Both are
+// dropped like long pairs, so the rows stay deterministic. A train row
+// counts the drops of its window when it is the window's first row; an eval
+// row counts those just before its pair.
+//
+// Train epochs: the permutation of all N records (the determinism
+// contract), dropped pairs removed, then windows of max_length kept pairs.
+// Unlike AlgoPerf, whose `repeat` precedes packing, a window never spans two
+// epochs. The first call of RowsInEpoch tokenizes every pair once to learn
+// its packed lengths (4 bytes per pair, kept); after that RowsInEpoch is
+// arithmetic over lengths and FillRow tokenizes only its row's pairs.
+//
+// Thread safety: as Workload; the length table and the per-epoch window
+// tables are built under a mutex.
+#ifndef BATCHD_WORKLOADS_WMT_WMT_H_
+#define BATCHD_WORKLOADS_WMT_WMT_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "workloads/workload.h"
+
+namespace batchd {
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateWmtWorkload(
+    const WorkloadConfig& config);
+
+namespace wmt {
+
+// Row index of a cursor within its epoch (inverse of FillRow's cursor), for
+// O(1) resume; InvalidArgument if the cursor is not in the epoch. `workload`
+// must be a train-split wmt workload.
+absl::StatusOr<uint64_t> RowAtCursor(const Workload& workload,
+                                     const EpochOrder& order,
+                                     const RowCursor& cursor);
+
+}  // namespace wmt
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_WMT_WMT_H_
