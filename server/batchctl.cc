@@ -1,7 +1,13 @@
 // batchctl: the operator's command line for a batchd daemon.
 //
-//   batchctl status     streams, ranks and the server's threads and memory
+//   batchctl status     streams, ranks and the server's threads and memory;
+//                       --watch redraws with the current rates
+//   batchctl close      closes one stream and frees its rings
+//   batchctl drain      refuses new streams; the daemon exits once no rank
+//                       is attached
 //   batchctl shutdown   asks the daemon to close every stream and exit
+//   batchctl plan       the /dev/shm a stream needs (--shm-size, sizeLimit)
+//   batchctl version    batchctl's version and the daemon's
 //   batchctl bench      W consumer processes with the real batchd::Loader
 //
 // `bench` forks its consumers before this process creates any gRPC channel:
@@ -20,8 +26,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -35,6 +43,7 @@
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "client/process.h"
+#include "client/shm_layout.h"
 
 namespace batchd {
 namespace {
@@ -43,6 +52,12 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitServer = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitNoShm = 3;  // plan: /dev/shm has too little free now
+
+#ifndef BATCHD_VERSION
+#define BATCHD_VERSION "unknown"
+#endif
+constexpr char kVersion[] = BATCHD_VERSION;
 
 constexpr char kDefaultServer[] = "unix:///run/batchd/batchd.sock";
 
@@ -52,36 +67,148 @@ Usage: batchctl <command> [flags]
 
 Commands:
   status     print the streams, ranks and the server's threads and memory
+             (--watch: redraw every few seconds with the current rates)
+  close      close one stream and free its rings
+  drain      refuse new streams; the daemon exits once no rank is attached
   shutdown   close every stream and stop the daemon
+  plan       the /dev/shm a stream needs: ring bytes, --shm-size, sizeLimit
+  version    print batchctl's version and the daemon's
   bench      measure delivery with W consumer processes (batchd::Loader)
   help CMD   print the help of CMD (also: batchctl CMD --help)
+  --version  print batchctl's version (without asking the daemon)
 
 Every command takes --server ADDR: unix:///path/to/socket or
 tcp://host:port. Default: $BATCHD_SERVER, else
 unix:///run/batchd/batchd.sock.
 
+A daemon that serves TCP with TLS (batchd --tls-cert) is reached with
+--tls-ca FILE (PEM roots that sign its certificate) and, when it asks for
+client certificates (--tls-client-ca), --tls-cert FILE --tls-key FILE;
+defaults: $BATCHD_TLS_CA, $BATCHD_TLS_CERT, $BATCHD_TLS_KEY (unix sockets
+ignore them). bench takes none: its ranks map rings on this node.
+
 Exit codes: 0 ok, 1 the server failed or could not be reached,
-2 usage error.
+2 usage error, 3 (plan only) /dev/shm has too little free space.
 )";
 
 constexpr char kStatusHelp[] =
     R"(Usage: batchctl status [--server ADDR] [--json] [--timeout S]
+                       [--watch [SECONDS]]
 
 Prints the daemon's pid, version, uptime, threads (all, and workers),
-resident memory (without the rings) and ring bytes, then for every stream
-its spec, examples/s and bytes/s (averages since the stream opened), and a
-row per rank: attached, client pid, produced and consumed step, ring fill
-of slots, examples and bytes delivered, seconds the client waited for data
-and the server waited for the client (ring full), re-attaches.
+resident memory (without the rings), ring bytes and whether it is
+draining, then for every stream its spec, examples/s and bytes/s (averages
+since the stream opened), and a row per rank: attached, client pid,
+produced and consumed step, ring fill of slots, examples and bytes
+delivered, seconds the client waited for data and the server waited for
+the client (ring full), re-attaches.
+
+  --server ADDR      unix:///path or tcp://host:port
+                     (default: $BATCHD_SERVER, else
+                     unix:///run/batchd/batchd.sock)
+  --json             print the GetStatus response as one JSON object
+                     (proto field names; 64-bit numbers as numbers)
+  --timeout S        deadline of each call in seconds (default 10)
+  --watch [SECONDS]  ask again every SECONDS (default 2) until Ctrl-C and
+                     redraw (the screen is cleared when the output is a
+                     terminal). Rates are then the current ones: the change
+                     of the examples and bytes counters between two
+                     consecutive answers over the daemon's time between
+                     them, per stream and per rank. A failed call is shown
+                     and retried. With --json: one JSON object per line,
+                     {"time", "interval_seconds", "status", "rates"}.
+
+Exit codes: 0 ok (with --watch: stopped by Ctrl-C or SIGTERM), 1 the
+server failed or could not be reached (with --watch: at the first call),
+2 usage error.
+)";
+
+constexpr char kCloseHelp[] =
+    R"(Usage: batchctl close STREAM [--server ADDR] [--timeout S]
+
+Closes the stream named STREAM: every rank's ring is unlinked from
+/dev/shm, its clients see "stream closed" at their next batch, and the
+name is free for a new stream.
 
   --server ADDR  unix:///path or tcp://host:port
                  (default: $BATCHD_SERVER, else unix:///run/batchd/batchd.sock)
-  --json         print the GetStatus response as one JSON object
-                 (proto field names; 64-bit numbers as numbers)
   --timeout S    deadline of the call in seconds (default 10)
 
-Exit codes: 0 ok, 1 the server failed or could not be reached,
-2 usage error.
+Exit codes: 0 closed, 1 no such stream, or the server failed or could not
+be reached, 2 usage error.
+)";
+
+constexpr char kDrainHelp[] =
+    R"(Usage: batchctl drain [--server ADDR] [--timeout S] [--wait [SECONDS]]
+
+Puts the daemon into draining: it refuses every new stream (OpenStream
+fails with "batchd is draining"), keeps serving the ranks attached now,
+and exits once none is attached (a clean exit: status 0, so a service
+manager does not restart it). Prints the ranks attached when the call
+returned. Draining cannot be undone; `batchctl shutdown` stops at once.
+
+  --server ADDR      unix:///path or tcp://host:port
+                     (default: $BATCHD_SERVER, else
+                     unix:///run/batchd/batchd.sock)
+  --timeout S        deadline of each call in seconds (default 10)
+  --wait [SECONDS]   then wait until the daemon has exited, at most
+                     SECONDS (default: for ever), printing the attached
+                     ranks whenever their number changes
+
+Exit codes: 0 draining (with --wait: the daemon exited), 1 the server
+failed or could not be reached (with --wait: or did not exit in time, or
+the wait was interrupted), 2 usage error.
+)";
+
+constexpr char kPlanHelp[] =
+    R"(Usage: batchctl plan [--server ADDR] --global-batch-size G [flags]
+
+Asks the daemon what a stream with this spec would need, without opening
+it: one rank's ring (slots x slot bytes plus the header), the total of the
+node's rings, the space free in the daemon's /dev/shm now, and the sizes
+to give a container's /dev/shm: the total plus 10% plus 64 MiB, rounded up
+to a MiB, as `docker run --shm-size` and as the `sizeLimit` of a
+Kubernetes emptyDir (medium: Memory) mounted at /dev/shm. When a node
+runs several streams (train and eval, several jobs), add their totals.
+
+Stream spec (names mirror StreamSpec; use the job's values):
+  --workload NAME           default: synthetic
+  --data PATH               relative to the server's --data-root (default "")
+  --split NAME              default: train
+  --global-batch-size G     required; divisible by --world-size
+  --world-size W            default 1
+  --seed S                  default 0
+  --slots K                 ring slots per rank (default 0: server default)
+  --option KEY=VALUE        workload option, repeatable
+  --stream NAME             checked as a stream name (default: plan)
+
+  --local-ranks N           ranks of this node, whose rings the node holds
+                            (default: W, a single node)
+  --server ADDR             unix:///path or tcp://host:port
+                            (default: $BATCHD_SERVER, else
+                            unix:///run/batchd/batchd.sock)
+  --timeout S               deadline of the call in seconds (default 30)
+  --json                    print one JSON object
+
+Exit codes: 0 ok, 1 the server failed, refused the spec or could not be
+reached, 2 usage error, 3 the daemon's /dev/shm has less free space than
+the node's rings need (the figures are printed all the same).
+)";
+
+constexpr char kVersionHelp[] =
+    R"(Usage: batchctl version [--server ADDR] [--timeout S] [--json]
+
+Prints batchctl's version and shared-memory layout version, then the
+version, pid and uptime of the daemon at ADDR (from GetStatus).
+
+  --server ADDR  unix:///path or tcp://host:port
+                 (default: $BATCHD_SERVER, else unix:///run/batchd/batchd.sock)
+  --timeout S    deadline of the call in seconds (default 5)
+  --json         print one JSON object; "server" is null when the daemon
+                 could not be reached, and "server_error" says why
+
+Exit codes: 0 both versions printed, 1 the daemon could not be reached or
+failed (batchctl's version is printed all the same), 2 usage error.
 )";
 
 constexpr char kShutdownHelp[] =
@@ -149,18 +276,29 @@ failed, 2 usage error.
 
 // ---------------------------------------------------------------- flags
 
-// A subcommand's arguments: "--name value", "--name=value" and bare
-// "--switch"; repeated flags keep every value.
+// A subcommand's arguments: "--name value", "--name=value", bare
+// "--switch", "--optional [value]" (the next argument is its value unless it
+// starts with "--"; "" when absent) and up to `max_positional` arguments
+// that are not flags; repeated flags keep every value.
 class Args {
  public:
-  // `switches` take no value.
-  static absl::StatusOr<Args> Parse(int argc, char** argv,
-                                    const std::vector<std::string>& known,
-                                    const std::vector<std::string>& switches) {
+  static absl::StatusOr<Args> Parse(
+      int argc, char** argv, const std::vector<std::string>& known,
+      const std::vector<std::string>& switches,
+      const std::vector<std::string>& optional = {},
+      size_t max_positional = 0) {
+    auto contains = [](const std::vector<std::string>& v,
+                       const std::string& x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
     Args a;
     for (int i = 0; i < argc; ++i) {
       std::string arg = argv[i];
       if (arg.rfind("--", 0) != 0) {
+        if (a.positional_.size() < max_positional) {
+          a.positional_.push_back(arg);
+          continue;
+        }
         return absl::InvalidArgumentError(
             absl::StrCat("unexpected argument '", arg, "'"));
       }
@@ -172,10 +310,9 @@ class Args {
         has_value = true;
       }
       const std::string name = arg.substr(2);
-      const bool is_switch =
-          std::find(switches.begin(), switches.end(), name) != switches.end();
-      if (!is_switch &&
-          std::find(known.begin(), known.end(), name) == known.end()) {
+      const bool is_switch = contains(switches, name);
+      const bool is_optional = contains(optional, name);
+      if (!is_switch && !is_optional && !contains(known, name)) {
         return absl::InvalidArgumentError(
             absl::StrCat("unknown flag '", arg, "'"));
       }
@@ -185,6 +322,11 @@ class Args {
               absl::StrCat(arg, " takes no value"));
         }
         value = "true";
+      } else if (is_optional) {
+        if (!has_value && i + 1 < argc &&
+            std::string(argv[i + 1]).rfind("--", 0) != 0) {
+          value = argv[++i];
+        }
       } else if (!has_value) {
         if (i + 1 >= argc) {
           return absl::InvalidArgumentError(
@@ -197,6 +339,7 @@ class Args {
     return a;
   }
 
+  const std::vector<std::string>& positional() const { return positional_; }
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   std::string Get(const std::string& name, const std::string& def) const {
     auto it = values_.find(name);
@@ -225,6 +368,7 @@ class Args {
 
  private:
   std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
 };
 
 // The --server value, or $BATCHD_SERVER, or the default socket.
@@ -519,13 +663,18 @@ class Table {
 // that names the call and the address.
 class Control {
  public:
-  // `address` as the user wrote it; `target` in gRPC's terms.
+  // `address` as the user wrote it; `target` in gRPC's terms; `credentials`
+  // TLS or, when null, none.
   Control(std::string address, const std::string& target,
-          double timeout_seconds)
+          double timeout_seconds,
+          std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
       : address_(std::move(address)),
         timeout_seconds_(timeout_seconds),
-        stub_(v1::Batchd::NewStub(
-            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+        tls_(credentials != nullptr),
+        stub_(v1::Batchd::NewStub(grpc::CreateChannel(
+            target, credentials != nullptr
+                        ? credentials
+                        : grpc::InsecureChannelCredentials()))) {}
 
   absl::StatusOr<v1::GetStatusResponse> GetStatus() {
     v1::GetStatusResponse resp;
@@ -555,6 +704,22 @@ class Control {
         .status();
   }
 
+  absl::StatusOr<v1::DrainResponse> Drain() {
+    v1::DrainResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return Check("Drain", stub_->Drain(&ctx, v1::DrainRequest(), &resp), resp);
+  }
+
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::StreamSpec& spec) {
+    v1::PlanRequest req;
+    *req.mutable_spec() = spec;
+    v1::PlanResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    return Check("Plan", stub_->Plan(&ctx, req, &resp), resp);
+  }
+
   // True while the daemon answers a GetStatus within `seconds`.
   bool Answers(double seconds) {
     v1::GetStatusResponse resp;
@@ -578,14 +743,22 @@ class Control {
     const bool unreachable =
         s.error_code() == grpc::StatusCode::UNAVAILABLE ||
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    const char* hint = "";
+    if (unreachable && !tls_ && address_.rfind("tcp://", 0) == 0) {
+      hint = " (is batchd running there? does it serve TLS: --tls-ca?)";
+    } else if (unreachable) {
+      hint = " (is batchd running there?)";
+    } else if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      hint = " (the daemon is older than this batchctl)";
+    }
     return absl::Status(
         static_cast<absl::StatusCode>(s.error_code()),
-        absl::StrCat(call, " at ", address_, ": ", s.error_message(),
-                     unreachable ? " (is batchd running there?)" : ""));
+        absl::StrCat(call, " at ", address_, ": ", s.error_message(), hint));
   }
 
   const std::string address_;
   const double timeout_seconds_;
+  const bool tls_;
   std::unique_ptr<v1::Batchd::Stub> stub_;
 };
 
@@ -617,15 +790,81 @@ struct Common {
   std::string address;
   std::string target;
   double timeout = 10;
+  // TLS credentials when --tls-ca (or $BATCHD_TLS_CA) is given, else null.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
-absl::StatusOr<Common> ParseCommon(int argc, char** argv,
-                                   std::vector<std::string> known,
-                                   std::vector<std::string> switches,
-                                   double default_timeout) {
-  known.push_back("server");
-  known.push_back("timeout");
-  absl::StatusOr<Args> args = Args::Parse(argc, argv, known, switches);
+// The flag's value, else the environment variable's, else "".
+std::string FlagOrEnv(const Args& args, const std::string& flag,
+                      const char* env) {
+  if (args.Has(flag)) return args.Get(flag, "");
+  const char* v = getenv(env);
+  return v != nullptr ? v : "";
+}
+
+absl::StatusOr<std::string> ReadFileContents(const std::string& flag,
+                                             const std::string& path) {
+  FILE* f = fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", path, ": ", strerror(errno)));
+  }
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const bool failed = ferror(f) != 0;
+  fclose(f);
+  if (failed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", path, ": read error"));
+  }
+  return out;
+}
+
+// TLS towards a daemon that serves TCP with --tls-cert: --tls-ca verifies
+// it; --tls-cert and --tls-key answer its --tls-client-ca.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
+    const Args& args) {
+  const std::string ca = FlagOrEnv(args, "tls-ca", "BATCHD_TLS_CA");
+  const std::string cert = FlagOrEnv(args, "tls-cert", "BATCHD_TLS_CERT");
+  const std::string key = FlagOrEnv(args, "tls-key", "BATCHD_TLS_KEY");
+  if (ca.empty()) {
+    if (!cert.empty() || !key.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-cert and --tls-key need --tls-ca (the roots that sign the "
+          "daemon's certificate)");
+    }
+    return std::shared_ptr<grpc::ChannelCredentials>();
+  }
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> roots = ReadFileContents("tls-ca", ca);
+  if (!roots.ok()) return roots.status();
+  ssl.pem_root_certs = *roots;
+  if (!cert.empty()) {
+    absl::StatusOr<std::string> chain = ReadFileContents("tls-cert", cert);
+    if (!chain.ok()) return chain.status();
+    absl::StatusOr<std::string> pkey = ReadFileContents("tls-key", key);
+    if (!pkey.ok()) return pkey.status();
+    ssl.pem_cert_chain = *chain;
+    ssl.pem_private_key = *pkey;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+absl::StatusOr<Common> ParseCommon(
+    int argc, char** argv, std::vector<std::string> known,
+    std::vector<std::string> switches, double default_timeout,
+    const std::vector<std::string>& optional = {}, size_t max_positional = 0) {
+  for (const char* flag :
+       {"server", "timeout", "tls-ca", "tls-cert", "tls-key"}) {
+    known.push_back(flag);
+  }
+  absl::StatusOr<Args> args =
+      Args::Parse(argc, argv, known, switches, optional, max_positional);
   if (!args.ok()) return args.status();
   Common c;
   c.args = std::move(*args);
@@ -640,6 +879,20 @@ absl::StatusOr<Common> ParseCommon(int argc, char** argv,
   if (!(c.timeout > 0)) {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
+  if (c.target.rfind("unix:", 0) == 0) {
+    // A unix socket is guarded by its file mode; $BATCHD_TLS_* are for
+    // tcp:// addresses and do not apply.
+    if (c.args.Has("tls-ca") || c.args.Has("tls-cert") ||
+        c.args.Has("tls-key")) {
+      return absl::InvalidArgumentError(
+          "--tls-ca, --tls-cert and --tls-key are for tcp:// addresses");
+    }
+    return c;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls =
+      TlsCredentials(c.args);
+  if (!tls.ok()) return tls.status();
+  c.credentials = *std::move(tls);
   return c;
 }
 
@@ -655,13 +908,78 @@ std::string FormatSeconds(double s) {
   return absl::StrFormat("%dd%02dh", t / 86400, (t % 86400) / 3600);
 }
 
-std::string FormatStatus(const v1::GetStatusResponse& st) {
+// Examples/s and bytes/s between two GetStatus answers of one daemon.
+struct Rate {
+  double examples_per_second = 0;
+  double bytes_per_second = 0;
+};
+struct StreamRates {
+  Rate stream;  // the sum over its ranks
+  std::map<uint32_t, Rate> ranks;
+};
+struct Rates {
+  double interval_seconds = 0;  // the daemon's time between the answers
+  // Streams in both answers whose counters did not go back (a stream closed
+  // and opened again in between starts over and has no rate yet).
+  std::map<std::string, StreamRates> streams;
+};
+
+// The current rates from two consecutive answers; nullopt when they are not
+// of the same daemon process or no time passed. The interval is the
+// difference of the daemon's uptimes, so gRPC latency does not skew it.
+std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
+                                  const v1::GetStatusResponse& cur) {
+  const double dt = cur.uptime_seconds() - prev.uptime_seconds();
+  if (prev.pid() != cur.pid() || !(dt > 0)) return std::nullopt;
+  Rates rates;
+  rates.interval_seconds = dt;
+  std::map<std::string, const v1::StreamStatus*> before;
+  for (const v1::StreamStatus& s : prev.streams()) {
+    before[s.spec().name()] = &s;
+  }
+  for (const v1::StreamStatus& s : cur.streams()) {
+    auto it = before.find(s.spec().name());
+    if (it == before.end()) continue;
+    std::map<uint32_t, const v1::RankStatus*> ranks_before;
+    for (const v1::RankStatus& r : it->second->ranks()) {
+      ranks_before[r.rank()] = &r;
+    }
+    StreamRates sr;
+    uint64_t examples = 0, bytes = 0;
+    bool went_back = false;
+    for (const v1::RankStatus& r : s.ranks()) {
+      auto rb = ranks_before.find(r.rank());
+      const uint64_t e0 = rb == ranks_before.end() ? 0 : rb->second->examples();
+      const uint64_t b0 = rb == ranks_before.end() ? 0 : rb->second->bytes();
+      if (r.examples() < e0 || r.bytes() < b0) {
+        went_back = true;
+        break;
+      }
+      examples += r.examples() - e0;
+      bytes += r.bytes() - b0;
+      sr.ranks[r.rank()] = {double(r.examples() - e0) / dt,
+                            double(r.bytes() - b0) / dt};
+    }
+    if (went_back) continue;
+    sr.stream = {double(examples) / dt, double(bytes) / dt};
+    rates.streams[s.spec().name()] = std::move(sr);
+  }
+  return rates;
+}
+
+// The status as a table per stream. With `rates`, the stream's examples/s
+// and bytes/s are the current ones, and each rank's are shown too.
+std::string FormatStatus(const v1::GetStatusResponse& st,
+                         const Rates* rates = nullptr) {
   std::string out = absl::StrFormat(
       "batchd %s  pid %u  up %s  threads %u (%u workers)  rss %s  rings %s  "
-      "streams %d\n",
+      "streams %d%s\n",
       st.version(), st.pid(), FormatSeconds(st.uptime_seconds()), st.threads(),
       st.worker_threads(), HumanBytes(double(st.rss_bytes())),
-      HumanBytes(double(st.ring_bytes())), st.streams_size());
+      HumanBytes(double(st.ring_bytes())), st.streams_size(),
+      st.draining() ? "  DRAINING (no new streams; exits when no rank is "
+                      "attached)"
+                    : "");
   for (const v1::StreamStatus& s : st.streams()) {
     const v1::StreamSpec& spec = s.spec();
     std::string options;
@@ -677,29 +995,197 @@ std::string FormatStatus(const v1::GetStatusResponse& st) {
         spec.global_batch_size(), spec.world_size(), spec.seed(),
         spec.start_step(), s.steps_per_epoch(),
         options.empty() ? "" : "  options", options);
-    absl::StrAppendFormat(&out,
-                          "  %.1f examples/s  %s/s  decode errors %u  "
-                          "skipped %u\n",
-                          s.examples_per_second(),
-                          HumanBytes(s.bytes_per_second()), s.decode_errors(),
-                          s.skipped_examples());
-    Table t({"RANK", "ATTACHED", "PID", "PRODUCED", "CONSUMED", "RING",
-             "EXAMPLES", "BYTES", "CLIENT_WAIT_S", "SERVER_WAIT_S",
-             "REATTACHES"});
-    t.AlignRight({0, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+    const StreamRates* sr = nullptr;
+    if (rates != nullptr) {
+      auto it = rates->streams.find(spec.name());
+      if (it != rates->streams.end()) sr = &it->second;
+    }
+    if (sr != nullptr) {
+      absl::StrAppendFormat(
+          &out,
+          "  %.1f examples/s  %s/s over the last %.1f s  (since open: %.1f "
+          "examples/s)  decode errors %u  skipped %u\n",
+          sr->stream.examples_per_second,
+          HumanBytes(sr->stream.bytes_per_second), rates->interval_seconds,
+          s.examples_per_second(), s.decode_errors(), s.skipped_examples());
+    } else {
+      absl::StrAppendFormat(&out,
+                            "  %.1f examples/s  %s/s%s  decode errors %u  "
+                            "skipped %u\n",
+                            s.examples_per_second(),
+                            HumanBytes(s.bytes_per_second()),
+                            rates != nullptr ? " since open" : "",
+                            s.decode_errors(), s.skipped_examples());
+    }
+    std::vector<std::string> header = {
+        "RANK",          "ATTACHED",      "PID",       "PRODUCED",
+        "CONSUMED",      "RING",          "EXAMPLES",  "BYTES",
+        "CLIENT_WAIT_S", "SERVER_WAIT_S", "REATTACHES"};
+    if (rates != nullptr) header.push_back("EXAMPLES/S");
+    Table t(header);
+    t.AlignRight({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
     for (const v1::RankStatus& r : s.ranks()) {
-      t.Add({absl::StrCat(r.rank()), r.attached() ? "yes" : "no",
-             r.client_pid() != 0 ? absl::StrCat(r.client_pid()) : "-",
-             absl::StrCat(r.produced_step()), absl::StrCat(r.consumed_step()),
-             absl::StrCat(r.ring_fill(), "/", r.ring_slots()),
-             absl::StrCat(r.examples()), HumanBytes(double(r.bytes())),
-             absl::StrFormat("%.2f", r.client_wait_seconds()),
-             absl::StrFormat("%.2f", r.server_wait_seconds()),
-             absl::StrCat(r.reattaches())});
+      std::vector<std::string> row = {
+          absl::StrCat(r.rank()),
+          r.attached() ? "yes" : "no",
+          r.client_pid() != 0 ? absl::StrCat(r.client_pid()) : "-",
+          absl::StrCat(r.produced_step()),
+          absl::StrCat(r.consumed_step()),
+          absl::StrCat(r.ring_fill(), "/", r.ring_slots()),
+          absl::StrCat(r.examples()),
+          HumanBytes(double(r.bytes())),
+          absl::StrFormat("%.2f", r.client_wait_seconds()),
+          absl::StrFormat("%.2f", r.server_wait_seconds()),
+          absl::StrCat(r.reattaches())};
+      if (rates != nullptr) {
+        auto it = sr != nullptr ? sr->ranks.find(r.rank())
+                                : std::map<uint32_t, Rate>::const_iterator();
+        row.push_back(
+            sr != nullptr && it != sr->ranks.end()
+                ? absl::StrFormat("%.1f", it->second.examples_per_second)
+                : "-");
+      }
+      t.Add(std::move(row));
     }
     out += t.Render("  ");
   }
   return out;
+}
+
+// Ctrl-C and SIGTERM end a watch, a wait or a bench through this flag, so
+// that each can still clean up and say what it left.
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+
+void CatchInterrupts() {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Sleeps `seconds` unless interrupted first; false when interrupted.
+bool SleepUnlessInterrupted(double seconds) {
+  const uint64_t end = MonotonicNanos() + uint64_t(seconds * 1e9);
+  while (!g_interrupted) {
+    const uint64_t now = MonotonicNanos();
+    if (now >= end) return true;
+    const uint64_t step = std::min<uint64_t>(end - now, 50'000'000);
+    struct timespec ts = {time_t(step / 1'000'000'000),
+                          long(step % 1'000'000'000)};
+    nanosleep(&ts, nullptr);
+  }
+  return false;
+}
+
+// "2026-12-02 09:30:05 UTC"
+std::string UtcNow() {
+  const time_t now = time(nullptr);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  char buf[64];
+  strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+void WriteRatesJson(const Rates& rates, JsonWriter* w) {
+  w->BeginArray();
+  for (const auto& [name, sr] : rates.streams) {
+    w->BeginObject();
+    w->Key("stream");
+    w->String(name);
+    w->Key("examples_per_second");
+    w->Number(sr.stream.examples_per_second);
+    w->Key("bytes_per_second");
+    w->Number(sr.stream.bytes_per_second);
+    w->Key("ranks");
+    w->BeginArray();
+    for (const auto& [rank, r] : sr.ranks) {
+      w->BeginObject();
+      w->Key("rank");
+      w->Number(uint64_t(rank));
+      w->Key("examples_per_second");
+      w->Number(r.examples_per_second);
+      w->Key("bytes_per_second");
+      w->Number(r.bytes_per_second);
+      w->EndObject();
+    }
+    w->EndArray();
+    w->EndObject();
+  }
+  w->EndArray();
+}
+
+// `status --watch`: one frame every `interval` seconds until interrupted.
+int WatchStatus(const Common& c, double interval) {
+  const bool json = c.args.Has("json");
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  Control control(c.address, c.target, c.timeout, c.credentials);
+  CatchInterrupts();
+  std::optional<v1::GetStatusResponse> prev;
+  for (int frame = 0; !g_interrupted; ++frame) {
+    absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
+    // A daemon that is not there at all is an error; one that goes away
+    // while watched (a restart) is shown until it answers again.
+    if (!st.ok() && frame == 0) return ServerError("status", st.status());
+    if (g_interrupted) break;
+    std::optional<Rates> rates;
+    if (st.ok() && prev.has_value()) rates = CurrentRates(*prev, *st);
+    if (json) {
+      JsonWriter w;
+      w.BeginObject();
+      w.Key("time");
+      w.Number(double(time(nullptr)));
+      w.Key("interval_seconds");
+      if (rates.has_value()) {
+        w.Number(rates->interval_seconds);
+      } else {
+        w.Null();
+      }
+      w.Key("status");
+      if (st.ok()) {
+        WriteProto(*st, &w);
+      } else {
+        w.Null();
+      }
+      if (!st.ok()) {
+        w.Key("error");
+        w.String(std::string(st.status().message()));
+      }
+      w.Key("rates");
+      if (rates.has_value()) {
+        WriteRatesJson(*rates, &w);
+      } else {
+        w.BeginArray();
+        w.EndArray();
+      }
+      w.EndObject();
+      printf("%s\n", w.str().c_str());
+    } else {
+      std::string out = tty ? "\033[H\033[2J" : (frame > 0 ? "\n" : "");
+      absl::StrAppendFormat(&out, "Every %.1f s: batchd at %s  %s\n\n",
+                            interval, c.address, UtcNow());
+      if (st.ok()) {
+        out += FormatStatus(*st, rates.has_value() ? &*rates : nullptr);
+        if (!rates.has_value()) {
+          out += "\n(current rates from the next frame on)\n";
+        }
+      } else {
+        absl::StrAppend(&out, "error: ", st.status().message(), "\n");
+      }
+      fputs(out.c_str(), stdout);
+    }
+    fflush(stdout);
+    if (st.ok()) {
+      prev = *std::move(st);
+    } else {
+      prev.reset();
+    }
+    if (!SleepUnlessInterrupted(interval)) break;
+  }
+  return kExitOk;
 }
 
 int StatusCommand(int argc, char** argv) {
@@ -707,9 +1193,23 @@ int StatusCommand(int argc, char** argv) {
     fputs(kStatusHelp, stdout);
     return kExitOk;
   }
-  absl::StatusOr<Common> c = ParseCommon(argc, argv, {}, {"json"}, 10);
+  absl::StatusOr<Common> c =
+      ParseCommon(argc, argv, {}, {"json"}, 10, {"watch"});
   if (!c.ok()) return UsageError("status", std::string(c.status().message()));
-  Control control(c->address, c->target, c->timeout);
+  if (c->args.Has("watch")) {
+    double interval = 2;
+    const std::string v = c->args.Get("watch", "");
+    if (!v.empty() && (!absl::SimpleAtod(v, &interval) || !(interval > 0) ||
+                       interval > 86400)) {
+      return UsageError("status",
+                        absl::StrCat("--watch wants seconds between 0 and "
+                                     "86400, not '",
+                                     v, "'"));
+    }
+    // Below ~0.1 s the daemon's uptime resolution and gRPC make rates noise.
+    return WatchStatus(*c, std::max(interval, 0.1));
+  }
+  Control control(c->address, c->target, c->timeout, c->credentials);
   absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
   if (!st.ok()) return ServerError("status", st.status());
   if (c->args.Has("json")) {
@@ -719,6 +1219,27 @@ int StatusCommand(int argc, char** argv) {
   } else {
     fputs(FormatStatus(*st).c_str(), stdout);
   }
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- close
+
+int CloseCommand(int argc, char** argv) {
+  if (WantsHelp(argc, argv)) {
+    fputs(kCloseHelp, stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<Common> c = ParseCommon(argc, argv, {}, {}, 10, {}, 1);
+  if (!c.ok()) return UsageError("close", std::string(c.status().message()));
+  if (c->args.positional().empty()) {
+    return UsageError("close", "which stream? batchctl close STREAM");
+  }
+  const std::string& name = c->args.positional()[0];
+  Control control(c->address, c->target, c->timeout, c->credentials);
+  if (absl::Status s = control.CloseStream(name); !s.ok()) {
+    return ServerError("close", s);
+  }
+  printf("closed stream %s at %s\n", name.c_str(), c->address.c_str());
   return kExitOk;
 }
 
@@ -744,7 +1265,7 @@ int ShutdownCommand(int argc, char** argv) {
   }
   absl::StatusOr<Common> c = ParseCommon(argc, argv, {}, {}, 10);
   if (!c.ok()) return UsageError("shutdown", std::string(c.status().message()));
-  Control control(c->address, c->target, c->timeout);
+  Control control(c->address, c->target, c->timeout, c->credentials);
   // The pid, to wait for the process; the call also proves it answers.
   absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
   if (!st.ok()) return ServerError("shutdown", st.status());
@@ -770,6 +1291,304 @@ int ShutdownCommand(int argc, char** argv) {
   }
   fprintf(stderr, "batchctl shutdown: batchd (pid %u) at %s stopped\n", pid,
           c->address.c_str());
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- drain
+
+// Counts the ranks attached in `st`.
+uint32_t AttachedRanks(const v1::GetStatusResponse& st) {
+  uint32_t n = 0;
+  for (const v1::StreamStatus& s : st.streams()) {
+    for (const v1::RankStatus& r : s.ranks()) n += r.attached() ? 1 : 0;
+  }
+  return n;
+}
+
+int DrainCommand(int argc, char** argv) {
+  if (WantsHelp(argc, argv)) {
+    fputs(kDrainHelp, stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<Common> c = ParseCommon(argc, argv, {}, {}, 10, {"wait"});
+  if (!c.ok()) return UsageError("drain", std::string(c.status().message()));
+  const bool wait = c->args.Has("wait");
+  double wait_seconds = 0;  // 0: for ever
+  if (const std::string v = c->args.Get("wait", ""); !v.empty()) {
+    if (!absl::SimpleAtod(v, &wait_seconds) || !(wait_seconds > 0)) {
+      return UsageError(
+          "drain",
+          absl::StrCat("--wait wants positive seconds, not '", v, "'"));
+    }
+  }
+  Control control(c->address, c->target, c->timeout, c->credentials);
+  // The pid, to wait for the process.
+  absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
+  if (!st.ok()) return ServerError("drain", st.status());
+  const uint32_t pid = st->pid();
+  absl::StatusOr<v1::DrainResponse> drained = control.Drain();
+  if (!drained.ok()) return ServerError("drain", drained.status());
+  uint32_t attached = drained->attached_ranks();
+  printf(
+      "batchd (pid %u) at %s is draining: %u rank(s) attached; it takes no "
+      "new stream and exits once none is attached\n",
+      pid, c->address.c_str(), attached);
+  fflush(stdout);
+  if (!wait) return kExitOk;
+
+  CatchInterrupts();
+  const uint64_t deadline =
+      wait_seconds > 0 ? MonotonicNanos() + uint64_t(wait_seconds * 1e9)
+                       : UINT64_MAX;
+  // First until it stops answering, then until its process is gone (when
+  // visible from here).
+  bool answers = true;
+  while (!g_interrupted && MonotonicNanos() < deadline) {
+    if (answers) {
+      absl::StatusOr<v1::GetStatusResponse> now = control.GetStatus();
+      if (now.ok() && now->pid() == pid) {
+        const uint32_t n = AttachedRanks(*now);
+        if (n != attached) {
+          attached = n;
+          printf("%s  %u rank(s) attached\n", UtcNow().c_str(), attached);
+          fflush(stdout);
+        }
+      } else if (now.ok() || !absl::IsDeadlineExceeded(now.status())) {
+        answers = false;  // gone, or another daemon took the address
+      }                   // else slow to answer: ask again
+    }
+    if (!answers && !DaemonProcessVisible(pid)) {
+      printf("batchd (pid %u) exited\n", pid);
+      return kExitOk;
+    }
+    SleepUnlessInterrupted(answers ? 0.5 : 0.05);
+  }
+  return ServerError(
+      "drain",
+      absl::DeadlineExceededError(absl::StrFormat(
+          "%s; batchd (pid %u) is still draining with %u rank(s) attached",
+          g_interrupted
+              ? "interrupted"
+              : absl::StrFormat("not exited after %.0f s", wait_seconds),
+          pid, attached)));
+}
+
+// ---------------------------------------------------------------- plan
+
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+
+// What a container's /dev/shm should hold for rings of `total` bytes: the
+// total plus 10% plus 64 MiB (other users of /dev/shm: NCCL, the trainer's
+// DataLoader, Python's multiprocessing), rounded up to a MiB.
+uint64_t ShmSizeFor(uint64_t total) {
+  const uint64_t with_headroom = total + (total + 9) / 10 + 64 * kMiB;
+  return (with_headroom + kMiB - 1) / kMiB * kMiB;
+}
+
+std::string ShapeString(const v1::TensorInfo& t) {
+  std::string out = "[";
+  for (int i = 0; i < t.shape_size(); ++i) {
+    absl::StrAppend(&out, i > 0 ? ", " : "", t.shape(i));
+  }
+  return out + "]";
+}
+
+int PlanCommand(int argc, char** argv) {
+  if (WantsHelp(argc, argv)) {
+    fputs(kPlanHelp, stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<Common> c = ParseCommon(
+      argc, argv,
+      {"workload", "data", "split", "global-batch-size", "world-size", "seed",
+       "slots", "option", "stream", "local-ranks"},
+      {"json"}, 30);
+  if (!c.ok()) return UsageError("plan", std::string(c.status().message()));
+  const Args& a = c->args;
+  v1::StreamSpec spec;
+  spec.set_name(a.Get("stream", "plan"));
+  spec.set_workload(a.Get("workload", "synthetic"));
+  spec.set_data(a.Get("data", ""));
+  spec.set_split(a.Get("split", "train"));
+  uint64_t global = 0, seed = 0, world = 1, slots = 0, local = 0;
+  for (absl::Status s :
+       {a.GetNumber("global-batch-size", &global),
+        a.GetNumber("world-size", &world), a.GetNumber("seed", &seed),
+        a.GetNumber("slots", &slots), a.GetNumber("local-ranks", &local)}) {
+    if (!s.ok()) return UsageError("plan", std::string(s.message()));
+  }
+  if (global == 0) {
+    return UsageError("plan", "--global-batch-size G is required");
+  }
+  if (world < 1 || world > 65536) {
+    return UsageError("plan", "--world-size must be 1..65536");
+  }
+  if (global % world != 0) {
+    return UsageError(
+        "plan", absl::StrCat("--global-batch-size ", global,
+                             " is not divisible by --world-size ", world));
+  }
+  if (slots > 1024) return UsageError("plan", "--slots must be 0..1024");
+  if (a.Has("local-ranks") && (local < 1 || local > world)) {
+    return UsageError("plan", absl::StrCat("--local-ranks must be 1..", world,
+                                           " (the world size)"));
+  }
+  spec.set_global_batch_size(global);
+  spec.set_world_size(uint32_t(world));
+  spec.set_seed(seed);
+  spec.set_slots(uint32_t(slots));
+  for (const std::string& kv : a.All("option")) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return UsageError(
+          "plan", absl::StrCat("--option wants KEY=VALUE, not '", kv, "'"));
+    }
+    (*spec.mutable_options())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+
+  Control control(c->address, c->target, c->timeout, c->credentials);
+  absl::StatusOr<v1::PlanResponse> plan = control.Plan(spec);
+  if (!plan.ok()) return ServerError("plan", plan.status());
+  const uint64_t ranks = a.Has("local-ranks") ? local : plan->ranks();
+  const uint64_t total = plan->segment_bytes() * ranks;
+  const uint64_t size = ShmSizeFor(total);
+  const uint64_t size_mib = size / kMiB;
+  const bool fits = plan->shm_free_bytes() >= total;
+  const std::string docker = absl::StrCat("--shm-size=", size_mib, "m");
+  const std::string k8s = absl::StrCat(size_mib, "Mi");
+
+  if (a.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("spec");
+    WriteProto(spec, &w);
+    w.Key("slots");
+    w.Number(uint64_t(plan->slots()));
+    w.Key("slot_bytes");
+    w.Number(plan->slot_bytes());
+    w.Key("segment_bytes");
+    w.Number(plan->segment_bytes());
+    w.Key("ranks");
+    w.Number(ranks);
+    w.Key("total_bytes");
+    w.Number(total);
+    w.Key("shm_free_bytes");
+    w.Number(plan->shm_free_bytes());
+    w.Key("fits");
+    w.Bool(fits);
+    w.Key("shm_size_bytes");
+    w.Number(size);
+    w.Key("docker_shm_size");
+    w.String(absl::StrCat(size_mib, "m"));
+    w.Key("kubernetes_size_limit");
+    w.String(k8s);
+    w.Key("tensors");
+    w.BeginArray();
+    for (const v1::TensorInfo& t : plan->tensors()) WriteProto(t, &w);
+    w.EndArray();
+    w.EndObject();
+    printf("%s\n", w.str().c_str());
+  } else {
+    std::string options;
+    std::vector<std::pair<std::string, std::string>> sorted(
+        spec.options().begin(), spec.options().end());
+    std::sort(sorted.begin(), sorted.end());
+    for (const auto& [k, v] : sorted) absl::StrAppend(&options, " ", k, "=", v);
+    printf(
+        "spec: workload %s  data '%s'  split %s  global batch %llu  world %llu"
+        "%s%s\n",
+        spec.workload().c_str(), spec.data().c_str(), spec.split().c_str(),
+        static_cast<unsigned long long>(global),
+        static_cast<unsigned long long>(world),
+        options.empty() ? "" : "  options", options.c_str());
+    Table t({"TENSOR", "DTYPE", "SHAPE (one rank)"});
+    for (const v1::TensorInfo& ti : plan->tensors()) {
+      t.Add({ti.name(), ti.dtype(), ShapeString(ti)});
+    }
+    fputs(t.Render("  ").c_str(), stdout);
+    printf(
+        "one rank's ring:  %llu bytes (%s): %u slots x %llu bytes, and the "
+        "header\n",
+        static_cast<unsigned long long>(plan->segment_bytes()),
+        HumanBytes(double(plan->segment_bytes())).c_str(), plan->slots(),
+        static_cast<unsigned long long>(plan->slot_bytes()));
+    printf("this node's rings: %llu bytes (%s) for %llu rank(s)\n",
+           static_cast<unsigned long long>(total),
+           HumanBytes(double(total)).c_str(),
+           static_cast<unsigned long long>(ranks));
+    printf("/dev/shm free now: %llu bytes (%s) at %s%s\n",
+           static_cast<unsigned long long>(plan->shm_free_bytes()),
+           HumanBytes(double(plan->shm_free_bytes())).c_str(),
+           c->address.c_str(), fits ? "" : "  NOT ENOUGH");
+    printf(
+        "\n/dev/shm to give a container (rings + 10%% + 64 MiB): %llu MiB\n"
+        "  docker run %s ...\n"
+        "  Kubernetes: emptyDir {medium: Memory, sizeLimit: %s} at /dev/shm\n",
+        static_cast<unsigned long long>(size_mib), docker.c_str(), k8s.c_str());
+  }
+  if (!fits) {
+    fprintf(stderr,
+            "batchctl plan: /dev/shm at %s has %s free; this node's rings "
+            "need %s\n",
+            c->address.c_str(),
+            HumanBytes(double(plan->shm_free_bytes())).c_str(),
+            HumanBytes(double(total)).c_str());
+    return kExitNoShm;
+  }
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------- version
+
+int VersionCommand(int argc, char** argv) {
+  if (WantsHelp(argc, argv)) {
+    fputs(kVersionHelp, stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<Common> c = ParseCommon(argc, argv, {}, {"json"}, 5);
+  if (!c.ok()) return UsageError("version", std::string(c.status().message()));
+  Control control(c->address, c->target, c->timeout, c->credentials);
+  absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
+  if (c->args.Has("json")) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("batchctl");
+    w.BeginObject();
+    w.Key("version");
+    w.String(kVersion);
+    w.Key("layout_version");
+    w.Number(uint64_t(shm::kLayoutVersion));
+    w.EndObject();
+    w.Key("server");
+    if (st.ok()) {
+      w.BeginObject();
+      w.Key("address");
+      w.String(c->address);
+      w.Key("version");
+      w.String(st->version());
+      w.Key("pid");
+      w.Number(uint64_t(st->pid()));
+      w.Key("uptime_seconds");
+      w.Number(st->uptime_seconds());
+      w.EndObject();
+    } else {
+      w.Null();
+      w.Key("server_error");
+      w.String(std::string(st.status().message()));
+    }
+    w.EndObject();
+    printf("%s\n", w.str().c_str());
+  } else {
+    printf("batchctl %s (shared-memory layout version %u)\n", kVersion,
+           shm::kLayoutVersion);
+    if (st.ok()) {
+      printf("batchd %s at %s (pid %u, up %s)\n", st->version().c_str(),
+             c->address.c_str(), st->pid(),
+             FormatSeconds(st->uptime_seconds()).c_str());
+    }
+  }
+  fflush(stdout);
+  if (!st.ok()) return ServerError("version", st.status());
   return kExitOk;
 }
 
@@ -927,10 +1746,6 @@ uint64_t TouchTensor(const Tensor& t, Touch touch) {
   opened->reset();  // joins the heartbeat thread, unmaps the ring
   _exit(0);
 }
-
-// Set by SIGINT / SIGTERM during a bench, so that the stream is still closed.
-volatile sig_atomic_t g_interrupted = 0;
-void OnInterrupt(int) { g_interrupted = 1; }
 
 struct Child {
   pid_t pid = -1;
@@ -1204,6 +2019,11 @@ int BenchCommand(int argc, char** argv) {
   if (!common.ok()) {
     return UsageError("bench", std::string(common.status().message()));
   }
+  if (common->credentials != nullptr) {
+    return UsageError("bench",
+                      "bench's ranks connect without TLS: run it on the "
+                      "daemon's node, against its unix socket");
+  }
   absl::StatusOr<BenchConfig> parsed = ParseBench(*common);
   if (!parsed.ok()) {
     return UsageError("bench", std::string(parsed.status().message()));
@@ -1214,12 +2034,7 @@ int BenchCommand(int argc, char** argv) {
   // A rank that dies must not kill us through a pipe write; an interrupt
   // ends the run but still closes the stream.
   signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnInterrupt;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  CatchInterrupts();
   fflush(nullptr);
   // Fork every rank before this process touches gRPC.
   std::vector<Child> children(world);
@@ -1353,6 +2168,11 @@ int Main(int argc, char** argv) {
     fputs(kMainHelp, stdout);
     return kExitOk;
   }
+  if (command == "--version") {  // this program's alone; `version` asks
+    printf("batchctl %s (shared-memory layout version %u)\n", kVersion,
+           shm::kLayoutVersion);
+    return kExitOk;
+  }
   if (command == "help") {
     const std::string topic = argc > 2 ? argv[2] : "";
     if (topic.empty()) {
@@ -1363,6 +2183,14 @@ int Main(int argc, char** argv) {
       fputs(kShutdownHelp, stdout);
     } else if (topic == "bench") {
       fputs(kBenchHelp, stdout);
+    } else if (topic == "close") {
+      fputs(kCloseHelp, stdout);
+    } else if (topic == "drain") {
+      fputs(kDrainHelp, stdout);
+    } else if (topic == "plan") {
+      fputs(kPlanHelp, stdout);
+    } else if (topic == "version") {
+      fputs(kVersionHelp, stdout);
     } else {
       return UsageError("", absl::StrCat("no command '", topic, "'"));
     }
@@ -1371,6 +2199,10 @@ int Main(int argc, char** argv) {
   if (command == "status") return StatusCommand(argc - 2, argv + 2);
   if (command == "shutdown") return ShutdownCommand(argc - 2, argv + 2);
   if (command == "bench") return BenchCommand(argc - 2, argv + 2);
+  if (command == "close") return CloseCommand(argc - 2, argv + 2);
+  if (command == "drain") return DrainCommand(argc - 2, argv + 2);
+  if (command == "plan") return PlanCommand(argc - 2, argv + 2);
+  if (command == "version") return VersionCommand(argc - 2, argv + 2);
   return UsageError("", absl::StrCat("no command '", command, "'"));
 }
 
