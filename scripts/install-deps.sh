@@ -10,8 +10,12 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev
   libcivetweb-dev libsystemd-dev libtomlplusplus-dev
+  systemd python3-yaml openssl  # service tests: unit verify, pod, TLS
   libtorch-dev python3-torch
   pybind11-dev libdlpack-dev python3-dev python3-pytest python3-numpy
+  libsentencepiece-dev python3-sentencepiece wngerman  # wmt: tokenizer, generator
+  libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench
+  python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

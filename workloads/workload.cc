@@ -3,7 +3,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "workloads/imagenet/imagenet.h"
 #include "workloads/synthetic.h"
+#include "workloads/wmt/wmt.h"
 
 namespace batchd {
 
@@ -12,8 +14,10 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
   // An explicit table rather than static registration: easy to find, and it
   // survives static linking.
   if (name == "synthetic") return CreateSyntheticWorkload(config);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown workload '", name, "' (known: synthetic)"));
+  if (name == "imagenet") return CreateImageNetWorkload(config);
+  if (name == "wmt") return CreateWmtWorkload(config);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown workload '", name, "' (known: synthetic, imagenet, wmt)"));
 }
 
 absl::StatusOr<uint64_t> UintOption(const WorkloadConfig& config,

@@ -1,0 +1,336 @@
+// ImageFolder and TFRecord image sources; see image_source.h.
+#include "workloads/imagenet/image_source.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "workloads/common/tfrecord.h"
+
+namespace batchd {
+namespace {
+
+// torchvision.datasets.folder.IMG_EXTENSIONS.
+constexpr const char* kImageExtensions[] = {
+    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
+
+bool HasImageExtension(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  for (const char* ext : kImageExtensions) {
+    if (absl::EndsWith(lower, ext)) return true;
+  }
+  return false;
+}
+
+// os.walk's depth is unbounded; a symlink cycle would make it loop, and we
+// stop instead.
+constexpr int kMaxDepth = 64;
+
+struct DirEntries {
+  std::vector<std::string> dirs;
+  std::vector<std::string> files;
+};
+
+// Lists `path` as os.scandir / os.walk classify entries: is_dir() follows
+// symlinks; everything else (files, broken links, sockets) is a file.
+absl::Status ListDir(const std::string& path, DirEntries* out) {
+  DIR* d = opendir(path.c_str());
+  if (d == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot list ", path, ": ", strerror(errno)));
+  }
+  while (dirent* e = readdir(d)) {
+    const char* n = e->d_name;
+    if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+      struct stat st;
+      is_dir = stat(absl::StrCat(path, "/", n).c_str(), &st) == 0 &&
+               S_ISDIR(st.st_mode);
+    }
+    (is_dir ? out->dirs : out->files).push_back(n);
+  }
+  closedir(d);
+  return absl::OkStatus();
+}
+
+absl::Status ReadWholeFile(const std::string& path, std::string* bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::InternalError(
+        absl::StrCat("cannot stat ", path, ": ", strerror(err)));
+  }
+  bytes->resize(size_t(st.st_size));
+  size_t done = 0;
+  while (done < bytes->size()) {
+    const ssize_t n = pread(fd, &(*bytes)[done], bytes->size() - done, done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot read ", path, ": ", strerror(err)));
+    }
+    if (n == 0) break;  // the file shrank
+    done += size_t(n);
+  }
+  bytes->resize(done);
+  close(fd);
+  return absl::OkStatus();
+}
+
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on), start_(Clock::now()), last_(start_) {}
+  // Reports at most every two seconds, and only once indexing is slow.
+  template <typename... Args>
+  void Maybe(const Args&... args) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::seconds(2)) return;
+    last_ = now;
+    reported_ = true;
+    fprintf(stderr, "batchd: level=info msg=\"imagenet: %s (%.0f s)\"\n",
+            absl::StrCat(args...).c_str(), Seconds(now));
+  }
+  template <typename... Args>
+  void Done(const Args&... args) {
+    if (!on_ || !reported_) return;
+    fprintf(stderr, "batchd: level=info msg=\"imagenet: %s (%.1f s)\"\n",
+            absl::StrCat(args...).c_str(), Seconds(Clock::now()));
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  double Seconds(Clock::time_point t) const {
+    return std::chrono::duration<double>(t - start_).count();
+  }
+  const bool on_;
+  const Clock::time_point start_;
+  Clock::time_point last_;
+  bool reported_ = false;
+};
+
+class ImageFolderSource : public ImageSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<ImageSource>> Open(
+      const std::string& dir, bool progress) {
+    auto src = std::unique_ptr<ImageFolderSource>(new ImageFolderSource(dir));
+    DirEntries top;
+    absl::Status st = ListDir(dir, &top);
+    if (!st.ok()) return st;
+    std::sort(top.dirs.begin(), top.dirs.end());
+    if (top.dirs.empty()) {
+      return absl::NotFoundError(absl::StrCat("no class folder in ", dir,
+                                              " (ImageFolder layout: ", dir,
+                                              "/<class>/<image>)"));
+    }
+    src->classes_ = top.dirs;
+    Progress report(progress);
+    std::vector<std::string> empty;
+    for (size_t c = 0; c < src->classes_.size(); ++c) {
+      const size_t before = src->labels_.size();
+      st = src->AddClass(int32_t(c), src->classes_[c]);
+      if (!st.ok()) return st;
+      if (src->labels_.size() == before) empty.push_back(src->classes_[c]);
+      report.Maybe("indexed ", src->labels_.size(), " files in ", c + 1, " of ",
+                   src->classes_.size(), " classes of ", dir);
+    }
+    if (!empty.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("Found no valid file for the classes ",
+                       absl::StrJoin(empty, ", "), " in ", dir,
+                       ". Supported extensions are: .jpg, .jpeg, .png, .ppm, "
+                       ".bmp, .pgm, .tif, .tiff, .webp"));
+    }
+    report.Done("indexed ", src->labels_.size(), " files in ",
+                src->classes_.size(), " classes of ", dir);
+    return std::unique_ptr<ImageSource>(std::move(src));
+  }
+
+  uint64_t size() const override { return labels_.size(); }
+
+  absl::Status Read(uint64_t i, std::string* bytes,
+                    int64_t* label) const override {
+    *label = labels_[i];
+    return ReadWholeFile(Path(i), bytes);
+  }
+
+  std::string Describe(uint64_t i) const override { return Path(i); }
+  std::vector<std::string> classes() const override { return classes_; }
+
+ private:
+  explicit ImageFolderSource(std::string dir) : dir_(std::move(dir)) {}
+
+  std::string Path(uint64_t i) const {
+    return absl::StrCat(dir_, "/", RelPath(i));
+  }
+  std::string RelPath(uint64_t i) const {
+    return std::string(names_.data() + offsets_[i],
+                       offsets_[i + 1] - offsets_[i]);
+  }
+
+  // os.walk(class_dir, followlinks=True), sorted by directory path, files
+  // sorted within each directory.
+  absl::Status AddClass(int32_t label, const std::string& cls) {
+    std::vector<std::pair<std::string, int>> pending = {{cls, 0}};
+    std::vector<std::string> dirs;
+    while (!pending.empty()) {
+      auto [rel, depth] = pending.back();
+      pending.pop_back();
+      dirs.push_back(rel);
+      if (depth >= kMaxDepth) continue;
+      DirEntries e;
+      absl::Status st = ListDir(absl::StrCat(dir_, "/", rel), &e);
+      if (!st.ok()) {
+        if (depth == 0) return st;
+        continue;  // os.walk skips a folder it cannot list
+      }
+      for (const std::string& d : e.dirs) {
+        pending.push_back({absl::StrCat(rel, "/", d), depth + 1});
+      }
+    }
+    std::sort(dirs.begin(), dirs.end());
+    for (const std::string& rel : dirs) {
+      DirEntries e;
+      if (!ListDir(absl::StrCat(dir_, "/", rel), &e).ok()) continue;
+      std::sort(e.files.begin(), e.files.end());
+      for (const std::string& f : e.files) {
+        if (!HasImageExtension(f)) continue;
+        if (offsets_.empty()) offsets_.push_back(0);
+        names_.append(rel).append("/").append(f);
+        offsets_.push_back(names_.size());
+        labels_.push_back(label);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string dir_;
+  std::vector<std::string> classes_;
+  // Paths relative to dir_, packed: path i is names_[offsets_[i],
+  // offsets_[i + 1]) (1.28 M paths as strings would cost ~3x the memory).
+  std::string names_;
+  std::vector<uint64_t> offsets_;
+  std::vector<int32_t> labels_;
+};
+
+class TFRecordImageSource : public ImageSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<ImageSource>> Open(
+      const std::vector<std::string>& files, bool progress) {
+    auto src = std::unique_ptr<TFRecordImageSource>(new TFRecordImageSource);
+    Progress report(progress);
+    uint64_t total = 0;
+    for (size_t f = 0; f < files.size(); ++f) {
+      absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
+          TFRecordFile::Open(files[f]);
+      if (!file.ok()) return file.status();
+      total += (*file)->size();
+      src->files_.push_back(std::move(*file));
+      src->first_.push_back(total - src->files_.back()->size());
+      report.Maybe("indexed ", total, " records in ", f + 1, " of ",
+                   files.size(), " shards");
+    }
+    src->first_.push_back(total);
+    report.Done("indexed ", total, " records in ", files.size(), " shards");
+    if (total == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("no records in the ", files.size(), " TFRecord shards"));
+    }
+    return std::unique_ptr<ImageSource>(std::move(src));
+  }
+
+  uint64_t size() const override { return first_.back(); }
+
+  absl::Status Read(uint64_t i, std::string* bytes,
+                    int64_t* label) const override {
+    size_t f;
+    uint64_t r;
+    Locate(i, &f, &r);
+    absl::StatusOr<std::string> record = files_[f]->Read(r);
+    if (!record.ok()) return record.status();
+    absl::StatusOr<ExampleFeatures> ex = ParseExample(*record);
+    if (!ex.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(Describe(i), ": ", ex.status().message()));
+    }
+    auto img = ex->bytes.find("image");
+    auto lab = ex->int64s.find("label");
+    if (img == ex->bytes.end() || img->second.size() != 1 ||
+        lab == ex->int64s.end() || lab->second.size() != 1) {
+      return absl::DataLossError(
+          absl::StrCat(Describe(i),
+                       ": a tf.train.Example without one `image` (bytes) "
+                       "and one `label` (int64)"));
+    }
+    *label = lab->second[0];
+    bytes->swap(img->second[0]);
+    return absl::OkStatus();
+  }
+
+  std::string Describe(uint64_t i) const override {
+    size_t f;
+    uint64_t r;
+    Locate(i, &f, &r);
+    return absl::StrCat(files_[f]->path(), " record ", r);
+  }
+
+ private:
+  void Locate(uint64_t i, size_t* f, uint64_t* r) const {
+    *f = size_t(std::upper_bound(first_.begin(), first_.end(), i) -
+                first_.begin() - 1);
+    *r = i - first_[*f];
+  }
+
+  std::vector<std::unique_ptr<TFRecordFile>> files_;
+  std::vector<uint64_t> first_;  // first example of each file, then total
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ImageSource>> OpenImageFolder(
+    const std::string& dir, bool progress) {
+  return ImageFolderSource::Open(dir, progress);
+}
+
+absl::StatusOr<std::unique_ptr<ImageSource>> OpenTFRecordImages(
+    const std::vector<std::string>& files, bool progress) {
+  return TFRecordImageSource::Open(files, progress);
+}
+
+std::vector<std::string> FindTFRecordShards(const std::string& dir,
+                                            const std::string& split) {
+  DirEntries e;
+  std::vector<std::string> out;
+  if (!ListDir(dir, &e).ok()) return out;
+  const std::string infix = absl::StrCat("-", split, ".tfrecord-");
+  const std::string suffix = absl::StrCat("-", split, ".tfrecord");
+  for (const std::string& f : e.files) {
+    if (absl::StrContains(f, infix) || absl::EndsWith(f, suffix)) {
+      out.push_back(absl::StrCat(dir, "/", f));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace batchd

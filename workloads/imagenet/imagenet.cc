@@ -1,0 +1,345 @@
+// The imagenet workload; see imagenet.h.
+#include "workloads/imagenet/imagenet.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "workloads/counter_rng.h"
+#include "workloads/imagenet/image_decoder.h"
+#include "workloads/imagenet/image_source.h"
+#include "workloads/imagenet/transforms.h"
+
+namespace batchd {
+namespace {
+
+// Salt of the random stream that picks substitutes, so that it does not
+// repeat the augmentation stream's words.
+constexpr uint64_t kSubstituteSalt = 0x5ab571707e5eedULL;
+constexpr int kSubstituteTries = 16;
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// What one worker thread reuses from image to image.
+struct ThreadState {
+  ImageDecoder decoder;
+  std::string bytes;
+  std::vector<uint8_t> pixels;
+};
+
+ThreadState& LocalState() {
+  thread_local ThreadState state;
+  return state;
+}
+
+struct Options {
+  int image_size = 224;
+  int resize_size = 256;
+  bool nchw = false;
+  bool substitute = true;
+  bool progress = true;
+  double dct_headroom = 1.25;
+  bool fixed_crop = false;
+  CropBox crop;
+  bool flip = false;
+};
+
+absl::Status IntOption(const std::map<std::string, std::string>& o,
+                       const std::string& key, int lo, int hi, int* v) {
+  auto it = o.find(key);
+  if (it == o.end()) return absl::OkStatus();
+  if (!absl::SimpleAtoi(it->second, v) || *v < lo || *v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("imagenet: option ", key, "='", it->second,
+                     "' is not an integer in [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
+  const auto& o = config.options;
+  static const char* const kKnown[] = {
+      "image_size", "resize_size",  "layout",          "on_decode_error",
+      "progress",   "dct_headroom", "debug_fixed_crop"};
+  for (const auto& [key, value] : o) {
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
+          return key == k;
+        }) == std::end(kKnown)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "imagenet: unknown option '", key,
+          "' (known: image_size, resize_size, layout, on_decode_error, "
+          "progress, dct_headroom, debug_fixed_crop)"));
+    }
+  }
+  Options opt;
+  absl::Status st = IntOption(o, "image_size", 1, 4096, &opt.image_size);
+  if (!st.ok()) return st;
+  st = IntOption(o, "resize_size", 1, 8192, &opt.resize_size);
+  if (!st.ok()) return st;
+  if (opt.resize_size < opt.image_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("imagenet: resize_size ", opt.resize_size,
+                     " is smaller than image_size ", opt.image_size));
+  }
+  int progress = 1;
+  st = IntOption(o, "progress", 0, 1, &progress);
+  if (!st.ok()) return st;
+  opt.progress = progress == 1;
+  if (auto it = o.find("dct_headroom"); it != o.end()) {
+    if (!absl::SimpleAtod(it->second, &opt.dct_headroom) ||
+        !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("imagenet: option dct_headroom='", it->second,
+                       "' is not a number in [1, 8]"));
+    }
+  }
+  if (auto it = o.find("layout"); it != o.end()) {
+    if (it->second != "nhwc" && it->second != "nchw") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "imagenet: layout='", it->second, "' (known: nhwc, nchw)"));
+    }
+    opt.nchw = it->second == "nchw";
+  }
+  if (auto it = o.find("on_decode_error"); it != o.end()) {
+    if (it->second != "substitute" && it->second != "fail") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("imagenet: on_decode_error='", it->second,
+                       "' (known: substitute, fail)"));
+    }
+    opt.substitute = it->second == "substitute";
+  }
+  if (auto it = o.find("debug_fixed_crop"); it != o.end()) {
+    const char* hooks = getenv("BATCHD_TEST_HOOKS");
+    if (hooks == nullptr || strcmp(hooks, "1") != 0) {
+      return absl::PermissionDeniedError(
+          "imagenet: debug_fixed_crop is a test hook; the server must run "
+          "with BATCHD_TEST_HOOKS=1");
+    }
+    std::vector<std::string> f = absl::StrSplit(it->second, ',');
+    int v[5];
+    bool ok = f.size() == 5;
+    for (size_t i = 0; ok && i < 5; ++i) {
+      ok = absl::SimpleAtoi(f[i], &v[i]) && v[i] >= 0;
+    }
+    if (!ok || v[2] == 0 || v[3] == 0 || v[4] > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("imagenet: debug_fixed_crop='", it->second,
+                       "' is not x,y,w,h,flip (w, h > 0; flip 0 or 1)"));
+    }
+    opt.fixed_crop = true;
+    opt.crop = CropBox{v[0], v[1], v[2], v[3]};
+    opt.flip = v[4] == 1;
+  }
+  return opt;
+}
+
+class ImageNetWorkload : public Workload {
+ public:
+  ImageNetWorkload(std::unique_ptr<ImageSource> source, bool train, Options opt)
+      : source_(std::move(source)), train_(train), opt_(opt) {
+    const int64_t s = opt_.image_size;
+    tensors_ = {{"inputs", shm::DTypeCode::kUInt8,
+                 opt_.nchw ? std::vector<int64_t>{3, s, s}
+                           : std::vector<int64_t>{s, s, 3}},
+                {"targets", shm::DTypeCode::kInt64, {}}};
+    if (!train_) tensors_.push_back({"weights", shm::DTypeCode::kFloat32, {}});
+  }
+
+  uint64_t num_examples() const override { return source_->size(); }
+  bool shuffle() const override { return train_; }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
+
+  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+                    WorkloadCounters* counters) const override {
+    const size_t image_bytes = size_t(opt_.image_size) * opt_.image_size * 3;
+    int64_t label = 0;
+    float weight = 0.0f;
+    if (!ex.valid) {
+      memset(out[0], 0, image_bytes);
+    } else {
+      absl::Status st = FillValid(ex, out[0], &label, counters);
+      if (!st.ok()) return st;
+      weight = 1.0f;
+    }
+    memcpy(out[1], &label, sizeof(label));
+    if (!train_) memcpy(out[2], &weight, sizeof(weight));
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status FillValid(const ExampleRef& ex, uint8_t* inputs, int64_t* label,
+                         WorkloadCounters* counters) const {
+    absl::Status st = FillImage(ex, ex.id, inputs, label);
+    if (st.ok()) return st;
+    ReportError(ex.id, st, counters);
+    if (!opt_.substitute || source_->size() < 2) {
+      return absl::DataLossError(absl::StrCat("imagenet: cannot decode ",
+                                              source_->Describe(ex.id), ": ",
+                                              st.message()));
+    }
+    // Another example of the epoch, drawn from a stream of its own keyed by
+    // (seed, epoch, position): the same for every thread count and W.
+    ExampleRng pick(ex.seed ^ kSubstituteSalt, ex.epoch, ex.position);
+    const uint64_t n = source_->size();
+    for (int t = 0; t < kSubstituteTries; ++t) {
+      const uint64_t other = (ex.id + 1 + pick.NextU64() % (n - 1)) % n;
+      st = FillImage(ex, other, inputs, label);
+      if (st.ok()) return st;
+      ReportError(other, st, counters);
+    }
+    return absl::DataLossError(absl::StrCat(
+        "imagenet: cannot decode ", source_->Describe(ex.id), " nor ",
+        kSubstituteTries, " substitutes; last: ", st.message()));
+  }
+
+  void ReportError(uint64_t id, const absl::Status& st,
+                   WorkloadCounters* counters) const {
+    if (counters != nullptr) counters->decode_errors.fetch_add(1);
+    const uint64_t n = logged_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n <= 10 || n % 1000 == 0) {
+      fprintf(stderr,
+              "batchd: level=warning msg=\"imagenet: cannot decode %s: %s "
+              "(%s; decode error %llu of this stream%s)\"\n",
+              source_->Describe(id).c_str(), std::string(st.message()).c_str(),
+              opt_.substitute ? "substituted" : "failing",
+              static_cast<unsigned long long>(n),
+              n == 10 ? "; from now on every 1000th is logged" : "");
+    }
+  }
+
+  // Example `id` (the example itself or its substitute) into `inputs`, with
+  // the augmentation randomness of ex.
+  absl::Status FillImage(const ExampleRef& ex, uint64_t id, uint8_t* inputs,
+                         int64_t* label) const {
+    ThreadState& ts = LocalState();
+    ts.decoder.set_dct_headroom(opt_.dct_headroom);
+    absl::Status st = source_->Read(id, &ts.bytes, label);
+    if (!st.ok()) return st;
+    st = ts.decoder.Open(reinterpret_cast<const uint8_t*>(ts.bytes.data()),
+                         ts.bytes.size());
+    if (!st.ok()) return st;
+    const int width = ts.decoder.header().width;
+    const int height = ts.decoder.header().height;
+    const int s = opt_.image_size;
+    ResampleAxis ax, ay;
+    bool flip = false;
+    if (train_) {
+      CropBox box;
+      if (opt_.fixed_crop) {
+        box.x = std::min(opt_.crop.x, width - 1);
+        box.y = std::min(opt_.crop.y, height - 1);
+        box.w = std::min(opt_.crop.w, width - box.x);
+        box.h = std::min(opt_.crop.h, height - box.y);
+        flip = opt_.flip;
+      } else {
+        ExampleRng rng(ex.seed, ex.epoch, ex.position);
+        box = SampleRandomResizedCrop(width, height, RandomResizedCropParams(),
+                                      &rng);
+        flip = rng.Uniform() < 0.5;
+      }
+      CropResizeAxes(box, s, &ax, &ay);
+    } else {
+      ResizeCenterCropAxes(width, height, opt_.resize_size, s, &ax, &ay);
+    }
+    ts.pixels.resize(size_t(s) * s * 3);
+    st = ts.decoder.DecodeResized(ax, ay, ts.pixels.data());
+    if (!st.ok()) return st;
+    WritePixels(ts.pixels.data(), flip, inputs);
+    return absl::OkStatus();
+  }
+
+  // HWC RGB -> the slot's layout, mirrored left-right when `flip`.
+  void WritePixels(const uint8_t* hwc, bool flip, uint8_t* out) const {
+    const int s = opt_.image_size;
+    const size_t row = size_t(s) * 3;
+    if (!opt_.nchw) {
+      if (!flip) {
+        memcpy(out, hwc, row * s);
+        return;
+      }
+      for (int y = 0; y < s; ++y) {
+        const uint8_t* src = hwc + row * y;
+        uint8_t* dst = out + row * y;
+        for (int x = 0; x < s; ++x)
+          memcpy(dst + 3 * (s - 1 - x), src + 3 * x, 3);
+      }
+      return;
+    }
+    const size_t plane = size_t(s) * s;
+    for (int y = 0; y < s; ++y) {
+      const uint8_t* src = hwc + row * y;
+      for (int x = 0; x < s; ++x) {
+        const int xo = flip ? s - 1 - x : x;
+        const size_t o = size_t(y) * s + xo;
+        out[o] = src[3 * x];
+        out[plane + o] = src[3 * x + 1];
+        out[2 * plane + o] = src[3 * x + 2];
+      }
+    }
+  }
+
+  const std::unique_ptr<ImageSource> source_;
+  const bool train_;
+  const Options opt_;
+  std::vector<TensorLayout> tensors_;
+  mutable std::atomic<uint64_t> logged_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
+    const WorkloadConfig& config) {
+  absl::StatusOr<Options> opt = ParseOptions(config);
+  if (!opt.ok()) return opt.status();
+  const std::string& root = config.data_path;
+  const std::string& split = config.split;
+  if (split.empty() || split.find('/') != std::string::npos || split == "." ||
+      split == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("imagenet: split '", split, "' is not a plain name"));
+  }
+  std::vector<std::string> names = {split};
+  if (split == "val") names.push_back("validation");
+  if (split == "validation") names.push_back("val");
+  std::unique_ptr<ImageSource> source;
+  for (const std::string& name : names) {
+    const std::string dir = absl::StrCat(root, "/", name);
+    if (IsDir(dir)) {
+      absl::StatusOr<std::unique_ptr<ImageSource>> s =
+          OpenImageFolder(dir, opt->progress);
+      if (!s.ok()) return s.status();
+      source = std::move(*s);
+      break;
+    }
+    std::vector<std::string> shards = FindTFRecordShards(root, name);
+    if (!shards.empty()) {
+      absl::StatusOr<std::unique_ptr<ImageSource>> s =
+          OpenTFRecordImages(shards, opt->progress);
+      if (!s.ok()) return s.status();
+      source = std::move(*s);
+      break;
+    }
+  }
+  if (source == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "imagenet: found neither an ImageFolder tree ", root, "/", split,
+        "/<class>/ nor TFRecord shards ", root, "/*-", split, ".tfrecord-*"));
+  }
+  return std::unique_ptr<Workload>(
+      new ImageNetWorkload(std::move(source), split == "train", *opt));
+}
+
+}  // namespace batchd

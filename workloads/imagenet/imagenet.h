@@ -1,0 +1,57 @@
+// The imagenet workload: AlgoPerf's imagenet_resnet input pipeline.
+//
+// Data: `data` is the data set's root and `split` picks the files:
+//   1. <data>/<split>/ as an ImageFolder tree (<class>/<image>, torchvision's
+//      order and labels), if that directory exists; else
+//   2. the TFRecord shards <data>/*-<split>.tfrecord-NNNNN-of-NNNNN (TFDS
+//      imagenet2012: `image` JPEG bytes, `label` int64), sorted by name.
+//   "val" and "validation" stand for each other when only the other exists
+//   (AlgoPerf's folders say val, TFDS says validation).
+// Split "train" shuffles, repeats and augments with
+// RandomResizedCrop(image_size, scale (0.08, 1), ratio (3/4, 4/3)) and a
+// horizontal flip with p = 0.5; any other split is an evaluation split: one
+// pass in order, Resize(resize_size) then CenterCrop(image_size), the last
+// batch padded (zeros, label 0) and marked by `weights`.
+//
+// Tensors: inputs uint8 [B, S, S, 3] (layout=nchw: [B, 3, S, S]), targets
+// int64 [B]; evaluation splits add weights float32 [B] (1 real, 0 padding).
+//
+// Options:
+//   image_size       S, the output side (default 224)
+//   resize_size      evaluation's shorter side before the crop (default 256;
+//                    at least image_size)
+//   layout           nhwc (default) or nchw
+//   on_decode_error  substitute (default): an image that cannot be decoded is
+//                    replaced by another example of the epoch, chosen from
+//                    the example's random stream (so deterministically),
+//                    counted in decode_errors and logged (the first 10, then
+//                    every 1000th); fail: the stream fails, naming the file
+//   progress         1 (default): report indexing of large trees on stderr
+//   dct_headroom     H: JPEGs decode at the smallest DCT scale k/8 that keeps
+//                    at least H scaled pixels per output pixel across the
+//                    resized box (default 1.25). 1 is the smallest scale that
+//                    keeps the output resolution: fastest, but a DCT-scaled
+//                    image low-passes unlike Pillow's triangle filter and
+//                    lands ~2-3 per channel value from torchvision's pixels
+//                    on grainy photos; 1.25 stays within ~1.5; 8 disables
+//                    DCT scaling (bit-exact with torchvision's PIL path up to
+//                    libjpeg's own output)
+//   debug_fixed_crop x,y,w,h,flip: a test hook that replaces the random crop
+//                    box and flip of every training example (the box is
+//                    clipped to each image). Refused unless the server runs
+//                    with BATCHD_TEST_HOOKS=1 in its environment.
+#ifndef BATCHD_WORKLOADS_IMAGENET_IMAGENET_H_
+#define BATCHD_WORKLOADS_IMAGENET_IMAGENET_H_
+
+#include <memory>
+
+#include "workloads/workload.h"
+
+namespace batchd {
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
+    const WorkloadConfig& config);
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_IMAGENET_IMAGENET_H_

@@ -1,0 +1,294 @@
+// Tests of the imagenet workload: sources (ImageFolder order, TFRecord
+// shards), tensors, determinism, padding, decode errors and options.
+#include "workloads/imagenet/imagenet.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "workloads/common/tfrecord.h"
+#include "workloads/imagenet/image_source.h"
+#include "workloads/imagenet/test_images.h"
+
+namespace batchd {
+namespace {
+
+using testing_images::EncodeJpeg;
+using testing_images::EncodePng;
+using testing_images::Picture;
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+class ImageNetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/imagenet_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    ASSERT_EQ(system(("rm -rf " + root_).c_str()), 0);
+  }
+  void Mkdir(const std::string& rel) {
+    ASSERT_EQ(mkdir((root_ + "/" + rel).c_str(), 0755), 0) << rel;
+  }
+  std::string Jpeg(int i) {
+    const int w = 200 + 13 * (i % 5), h = 150 + 7 * (i % 3);
+    return EncodeJpeg(Picture(w, h, 3, i + 1), w, h, 3);
+  }
+  // train/ with classes b, a (nested), c and odd names; val/ with 2 classes.
+  void MakeTree() {
+    Mkdir("train");
+    for (const char* d :
+         {"train/n02", "train/n01", "train/n01/sub", "train/n01/sub-x",
+          "train/n03", "val", "val/n01", "val/n02"}) {
+      Mkdir(d);
+    }
+    int i = 0;
+    for (const char* f :
+         {"train/n02/b.JPEG", "train/n02/a.jpeg", "train/n02/C.Jpg",
+          "train/n01/z.JPEG", "train/n01/sub/a.JPEG", "train/n01/sub-x/a.png",
+          "train/n03/x.JPEG", "train/n03/y.JPEG", "val/n01/v1.JPEG",
+          "val/n01/v2.JPEG", "val/n02/v3.JPEG"}) {
+      WriteFile(root_ + "/" + f, Jpeg(i++));
+    }
+    WriteFile(root_ + "/train/n02/notes.txt", "not an image");
+  }
+  absl::StatusOr<std::unique_ptr<Workload>> Make(
+      const std::string& split, std::map<std::string, std::string> opts = {}) {
+    WorkloadConfig c;
+    c.data_path = root_;
+    c.split = split;
+    c.seed = 7;
+    c.options = opts;
+    opts.emplace("progress", "0");
+    return CreateWorkload("imagenet", c);
+  }
+
+  std::string root_;
+};
+
+TEST_F(ImageNetTest, ImageFolderOrderIsTorchvisions) {
+  MakeTree();
+  auto src = OpenImageFolder(root_ + "/train", false);
+  ASSERT_TRUE(src.ok()) << src.status();
+  // Classes sorted; each class walked with directories in sorted path
+  // order ("n01" < "n01/sub" < "n01/sub-x"), files sorted bytewise
+  // ("C.Jpg" < "a.jpeg" < "b.JPEG"), non-images skipped.
+  const std::vector<std::string> want = {
+      "n01/z.JPEG", "n01/sub/a.JPEG", "n01/sub-x/a.png", "n02/C.Jpg",
+      "n02/a.jpeg", "n02/b.JPEG",     "n03/x.JPEG",      "n03/y.JPEG"};
+  const std::vector<int64_t> labels = {0, 0, 0, 1, 1, 1, 2, 2};
+  ASSERT_EQ((*src)->size(), want.size());
+  std::string bytes;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ((*src)->Describe(i), root_ + "/train/" + want[i]);
+    int64_t label;
+    ASSERT_TRUE((*src)->Read(i, &bytes, &label).ok());
+    EXPECT_EQ(label, labels[i]);
+  }
+  EXPECT_EQ((*src)->classes(), (std::vector<std::string>{"n01", "n02", "n03"}));
+}
+
+TEST_F(ImageNetTest, EmptyClassOrNoClassFails) {
+  Mkdir("train");
+  EXPECT_EQ(OpenImageFolder(root_ + "/train", false).status().code(),
+            absl::StatusCode::kNotFound);
+  Mkdir("train/n01");
+  Mkdir("train/n02");
+  WriteFile(root_ + "/train/n01/a.JPEG", Jpeg(0));
+  absl::Status st = OpenImageFolder(root_ + "/train", false).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("n02"), std::string::npos) << st;
+}
+
+TEST_F(ImageNetTest, TrainTensorsAndDeterminism) {
+  MakeTree();
+  auto w = Make("train");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE((*w)->shuffle());
+  EXPECT_EQ((*w)->num_examples(), 8u);
+  ASSERT_EQ((*w)->tensors().size(), 2u);
+  EXPECT_EQ((*w)->tensors()[0].name, "inputs");
+  EXPECT_EQ((*w)->tensors()[0].example_shape,
+            (std::vector<int64_t>{224, 224, 3}));
+  EXPECT_EQ((*w)->tensors()[1].name, "targets");
+  std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
+  int64_t ta, tb;
+  WorkloadCounters counters;
+  uint8_t* oa[] = {a.data(), reinterpret_cast<uint8_t*>(&ta)};
+  uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&tb)};
+  ExampleRef ex{7, 2, 5, 3, true};
+  ASSERT_TRUE((*w)->Fill(ex, oa, &counters).ok());
+  ASSERT_TRUE((*w)->Fill(ex, ob, &counters).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ta, 1);  // n02/C.Jpg
+  ex.epoch = 3;      // another epoch: another crop
+  ASSERT_TRUE((*w)->Fill(ex, ob, &counters).ok());
+  EXPECT_NE(a, b);
+  EXPECT_EQ(counters.decode_errors.load(), 0u);
+}
+
+TEST_F(ImageNetTest, NchwIsTheTransposeOfNhwc) {
+  MakeTree();
+  auto hwc = Make("val");
+  auto chw = Make("val", {{"layout", "nchw"}});
+  ASSERT_TRUE(hwc.ok() && chw.ok());
+  EXPECT_EQ((*chw)->tensors()[0].example_shape,
+            (std::vector<int64_t>{3, 224, 224}));
+  std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
+  int64_t t;
+  float wt;
+  uint8_t* oa[] = {a.data(), reinterpret_cast<uint8_t*>(&t),
+                   reinterpret_cast<uint8_t*>(&wt)};
+  uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&t),
+                   reinterpret_cast<uint8_t*>(&wt)};
+  ExampleRef ex{7, 0, 1, 1, true};
+  ASSERT_TRUE((*hwc)->Fill(ex, oa, nullptr).ok());
+  ASSERT_TRUE((*chw)->Fill(ex, ob, nullptr).ok());
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 224 * 224; i += 31) {
+      ASSERT_EQ(a[i * 3 + c], b[c * 224 * 224 + i]);
+    }
+  }
+}
+
+TEST_F(ImageNetTest, EvalSplitPadsWithZerosAndWeights) {
+  MakeTree();
+  auto w = Make("validation");  // falls back to val/
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE((*w)->shuffle());
+  EXPECT_EQ((*w)->num_examples(), 3u);
+  ASSERT_EQ((*w)->tensors().size(), 3u);
+  EXPECT_EQ((*w)->tensors()[2].name, "weights");
+  std::vector<uint8_t> img(224 * 224 * 3, 77);
+  int64_t t = 99;
+  float wt = 5;
+  uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
+                    reinterpret_cast<uint8_t*>(&wt)};
+  ExampleRef pad{7, 0, 3, 0, false};
+  ASSERT_TRUE((*w)->Fill(pad, out, nullptr).ok());
+  EXPECT_EQ(wt, 0.0f);
+  EXPECT_EQ(t, 0);
+  EXPECT_EQ(std::count(img.begin(), img.end(), 0), long(img.size()));
+  ExampleRef real{7, 0, 2, 2, true};
+  ASSERT_TRUE((*w)->Fill(real, out, nullptr).ok());
+  EXPECT_EQ(wt, 1.0f);
+  EXPECT_EQ(t, 1);
+}
+
+TEST_F(ImageNetTest, DecodeErrorsSubstituteOrFail) {
+  MakeTree();
+  std::string broken = Jpeg(3);
+  broken.resize(broken.size() / 3);
+  WriteFile(root_ + "/train/n01/z.JPEG", broken);     // example 0
+  WriteFile(root_ + "/train/n03/x.JPEG", "garbage");  // example 6
+  auto w = Make("val");
+  auto sub = Make("train");
+  auto fail = Make("train", {{"on_decode_error", "fail"}});
+  ASSERT_TRUE(sub.ok() && fail.ok());
+  std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
+  int64_t ta, tb;
+  uint8_t* oa[] = {a.data(), reinterpret_cast<uint8_t*>(&ta)};
+  uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&tb)};
+  WorkloadCounters counters;
+  ExampleRef ex{7, 0, 4, 6, true};
+  ASSERT_TRUE((*sub)->Fill(ex, oa, &counters).ok());
+  EXPECT_GE(counters.decode_errors.load(), 1u);
+  ASSERT_TRUE((*sub)->Fill(ex, ob, &counters).ok());
+  EXPECT_EQ(a, b);  // the same substitute, the same crop
+  EXPECT_EQ(ta, tb);
+  absl::Status st = (*fail)->Fill(ex, oa, &counters);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("n03/x.JPEG"), std::string::npos) << st;
+}
+
+TEST_F(ImageNetTest, TFRecordShardsGiveTheSamePixels) {
+  MakeTree();
+  // The val/ tree as two shards, TFDS's names, plus a shard of another
+  // split that must be ignored.
+  auto folder = OpenImageFolder(root_ + "/val", false);
+  ASSERT_TRUE(folder.ok());
+  std::vector<std::string> records;
+  std::string bytes;
+  for (uint64_t i = 0; i < (*folder)->size(); ++i) {
+    int64_t label;
+    ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
+    ExampleFeatures f;
+    f.bytes["image"] = {bytes};
+    f.int64s["label"] = {label};
+    records.push_back(SerializeExample(f));
+  }
+  Mkdir("tfds");
+  ASSERT_TRUE(
+      WriteTFRecordFile(
+          root_ + "/tfds/imagenet2012-validation.tfrecord-00000-of-00002",
+          {records[0], records[1]})
+          .ok());
+  ASSERT_TRUE(
+      WriteTFRecordFile(
+          root_ + "/tfds/imagenet2012-validation.tfrecord-00001-of-00002",
+          {records[2]})
+          .ok());
+  ASSERT_TRUE(WriteTFRecordFile(
+                  root_ + "/tfds/imagenet2012-train.tfrecord-00000-of-00001",
+                  {records[0]})
+                  .ok());
+  WorkloadConfig c;
+  c.data_path = root_ + "/tfds";
+  c.split = "validation";
+  auto tf = CreateWorkload("imagenet", c);
+  ASSERT_TRUE(tf.ok()) << tf.status();
+  auto fw = Make("val");
+  ASSERT_TRUE(fw.ok());
+  ASSERT_EQ((*tf)->num_examples(), 3u);
+  std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
+  int64_t ta, tb;
+  float wa, wb;
+  uint8_t* oa[] = {a.data(), reinterpret_cast<uint8_t*>(&ta),
+                   reinterpret_cast<uint8_t*>(&wa)};
+  uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&tb),
+                   reinterpret_cast<uint8_t*>(&wb)};
+  for (uint64_t i = 0; i < 3; ++i) {
+    ExampleRef ex{0, 0, i, i, true};
+    ASSERT_TRUE((*tf)->Fill(ex, oa, nullptr).ok());
+    ASSERT_TRUE((*fw)->Fill(ex, ob, nullptr).ok());
+    EXPECT_EQ(a, b) << i;
+    EXPECT_EQ(ta, tb);
+  }
+}
+
+TEST_F(ImageNetTest, OptionsAndPathsAreChecked) {
+  MakeTree();
+  EXPECT_EQ(Make("train", {{"colour", "yes"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Make("train", {{"layout", "nhcw"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Make("train", {{"image_size", "300"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // > resize_size
+  EXPECT_EQ(Make("test").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Make("../x").status().code(), absl::StatusCode::kInvalidArgument);
+  unsetenv("BATCHD_TEST_HOOKS");
+  EXPECT_EQ(
+      Make("train", {{"debug_fixed_crop", "0,0,10,10,1"}}).status().code(),
+      absl::StatusCode::kPermissionDenied);
+  setenv("BATCHD_TEST_HOOKS", "1", 1);
+  EXPECT_TRUE(Make("train", {{"debug_fixed_crop", "0,0,10,10,1"}}).ok());
+  EXPECT_FALSE(Make("train", {{"debug_fixed_crop", "0,0,10"}}).ok());
+  unsetenv("BATCHD_TEST_HOOKS");
+  auto small = Make("train", {{"image_size", "64"}, {"resize_size", "80"}});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ((*small)->tensors()[0].example_shape,
+            (std::vector<int64_t>{64, 64, 3}));
+}
+
+}  // namespace
+}  // namespace batchd

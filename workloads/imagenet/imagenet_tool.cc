@@ -1,0 +1,287 @@
+// imagenet_tool: the imagenet workload's pieces on their own.
+//
+//   imagenet_tool crops --width W --height H [--count N] [--seed S]
+//       RandomResizedCrop boxes and flips exactly as the train split samples
+//       them for positions 0..N-1 of epoch 0: "x y w h flip" per line (the
+//       statistical test compares them with torchvision's get_params).
+//   imagenet_tool decode [--eval] [--size S] [--headroom H] [--crop x,y,w,h]
+//       FILE OUT.ppm
+//       One image through the workload's decode + resize path (H: the
+//       decoder's DCT headroom).
+//   imagenet_tool full-decode [--threads T] [--scale K] [--train|--eval]
+//       FILE...
+//       The benchmark's baseline: read and fully decode every file to RGB at
+//       DCT scale K/8 (default 8, i.e. full size) with TurboJPEG's
+//       tjDecompress2 (libjpeg when built without it), T threads; prints one
+//       JSON object (images/s, threads, RSS). With --train / --eval, each
+//       file goes through the workload's transform instead (read, header,
+//       crop, region decode, resize; no ring), for comparison.
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifdef BATCHD_HAVE_TURBOJPEG
+#include <turbojpeg.h>
+#endif
+
+#include "workloads/counter_rng.h"
+#include "workloads/imagenet/image_decoder.h"
+#include "workloads/imagenet/transforms.h"
+
+namespace batchd {
+namespace {
+
+int Usage() {
+  fprintf(stderr,
+          "usage: imagenet_tool crops --width W --height H [--count N] "
+          "[--seed S]\n"
+          "       imagenet_tool decode [--eval] [--size S] [--headroom H] "
+          "[--crop x,y,w,h] FILE OUT.ppm\n"
+          "       imagenet_tool full-decode [--threads T] [--scale K] "
+          "FILE...\n");
+  return 2;
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+int Crops(int argc, char** argv) {
+  int width = 0, height = 0;
+  uint64_t count = 1000, seed = 0;
+  for (int i = 0; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--width")
+      width = atoi(v);
+    else if (k == "--height")
+      height = atoi(v);
+    else if (k == "--count")
+      count = strtoull(v, nullptr, 10);
+    else if (k == "--seed")
+      seed = strtoull(v, nullptr, 10);
+    else
+      return Usage();
+  }
+  if (width <= 0 || height <= 0) return Usage();
+  for (uint64_t p = 0; p < count; ++p) {
+    ExampleRng rng(seed, 0, p);
+    const CropBox b =
+        SampleRandomResizedCrop(width, height, RandomResizedCropParams(), &rng);
+    const bool flip = rng.Uniform() < 0.5;
+    printf("%d %d %d %d %d\n", b.x, b.y, b.w, b.h, flip ? 1 : 0);
+  }
+  return 0;
+}
+
+int Decode(int argc, char** argv) {
+  bool eval = false;
+  int size = 224;
+  double headroom = 1.0;
+  CropBox crop;
+  bool have_crop = false;
+  std::vector<std::string> files;
+  for (int i = 0; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--eval") {
+      eval = true;
+    } else if (k == "--size" && i + 1 < argc) {
+      size = atoi(argv[++i]);
+    } else if (k == "--headroom" && i + 1 < argc) {
+      headroom = atof(argv[++i]);
+    } else if (k == "--crop" && i + 1 < argc) {
+      have_crop = sscanf(argv[++i], "%d,%d,%d,%d", &crop.x, &crop.y, &crop.w,
+                         &crop.h) == 4;
+      if (!have_crop) return Usage();
+    } else {
+      files.push_back(k);
+    }
+  }
+  if (files.size() != 2 || (eval == have_crop)) return Usage();
+  std::string bytes;
+  if (!ReadFile(files[0], &bytes)) {
+    fprintf(stderr, "cannot read %s\n", files[0].c_str());
+    return 1;
+  }
+  ImageDecoder dec;
+  dec.set_dct_headroom(headroom);
+  absl::Status st =
+      dec.Open(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  ResampleAxis ax, ay;
+  if (st.ok()) {
+    if (eval) {
+      ResizeCenterCropAxes(dec.header().width, dec.header().height,
+                           size * 256 / 224, size, &ax, &ay);
+    } else {
+      CropResizeAxes(crop, size, &ax, &ay);
+    }
+  }
+  std::vector<uint8_t> out(size_t(size) * size * 3);
+  DecodeStats stats;
+  if (st.ok()) st = dec.DecodeResized(ax, ay, out.data(), &stats);
+  if (!st.ok()) {
+    fprintf(stderr, "%s: %s\n", files[0].c_str(), st.ToString().c_str());
+    return 1;
+  }
+  FILE* f = fopen(files[1].c_str(), "wb");
+  if (f == nullptr) return 1;
+  fprintf(f, "P6\n%d %d\n255\n", size, size);
+  fwrite(out.data(), 1, out.size(), f);
+  fclose(f);
+  fprintf(stderr, "scale %d/8, decoded %d x %d\n", stats.scale_num, stats.cols,
+          stats.rows);
+  return 0;
+}
+
+long RssKiB() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+int FullDecode(int argc, char** argv) {
+  int threads = 1, scale = 8;
+  int transform = 0;  // 0: full decode; 1: train; 2: eval
+  std::vector<std::string> files;
+  for (int i = 0; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--threads" && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (k == "--scale" && i + 1 < argc)
+      scale = atoi(argv[++i]);
+    else if (k == "--train")
+      transform = 1;
+    else if (k == "--eval")
+      transform = 2;
+    else
+      files.push_back(k);
+  }
+  if (files.empty() || threads < 1 || scale < 1 || scale > 8) return Usage();
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> decoded{0}, failed{0}, pixels{0};
+  auto work = [&] {
+    std::string bytes;
+    std::vector<uint8_t> rgb;
+#ifdef BATCHD_HAVE_TURBOJPEG
+    tjhandle tj = tjInitDecompress();
+#else
+    ImageDecoder dec;
+#endif
+    ImageDecoder tdec;
+    tdec.set_dct_headroom(1.25);
+    std::vector<uint8_t> out(224 * 224 * 3);
+    for (size_t i; (i = next.fetch_add(1)) < files.size();) {
+      if (!ReadFile(files[i], &bytes)) {
+        failed.fetch_add(1);
+        continue;
+      }
+      if (transform != 0) {
+        // The workload's path without the ring: header, crop, decode.
+        absl::Status st = tdec.Open(
+            reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+        ResampleAxis ax, ay;
+        if (st.ok()) {
+          const int w = tdec.header().width, h = tdec.header().height;
+          if (transform == 1) {
+            ExampleRng rng(0, 0, i);
+            CropResizeAxes(
+                SampleRandomResizedCrop(w, h, RandomResizedCropParams(), &rng),
+                224, &ax, &ay);
+          } else {
+            ResizeCenterCropAxes(w, h, 256, 224, &ax, &ay);
+          }
+          st = tdec.DecodeResized(ax, ay, out.data());
+        }
+        (st.ok() ? decoded : failed).fetch_add(1);
+        continue;
+      }
+#ifdef BATCHD_HAVE_TURBOJPEG
+      int w, h, subsamp, colorspace;
+      const auto* buf = reinterpret_cast<const unsigned char*>(bytes.data());
+      if (tjDecompressHeader3(tj, buf, bytes.size(), &w, &h, &subsamp,
+                              &colorspace) != 0) {
+        failed.fetch_add(1);
+        continue;
+      }
+      const tjscalingfactor sf{scale, 8};
+      w = TJSCALED(w, sf);
+      h = TJSCALED(h, sf);
+      rgb.resize(size_t(w) * h * 3);
+      if (tjDecompress2(tj, buf, bytes.size(), rgb.data(), w, 0, h, TJPF_RGB,
+                        0) != 0 &&
+          tjGetErrorCode(tj) == TJERR_FATAL) {
+        failed.fetch_add(1);
+        continue;
+      }
+#else
+      int w, h;
+      if (!dec.Open(reinterpret_cast<const uint8_t*>(bytes.data()),
+                    bytes.size())
+               .ok() ||
+          !dec.DecodeFull(scale, &rgb, &w, &h).ok()) {
+        failed.fetch_add(1);
+        continue;
+      }
+#endif
+      decoded.fetch_add(1);
+      pixels.fetch_add(uint64_t(w) * h);
+    }
+#ifdef BATCHD_HAVE_TURBOJPEG
+    tjDestroy(tj);
+#endif
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+  for (auto& t : pool) t.join();
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  printf(
+      "{\"decoder\": \"%s\", \"scale\": %d, \"threads\": %d, \"files\": %zu, "
+      "\"decoded\": %llu, \"failed\": %llu, \"seconds\": %.3f, "
+      "\"images_per_s\": %.1f, \"megapixels_per_s\": %.1f, "
+      "\"rss_bytes\": %ld}\n",
+#ifdef BATCHD_HAVE_TURBOJPEG
+      transform == 1   ? "batchd-train"
+      : transform == 2 ? "batchd-eval"
+                       : "turbojpeg",
+#else
+      transform == 1 ? "batchd-train"
+      : transform == 2 ? "batchd-eval"
+                       : "libjpeg",
+#endif
+      scale, threads, files.size(), (unsigned long long)decoded.load(),
+      (unsigned long long)failed.load(), s, decoded.load() / s,
+      pixels.load() / s / 1e6, RssKiB() * 1024);
+  return 0;
+}
+
+}  // namespace
+}  // namespace batchd
+
+int main(int argc, char** argv) {
+  if (argc < 2) return batchd::Usage();
+  const std::string cmd = argv[1];
+  if (cmd == "crops") return batchd::Crops(argc - 2, argv + 2);
+  if (cmd == "decode") return batchd::Decode(argc - 2, argv + 2);
+  if (cmd == "full-decode") return batchd::FullDecode(argc - 2, argv + 2);
+  return batchd::Usage();
+}

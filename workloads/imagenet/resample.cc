@@ -1,0 +1,200 @@
+// Pillow-compatible antialiased bilinear resampling; see resample.h.
+#include "workloads/imagenet/resample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace batchd {
+namespace {
+
+constexpr int kPrecisionBits = 32 - 8 - 2;  // Pillow's PRECISION_BITS
+
+double Triangle(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+inline uint8_t Clip8(int32_t v) {
+  v >>= kPrecisionBits;
+  return uint8_t(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+}  // namespace
+
+void ComputeTaps(const ResampleAxis& axis, double scale, int scaled_size,
+                 ResampleTaps* t) {
+  // The source, as the filter sees it, is [lo_s, hi_s) of the scaled axis:
+  // coordinates below are relative to lo_s, as Pillow's are relative to the
+  // cropped image it resizes.
+  const int lo_s = std::max(0, int(std::floor(axis.lo * scale)));
+  const int hi_s =
+      std::min(scaled_size, int(std::ceil(axis.hi * scale - 1e-9)));
+  const int in_size = std::max(1, hi_s - lo_s);
+  const double in0 = axis.in0 * scale - lo_s;
+  const double in1 = axis.in1 * scale - lo_s;
+  const double step = (in1 - in0) / axis.out_size;
+  const double filterscale = std::max(1.0, step);
+  const double support = 1.0 * filterscale;  // bilinear: support 1
+  const double ss = 1.0 / filterscale;
+  t->ksize = int(std::ceil(support)) * 2 + 1;
+  const int n = axis.out_count;
+  t->first.assign(n, 0);
+  t->count.assign(n, 0);
+  t->taps.assign(size_t(n) * t->ksize, 0);
+  std::vector<double> w(t->ksize);
+  t->src_begin = hi_s;
+  t->src_end = lo_s;
+  for (int o = 0; o < n; ++o) {
+    const int xx = axis.out_first + o;
+    const double center = in0 + (xx + 0.5) * step;
+    int xmin = int(center - support + 0.5);  // truncates, as Pillow does
+    if (xmin < 0) xmin = 0;
+    int xmax = int(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    xmax = std::max(0, std::min(xmax, t->ksize));
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      w[x] = Triangle((x + xmin - center + 0.5) * ss);
+      ww += w[x];
+    }
+    for (int x = 0; x < xmax; ++x) {
+      const double k = ww != 0.0 ? w[x] / ww : w[x];
+      const double f = k * (1 << kPrecisionBits);
+      t->taps[size_t(o) * t->ksize + x] = int32_t(f < 0 ? f - 0.5 : f + 0.5);
+    }
+    if (xmax == 0) {  // an empty window (degenerate box): read one pixel
+      xmin = std::min(std::max(0, int(center)), in_size - 1);
+      xmax = 1;
+      t->taps[size_t(o) * t->ksize] = 1 << kPrecisionBits;
+    }
+    t->first[o] = lo_s + xmin;
+    t->count[o] = xmax;
+    t->src_begin = std::min(t->src_begin, lo_s + xmin);
+    t->src_end = std::max(t->src_end, lo_s + xmin + xmax);
+  }
+  if (n == 0) t->src_begin = t->src_end = lo_s;
+}
+
+#if defined(__x86_64__)
+// The RGB horizontal pass with SSE4.1: one pixel's three channels in three
+// lanes of a 32-bit vector, the same integer arithmetic as the scalar code.
+// Every output runs all ksize taps (those past count are 0), so the loop
+// has a fixed trip count; hence it reads up to ksize pixels + 1 byte past
+// an output's first pixel (see kResampleRowSlack).
+template <int K>
+__attribute__((target("sse4.1"))) void ResampleRowRgbSse41(
+    const uint8_t* src, int src_x0, const ResampleTaps& t, uint8_t* dst) {
+  const int n = int(t.first.size());
+  const int ksize = K > 0 ? K : t.ksize;
+  const __m128i half = _mm_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int o = 0; o < n; ++o) {
+    const uint8_t* p = src + size_t(t.first[o] - src_x0) * 3;
+    const int32_t* k = &t.taps[size_t(o) * ksize];
+    __m128i acc = half;
+    for (int x = 0; x < ksize; ++x, p += 3) {
+      int32_t px;
+      memcpy(&px, p, 4);
+      const __m128i v = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(px));
+      acc = _mm_add_epi32(acc, _mm_mullo_epi32(v, _mm_set1_epi32(k[x])));
+    }
+    acc = _mm_srai_epi32(acc, kPrecisionBits);
+    const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+    const int32_t rgbx = _mm_cvtsi128_si32(packed);
+    memcpy(dst, &rgbx, 3);
+    dst += 3;
+  }
+}
+
+bool HaveSse41() {
+  static const bool have = __builtin_cpu_supports("sse4.1");
+  return have;
+}
+#endif
+
+void ResampleRow(const uint8_t* src, int src_x0, int channels,
+                 const ResampleTaps& t, uint8_t* dst) {
+  const int n = int(t.first.size());
+  const int32_t half = 1 << (kPrecisionBits - 1);
+#if defined(__x86_64__)
+  if (channels == 3 && HaveSse41()) {
+    switch (t.ksize) {
+      case 3:
+        return ResampleRowRgbSse41<3>(src, src_x0, t, dst);
+      case 5:
+        return ResampleRowRgbSse41<5>(src, src_x0, t, dst);
+      default:
+        return ResampleRowRgbSse41<0>(src, src_x0, t, dst);
+    }
+  }
+#endif
+  if (channels == 3) {
+    for (int o = 0; o < n; ++o) {
+      const uint8_t* p = src + size_t(t.first[o] - src_x0) * 3;
+      const int32_t* k = &t.taps[size_t(o) * t.ksize];
+      int32_t r = half, g = half, b = half;
+      for (int x = 0; x < t.count[o]; ++x, p += 3) {
+        r += p[0] * k[x];
+        g += p[1] * k[x];
+        b += p[2] * k[x];
+      }
+      dst[0] = Clip8(r);
+      dst[1] = Clip8(g);
+      dst[2] = Clip8(b);
+      dst += 3;
+    }
+    return;
+  }
+  for (int o = 0; o < n; ++o) {
+    const uint8_t* p = src + size_t(t.first[o] - src_x0) * channels;
+    const int32_t* k = &t.taps[size_t(o) * t.ksize];
+    for (int c = 0; c < channels; ++c) {
+      int32_t acc = half;
+      for (int x = 0; x < t.count[o]; ++x) acc += p[x * channels + c] * k[x];
+      *dst++ = Clip8(acc);
+    }
+  }
+}
+
+// Vectorised over the row by the compiler (blocks of 32 bytes whose sums
+// stay in registers); with AVX2 where the CPU has it.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void ResampleColumns(const uint8_t* src, int src_y0, size_t row_bytes,
+                     const ResampleTaps& t, uint8_t* dst) {
+  constexpr size_t kBlock = 32;
+  const int n = int(t.first.size());
+  const int32_t half = 1 << (kPrecisionBits - 1);
+  for (int o = 0; o < n; ++o) {
+    const int32_t* k = &t.taps[size_t(o) * t.ksize];
+    const uint8_t* rows = src + size_t(t.first[o] - src_y0) * row_bytes;
+    const int count = t.count[o];
+    size_t i = 0;
+    for (; i + kBlock <= row_bytes; i += kBlock) {
+      int32_t acc[kBlock];
+      for (size_t j = 0; j < kBlock; ++j) acc[j] = half;
+      for (int y = 0; y < count; ++y) {
+        const uint8_t* row = rows + size_t(y) * row_bytes + i;
+        const int32_t w = k[y];
+        for (size_t j = 0; j < kBlock; ++j) acc[j] += row[j] * w;
+      }
+      for (size_t j = 0; j < kBlock; ++j) dst[i + j] = Clip8(acc[j]);
+    }
+    for (; i < row_bytes; ++i) {
+      int32_t acc = half;
+      for (int y = 0; y < count; ++y) {
+        acc += rows[size_t(y) * row_bytes + i] * k[y];
+      }
+      dst[i] = Clip8(acc);
+    }
+    dst += row_bytes;
+  }
+}
+
+}  // namespace batchd
