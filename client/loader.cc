@@ -133,6 +133,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   spec->set_world_size(uint32_t(o.world_size));
   spec->set_seed(o.seed);
   spec->set_start_step(o.start_step);
+  if (o.has_start_cursor) {
+    spec->mutable_start_cursor()->set_epoch(o.start_cursor[0]);
+    spec->mutable_start_cursor()->set_window(o.start_cursor[1]);
+    spec->mutable_start_cursor()->set_row(o.start_cursor[2]);
+  }
   spec->set_slots(o.slots);
   for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
   req.set_rank(uint32_t(o.rank));

@@ -28,6 +28,10 @@ StreamSpec FromProto(const v1::StreamSpec& p) {
   s.start_step = p.start_step();
   s.slots = p.slots();
   for (const auto& [k, v] : p.options()) s.options[k] = v;
+  s.has_start_cursor = p.has_start_cursor();
+  s.start_cursor.epoch = p.start_cursor().epoch();
+  s.start_cursor.window = p.start_cursor().window();
+  s.start_cursor.row = p.start_cursor().row();
   return s;
 }
 
@@ -42,6 +46,11 @@ void ToProto(const StreamSpec& s, v1::StreamSpec* p) {
   p->set_start_step(s.start_step);
   p->set_slots(s.slots);
   for (const auto& [k, v] : s.options) (*p->mutable_options())[k] = v;
+  if (s.has_start_cursor) {
+    p->mutable_start_cursor()->set_epoch(s.start_cursor.epoch);
+    p->mutable_start_cursor()->set_window(s.start_cursor.window);
+    p->mutable_start_cursor()->set_row(s.start_cursor.row);
+  }
 }
 
 const char* DTypeString(shm::DTypeCode code) {

@@ -71,6 +71,16 @@ std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
     return diff("start_step", absl::StrCat(a.start_step),
                 absl::StrCat(b.start_step));
   }
+  auto cursor = [](const StreamSpec& s) {
+    return s.has_start_cursor
+               ? absl::StrCat("(", s.start_cursor.epoch, ", ",
+                              s.start_cursor.window, ", ",
+                              s.start_cursor.row, ")")
+               : std::string("none");
+  };
+  if (compare_start_step && cursor(a) != cursor(b)) {
+    return diff("start_cursor", cursor(a), cursor(b));
+  }
   if (a.slots != b.slots) {
     return diff("slots", absl::StrCat(a.slots), absl::StrCat(b.slots));
   }
@@ -220,11 +230,21 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   if (!sampler.ok()) return sampler.status();
   BatchLayout layout =
       BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());
+  if (spec.has_start_cursor && !(*workload)->packs_rows()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_cursor is for row-packing streams (wmt train); workload '",
+        spec.workload, "' split '", spec.split, "' resumes by start_step"));
+  }
   auto stream = std::make_unique<Stream>();
   stream->spec = spec;
   stream->core = std::make_shared<StreamCore>(
       spec.name, spec.seed, std::move(*workload), std::move(*sampler),
       std::move(layout));
+  if (spec.has_start_cursor) {
+    PackedSchedule& sched = *stream->core->packed;
+    absl::Status s = sched.Anchor(spec.start_step, spec.start_cursor);
+    if (!s.ok()) return s;
+  }
   stream->ranks.resize(spec.world_size);
   stream->created_ns = MonotonicNanos();
   return stream;

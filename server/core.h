@@ -34,6 +34,9 @@ struct StreamSpec {
   uint64_t start_step = 0;
   uint32_t slots = 0;
   std::map<std::string, std::string> options;
+  // Row-packing workloads: batch start_step begins at this cursor.
+  bool has_start_cursor = false;
+  RowCursor start_cursor;
 };
 
 // The first field in which `b` differs from `a` (start_step only when

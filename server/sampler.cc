@@ -102,28 +102,60 @@ EpochOrder PackedSchedule::Order(uint64_t epoch) const {
   return order;
 }
 
+absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor) {
+  absl::StatusOr<uint64_t> row =
+      workload_.RowAtCursor(Order(cursor.epoch), cursor);
+  if (!row.ok()) return row.status();
+  if (*row % g_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_cursor (", cursor.epoch, ", ", cursor.window, ", ", cursor.row,
+        ") is row ", *row, " of its epoch, not the first row of a global "
+        "batch of ", g_, ": take the cursor of rank 0's batch"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  anchor_step_ = step;
+  anchor_epoch_ = cursor.epoch;
+  anchor_row_ = *row;
+  ends_.clear();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PackedSchedule::Location> PackedSchedule::Locate(
     uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (step < anchor_step_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", step, " precedes step ", anchor_step_,
+        " where this stream was resumed from a cursor"));
+  }
   while (ends_.empty() || ends_.back() <= step) {
-    const uint64_t epoch = ends_.size();
+    const uint64_t epoch = anchor_epoch_ + ends_.size();
     absl::StatusOr<uint64_t> rows = workload_.RowsInEpoch(Order(epoch));
     if (!rows.ok()) return rows.status();
-    const uint64_t steps = *rows / g_;
+    uint64_t steps = *rows / g_;
     if (steps == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "epoch ", epoch, " packs into ", *rows,
           " rows, fewer than one global batch of ", g_));
     }
-    ends_.push_back((ends_.empty() ? 0 : ends_.back()) + steps);
+    if (ends_.empty()) {
+      const uint64_t skipped = anchor_row_ / g_;
+      if (skipped >= steps) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "start_cursor is at row ", anchor_row_, " but epoch ", epoch,
+            " has only ", steps, " global batches"));
+      }
+      steps -= skipped;
+    }
+    ends_.push_back((ends_.empty() ? anchor_step_ : ends_.back()) + steps);
   }
-  Location loc;
   // Epochs are few; a linear scan from the end is fine.
-  uint64_t e = ends_.size() - 1;
-  while (e > 0 && ends_[e - 1] > step) --e;
-  loc.epoch = e;
-  const uint64_t first_step = e == 0 ? 0 : ends_[e - 1];
-  loc.first_row = (step - first_step) * g_;
+  uint64_t i = ends_.size() - 1;
+  while (i > 0 && ends_[i - 1] > step) --i;
+  Location loc;
+  loc.epoch = anchor_epoch_ + i;
+  const uint64_t first_step = i == 0 ? anchor_step_ : ends_[i - 1];
+  loc.first_row = (i == 0 ? anchor_row_ : 0) + (step - first_step) * g_;
   return loc;
 }
 

@@ -100,12 +100,20 @@ class PackedSchedule {
   absl::StatusOr<Location> Locate(uint64_t step);
   // The order of an epoch's examples, as the workload sees it.
   EpochOrder Order(uint64_t epoch) const;
+  // Resume from a cursor: step `step` begins at `cursor`, found through the
+  // workload without looking at earlier epochs; earlier steps are then
+  // unknown. Call before the first Locate.
+  absl::Status Anchor(uint64_t step, const RowCursor& cursor);
 
  private:
   const Workload& workload_;
   const uint64_t n_, g_, seed_;
   std::mutex mu_;
-  std::vector<uint64_t> ends_;  // guarded by mu_; first step after epoch e
+  // The schedule starts at (anchor_step_, anchor_epoch_, anchor_row_):
+  // (0, 0, 0) unless resumed from a cursor. Guarded by mu_.
+  uint64_t anchor_step_ = 0, anchor_epoch_ = 0, anchor_row_ = 0;
+  // ends_[i]: first step after epoch anchor_epoch_ + i. Guarded by mu_.
+  std::vector<uint64_t> ends_;
 };
 
 }  // namespace batchd

@@ -94,6 +94,12 @@ class Workload {
                                WorkloadCounters* counters) const {
     return absl::UnimplementedError("not a row-packing workload");
   }
+  // The row of its epoch that `cursor` names (the inverse of FillRow's
+  // cursor), for resuming from a cursor without replaying earlier epochs.
+  virtual absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
+                                               const RowCursor& cursor) const {
+    return absl::UnimplementedError("not a row-packing workload");
+  }
 
   virtual uint64_t num_examples() const = 0;
   // Training streams shuffle and repeat; others run once in order.

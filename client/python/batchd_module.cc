@@ -262,7 +262,8 @@ LoaderOptions MakeOptions(std::string stream, uint64_t global_batch_size,
                           std::string workload, std::string data,
                           std::string split, py::object world_size,
                           py::object rank, uint64_t seed, uint64_t start_step,
-                          uint32_t slots, py::object options, py::object server,
+                          py::object start_cursor, uint32_t slots,
+                          py::object options, py::object server,
                           py::object timeout, double server_stale_seconds,
                           double connect_timeout) {
   LoaderOptions o;
@@ -281,6 +282,14 @@ LoaderOptions MakeOptions(std::string stream, uint64_t global_batch_size,
   }
   o.seed = seed;
   o.start_step = start_step;
+  if (!start_cursor.is_none()) {
+    py::tuple c = py::tuple(start_cursor);
+    if (c.size() != 3) {
+      throw py::value_error("start_cursor is (epoch, window, row)");
+    }
+    o.has_start_cursor = true;
+    for (int i = 0; i < 3; ++i) o.start_cursor[i] = c[i].cast<uint64_t>();
+  }
   o.slots = slots;
   if (!options.is_none()) {
     // Workload options are strings on the wire; str() lets callers pass
@@ -331,13 +340,15 @@ void DefineModule(py::module_& m) {
           py::init([](std::string stream, uint64_t global_batch_size,
                       std::string workload, std::string data, std::string split,
                       py::object world_size, py::object rank, uint64_t seed,
-                      uint64_t start_step, uint32_t slots, py::object options,
+                      uint64_t start_step, py::object start_cursor,
+                      uint32_t slots, py::object options,
                       py::object server, py::object timeout,
                       double server_stale_seconds, double connect_timeout) {
             return std::make_unique<PyLoader>(MakeOptions(
                 std::move(stream), global_batch_size, std::move(workload),
                 std::move(data), std::move(split), std::move(world_size),
-                std::move(rank), seed, start_step, slots, std::move(options),
+                std::move(rank), seed, start_step, std::move(start_cursor),
+                slots, std::move(options),
                 std::move(server), std::move(timeout), server_stale_seconds,
                 connect_timeout));
           }),
@@ -345,7 +356,8 @@ void DefineModule(py::module_& m) {
           py::arg("workload") = "synthetic", py::arg("data") = "",
           py::arg("split") = "train", py::arg("world_size") = py::none(),
           py::arg("rank") = py::none(), py::arg("seed") = 0,
-          py::arg("start_step") = 0, py::arg("slots") = 0,
+          py::arg("start_step") = 0, py::arg("start_cursor") = py::none(),
+          py::arg("slots") = 0,
           py::arg("options") = py::none(), py::arg("server") = py::none(),
           py::arg("timeout") = py::none(),
           py::arg("server_stale_seconds") = 3.0,

@@ -76,11 +76,12 @@ TRAIN_KEYS = ("inputs", "targets", "inputs_position", "inputs_segmentation",
               "targets_position", "targets_segmentation")
 
 
-def _train_rows(server, stream, world, steps, start_step=0):
+def _train_rows(server, stream, world, steps, start_step=0, start_cursor=None):
     """Global batches (rank-ordered rows) and each batch's cursor."""
     loaders = [batchd.Loader(stream, GLOBAL_BATCH, workload="wmt", data="wmt",
                              split="train", world_size=world, rank=rank,
                              seed=11, start_step=start_step,
+                             start_cursor=start_cursor,
                              server=server.address, connect_timeout=10.0,
                              timeout=120.0, options={"index_threads": 1})
                for rank in range(world)]
@@ -112,6 +113,16 @@ def test_train_stream_packs_rows_independent_of_world_and_resumes(wmt_server):
     assert len({c[0] for c in cursors}) >= 2, "expected to cross an epoch"
     resumed, _ = _train_rows(server, "wmt-train-resume", 2, 5, start_step=7)
     assert resumed == one[7:12]
+    # From the cursor of step 7 (rank 0's), without replaying earlier epochs.
+    by_cursor, cursors3 = _train_rows(server, "wmt-train-cursor", 2, 5,
+                                      start_step=7, start_cursor=cursors[7])
+    assert by_cursor == one[7:12]
+    assert cursors3 == cursors[7:12]
+    # A cursor inside a global batch is refused, naming the problem.
+    inside = cursors[7][:2] + (cursors[7][2] + 1,)
+    with pytest.raises(batchd.Error, match="not the first row of a global batch"):
+        _train_rows(server, "wmt-train-bad-cursor", 1, 1, start_step=7,
+                    start_cursor=inside)
     # Segments and positions agree with the tokens in every row.
     for rows in one:
         for inp, seg, pos in zip(rows["inputs"], rows["inputs_segmentation"],

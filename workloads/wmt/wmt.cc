@@ -243,6 +243,10 @@ class WmtWorkload : public Workload {
   }
 
   bool packs_rows() const override { return train_; }
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
+                                       const RowCursor& cursor) const override {
+    return RowAt(order, cursor);
+  }
   uint64_t num_examples() const override {
     return train_ ? source_->size() : eval_pairs_.size();
   }

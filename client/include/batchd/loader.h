@@ -54,6 +54,11 @@ struct LoaderOptions {
   int rank = -1;             // Default: $RANK, else $LOCAL_RANK, else 0
   uint64_t seed = 0;
   uint64_t start_step = 0;
+  // Row-packing streams (wmt train) may resume from the cursor of rank 0's
+  // batch of the checkpointed step: batch start_step then begins there,
+  // without replaying earlier epochs. Default: unset.
+  bool has_start_cursor = false;
+  uint64_t start_cursor[3] = {0, 0, 0};  // epoch, window, row
   uint32_t slots = 0;        // ring slots per rank; 0 = server default
   std::map<std::string, std::string> options;  // workload options
 

@@ -96,7 +96,7 @@ class Loader(_batchd.Loader):
 
     Loader(stream, global_batch_size, *, workload="synthetic", data="",
            split="train", world_size=None, rank=None, seed=0, start_step=0,
-           slots=0, options=None, server=None, timeout=None,
+           start_cursor=None, slots=0, options=None, server=None, timeout=None,
            server_stale_seconds=3.0, connect_timeout=30.0)
 
     Opens (or joins) `stream` on the server; every rank of a job passes the
@@ -112,6 +112,9 @@ class Loader(_batchd.Loader):
     world_size, rank: default from the environment as torchrun sets it:
         WORLD_SIZE (else 1) and RANK (else LOCAL_RANK, else 0).
     seed, start_step: the global order and where to start (resume).
+    start_cursor: (epoch, window, row) of rank 0's batch at start_step, for
+        row-packing streams (wmt train): resumes there without replaying
+        the token lengths of earlier epochs.
     slots: ring slots per rank; 0 takes the server's default.
     options: workload options; values are passed as str(value).
     server: "unix:///path/sock" or "tcp://host:port"; default $BATCHD_SERVER,
