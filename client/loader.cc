@@ -224,6 +224,9 @@ absl::StatusOr<Batch> Loader::Next() {
   return b;
 }
 
+void* Loader::mapped_address() const { return impl_->reader->base(); }
+size_t Loader::mapped_bytes() const { return impl_->reader->size(); }
+
 double Loader::wait_seconds() const {
   return double(impl_->reader->header()->client_wait_ns.load(
              std::memory_order_relaxed)) /

@@ -294,6 +294,9 @@ RingReader::RingReader(std::string name, Options options,
   header_->client_pid.store(uint32_t(getpid()), std::memory_order_release);
 }
 
+uint8_t* RingReader::base() const { return mapping_->base(); }
+size_t RingReader::size() const { return mapping_->size(); }
+
 RingReader::~RingReader() {
   // The server frees the ring on its next look, as for a dead client.
   header_->client_detached.store(1, std::memory_order_release);

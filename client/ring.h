@@ -132,6 +132,9 @@ class RingReader {
   ~RingReader();
 
   shm::RingHeader* header() const { return header_; }
+  // The whole mapping (e.g. to register it with CUDA as pinned memory).
+  uint8_t* base() const;
+  size_t size() const;
 
   // Waits up to timeout_seconds (< 0: for ever) for the next published
   // position and returns it. Fails with Unavailable when the server stopped

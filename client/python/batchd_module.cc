@@ -218,6 +218,15 @@ class PyLoader {
     return info;
   }
 
+  // (address, bytes) of the ring's mapping, for cudaHostRegister.
+  py::tuple Mapping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loader_ == nullptr) throw py::value_error("the loader is closed");
+    return py::make_tuple(
+        reinterpret_cast<uintptr_t>(loader_->mapped_address()),
+        loader_->mapped_bytes());
+  }
+
   double WaitSeconds() {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
@@ -364,6 +373,7 @@ void DefineModule(py::module_& m) {
           py::arg("connect_timeout") = 30.0)
       .def("_next", &PyLoader::Next)
       .def("_info", &PyLoader::Info)
+      .def("_mapping", &PyLoader::Mapping)
       .def_property_readonly("wait_seconds", &PyLoader::WaitSeconds,
                              "Seconds next() has spent waiting for data.")
       .def("close", &PyLoader::Close,

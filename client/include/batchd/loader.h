@@ -153,6 +153,10 @@ class Loader {
   const LoaderOptions& options() const { return options_; }
   // Seconds Next() has spent waiting for data.
   double wait_seconds() const;
+  // The ring's mapping, every slot included: register it once as pinned
+  // memory (cudaHostRegister) to copy batches to a GPU asynchronously.
+  void* mapped_address() const;
+  size_t mapped_bytes() const;
 
  private:
   class Impl;
