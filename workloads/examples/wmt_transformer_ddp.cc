@@ -1,0 +1,208 @@
+// A DDP job that trains a small encoder-decoder Transformer on batchd's
+// packed wmt stream through the C++ client and the libtorch adapter only.
+// Packed rows hold several examples. AlgoPerf's model keeps attention within
+// a segment; libtorch 1.13's C++ MultiheadAttention takes only 2-D masks,
+// so this small model masks padding and the future but not other segments.
+//
+//   wmt_transformer_ddp --nproc 2 --server unix:///run/batchd/batchd.sock
+//       --data wmt --vocab-size 2000 --global-batch-size 8 --steps 20
+//
+// Without RANK in the environment it starts --nproc local ranks itself.
+// Every step it all_gathers the ranks' cursors and first rows and checks
+// that the slices are disjoint and tile the global batch (--check).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "batchd/torch.h"
+#include "workloads/examples/ddp.h"
+
+namespace {
+
+struct Seq2SeqImpl : torch::nn::Module {
+  Seq2SeqImpl(int64_t vocab, int64_t d_model, int64_t heads, int64_t layers,
+              int64_t length)
+      : heads(heads) {
+    embed = register_module("embed", torch::nn::Embedding(vocab, d_model));
+    pos = register_module("pos", torch::nn::Embedding(length, d_model));
+    transformer = register_module(
+        "transformer",
+        torch::nn::Transformer(torch::nn::TransformerOptions(d_model, heads)
+                                   .num_encoder_layers(layers)
+                                   .num_decoder_layers(layers)
+                                   .dim_feedforward(4 * d_model)
+                                   .dropout(0.0)));
+    out = register_module("out", torch::nn::Linear(d_model, vocab));
+  }
+
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& src_pos,
+                        const torch::Tensor& tgt_in, const torch::Tensor& tgt_pos) {
+    const int64_t L = tgt_in.size(1);
+    torch::Tensor causal =
+        torch::zeros({L, L}).masked_fill(torch::ones({L, L}, torch::kBool).triu(1), -1e9);
+    torch::Tensor s = (embed(src) + pos(src_pos)).transpose(0, 1);
+    torch::Tensor t = (embed(tgt_in) + pos(tgt_pos)).transpose(0, 1);
+    // Padding is masked as keys; a row of padding only (the row's tail)
+    // would then attend to nothing, so its first key stays open.
+    torch::Tensor src_pad = src.eq(0), tgt_pad = tgt_in.eq(0);
+    src_pad.select(1, 0).fill_(false);
+    tgt_pad.select(1, 0).fill_(false);
+    torch::Tensor y = transformer->forward(s, t, {}, causal, {}, src_pad, tgt_pad,
+                                           src_pad);
+    return out(y.transpose(0, 1));
+  }
+
+  int64_t heads;
+  torch::nn::Embedding embed{nullptr}, pos{nullptr};
+  torch::nn::Transformer transformer{nullptr};
+  torch::nn::Linear out{nullptr};
+};
+TORCH_MODULE(Seq2Seq);
+
+struct Args {
+  std::string server, data = "wmt", stream;
+  int64_t global_batch = 8, steps = 20, vocab = 32000, d_model = 64;
+  int64_t layers = 2, heads = 4, nproc = 2, seed = 0, log_every = 5;
+  double lr = 1e-3;
+  bool check = true;
+};
+
+bool Parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (f == "--help") {
+      printf("wmt_transformer_ddp: DDP Transformer over batchd's wmt stream\n"
+             "  --server ADDR --data PATH (default wmt) --stream NAME\n"
+             "  --vocab-size N (the SentencePiece model's; default 32000)\n"
+             "  --global-batch-size G (8) --steps N (20) --d-model D (64)\n"
+             "  --layers N (2) --heads H (4) --lr X (1e-3) --seed S (0)\n"
+             "  --nproc N local ranks when RANK is unset (2) --no-check\n");
+      exit(0);
+    } else if (f == "--server") a->server = val();
+    else if (f == "--data") a->data = val();
+    else if (f == "--stream") a->stream = val();
+    else if (f == "--vocab-size") a->vocab = atoll(val());
+    else if (f == "--global-batch-size") a->global_batch = atoll(val());
+    else if (f == "--steps") a->steps = atoll(val());
+    else if (f == "--d-model") a->d_model = atoll(val());
+    else if (f == "--layers") a->layers = atoll(val());
+    else if (f == "--heads") a->heads = atoll(val());
+    else if (f == "--lr") a->lr = atof(val());
+    else if (f == "--seed") a->seed = atoll(val());
+    else if (f == "--nproc") a->nproc = atoll(val());
+    else if (f == "--log-every") a->log_every = atoll(val());
+    else if (f == "--no-check") a->check = false;
+    else { fprintf(stderr, "unknown flag %s (see --help)\n", f.c_str()); return false; }
+  }
+  if (a->stream.empty()) a->stream = "transformer-" + a->data;
+  for (char& c : a->stream) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '-';
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!Parse(argc, argv, &a)) return 2;
+  const int launched = batchd::examples::LaunchLocalRanks(argc, argv, int(a.nproc));
+  if (launched >= 0) return launched;
+  batchd::examples::DistEnv env;
+  batchd::examples::DistEnvFromEnvironment(&env);
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  const torch::Device device = torch::cuda::is_available()
+      ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
+  auto pg = batchd::examples::MakeProcessGroup(env, device);
+
+  batchd::LoaderOptions o;
+  o.server = a.server;
+  o.stream = a.stream;
+  o.workload = "wmt";
+  o.data = a.data;
+  o.split = "train";
+  o.global_batch_size = uint64_t(a.global_batch);
+  o.seed = uint64_t(a.seed);
+  o.options = {{"dtype", "int64"}};
+  o.timeout_seconds = 300;  // the first batch waits for the length pass
+  auto loader = batchd::Loader::Open(o);
+  if (!loader.ok()) {
+    fprintf(stderr, "rank %d: %s\n", env.rank, loader.status().ToString().c_str());
+    return 1;
+  }
+  Seq2Seq model(a.vocab, a.d_model, a.heads, a.layers, 256);
+  model->to(device);
+  batchd::examples::BroadcastParameters(*pg, *model);
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(a.lr));
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  double wait = 0, first_loss = NAN, loss_value = NAN, tokens = 0;
+  const int64_t per_rank = a.global_batch / env.world_size;
+  for (int64_t step = 0; step < a.steps; ++step) {
+    const auto tw = Clock::now();
+    absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
+    wait += std::chrono::duration<double>(Clock::now() - tw).count();
+    if (!batch.ok()) {
+      fprintf(stderr, "rank %d: %s\n", env.rank, batch.status().ToString().c_str());
+      return 1;
+    }
+    const int64_t position = int64_t(batch->position());
+    torch::Tensor cursor = torch::tensor(
+        {int64_t(batch->cursor_epoch()), int64_t(batch->cursor_window()),
+         int64_t(batch->cursor_row())}, torch::kInt64).view({1, 3});
+    auto t = batchd::ToTorch(std::move(*batch));
+    if (a.check) {
+      std::string why;
+      if (!batchd::examples::DisjointAndComplete(*pg, cursor, position, per_rank,
+                                                 env.world_size, &why)) {
+        fprintf(stderr, "rank %d step %lld: %s\n", env.rank, (long long)step, why.c_str());
+        return 3;
+      }
+    }
+    auto on = [&](const char* k) { return t.at(k).to(device).clone(); };
+    torch::Tensor src = on("inputs"), tgt = on("targets");
+    torch::Tensor src_pos = on("inputs_position"), tgt_pos = on("targets_position");
+    t.clear();  // the slot goes back to the server now
+    // Teacher forcing: the decoder sees the previous token of its segment.
+    torch::Tensor tgt_in = torch::roll(tgt, 1, 1);
+    tgt_in.masked_fill_(tgt_pos.eq(0), 0);
+    torch::Tensor logits = model->forward(src, src_pos, tgt_in, tgt_pos);
+    torch::Tensor weights = tgt.gt(0).to(torch::kFloat32);
+    torch::Tensor loss = (torch::nn::functional::cross_entropy(
+                              logits.reshape({-1, a.vocab}), tgt.reshape(-1),
+                              torch::nn::functional::CrossEntropyFuncOptions()
+                                  .reduction(torch::kNone)) *
+                          weights.reshape(-1)).sum() / weights.sum().clamp_min(1);
+    opt.zero_grad();
+    loss.backward();
+    batchd::examples::AverageGradients(*pg, *model, env.world_size);
+    opt.step();
+    tokens += weights.sum().item<double>();
+    loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
+    if (std::isnan(first_loss)) first_loss = loss_value;
+    if (!std::isfinite(loss_value)) {
+      fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
+      return 4;
+    }
+    if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
+      const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+      printf("transformer step %4lld  loss %.4f  %.2f steps/s  %.0f target tokens/s (rank 0)  data wait %.1f%%\n",
+             (long long)(step + 1), loss_value, (step + 1) / el, tokens / el, 100 * wait / el);
+      fflush(stdout);
+    }
+  }
+  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double all_tokens = batchd::examples::AllReduceSum(*pg, tokens);
+  const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
+  if (env.rank == 0) {
+    printf("transformer done: %lld steps on %d ranks, %.0f target tokens/s, loss %.4f -> %.4f, "
+           "data wait %.1f%% of step time, every step disjoint and complete%s\n",
+           (long long)a.steps, env.world_size, all_tokens / el, first_loss, loss_value,
+           100 * wait_share, a.check ? "" : " (not checked)");
+  }
+  return 0;
+}
