@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libcivetweb-dev libsystemd-dev libtomlplusplus-dev
   systemd python3-yaml openssl  # service tests: unit verify, pod, TLS
-  libtorch-dev python3-torch
+  libtorch-dev python3-torch libgloo-dev  # trainers: libtorch, c10d Gloo
   pybind11-dev libdlpack-dev python3-dev python3-pytest python3-numpy
   libsentencepiece-dev python3-sentencepiece wngerman  # wmt: tokenizer, generator
   libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench

@@ -1,0 +1,227 @@
+// A DDP job that trains ResNet-50's shape (bottleneck stages of 3, 4, 6, 3
+// blocks; widths scaled by --width so that it fits a CPU demo) on batchd's
+// imagenet stream through the C++ client and the libtorch adapter only.
+//
+//   imagenet_resnet_ddp --nproc 2 --server unix:///run/batchd/batchd.sock
+//       --data imagenet --global-batch-size 16 --steps 20
+//
+// Without RANK in the environment it starts --nproc local ranks itself;
+// under torchrun or Slurm it is one rank. Every step it all_gathers the
+// ranks' example ids and checks that they are disjoint and tile the global
+// batch (--check, on by default).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "batchd/torch.h"
+#include "workloads/examples/ddp.h"
+
+namespace {
+
+struct BottleneckImpl : torch::nn::Module {
+  BottleneckImpl(int64_t in, int64_t mid, int64_t stride) {
+    const int64_t out = mid * 4;
+    conv1 = register_module("conv1", torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(in, mid, 1).bias(false)));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(mid));
+    conv2 = register_module("conv2", torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(mid, mid, 3).stride(stride).padding(1).bias(false)));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(mid));
+    conv3 = register_module("conv3", torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(mid, out, 1).bias(false)));
+    bn3 = register_module("bn3", torch::nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      down = register_module("down", torch::nn::Sequential(
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+          torch::nn::BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor y = torch::relu(bn1(conv1(x)));
+    y = torch::relu(bn2(conv2(y)));
+    y = bn3(conv3(y));
+    return torch::relu(y + (down ? down->forward(x) : x));
+  }
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential down{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+struct ResNetImpl : torch::nn::Module {
+  ResNetImpl(int64_t width, int64_t classes) {
+    stem = register_module("stem", torch::nn::Sequential(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(3, width, 7).stride(2).padding(3).bias(false)),
+        torch::nn::BatchNorm2d(width), torch::nn::ReLU(),
+        torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(3).stride(2).padding(1))));
+    const int blocks[4] = {3, 4, 6, 3};
+    int64_t in = width;
+    for (int stage = 0; stage < 4; ++stage) {
+      const int64_t mid = width << stage;
+      for (int b = 0; b < blocks[stage]; ++b) {
+        body->push_back(Bottleneck(in, mid, b == 0 && stage > 0 ? 2 : 1));
+        in = mid * 4;
+      }
+    }
+    register_module("body", body);
+    fc = register_module("fc", torch::nn::Linear(in, classes));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = body->forward(stem->forward(x));
+    return fc(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+  torch::nn::Sequential stem{nullptr}, body;
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ResNet);
+
+struct Args {
+  std::string server, data = "imagenet", split = "train", stream;
+  int64_t global_batch = 16, steps = 20, width = 8, classes = 1000;
+  int64_t image_size = 224, nproc = 2, seed = 0, log_every = 5;
+  double lr = 0.1;
+  bool check = true;
+};
+
+void Usage() {
+  printf(
+      "imagenet_resnet_ddp: trains a ResNet-50-shaped model with DDP over\n"
+      "batchd's imagenet stream.\n\n"
+      "  --server ADDR           batchd address (default $BATCHD_SERVER)\n"
+      "  --data PATH             data set under the server's --data-root\n"
+      "                          (default imagenet)\n"
+      "  --stream NAME           default resnet-<data>\n"
+      "  --global-batch-size G   default 16\n"
+      "  --steps N               default 20\n"
+      "  --width W               stem width; ResNet-50 is 64 (default 8)\n"
+      "  --classes N             default 1000\n"
+      "  --image-size S          default 224\n"
+      "  --lr X                  SGD learning rate (default 0.1)\n"
+      "  --seed S                default 0\n"
+      "  --nproc N               local ranks to start when RANK is unset\n"
+      "                          (default 2)\n"
+      "  --no-check              skip the per-step disjointness check\n");
+}
+
+bool Parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (f == "--help") { Usage(); exit(0); }
+    else if (f == "--server") a->server = val();
+    else if (f == "--data") a->data = val();
+    else if (f == "--stream") a->stream = val();
+    else if (f == "--global-batch-size") a->global_batch = atoll(val());
+    else if (f == "--steps") a->steps = atoll(val());
+    else if (f == "--width") a->width = atoll(val());
+    else if (f == "--classes") a->classes = atoll(val());
+    else if (f == "--image-size") a->image_size = atoll(val());
+    else if (f == "--lr") a->lr = atof(val());
+    else if (f == "--seed") a->seed = atoll(val());
+    else if (f == "--nproc") a->nproc = atoll(val());
+    else if (f == "--log-every") a->log_every = atoll(val());
+    else if (f == "--no-check") a->check = false;
+    else { fprintf(stderr, "unknown flag %s (see --help)\n", f.c_str()); return false; }
+  }
+  if (a->stream.empty()) a->stream = "resnet-" + a->data;
+  for (char& c : a->stream) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '-';
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!Parse(argc, argv, &a)) return 2;
+  const int launched = batchd::examples::LaunchLocalRanks(argc, argv, int(a.nproc));
+  if (launched >= 0) return launched;
+  batchd::examples::DistEnv env;
+  batchd::examples::DistEnvFromEnvironment(&env);
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  const torch::Device device = torch::cuda::is_available()
+      ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
+  auto pg = batchd::examples::MakeProcessGroup(env, device);
+
+  batchd::LoaderOptions o;
+  o.server = a.server;
+  o.stream = a.stream;
+  o.workload = "imagenet";
+  o.data = a.data;
+  o.split = a.split;
+  o.global_batch_size = uint64_t(a.global_batch);
+  o.seed = uint64_t(a.seed);
+  o.options = {{"layout", "nchw"}, {"image_size", std::to_string(a.image_size)},
+               {"with_ids", "1"}};
+  o.timeout_seconds = 120;
+  auto loader = batchd::Loader::Open(o);
+  if (!loader.ok()) {
+    fprintf(stderr, "rank %d: %s\n", env.rank, loader.status().ToString().c_str());
+    return 1;
+  }
+  ResNet model(a.width, a.classes);
+  model->to(device);
+  batchd::examples::BroadcastParameters(*pg, *model);
+  torch::optim::SGD opt(model->parameters(),
+                        torch::optim::SGDOptions(a.lr).momentum(0.9));
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  double wait = 0, first_loss = NAN, loss_value = NAN;
+  const int64_t per_rank = a.global_batch / env.world_size;
+  for (int64_t step = 0; step < a.steps; ++step) {
+    const auto tw = Clock::now();
+    absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
+    wait += std::chrono::duration<double>(Clock::now() - tw).count();
+    if (!batch.ok()) {
+      fprintf(stderr, "rank %d: %s\n", env.rank, batch.status().ToString().c_str());
+      return 1;
+    }
+    const int64_t position = int64_t(batch->position());
+    auto t = batchd::ToTorch(std::move(*batch));
+    if (a.check) {
+      std::string why;
+      if (!batchd::examples::DisjointAndComplete(*pg, t.at("ids"), position,
+                                                 per_rank, env.world_size, &why)) {
+        fprintf(stderr, "rank %d step %lld: %s\n", env.rank, (long long)step, why.c_str());
+        return 3;
+      }
+    }
+    torch::Tensor x = batchd::NormalizeImages(t.at("inputs"), /*nchw=*/true, device);
+    torch::Tensor y = t.at("targets").to(device) % a.classes;
+    t.clear();  // the slot goes back to the server now
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    batchd::examples::AverageGradients(*pg, *model, env.world_size);
+    opt.step();
+    loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
+    if (std::isnan(first_loss)) first_loss = loss_value;
+    if (!std::isfinite(loss_value)) {
+      fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
+      return 4;
+    }
+    if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
+      const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+      printf("resnet step %4lld  loss %.4f  %.2f steps/s  %.1f images/s  data wait %.1f%%\n",
+             (long long)(step + 1), loss_value, (step + 1) / el,
+             (step + 1) * a.global_batch / el, 100 * wait / el);
+      fflush(stdout);
+    }
+  }
+  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
+  if (env.rank == 0) {
+    printf("resnet done: %lld steps on %d ranks, %.1f images/s, loss %.4f -> %.4f, "
+           "data wait %.1f%% of step time, every step disjoint and complete%s\n",
+           (long long)a.steps, env.world_size, a.steps * a.global_batch / el,
+           first_loss, loss_value, 100 * wait_share, a.check ? "" : " (not checked)");
+  }
+  return 0;
+}
