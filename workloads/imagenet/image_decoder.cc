@@ -167,6 +167,20 @@ absl::Status ImageDecoder::Open(const uint8_t* data, size_t size) {
       return absl::DataLossError(
           absl::StrCat("PNG of ", w, " x ", h, " pixels is refused"));
     }
+    // Deflate expands at most ~1032:1, so a short file cannot hold a large
+    // image: refuse before allocating its pixels.
+    const int depth = data[24];
+    const int samples = type == 0   ? 1
+                        : type == 2 ? 3
+                        : type == 3 ? 1
+                        : type == 4 ? 2
+                                    : 4;
+    const uint64_t raw =
+        uint64_t(h) * (1 + (uint64_t(w) * depth * samples + 7) / 8);
+    if (raw > uint64_t(size) * 1032 + 1024) {
+      return absl::DataLossError(absl::StrCat(
+          "PNG of ", w, " x ", h, " pixels cannot fit in ", size, " bytes"));
+    }
     header_.width = int(w);
     header_.height = int(h);
     return absl::OkStatus();

@@ -269,6 +269,17 @@ TEST(ImageDecoderTest, HugeDimensionsAreRefused) {
   ImageDecoder dec;
   EXPECT_EQ(dec.Open(U8(jpeg), jpeg.size()).code(),
             absl::StatusCode::kDataLoss);
+  // A 60-byte PNG that claims 1 x 4194304 pixels: refused before its
+  // pixels are allocated (found by the fuzzer as a slow input).
+  std::string png = EncodePng(Picture(8, 8, 3), 8, 8, 3);
+  png[16] = png[17] = png[18] = 0;
+  png[19] = 1;
+  png[20] = 0;
+  png[21] = 0x40;
+  png[22] = png[23] = 0;
+  png.resize(60);
+  EXPECT_EQ(dec.Open(U8(png), png.size()).code(),
+            absl::StatusCode::kDataLoss);
 }
 
 // Random damage to valid files: every outcome is a Status, never a crash.

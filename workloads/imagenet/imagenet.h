@@ -27,15 +27,15 @@
 //                    counted in decode_errors and logged (the first 10, then
 //                    every 1000th); fail: the stream fails, naming the file
 //   progress         1 (default): report indexing of large trees on stderr
-//   dct_headroom     H: JPEGs decode at the smallest DCT scale k/8 that keeps
-//                    at least H scaled pixels per output pixel across the
-//                    resized box (default 1.25). 1 is the smallest scale that
-//                    keeps the output resolution: fastest, but a DCT-scaled
-//                    image low-passes unlike Pillow's triangle filter and
-//                    lands ~2-3 per channel value from torchvision's pixels
-//                    on grainy photos; 1.25 stays within ~1.5; 8 disables
-//                    DCT scaling (bit-exact with torchvision's PIL path up to
-//                    libjpeg's own output)
+//   dct_headroom     H: JPEGs decode at the smallest DCT scale k/8, k in
+//                    {1, 2, 4, 8}, that keeps at least H scaled pixels per
+//                    output pixel across the resized box (default 1.25).
+//                    A DCT-scaled image low-passes unlike Pillow's triangle
+//                    filter: at 1 (the smallest scale that keeps the output
+//                    resolution) pixels land ~2-3 per channel value from
+//                    torchvision's on grainy photos, at 1.25 within ~1.5; at
+//                    8/8 (large H) they match torchvision's up to 1 at a few
+//                    pixels (the resampler's rounding, see resample.h)
 //   debug_fixed_crop x,y,w,h,flip: a test hook that replaces the random crop
 //                    box and flip of every training example (the box is
 //                    clipped to each image). Refused unless the server runs

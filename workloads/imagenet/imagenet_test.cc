@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -68,8 +69,8 @@ class ImageNetTest : public ::testing::Test {
     c.data_path = root_;
     c.split = split;
     c.seed = 7;
-    c.options = opts;
     opts.emplace("progress", "0");
+    c.options = opts;
     return CreateWorkload("imagenet", c);
   }
 
@@ -264,6 +265,52 @@ TEST_F(ImageNetTest, TFRecordShardsGiveTheSamePixels) {
     EXPECT_EQ(a, b) << i;
     EXPECT_EQ(ta, tb);
   }
+}
+
+TEST_F(ImageNetTest, CorruptTFRecordIsADecodeErrorNamingTheFile) {
+  MakeTree();
+  auto folder = OpenImageFolder(root_ + "/val", false);
+  ASSERT_TRUE(folder.ok());
+  std::vector<std::string> records;
+  std::string bytes;
+  for (uint64_t i = 0; i < (*folder)->size(); ++i) {
+    int64_t label;
+    ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
+    ExampleFeatures f;
+    f.bytes["image"] = {bytes};
+    f.int64s["label"] = {label};
+    records.push_back(SerializeExample(f));
+  }
+  const std::string shard =
+      root_ + "/imagenet2012-validation.tfrecord-00000-of-00001";
+  ASSERT_TRUE(WriteTFRecordFile(shard, records).ok());
+  // Flip a byte inside the second record's data.
+  std::string data;
+  {
+    std::ifstream in(shard, std::ios::binary);
+    data.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t second = 12 + records[0].size() + 4;
+  data[second + 12 + 100] ^= 0x20;
+  WriteFile(shard, data);
+  ASSERT_EQ(system(("rm -rf " + root_ + "/val").c_str()), 0);
+  auto fail = Make("validation", {{"on_decode_error", "fail"}});
+  ASSERT_TRUE(fail.ok()) << fail.status();
+  std::vector<uint8_t> img(224 * 224 * 3);
+  int64_t t;
+  float wt;
+  uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
+                    reinterpret_cast<uint8_t*>(&wt)};
+  WorkloadCounters counters;
+  EXPECT_TRUE((*fail)->Fill(ExampleRef{0, 0, 0, 0, true}, out, &counters).ok());
+  absl::Status st = (*fail)->Fill(ExampleRef{0, 0, 1, 1, true}, out, &counters);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find(shard), std::string::npos) << st;
+  EXPECT_EQ(counters.decode_errors.load(), 1u);
+  auto sub = Make("validation");
+  ASSERT_TRUE(sub.ok());
+  EXPECT_TRUE((*sub)->Fill(ExampleRef{0, 0, 1, 1, true}, out, &counters).ok());
+  EXPECT_EQ(counters.decode_errors.load(), 2u);
 }
 
 TEST_F(ImageNetTest, OptionsAndPathsAreChecked) {

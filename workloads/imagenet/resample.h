@@ -1,8 +1,9 @@
 // Antialiased bilinear resampling of 8-bit images, computed as Pillow's
 // ImagingResample does (Resample.c: the triangle filter widened by the
-// downscale factor, weights normalised per output pixel, 22-bit fixed point,
-// a horizontal pass rounded to 8 bits, then a vertical pass), so that a
-// resize here gives the pixels torchvision's PIL transforms give.
+// downscale factor, weights normalised per output pixel, fixed point, a
+// horizontal pass rounded to 8 bits, then a vertical pass), so that a
+// resize here gives the pixels torchvision's PIL transforms give: the same
+// up to 1 at a few pixels, as the taps have 14 bits, not Pillow's 22.
 //
 // One axis of a resize is a ResampleAxis: it maps the source interval
 // [in0, in1) onto out_size pixels and produces outputs
@@ -39,6 +40,10 @@ struct ResampleTaps {
   std::vector<int> first;
   std::vector<int> count;
   std::vector<int32_t> taps;
+  // The taps two by two as int16 pairs (low: even tap, high: odd tap),
+  // npairs per output, for SIMD code.
+  int npairs = 0;
+  std::vector<int32_t> pairs;
   // The source pixels any output reads: [src_begin, src_end).
   int src_begin = 0;
   int src_end = 0;
@@ -55,7 +60,7 @@ void ComputeTaps(const ResampleAxis& axis, double scale, int scaled_size,
 // readable bytes (read, multiplied by 0); writes taps.first.size() pixels to
 // dst.
 inline size_t ResampleRowSlack(const ResampleTaps& taps) {
-  return size_t(taps.ksize) * 4 + 4;
+  return size_t(taps.ksize) * 3 + 16;
 }
 void ResampleRow(const uint8_t* src, int src_x0, int channels,
                  const ResampleTaps& taps, uint8_t* dst);
