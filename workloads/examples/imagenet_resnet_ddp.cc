@@ -173,7 +173,9 @@ int main(int argc, char** argv) {
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  double wait = 0, first_loss = NAN, loss_value = NAN;
+  double wait = 0, first_loss = NAN, loss_value = NAN, last_loss = NAN;
+  double window_loss = 0;
+  int64_t window_steps = 0;
   const int64_t per_rank = a.global_batch / env.world_size;
   for (int64_t step = 0; step < a.steps; ++step) {
     const auto tw = Clock::now();
@@ -202,7 +204,8 @@ int main(int argc, char** argv) {
     batchd::examples::AverageGradients(*pg, *model, env.world_size);
     opt.step();
     loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
-    if (std::isnan(first_loss)) first_loss = loss_value;
+    window_loss += loss_value;
+    ++window_steps;
     if (!std::isfinite(loss_value)) {
       fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
       return 4;
@@ -210,18 +213,25 @@ int main(int argc, char** argv) {
     if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
       const double el = std::chrono::duration<double>(Clock::now() - t0).count();
       printf("resnet step %4lld  loss %.4f  %.2f steps/s  %.1f images/s  data wait %.1f%%\n",
-             (long long)(step + 1), loss_value, (step + 1) / el,
+             (long long)(step + 1), window_loss / window_steps, (step + 1) / el,
              (step + 1) * a.global_batch / el, 100 * wait / el);
       fflush(stdout);
+    }
+    if ((step + 1) % a.log_every == 0 || step + 1 == a.steps) {
+      // Means over each logging window: single steps are noisy.
+      last_loss = window_loss / window_steps;
+      if (std::isnan(first_loss)) first_loss = last_loss;
+      window_loss = 0;
+      window_steps = 0;
     }
   }
   const double el = std::chrono::duration<double>(Clock::now() - t0).count();
   const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
   if (env.rank == 0) {
-    printf("resnet done: %lld steps on %d ranks, %.1f images/s, loss %.4f -> %.4f, "
+    printf("resnet done: %lld steps on %d ranks, %.1f images/s, mean loss of the first %lld steps %.4f, of the last %.4f, "
            "data wait %.1f%% of step time, every step disjoint and complete%s\n",
            (long long)a.steps, env.world_size, a.steps * a.global_batch / el,
-           first_loss, loss_value, 100 * wait_share, a.check ? "" : " (not checked)");
+           (long long)a.log_every, first_loss, last_loss, 100 * wait_share, a.check ? "" : " (not checked)");
   }
   return 0;
 }

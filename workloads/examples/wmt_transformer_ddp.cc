@@ -140,7 +140,10 @@ int main(int argc, char** argv) {
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  double wait = 0, first_loss = NAN, loss_value = NAN, tokens = 0;
+  double wait = 0, first_loss = NAN, loss_value = NAN, last_loss = NAN;
+  double window_loss = 0;
+  int64_t window_steps = 0;
+  double tokens = 0;
   const int64_t per_rank = a.global_batch / env.world_size;
   for (int64_t step = 0; step < a.steps; ++step) {
     const auto tw = Clock::now();
@@ -183,7 +186,8 @@ int main(int argc, char** argv) {
     opt.step();
     tokens += weights.sum().item<double>();
     loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
-    if (std::isnan(first_loss)) first_loss = loss_value;
+    window_loss += loss_value;
+    ++window_steps;
     if (!std::isfinite(loss_value)) {
       fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
       return 4;
@@ -191,17 +195,24 @@ int main(int argc, char** argv) {
     if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
       const double el = std::chrono::duration<double>(Clock::now() - t0).count();
       printf("transformer step %4lld  loss %.4f  %.2f steps/s  %.0f target tokens/s (rank 0)  data wait %.1f%%\n",
-             (long long)(step + 1), loss_value, (step + 1) / el, tokens / el, 100 * wait / el);
+             (long long)(step + 1), window_loss / window_steps, (step + 1) / el, tokens / el, 100 * wait / el);
       fflush(stdout);
+    }
+    if ((step + 1) % a.log_every == 0 || step + 1 == a.steps) {
+      // Means over each logging window: single steps are noisy.
+      last_loss = window_loss / window_steps;
+      if (std::isnan(first_loss)) first_loss = last_loss;
+      window_loss = 0;
+      window_steps = 0;
     }
   }
   const double el = std::chrono::duration<double>(Clock::now() - t0).count();
   const double all_tokens = batchd::examples::AllReduceSum(*pg, tokens);
   const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
   if (env.rank == 0) {
-    printf("transformer done: %lld steps on %d ranks, %.0f target tokens/s, loss %.4f -> %.4f, "
+    printf("transformer done: %lld steps on %d ranks, %.0f target tokens/s, mean loss of the first %lld steps %.4f, of the last %.4f, "
            "data wait %.1f%% of step time, every step disjoint and complete%s\n",
-           (long long)a.steps, env.world_size, all_tokens / el, first_loss, loss_value,
+           (long long)a.steps, env.world_size, all_tokens / el, (long long)a.log_every, first_loss, last_loss,
            100 * wait_share, a.check ? "" : " (not checked)");
   }
   return 0;

@@ -55,6 +55,7 @@ struct Options {
   bool fixed_crop = false;
   CropBox crop;
   bool flip = false;
+  bool with_ids = false;  // an `ids` tensor: each example's global id
 };
 
 absl::Status IntOption(const std::map<std::string, std::string>& o,
@@ -73,7 +74,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   const auto& o = config.options;
   static const char* const kKnown[] = {
       "image_size", "resize_size",  "layout",          "on_decode_error",
-      "progress",   "dct_headroom", "debug_fixed_crop"};
+      "progress",   "dct_headroom", "debug_fixed_crop", "with_ids"};
   for (const auto& [key, value] : o) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
@@ -81,7 +82,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(
           "imagenet: unknown option '", key,
           "' (known: image_size, resize_size, layout, on_decode_error, "
-          "progress, dct_headroom, debug_fixed_crop)"));
+          "progress, dct_headroom, debug_fixed_crop, with_ids)"));
     }
   }
   Options opt;
@@ -98,6 +99,10 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   st = IntOption(o, "progress", 0, 1, &progress);
   if (!st.ok()) return st;
   opt.progress = progress == 1;
+  int with_ids = 0;
+  st = IntOption(o, "with_ids", 0, 1, &with_ids);
+  if (!st.ok()) return st;
+  opt.with_ids = with_ids == 1;
   if (auto it = o.find("dct_headroom"); it != o.end()) {
     if (!absl::SimpleAtod(it->second, &opt.dct_headroom) ||
         !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
@@ -156,6 +161,7 @@ class ImageNetWorkload : public Workload {
                            : std::vector<int64_t>{s, s, 3}},
                 {"targets", shm::DTypeCode::kInt64, {}}};
     if (!train_) tensors_.push_back({"weights", shm::DTypeCode::kFloat32, {}});
+    if (opt_.with_ids) tensors_.push_back({"ids", shm::DTypeCode::kInt64, {}});
   }
 
   uint64_t num_examples() const override { return source_->size(); }
@@ -176,6 +182,12 @@ class ImageNetWorkload : public Workload {
     }
     memcpy(out[1], &label, sizeof(label));
     if (!train_) memcpy(out[2], &weight, sizeof(weight));
+    if (opt_.with_ids) {
+      // The example's own id (a substitute's pixels keep the id they stand
+      // in for); -1 on padding.
+      const int64_t id = ex.valid ? int64_t(ex.id) : -1;
+      memcpy(out[train_ ? 2 : 3], &id, sizeof(id));
+    }
     return absl::OkStatus();
   }
 

@@ -27,6 +27,8 @@
 //                    counted in decode_errors and logged (the first 10, then
 //                    every 1000th); fail: the stream fails, naming the file
 //   progress         1 (default): report indexing of large trees on stderr
+//   with_ids         1: add ids int64 [B], each example's global id (-1 on
+//                    padding), for checks of which examples a rank got
 //   dct_headroom     H: JPEGs decode at the smallest DCT scale k/8, k in
 //                    {1, 2, 4, 8}, that keeps at least H scaled pixels per
 //                    output pixel across the resized box (default 1.25).

@@ -1,0 +1,85 @@
+"""The example DDP trainers end to end: 2 ranks of each over Gloo, started by
+the trainer's own launcher, reading from a real daemon. Each rank
+all_gathers its example ids (imagenet) or cursors (wmt) every step and the
+job fails if a global batch's slices overlap or leave a gap; the loss must
+stay finite.
+
+    BATCHD_BIN=<build>/server/batchd /usr/bin/python3 -m pytest tests/python/test_trainers.py
+"""
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_algoperf import REPO, WMT_TOOLS, data  # noqa: F401  (the fixture)
+from test_loader import Server
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(
+    os.environ.get("BATCHD_BIN", "/nonexistent/server/batchd"))),
+    "workloads", "examples")
+
+
+def trainer(name):
+    path = os.path.join(EXAMPLES, name)
+    if not os.path.exists(path):
+        pytest.skip(f"{name} not built (libtorch or libgloo-dev missing)")
+    return path
+
+
+@pytest.fixture
+def server(data, tmp_path):  # noqa: F811
+    s = Server(tmp_path)
+    for name in ("imagenet", "wmt"):
+        shutil.copytree(data / name, tmp_path / "data" / name)
+    yield s
+    s.stop()
+
+
+def run(cmd, server):
+    env = dict(os.environ, BATCHD_SERVER=server.address)
+    env.pop("RANK", None)  # the trainers start their own ranks
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    done = [l for l in p.stdout.splitlines() if " done: " in l]
+    assert done, p.stdout
+    assert "every step disjoint and complete" in done[0]
+    m = re.search(r"steps (\S+), of the last (\S+),", done[0])
+    assert m, done[0]
+    for loss in m.groups():
+        assert math.isfinite(float(loss)), done[0]
+    return done[0]
+
+
+def test_resnet_ranks_hold_disjoint_complete_slices(server):
+    run([trainer("imagenet_resnet_ddp"), "--nproc", "2", "--data", "imagenet",
+         "--global-batch-size", "8", "--steps", "3", "--classes", "2",
+         "--image-size", "64", "--log-every", "1"], server)
+
+
+def test_transformer_ranks_hold_disjoint_complete_slices(server):
+    run([trainer("wmt_transformer_ddp"), "--nproc", "2", "--data", "wmt",
+         "--vocab-size", "500", "--global-batch-size", "4", "--steps", "3",
+         "--d-model", "32", "--layers", "1", "--log-every", "1"], server)
+
+
+def test_a_job_of_another_world_size_is_refused_not_hung(server):
+    # Two jobs that disagree on world size can't share a stream: the second
+    # is refused, and the launcher reports the failure instead of hanging.
+    run([trainer("wmt_transformer_ddp"), "--nproc", "2", "--data", "wmt",
+         "--vocab-size", "500", "--global-batch-size", "4", "--steps", "1",
+         "--d-model", "32", "--layers", "1", "--stream", "shared"], server)
+    env = dict(os.environ, BATCHD_SERVER=server.address)
+    env.pop("RANK", None)
+    p = subprocess.run([trainer("wmt_transformer_ddp"), "--nproc", "1",
+                        "--data", "wmt", "--vocab-size", "500",
+                        "--global-batch-size", "4", "--steps", "1",
+                        "--stream", "shared"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "world_size" in p.stderr
