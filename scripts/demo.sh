@@ -53,9 +53,10 @@ echo
 echo "== ResNet (ResNet-50's shape, width 8, 112 x 112 crops for the CPU) on"
 echo "   imagenet: 2 DDP ranks, 96 steps"
 show_status 8 &
+STATUS_PID=$!
 "$EXAMPLES/imagenet_resnet_ddp" --nproc 2 --data imagenet --image-size 112 \
   --global-batch-size 16 --steps 96 --classes 4 --lr 0.02 --log-every 16
-wait
+wait "$STATUS_PID"
 
 echo
 echo "== Transformer on packed wmt rows: 2 DDP ranks, 32 steps"
