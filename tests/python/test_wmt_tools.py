@@ -11,6 +11,7 @@ trainer's contracts. The workload is driven through its wmt_dump tool.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -198,3 +199,37 @@ def test_corrupt_shard_is_counted_not_fatal(data, tmp_path):
     p = run_dump(d, "test")
     assert p.returncode == 1
     assert name in p.stderr and "truncated" in p.stderr
+
+
+# Text where encoding word by word could go wrong if it were not exact:
+# runs of spaces, leading and trailing spaces, tabs, no-break and other
+# Unicode spaces, full-width letters and ligatures that NFKC rewrites,
+# combining marks, zero-width characters, digits and punctuation.
+TRICKY = [
+    "  Guten   Morgen ,  Welt  ",
+    "tab\tseparated\twords and\u00a0no-break\u2003em space",
+    "\uff21\uff22\uff23 full-width and the \ufb01ne ligature",
+    "Cafe\u0301 na\u00efve e\u0301te\u0301 \u200bzero\u200dwidth",
+    "1,234.56 \u20ac \u00bd \u2460 \u00b2 (parenthesised) \"quoted\" \u2014 dash",
+    "single",
+    "\u3000ideographic\u3000space\u3000",
+    "Stra\u00dfe \u00e4\u00f6\u00fc \u00c4\u00d6\u00dc " * 8,
+]
+
+
+def test_tricky_text_tokens_equal_python_sentencepiece(data, tmp_path):
+    # The same model, a text-source validation split of tricky lines: the
+    # workload's tokens (word cache and all) equal SentencePiece's own.
+    d = tmp_path / "tricky"
+    d.mkdir()
+    shutil.copy(data / "wmt_sentencepiece_model", d / "wmt_sentencepiece_model")
+    lines = TRICKY * 40  # past the cache's first checked sentences
+    (d / "validation.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (d / "validation.en").write_text("\n".join(reversed(lines)) + "\n",
+                                     encoding="utf-8")
+    sp = spm.SentencePieceProcessor(
+        model_file=str(data / "wmt_sentencepiece_model"))
+    want = [(sp.encode(de, add_eos=True), sp.encode(en, add_eos=True))
+            for de, en in zip(lines, reversed(lines))]
+    got, _ = dump_json(d, "validation", "source=text")
+    assert [(g["inputs"], g["targets"]) for g in got] == want

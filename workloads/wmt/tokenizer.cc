@@ -84,15 +84,67 @@ absl::Status Tokenizer::Encode(std::string_view text,
   return EncodeValidUtf8(text, ids);
 }
 
+bool Tokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids,
+                           std::string* error) const {
+  Shard& shard = shards_[std::hash<std::string_view>()(word) % kShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.words.find(std::string(word));
+    if (it != shard.words.end()) {
+      ids->insert(ids->end(), it->second.begin(), it->second.end());
+      return true;
+    }
+  }
+  std::vector<int> pieces;
+  if (!model_->Encode(word, &pieces, error)) return false;
+  ids->insert(ids->end(), pieces.begin(), pieces.end());
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.words.size() < kMaxWordsPerShard) {
+    shard.words.emplace(std::string(word),
+                        std::vector<int32_t>(pieces.begin(), pieces.end()));
+  }
+  return true;
+}
+
 absl::Status Tokenizer::EncodeValidUtf8(std::string_view text,
                                         std::vector<int32_t>* ids) const {
-  std::vector<int> pieces;
   std::string error;
-  if (!model_->Encode(text, &pieces, &error)) {
+  auto whole = [&](std::vector<int32_t>* out) {
+    std::vector<int> pieces;
+    if (!model_->Encode(text, &pieces, &error)) return false;
+    out->assign(pieces.begin(), pieces.end());
+    return true;
+  };
+  bool ok;
+  if (cache_on_.load(std::memory_order_relaxed)) {
+    // Words split at ASCII spaces; SentencePiece's normaliser drops the
+    // spaces themselves (and turns other whitespace into them, inside a
+    // "word", which then encodes alone exactly as in the sentence).
+    ids->clear();
+    ok = true;
+    size_t i = 0;
+    while (ok && i < text.size()) {
+      while (i < text.size() && text[i] == ' ') ++i;
+      size_t j = i;
+      while (j < text.size() && text[j] != ' ') ++j;
+      if (j > i) ok = EncodeWord(text.substr(i, j - i), ids, &error);
+      i = j;
+    }
+    if (ok && checks_left_.load(std::memory_order_relaxed) > 0 &&
+        checks_left_.fetch_sub(1, std::memory_order_relaxed) > 0) {
+      std::vector<int32_t> reference;
+      if (whole(&reference) && reference != *ids) {
+        cache_on_.store(false, std::memory_order_relaxed);
+        *ids = std::move(reference);
+      }
+    }
+  } else {
+    ok = whole(ids);
+  }
+  if (!ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("SentencePiece cannot encode the text: ", error));
   }
-  ids->assign(pieces.begin(), pieces.end());
   ids->push_back(model_->eos_id());
   return absl::OkStatus();
 }

@@ -7,8 +7,11 @@
 #ifndef BATCHD_WORKLOADS_WMT_TOKENIZER_H_
 #define BATCHD_WORKLOADS_WMT_TOKENIZER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,7 +56,27 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<SentencePieceModel> model);
   absl::Status EncodeValidUtf8(std::string_view text,
                                std::vector<int32_t>* ids) const;
+  // The pieces of one space-free word as SentencePiece encodes it alone
+  // ("▁word"), from the cache or the model.
+  bool EncodeWord(std::string_view word, std::vector<int32_t>* ids,
+                  std::string* error) const;
   const std::unique_ptr<SentencePieceModel> model_;
+
+  // Word cache. With SentencePiece's default split_by_whitespace no piece
+  // spans a space, so a sentence's pieces are its words' pieces in order:
+  // each distinct word is encoded once. Whether the model behaves so is
+  // checked on the first kChecks sentences (cached and whole encodings
+  // compared); one difference turns the cache off for good.
+  static constexpr int kShards = 64;
+  static constexpr size_t kMaxWordsPerShard = 1 << 15;
+  static constexpr int kChecks = 256;
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>> words;
+  };
+  mutable Shard shards_[kShards];
+  mutable std::atomic<int> checks_left_{kChecks};
+  mutable std::atomic<bool> cache_on_{true};
 };
 
 // The offset of the first byte that is not well-formed UTF-8 (overlong
