@@ -1,0 +1,83 @@
+// The daemon's log lines: key=value fields, quoting, the level threshold,
+// and repeated warnings folded.
+#include "server/log.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace batchd {
+namespace {
+
+// Runs `f` with stderr sent to a file; returns the lines written.
+template <typename F>
+std::vector<std::string> CaptureStderr(F f) {
+  char path[] = "/tmp/batchd-log-XXXXXX";
+  const int fd = mkstemp(path);
+  fflush(stderr);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  f();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  unlink(path);
+  return lines;
+}
+
+TEST(LogTest, WritesKeyValueFieldsWithQuoting) {
+  SetLogLevel("info");
+  auto lines = CaptureStderr([] {
+    Log(LogLevel::kInfo, "ready", {{"pid", "12"}, {"msg", "two words"}});
+  });
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].rfind("batchd: ts=", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(" level=info event=ready pid=12 msg=\"two words\""),
+            std::string::npos)
+      << lines[0];
+}
+
+TEST(LogTest, RepeatedWarningsAreFoldedOthersPass) {
+  SetLogLevel("info");
+  auto lines = CaptureStderr([] {
+    for (int i = 0; i < 5; ++i) {
+      Log(LogLevel::kWarn, "decode_error", {{"file", "a.JPEG"}});
+    }
+    Log(LogLevel::kWarn, "decode_error", {{"file", "b.JPEG"}});
+    for (int i = 0; i < 3; ++i) Log(LogLevel::kInfo, "tick");
+  });
+  int a = 0, b = 0, tick = 0;
+  for (const std::string& l : lines) {
+    a += l.find("file=a.JPEG") != std::string::npos;
+    b += l.find("file=b.JPEG") != std::string::npos;
+    tick += l.find("event=tick") != std::string::npos;
+  }
+  EXPECT_EQ(a, 1) << "five identical warnings within 10 s make one line";
+  EXPECT_EQ(b, 1) << "another message is not folded into the first";
+  EXPECT_EQ(tick, 3) << "info lines are never folded";
+}
+
+TEST(LogTest, LevelThresholdDropsLowerLevels) {
+  SetLogLevel("warn");
+  auto lines = CaptureStderr([] {
+    Log(LogLevel::kInfo, "hidden");
+    Log(LogLevel::kError, "shown_error", {{"k", "v"}});
+  });
+  SetLogLevel("info");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("level=error event=shown_error k=v"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace batchd
