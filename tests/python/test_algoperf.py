@@ -18,7 +18,7 @@ pytest.importorskip("sentencepiece")
 pytest.importorskip("PIL")
 
 import batchd.algoperf  # noqa: E402
-from test_loader import Server  # noqa: E402
+from batchd_daemon import Server  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WMT_TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")

@@ -8,7 +8,6 @@ Python module, as trainers do.
         /usr/bin/python3 -m pytest tests/python/test_batchctl.py
 """
 
-import glob
 import json
 import os
 import re
@@ -16,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -26,66 +24,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import batchd  # noqa: E402  (after the torch check: batches are torch tensors)
+from batchd_daemon import Server as Daemon, binary  # noqa: E402
 
 MIB = 1 << 20
 SYNTHETIC = {"examples": "1000", "payload_bytes": "4096"}
-
-
-def binary(name):
-    daemon = os.environ.get("BATCHD_BIN")
-    if not daemon:
-        pytest.fail("set BATCHD_BIN to the batchd daemon (<build>/server/batchd)")
-    return os.path.join(os.path.dirname(daemon), name)
-
-
-class Daemon:
-    """A batchd of this test: its own socket, data root and segments."""
-
-    def __init__(self, tmp_path):
-        # Not tmp_path: a unix socket path must fit in 108 bytes.
-        self.dir = tempfile.mkdtemp(prefix="batchctl-test-", dir="/tmp")
-        self.address = f"unix://{self.dir}/sock"
-        self.prefix = f"batchctltest{uuid.uuid4().hex[:12]}"
-        data_root = tmp_path / "data"
-        data_root.mkdir()
-        self.log_path = tmp_path / "batchd.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [binary("batchd"), "--listen", self.address,
-             "--data-root", str(data_root), "--shm-prefix", self.prefix,
-             "--threads", "2"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        path = os.path.join(self.dir, "sock")
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"batchd exited with {self.proc.returncode}: "
-                            f"{self.log_path.read_text()}")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                try:
-                    s.connect(path)
-                    break
-                except OSError:
-                    pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"batchd does not accept on {path}")
-            time.sleep(0.02)
-
-    def segments(self):
-        return sorted(glob.glob(f"/dev/shm/{self.prefix}.*"))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        for path in self.segments():
-            os.unlink(path)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

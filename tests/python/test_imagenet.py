@@ -17,12 +17,8 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import uuid
 
 import pytest
 
@@ -35,6 +31,7 @@ pytest.importorskip("skimage")  # the generator's photos
 from torchvision import datasets, transforms  # noqa: E402
 
 import batchd  # noqa: E402
+from batchd_daemon import Daemon as Server  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
@@ -46,59 +43,6 @@ def build_dir():
     if not binary:
         pytest.fail("set BATCHD_BIN to the batchd daemon (<build>/server/batchd)")
     return os.path.dirname(os.path.dirname(os.path.abspath(binary)))
-
-
-class Server:
-    """A private batchd daemon serving `data_root`."""
-
-    def __init__(self, data_root, log_path, threads=2, hooks=False):
-        self.dir = tempfile.mkdtemp(prefix="batchd-img-", dir="/tmp")
-        self.address = f"unix://{self.dir}/sock"
-        self.prefix = f"batchdimg{uuid.uuid4().hex[:12]}"
-        self.log_path = log_path
-        self.log = open(log_path, "w")
-        env = dict(os.environ)
-        env.pop("BATCHD_TEST_HOOKS", None)
-        if hooks:
-            env["BATCHD_TEST_HOOKS"] = "1"
-        self.proc = subprocess.Popen(
-            [os.environ["BATCHD_BIN"], "--listen", self.address, "--data-root",
-             str(data_root), "--shm-prefix", self.prefix, "--threads",
-             str(threads)],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        path = os.path.join(self.dir, "sock")
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"batchd exited: {open(log_path).read()}")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                try:
-                    s.connect(path)
-                    break
-                except OSError:
-                    pass
-            if time.monotonic() > deadline:
-                pytest.fail("batchd does not accept")
-            time.sleep(0.02)
-
-    def status(self):
-        ctl = os.path.join(os.path.dirname(os.environ["BATCHD_BIN"]), "batchctl")
-        out = subprocess.run([ctl, "status", "--json", "--server", self.address],
-                             check=True, capture_output=True, text=True)
-        return json.loads(out.stdout)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        for path in glob.glob(f"/dev/shm/{self.prefix}.*"):
-            os.unlink(path)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -12,85 +12,24 @@ Run as a script (`test_loader.py worker ...`) this file is one rank of a job,
 in a process of its own, as torchrun would start it.
 """
 
-import glob
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import batchd  # noqa: E402  (after the torch check: batches are torch tensors)
+from batchd_daemon import Server  # noqa: E402
 
 EXAMPLES = 1000
 GLOBAL_BATCH = 32
 STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH  # the remainder is dropped
 SYNTHETIC = {"examples": str(EXAMPLES), "payload_bytes": "64"}
-
-
-class Server:
-    """A batchd daemon of this test: its own socket, data root, segments."""
-
-    def __init__(self, tmp_path):
-        binary = os.environ.get("BATCHD_BIN")
-        if not binary:
-            pytest.fail("set BATCHD_BIN to the batchd daemon (<build>/server/batchd)")
-        # Not tmp_path: a unix socket path must fit in 108 bytes.
-        self.dir = tempfile.mkdtemp(prefix="batchd-test-", dir="/tmp")
-        self.address = f"unix://{self.dir}/sock"
-        self.prefix = f"batchdtest{uuid.uuid4().hex[:12]}"
-        data_root = tmp_path / "data"
-        data_root.mkdir()
-        self.log_path = tmp_path / "batchd.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [binary, "--listen", self.address, "--data-root", str(data_root),
-             "--shm-prefix", self.prefix, "--threads", "2"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        self._wait_until_accepting(os.path.join(self.dir, "sock"))
-
-    def _wait_until_accepting(self, path):
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"batchd exited with {self.proc.returncode}: "
-                            f"{self.log_path.read_text()}")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                try:
-                    s.connect(path)
-                    return
-                except OSError:
-                    pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"batchd does not accept on {path}: "
-                            f"{self.log_path.read_text()}")
-            time.sleep(0.02)
-
-    def kill(self):
-        """SIGKILL, and reap it: the pid is then really gone."""
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-        # A killed daemon cannot unlink its rings; the prefix is ours alone.
-        for path in glob.glob(f"/dev/shm/{self.prefix}.*"):
-            os.unlink(path)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from test_algoperf import REPO, WMT_TOOLS, data  # noqa: F401  (the fixture)
-from test_loader import Server
+from batchd_daemon import Server
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(
     os.environ.get("BATCHD_BIN", "/nonexistent/server/batchd"))),

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 spm = pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
-from test_loader import Server  # noqa: E402
+from batchd_daemon import Server  # noqa: E402
 from test_wmt_tools import TOOLS, python_tokens  # noqa: E402
 
 GLOBAL_BATCH = 16

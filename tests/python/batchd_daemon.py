@@ -1,0 +1,99 @@
+"""A batchd daemon for one test: its own socket, data root and shared-memory
+prefix, so that tests never meet each other or a daemon of the machine.
+The daemon is BATCHD_BIN (<build>/server/batchd); batchctl is beside it.
+"""
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+
+
+def binary(name):
+    """A program of the build tree, found beside BATCHD_BIN."""
+    daemon = os.environ.get("BATCHD_BIN")
+    if not daemon:
+        pytest.fail("set BATCHD_BIN to the batchd daemon (<build>/server/batchd)")
+    return os.path.join(os.path.dirname(daemon), name)
+
+
+class Daemon:
+    """Starts batchd serving `data_root`, logging to `log_path`, and waits
+    until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it."""
+
+    def __init__(self, data_root, log_path, threads=2, hooks=False):
+        # Not under pytest's tmp_path: a socket path must fit in 108 bytes.
+        self.dir = tempfile.mkdtemp(prefix="batchd-test-", dir="/tmp")
+        self.address = f"unix://{self.dir}/sock"
+        self.prefix = f"batchdtest{uuid.uuid4().hex[:12]}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        env = dict(os.environ)
+        env.pop("BATCHD_TEST_HOOKS", None)
+        if hooks:
+            env["BATCHD_TEST_HOOKS"] = "1"
+        self.proc = subprocess.Popen(
+            [binary("batchd"), "--listen", self.address, "--data-root",
+             str(data_root), "--shm-prefix", self.prefix, "--threads",
+             str(threads)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self._wait_until_accepting(os.path.join(self.dir, "sock"))
+
+    def _wait_until_accepting(self, path):
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"batchd exited with {self.proc.returncode}: "
+                            f"{open(self.log_path).read()}")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(path)
+                    return
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"batchd does not accept on {path}: "
+                            f"{open(self.log_path).read()}")
+            time.sleep(0.02)
+
+    def segments(self):
+        return sorted(glob.glob(f"/dev/shm/{self.prefix}.*"))
+
+    def status(self):
+        out = subprocess.run([binary("batchctl"), "status", "--json",
+                              "--server", self.address],
+                             check=True, capture_output=True, text=True)
+        return json.loads(out.stdout)
+
+    def kill(self):
+        """SIGKILL, and reap it: the pid is then really gone."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+        # A killed daemon cannot unlink its rings; the prefix is ours alone.
+        for path in self.segments():
+            os.unlink(path)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Server(Daemon):
+    """A daemon whose data root is tmp_path/data (made empty here)."""
+
+    def __init__(self, tmp_path):
+        (tmp_path / "data").mkdir()
+        super().__init__(tmp_path / "data", tmp_path / "batchd.log")
