@@ -492,9 +492,11 @@ void Core::Detach(Stream& stream, RankState& rs) {
 
 std::vector<std::string> Core::ReapDeadClients() {
   std::vector<std::string> freed;
-  const uint64_t now = MonotonicNanos();
   const uint64_t stale = uint64_t(options_.client_stale_seconds * 1e9);
   std::lock_guard<std::mutex> lock(mu_);
+  // Read under the lock: a caller that waited for it would otherwise hold a
+  // time older than the idle marks the previous holder set.
+  const uint64_t now = MonotonicNanos();
   for (auto& [name, stream] : streams_) {
     for (RankState& rs : stream->ranks) {
       if (rs.producer == nullptr) continue;
@@ -525,7 +527,7 @@ std::vector<std::string> Core::ReapDeadClients() {
       st.idle_since_ns = 0;
     } else if (st.idle_since_ns == 0) {
       st.idle_since_ns = now;
-    } else if (now - st.idle_since_ns > idle) {
+    } else if (now > st.idle_since_ns && now - st.idle_since_ns > idle) {
       Log(LogLevel::kInfo, "stream_forgotten", {{"stream", it->first}});
       it = streams_.erase(it);
       continue;
