@@ -83,3 +83,21 @@ def test_a_job_of_another_world_size_is_refused_not_hung(server):
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0
     assert "world_size" in p.stderr
+
+
+def test_algoperf_example_trains_through_the_drop_in(server):
+    # The Python example: torch DDP (Gloo here) fed by batchd.algoperf,
+    # two ranks started the way torchrun would.
+    env = dict(os.environ, BATCHD_SERVER=server.address)
+    env.pop("RANK", None)
+    p = subprocess.run(
+        [sys.executable, os.path.join(REPO, "workloads", "examples", "launch.py"),
+         "--nproc", "2", "--",
+         os.path.join(REPO, "workloads", "examples", "algoperf_ddp.py"),
+         "--workload", "imagenet", "--data", "imagenet", "--image-size", "64",
+         "--classes", "2", "--global-batch-size", "8", "--steps", "3"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = re.search(r"loss (\S+) -> (\S+),", p.stdout)
+    assert m, p.stdout
+    assert all(math.isfinite(float(x)) for x in m.groups())
