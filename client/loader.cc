@@ -1,6 +1,7 @@
 // The client Loader: OpenStream over gRPC, then the ring, then batches.
 #include "batchd/loader.h"
 
+#include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -222,6 +223,34 @@ absl::StatusOr<Batch> Loader::Next() {
                                 size_t(t.nbytes)});
   }
   return b;
+}
+
+absl::Status Loader::RegisterPinned() {
+  // The runtime torch loaded is the one to use; RTLD_NOLOAD finds it
+  // without loading another.
+  void* cudart = nullptr;
+  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                           "libcudart.so.11.0"}) {
+    cudart = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (cudart == nullptr) cudart = dlopen(name, RTLD_LAZY);
+    if (cudart != nullptr) break;
+  }
+  if (cudart == nullptr) {
+    return absl::FailedPreconditionError("no CUDA runtime (libcudart)");
+  }
+  using Register = int (*)(void*, size_t, unsigned);
+  auto reg = reinterpret_cast<Register>(dlsym(cudart, "cudaHostRegister"));
+  if (reg == nullptr) {
+    return absl::FailedPreconditionError("libcudart has no cudaHostRegister");
+  }
+  const int rc = reg(mapped_address(), mapped_bytes(), 0);
+  if (rc != 0) {
+    // 35: no driver for this runtime; 100: no device. Either way the copies
+    // stay synchronous, which is all a caller can do about it.
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaHostRegister of the ring failed: CUDA error ", rc));
+  }
+  return absl::OkStatus();
 }
 
 void* Loader::mapped_address() const { return impl_->reader->base(); }

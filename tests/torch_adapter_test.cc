@@ -50,6 +50,34 @@ TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
   EXPECT_EQ(read_pos(), 1u) << "not released when the last tensor died";
 }
 
+TEST(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
+  TestServer server("feeder");
+  ASSERT_TRUE(server.Start());
+  LoaderOptions o;
+  o.server = server.address();
+  o.stream = "f";
+  o.global_batch_size = 4;
+  o.world_size = 1;
+  o.rank = 0;
+  o.options = {{"examples", "100"}, {"payload_bytes", "16"}};
+  o.timeout_seconds = 20;
+  auto loader = Loader::Open(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  DeviceFeeder feeder(**loader, torch::kCPU);
+  EXPECT_FALSE(feeder.pinned());
+  for (int64_t step = 0; step < 6; ++step) {  // more than the ring's slots
+    auto t = feeder.Next();
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->at("ids").sizes(), (std::vector<int64_t>{4}));
+    EXPECT_EQ(t->at("positions")[0].item<int64_t>(), step * 4);
+  }
+  // Without a CUDA runtime, registering says so instead of failing later.
+  absl::Status pinned = (*loader)->RegisterPinned();
+  if (!pinned.ok()) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(pinned)) << pinned;
+  }
+}
+
 TEST(TorchAdapterTest, NormalizesImagesLikeTorchvision) {
   torch::Tensor img = torch::full({1, 2, 2, 3}, 128, torch::kUInt8);
   torch::Tensor x = NormalizeImages(img);

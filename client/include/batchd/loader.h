@@ -157,6 +157,10 @@ class Loader {
   // memory (cudaHostRegister) to copy batches to a GPU asynchronously.
   void* mapped_address() const;
   size_t mapped_bytes() const;
+  // Registers that mapping with the CUDA runtime the process has loaded
+  // (cudaHostRegister through dlopen: the client never links CUDA).
+  // FailedPrecondition where there is no CUDA runtime, driver or device.
+  absl::Status RegisterPinned();
 
  private:
   class Impl;

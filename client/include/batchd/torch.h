@@ -7,11 +7,16 @@
 #ifndef BATCHD_TORCH_H_
 #define BATCHD_TORCH_H_
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "batchd/loader.h"
 
@@ -59,6 +64,64 @@ inline torch::Tensor NormalizeImages(const torch::Tensor& images,
   }
   return (x - mean) / std;
 }
+
+// Batches on a device. On the CPU they are the ring's own tensors (no copy).
+// On CUDA the ring is registered as pinned memory once, each batch is copied
+// asynchronously on the current stream, and its slot is held until an event
+// recorded after the copy has completed — a released slot is overwritten by
+// the server, so the copy must be done reading it first.
+//
+// Thread safety: one thread at a time; `loader` must outlive the feeder.
+class DeviceFeeder {
+ public:
+  DeviceFeeder(Loader& loader, torch::Device device)
+      : loader_(loader), device_(device) {
+    if (device_.is_cuda()) pinned_ = loader_.RegisterPinned().ok();
+  }
+  ~DeviceFeeder() { Drain(0); }
+
+  bool pinned() const { return pinned_; }
+
+  absl::StatusOr<std::map<std::string, torch::Tensor>> Next() {
+    absl::StatusOr<Batch> batch = loader_.Next();
+    if (!batch.ok()) return batch.status();
+    if (!device_.is_cuda()) return ToTorch(std::move(*batch));
+    std::shared_ptr<SlotLease> lease = batch->lease();
+    std::map<std::string, torch::Tensor> host = ToTorch(std::move(*batch));
+    std::map<std::string, torch::Tensor> out;
+    for (auto& [name, t] : host) out[name] = t.to(device_, /*non_blocking=*/pinned_);
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    c10::Event done(c10::DeviceType::CUDA);
+    done.record(impl.getStream(device_));
+    pending_.push_back({std::move(done), std::move(lease), std::move(host)});
+    // Keep a slot free for the server: wait for the oldest copies.
+    const size_t slots = loader_.info().slots;
+    Drain(slots > 2 ? slots - 2 : 0);
+    return out;
+  }
+
+ private:
+  struct Pending {
+    c10::Event done;
+    std::shared_ptr<SlotLease> lease;
+    std::map<std::string, torch::Tensor> host;
+  };
+  // Lets go of finished copies; waits until at most `keep` are in flight.
+  void Drain(size_t keep) {
+    while (!pending_.empty() &&
+           (pending_.size() > keep || pending_.front().done.query())) {
+      while (!pending_.front().done.query()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      pending_.pop_front();
+    }
+  }
+
+  Loader& loader_;
+  const torch::Device device_;
+  bool pinned_ = false;
+  std::deque<Pending> pending_;
+};
 
 }  // namespace batchd
 
