@@ -95,6 +95,30 @@ uint64_t SelfRssBytes(bool include_shared_memory) {
   return rss_kb * 1024;
 }
 
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* c = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t n) {
+  char* c = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
 void FutexWait(const void* word, uint32_t expected, uint64_t timeout_ns) {
   timespec ts;
   ts.tv_sec = time_t(timeout_ns / 1000000000ULL);

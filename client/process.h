@@ -4,6 +4,7 @@
 #ifndef BATCHD_CLIENT_PROCESS_H_
 #define BATCHD_CLIENT_PROCESS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -30,6 +31,11 @@ int SelfThreadCount();
 // Resident bytes of the calling process; without shared memory (the rings'
 // pages, which the segments account for) unless asked.
 uint64_t SelfRssBytes(bool include_shared_memory = false);
+
+// Writes / reads exactly n bytes on a pipe or socket, retrying on EINTR;
+// false on an error or (reading) an early end of file.
+bool WriteAll(int fd, const void* data, size_t n);
+bool ReadAll(int fd, void* data, size_t n);
 
 // Waits on a futex word shared between processes until it differs from
 // `expected`, a wake arrives, or `timeout_ns` passes. Spurious returns happen.
