@@ -644,12 +644,12 @@ TEST_F(WmtWorkloadTest, ExampleWithoutDeIsADecodeError) {
   EXPECT_EQ(counters.decode_errors.load(), 3u);
 }
 
-TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorAndEmptyLinesAreKept) {
+TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
   const std::string d = NewDataDir();
   WriteFile(d + "/validation.de",
             "der Rat\n\xc3\x28 kaputt\n\nHäuser\r\nüber\xed\xa0\x80\n");
   WriteFile(d + "/validation.en", "the council\nbroken\nempty\n\nover\n");
-  auto w = Create(d, "validation");
+  auto w = Create(d, "validation", {{"invalid_utf8", "drop"}});
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ((*w)->num_examples(), 3u);  // lines 0, 2 and 3
   WorkloadCounters counters;
@@ -670,7 +670,8 @@ TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorAndEmptyLinesAreKept) {
   ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
   EXPECT_EQ(counters.decode_errors.load(), 2u);  // lines 1 and 4
 
-  auto skip = Create(d, "validation", {{"skip_empty", "1"}});
+  auto skip = Create(d, "validation",
+                     {{"skip_empty", "1"}, {"invalid_utf8", "drop"}});
   ASSERT_TRUE(skip.ok());
   EXPECT_EQ((*skip)->num_examples(), 1u);
   WorkloadCounters c2;

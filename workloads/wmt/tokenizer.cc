@@ -1,13 +1,89 @@
 // SentencePiece tokenization of WMT pairs; see tokenizer.h.
+//
+// Why the word cache is exact
+// ---------------------------
+// Whole-sentence SentencePiece costs ~5x the rest of the pipeline, so each
+// distinct word (text between ASCII spaces) is encoded once and its ids are
+// reused, but only where that provably gives the ids of the whole sentence.
+// The argument follows SentencePiece 0.1.97 (normalizer.cc, unigram_model.cc
+// EncodeOptimized; Lattice::Viterbi has the same structure) and holds for
+// models that pass CheckModel below; any other model is encoded whole.
+//
+// 1. Normalisation is per word. The normaliser replaces, left to right, the
+//    longest prefix that is a key of the model's character map (NFKC rules)
+//    and copies other characters; then it drops leading, trailing and
+//    repeated spaces, turns spaces into U+2581 "▁" and prepends one ▁.
+//    User-defined symbols (matched before the map) are refused. When no key
+//    holds byte 0x20, no rule starts at or reaches across an ASCII space, so
+//    on valid UTF-8 the sentence's normalised text is the concatenation of
+//    its words' normalised texts, each of which is "▁" + the word's text or
+//    empty (a word of spaces only: NBSP etc.; the space handling collapses
+//    it in the sentence just as it vanishes alone).
+// 2. The lattice splits at word starts. With no piece holding ▁ past its
+//    first byte (and unknown-character nodes one character long), no node
+//    crosses the ▁ at a word start b_i: every path passes through every b_i,
+//    and the nodes inside word i are those of the word alone.
+// 3. Viterbi in float. EncodeOptimized keeps S[p], the best path score
+//    ending at p, as float; a candidate is fl(S[start] + score), compared
+//    with `>` against S[p] (ties: first candidate wins). Word i sees the
+//    offset C = S[b_i] instead of 0, so rounding differs from the word
+//    alone, which is what flips ties and near-ties (`]]]] ]]] ]]`).
+//    Let P be the word's lone best segmentation, exact score A1 (real sum of
+//    its pieces' float scores), and every other segmentation score at most
+//    A2. In the sentence, let Q be the segmentation the backtrace picks
+//    inside the word. fl(x + s) is monotone in x, so by induction along P's
+//    nodes the computed S[b_{i+1}] >= C + A1 - e_P, and S[b_{i+1}] is Q's
+//    computed chain value, C + score(Q) + e_Q. Each rounding is at most
+//    u = 2^-24 times the value rounded; P and Q have at most m nodes (m =
+//    characters of the word); every value is a partial path score <= 0
+//    (piece scores are checked <= 0), so |value| <= |C| + |A1| + |e|. Hence
+//    score(Q) >= A1 - 2 m u (|C| + |A1|) (1 + small), and Q = P whenever
+//    A1 - A2 exceeds that. C is at least the computed score of the lone best
+//    paths of the words before (monotonicity again), so |C| <= (sum of their
+//    |A1|) (1 + N u / (1 - N u)) for a sentence of N < 2^20 characters.
+//    With K = sum over all words of |A1|, the cache serves a sentence only
+//    when every word has A1 - A2 > kSafety (m + 1) u (K + 1), kSafety = 16,
+//    i.e. 8x the bound; otherwise the sentence is encoded whole.
+// 4. A1 and A2 come from our own top-2 dynamic program over the word's
+//    normalised text, in double (error ~1e-13, far below the threshold),
+//    over the pieces SentencePiece's trie holds (NORMAL; UNUSED ones are
+//    skipped as SentencePiece skips them). Its best path must equal
+//    SentencePiece's own lone encoding of the word, or the word is not
+//    served. A word with an unknown character (a position without a
+//    one-character piece, where SentencePiece adds an unk node and merges
+//    runs of unknowns) is not served either.
+// Invalid UTF-8 and sentences over 2^20 bytes are always encoded whole.
+//
+// The result equals whole-sentence SentencePiece whichever words the cache
+// holds, so it does not depend on threads or on the order of work.
 #include "workloads/wmt/tokenizer.h"
 
 #include <sys/stat.h>
 
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "workloads/wmt/sentencepiece_model.h"
+#include "workloads/wmt/sentencepiece_vocab.h"
 
 namespace batchd {
 namespace wmt {
+namespace {
+
+constexpr double kSafety = 16;
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // float, round to nearest
+constexpr size_t kMaxCachedSentenceBytes = 1 << 20;
+constexpr char kSpaceSymbol[] = "\xe2\x96\x81";  // ▁
+
+// SentencePiece's string_util::OneCharLen.
+size_t OneCharLen(char c) {
+  return size_t("\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[(uint8_t(c) & 0xff) >> 4]);
+}
+
+}  // namespace
 
 size_t FirstInvalidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
@@ -44,8 +120,59 @@ size_t FirstInvalidUtf8(std::string_view s) {
   return std::string_view::npos;
 }
 
-Tokenizer::Tokenizer(std::unique_ptr<SentencePieceModel> model)
-    : model_(std::move(model)) {}
+// The pieces of SentencePiece's unigram trie that the word analysis needs.
+struct Tokenizer::Vocab {
+  SentencePieceVocab model;
+  // NORMAL pieces by text (views into model.pieces): id and score.
+  std::unordered_map<std::string_view, std::pair<int, float>> normal;
+  size_t max_piece_bytes = 0;
+};
+
+namespace {
+
+// Empty when the word cache is exact for this model (tokenizer.cc's
+// argument); otherwise why not.
+std::string CheckModel(const SentencePieceVocab& v, int vocab_size) {
+  if (v.model_type != 1) return "not a unigram model";
+  if (int(v.pieces.size()) != vocab_size) {
+    return absl::StrCat("the file has ", v.pieces.size(),
+                        " pieces, SentencePiece reports ", vocab_size);
+  }
+  if (v.treat_whitespace_as_suffix || !v.add_dummy_prefix ||
+      !v.remove_extra_whitespaces || !v.escape_whitespaces) {
+    return "whitespace options other than SentencePiece's defaults";
+  }
+  for (size_t id = 0; id < v.pieces.size(); ++id) {
+    const SentencePieceVocab::Piece& p = v.pieces[id];
+    if (p.type == SentencePieceVocab::kUserDefined) {
+      return absl::StrCat("user-defined piece ", id);
+    }
+    if (p.type != SentencePieceVocab::kNormal &&
+        p.type != SentencePieceVocab::kUnused) {
+      continue;
+    }
+    if (p.text.empty()) return absl::StrCat("empty piece ", id);
+    if (p.text.find(kSpaceSymbol, 1) != std::string::npos) {
+      return absl::StrCat("piece ", id, " holds a space past its start");
+    }
+    if (p.type == SentencePieceVocab::kNormal &&
+        !(std::isfinite(p.score) && p.score <= 0)) {
+      return absl::StrCat("piece ", id, " has score ", p.score);
+    }
+  }
+  absl::StatusOr<CharsmapKeys> keys = ScanCharsmap(v.precompiled_charsmap);
+  if (!keys.ok()) return std::string(keys.status().message());
+  if (keys->byte_in_key[uint8_t(' ')]) {
+    return "a normalisation rule holds a space";
+  }
+  return "";
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<SentencePieceModel> model,
+                     std::unique_ptr<Vocab> vocab)
+    : model_(std::move(model)), vocab_(std::move(vocab)) {}
 
 Tokenizer::~Tokenizer() = default;
 
@@ -68,99 +195,208 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
         "SentencePiece model ", model_path,
         " has no EOS piece (train it with the default ids: eos_id=2)"));
   }
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(m)));
+  // The file SentencePiece accepted, read again for what its API hides.
+  std::ifstream f(model_path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << f.rdbuf();
+  auto vocab = std::make_unique<Vocab>();
+  std::string off;
+  absl::StatusOr<SentencePieceVocab> parsed =
+      SentencePieceVocab::Parse(bytes.str());
+  if (!parsed.ok()) {
+    off = std::string(parsed.status().message());
+  } else {
+    vocab->model = std::move(*parsed);
+    off = CheckModel(vocab->model, m->vocab_size());
+  }
+  if (off.empty()) {
+    for (size_t id = 0; id < vocab->model.pieces.size(); ++id) {
+      const SentencePieceVocab::Piece& p = vocab->model.pieces[id];
+      if (p.type != SentencePieceVocab::kNormal) continue;
+      vocab->normal.emplace(p.text, std::make_pair(int(id), p.score));
+      vocab->max_piece_bytes = std::max(vocab->max_piece_bytes, p.text.size());
+    }
+  } else {
+    vocab.reset();
+  }
+  auto t = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(m),
+                                                    std::move(vocab)));
+  t->cache_off_ = off;
+  return t;
 }
 
 int Tokenizer::vocab_size() const { return model_->vocab_size(); }
 int Tokenizer::eos_id() const { return model_->eos_id(); }
 
+Tokenizer::Stats Tokenizer::stats() const {
+  Stats s;
+  s.from_words = from_words_.load(std::memory_order_relaxed);
+  s.whole = whole_.load(std::memory_order_relaxed);
+  return s;
+}
+
 absl::Status Tokenizer::Encode(std::string_view text,
                                std::vector<int32_t>* ids) const {
-  const size_t bad = FirstInvalidUtf8(text);
-  if (bad != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid UTF-8 at byte ", bad));
+  if (FirstInvalidUtf8(text) != std::string_view::npos) {
+    return EncodeWhole(text, ids);
   }
   return EncodeValidUtf8(text, ids);
 }
 
-bool Tokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* ids,
-                           std::string* error) const {
-  Shard& shard = shards_[std::hash<std::string_view>()(word) % kShards];
+absl::Status Tokenizer::EncodeWhole(std::string_view text,
+                                    std::vector<int32_t>* ids) const {
+  std::string error;
+  std::vector<int> pieces;
+  if (!model_->Encode(text, &pieces, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SentencePiece cannot encode the text: ", error));
+  }
+  ids->assign(pieces.begin(), pieces.end());
+  ids->push_back(model_->eos_id());
+  whole_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tokenizer::Word> Tokenizer::AnalyzeWord(
+    std::string_view text) const {
+  Word w;
+  std::string error;
+  std::vector<int> pieces;
+  if (!model_->Encode(text, &pieces, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SentencePiece cannot encode the text: ", error));
+  }
+  w.ids.assign(pieces.begin(), pieces.end());
+  // Its normalised text: the pieces, when all are NORMAL (an unknown or
+  // byte piece does not spell its text).
+  std::string norm;
+  for (int id : pieces) {
+    if (id < 0 || size_t(id) >= vocab_->model.pieces.size() ||
+        vocab_->model.pieces[id].type != SentencePieceVocab::kNormal) {
+      return w;
+    }
+    norm += vocab_->model.pieces[id].text;
+  }
+  if (norm.empty()) {  // a word of spaces (NBSP, ...): nothing, anywhere
+    w.usable = true;
+    w.margin = std::numeric_limits<double>::infinity();
+    return w;
+  }
+  // Top two path scores into every position (top[p][0] >= top[p][1]) and
+  // the best one's last node, over the nodes SentencePiece's trie gives.
+  const size_t n = norm.size();
+  constexpr double kNone = -std::numeric_limits<double>::infinity();
+  struct Best {
+    double top[2] = {kNone, kNone};
+    size_t start = 0;
+    int id = -1;
+  };
+  std::vector<Best> best(n + 1);
+  best[0].top[0] = 0;
+  const std::string_view view(norm);
+  for (size_t s = 0, len; s < n; s += len) {
+    len = std::min(OneCharLen(norm[s]), n - s);
+    ++w.chars;
+    bool single = false;
+    const size_t last = std::min(n, s + vocab_->max_piece_bytes);
+    for (size_t e = s + 1; e <= last; ++e) {
+      auto it = vocab_->normal.find(view.substr(s, e - s));
+      if (it == vocab_->normal.end()) continue;
+      if (e - s == len) single = true;
+      const double score = it->second.second;
+      Best& b = best[e];
+      for (int k = 0; k < 2; ++k) {
+        const double v = best[s].top[k] + score;
+        if (v > b.top[0]) {
+          b.top[1] = b.top[0];
+          b.top[0] = v;
+          b.start = s;
+          b.id = it->second.first;
+        } else if (v > b.top[1]) {
+          b.top[1] = v;
+        }
+      }
+    }
+    // SentencePiece would add an unknown node here; not modelled.
+    if (!single) return w;
+  }
+  std::vector<int32_t> path;
+  for (size_t p = n; p > 0; p = best[p].start) path.push_back(best[p].id);
+  if (!std::equal(path.rbegin(), path.rend(), w.ids.begin(), w.ids.end())) {
+    return w;  // our model of the lattice disagrees: not served
+  }
+  w.usable = true;
+  w.best = best[n].top[0];
+  w.margin = best[n].top[0] - best[n].top[1];  // infinity without a rival
+  return w;
+}
+
+absl::StatusOr<bool> Tokenizer::AddWord(std::string_view text,
+                                        std::vector<int32_t>* ids,
+                                        double* score_sum,
+                                        double* min_ratio) const {
+  auto use = [&](const Word& w) {
+    if (!w.usable) return false;
+    ids->insert(ids->end(), w.ids.begin(), w.ids.end());
+    *score_sum += std::fabs(w.best);
+    *min_ratio = std::min(*min_ratio, w.margin / (w.chars + 1));
+    return true;
+  };
+  Shard& shard = shards_[std::hash<std::string_view>()(text) % kShards];
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.words.find(std::string(word));
-    if (it != shard.words.end()) {
-      ids->insert(ids->end(), it->second.begin(), it->second.end());
-      return true;
-    }
+    auto it = shard.words.find(std::string(text));
+    if (it != shard.words.end()) return use(it->second);
+    if (shard.words.size() >= kMaxWordsPerShard) return false;
   }
-  std::vector<int> pieces;
-  if (!model_->Encode(word, &pieces, error)) return false;
-  ids->insert(ids->end(), pieces.begin(), pieces.end());
+  absl::StatusOr<Word> w = AnalyzeWord(text);
+  if (!w.ok()) return w.status();
+  const bool used = use(*w);
   std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.words.size() < kMaxWordsPerShard) {
-    shard.words.emplace(std::string(word),
-                        std::vector<int32_t>(pieces.begin(), pieces.end()));
-  }
-  return true;
+  shard.words.emplace(std::string(text), *std::move(w));
+  return used;
 }
 
 absl::Status Tokenizer::EncodeValidUtf8(std::string_view text,
                                         std::vector<int32_t>* ids) const {
-  std::string error;
-  auto whole = [&](std::vector<int32_t>* out) {
-    std::vector<int> pieces;
-    if (!model_->Encode(text, &pieces, &error)) return false;
-    out->assign(pieces.begin(), pieces.end());
-    return true;
-  };
-  bool ok;
-  if (cache_on_.load(std::memory_order_relaxed)) {
-    // Words split at ASCII spaces; SentencePiece's normaliser drops the
-    // spaces themselves (and turns other whitespace into them, inside a
-    // "word", which then encodes alone exactly as in the sentence).
-    ids->clear();
-    ok = true;
-    size_t i = 0;
-    while (ok && i < text.size()) {
-      while (i < text.size() && text[i] == ' ') ++i;
-      size_t j = i;
-      while (j < text.size() && text[j] != ' ') ++j;
-      if (j > i) ok = EncodeWord(text.substr(i, j - i), ids, &error);
-      i = j;
-    }
-    if (ok && checks_left_.load(std::memory_order_relaxed) > 0 &&
-        checks_left_.fetch_sub(1, std::memory_order_relaxed) > 0) {
-      std::vector<int32_t> reference;
-      if (whole(&reference) && reference != *ids) {
-        cache_on_.store(false, std::memory_order_relaxed);
-        *ids = std::move(reference);
-      }
-    }
-  } else {
-    ok = whole(ids);
+  if (vocab_ == nullptr || text.size() > kMaxCachedSentenceBytes) {
+    return EncodeWhole(text, ids);
   }
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SentencePiece cannot encode the text: ", error));
+  ids->clear();
+  double score_sum = 0;
+  double min_ratio = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < text.size();) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    size_t j = i;
+    while (j < text.size() && text[j] != ' ') ++j;
+    if (j > i) {
+      absl::StatusOr<bool> ok =
+          AddWord(text.substr(i, j - i), ids, &score_sum, &min_ratio);
+      if (!ok.ok()) return ok.status();
+      if (!*ok) return EncodeWhole(text, ids);
+    }
+    i = j;
+  }
+  // Step 3 of the argument at the top of this file.
+  if (!(min_ratio > kSafety * kUnitRoundoff * (score_sum + 1))) {
+    return EncodeWhole(text, ids);
   }
   ids->push_back(model_->eos_id());
+  from_words_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
-absl::StatusOr<PairFate> Tokenizer::TokenizePair(std::string_view de,
-                                                 std::string_view en,
-                                                 size_t max_length,
-                                                 bool skip_empty,
-                                                 TokenPair* pair) const {
-  if (FirstInvalidUtf8(de) != std::string_view::npos ||
-      FirstInvalidUtf8(en) != std::string_view::npos) {
+absl::StatusOr<PairFate> Tokenizer::TokenizePair(
+    std::string_view de, std::string_view en, size_t max_length,
+    bool skip_empty, TokenPair* pair, InvalidUtf8 invalid_utf8) const {
+  if (invalid_utf8 == InvalidUtf8::kDrop &&
+      (FirstInvalidUtf8(de) != std::string_view::npos ||
+       FirstInvalidUtf8(en) != std::string_view::npos)) {
     return PairFate::kDamaged;
   }
   if (skip_empty && (de.empty() || en.empty())) return PairFate::kEmpty;
-  absl::Status s = EncodeValidUtf8(de, &pair->inputs);
-  if (s.ok()) s = EncodeValidUtf8(en, &pair->targets);
+  absl::Status s = Encode(de, &pair->inputs);
+  if (s.ok()) s = Encode(en, &pair->targets);
   if (!s.ok()) return s;
   if (pair->inputs.size() > max_length || pair->targets.size() > max_length) {
     return PairFate::kTooLong;

@@ -2,8 +2,14 @@
 // (add_bos = false, add_eos = true), then drop the pair when either side is
 // longer than max_length.
 //
-// Thread safety: immutable after Load; any number of threads may call
-// Tokenize at once.
+// The ids are always those of whole-sentence SentencePiece (EncodeAsIds +
+// EOS), for every sentence: a word cache serves a sentence only when it is
+// provably equal (see tokenizer.cc for the argument), and otherwise the
+// sentence is encoded whole. So the ids never depend on threads, on the
+// order sentences are seen in, or on what the cache holds.
+//
+// Thread safety: Tokenize/Encode may be called from any number of threads at
+// once; the cache is sharded under mutexes.
 #ifndef BATCHD_WORKLOADS_WMT_TOKENIZER_H_
 #define BATCHD_WORKLOADS_WMT_TOKENIZER_H_
 
@@ -11,9 +17,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,7 +35,17 @@ enum class PairFate : uint8_t {
   kKept,
   kTooLong,  // a side over max_length tokens (AlgoPerf's filter)
   kEmpty,    // a side is empty text (dropped only when asked)
-  kDamaged,  // invalid UTF-8 (readers count it as a decode error)
+  kDamaged,  // invalid UTF-8 under InvalidUtf8::kDrop
+};
+
+// What to do with text that is not well-formed UTF-8.
+enum class InvalidUtf8 : uint8_t {
+  // Encode it as SentencePiece (and so tensorflow-text, AlgoPerf's
+  // tokenizer) does: each byte that does not start a valid sequence becomes
+  // U+FFFD, an unknown piece (unk id) unless the model has U+FFFD, and a run
+  // of unknown pieces is one unk id.
+  kEncode,
+  kDrop,  // the pair is PairFate::kDamaged
 };
 
 class Tokenizer {
@@ -43,40 +59,64 @@ class Tokenizer {
   int vocab_size() const;
   int eos_id() const;
 
-  // Ids of `text` with EOS appended. InvalidArgument for invalid UTF-8 (the
-  // message gives the byte offset) or a SentencePiece failure.
+  // Ids of `text` with EOS appended: SentencePiece's EncodeAsIds of the whole
+  // text, invalid UTF-8 included (see InvalidUtf8::kEncode). InvalidArgument
+  // on a SentencePiece failure.
   absl::Status Encode(std::string_view text, std::vector<int32_t>* ids) const;
 
   // Encodes both sides and applies the filters. *pair is filled for kKept.
-  absl::StatusOr<PairFate> TokenizePair(std::string_view de,
-                                        std::string_view en, size_t max_length,
-                                        bool skip_empty, TokenPair* pair) const;
+  absl::StatusOr<PairFate> TokenizePair(
+      std::string_view de, std::string_view en, size_t max_length,
+      bool skip_empty, TokenPair* pair,
+      InvalidUtf8 invalid_utf8 = InvalidUtf8::kEncode) const;
+
+  // Empty when the word cache may serve this model; otherwise why every
+  // sentence is encoded whole (a property of the model, fixed at Load).
+  const std::string& word_cache_off_reason() const { return cache_off_; }
+
+  // Sentences served from the word cache and encoded whole so far. For
+  // tests and benchmarks; the ids do not depend on them.
+  struct Stats {
+    uint64_t from_words = 0;
+    uint64_t whole = 0;
+  };
+  Stats stats() const;
 
  private:
-  explicit Tokenizer(std::unique_ptr<SentencePieceModel> model);
+  struct Vocab;
+  // A word (text between ASCII spaces) as SentencePiece encodes it alone.
+  struct Word {
+    std::vector<int32_t> ids;
+    bool usable = false;  // whether the lone encoding may stand in a sentence
+    uint32_t chars = 0;   // characters of its normalised form
+    double best = 0;      // score of its best segmentation
+    double margin = 0;    // best - the runner-up's (infinity when alone)
+  };
+
+  Tokenizer(std::unique_ptr<SentencePieceModel> model,
+            std::unique_ptr<Vocab> vocab);
+  absl::Status EncodeWhole(std::string_view text,
+                           std::vector<int32_t>* ids) const;
   absl::Status EncodeValidUtf8(std::string_view text,
                                std::vector<int32_t>* ids) const;
-  // The pieces of one space-free word as SentencePiece encodes it alone
-  // ("▁word"), from the cache or the model.
-  bool EncodeWord(std::string_view word, std::vector<int32_t>* ids,
-                  std::string* error) const;
-  const std::unique_ptr<SentencePieceModel> model_;
+  // Appends the word's ids to *ids and its facts to the sentence's; false
+  // when the sentence must be encoded whole instead.
+  absl::StatusOr<bool> AddWord(std::string_view word, std::vector<int32_t>* ids,
+                               double* score_sum, double* min_ratio) const;
+  absl::StatusOr<Word> AnalyzeWord(std::string_view word) const;
 
-  // Word cache. With SentencePiece's default split_by_whitespace no piece
-  // spans a space, so a sentence's pieces are its words' pieces in order:
-  // each distinct word is encoded once. Whether the model behaves so is
-  // checked on the first kChecks sentences (cached and whole encodings
-  // compared); one difference turns the cache off for good.
+  const std::unique_ptr<SentencePieceModel> model_;
+  const std::unique_ptr<Vocab> vocab_;  // null when cache_off_ is set
+  std::string cache_off_;
+
   static constexpr int kShards = 64;
   static constexpr size_t kMaxWordsPerShard = 1 << 15;
-  static constexpr int kChecks = 256;
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>> words;
+    std::unordered_map<std::string, Word> words;  // guarded by mu
   };
   mutable Shard shards_[kShards];
-  mutable std::atomic<int> checks_left_{kChecks};
-  mutable std::atomic<bool> cache_on_{true};
+  mutable std::atomic<uint64_t> from_words_{0}, whole_{0};
 };
 
 // The offset of the first byte that is not well-formed UTF-8 (overlong

@@ -54,11 +54,13 @@ struct Options {
   uint64_t max_length = 256;
   bool skip_empty = false;
   uint64_t index_threads = 0;
+  InvalidUtf8 invalid_utf8 = InvalidUtf8::kEncode;
 };
 
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   static const char* const kKnown[] = {
-      "vocab", "source", "dtype", "max_length", "skip_empty", "index_threads"};
+      "vocab",      "source",        "dtype",       "max_length",
+      "skip_empty", "index_threads", "invalid_utf8"};
   for (const auto& [key, value] : config.options) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
@@ -66,7 +68,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(
           "wmt: unknown option '", key,
           "' (known: vocab, source, dtype, max_length, skip_empty, "
-          "index_threads)"));
+          "index_threads, invalid_utf8)"));
     }
   }
   Options o;
@@ -102,6 +104,14 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   if (o.index_threads == 0) {
     o.index_threads = std::max(1u, std::thread::hardware_concurrency());
   }
+  std::string invalid_utf8 = "encode";
+  get("invalid_utf8", &invalid_utf8);
+  if (invalid_utf8 != "encode" && invalid_utf8 != "drop") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wmt: invalid_utf8='", invalid_utf8, "' is not encode or drop"));
+  }
+  o.invalid_utf8 =
+      invalid_utf8 == "drop" ? InvalidUtf8::kDrop : InvalidUtf8::kEncode;
   return o;
 }
 
@@ -319,7 +329,8 @@ class WmtWorkload : public Workload {
     }
     if (!s.ok()) return s;
     return tokenizer_->TokenizePair(de, en, options_.max_length,
-                                    options_.skip_empty, pair);
+                                    options_.skip_empty, pair,
+                                    options_.invalid_utf8);
   }
 
   static PackedLengths DroppedMark(PairFate fate) {

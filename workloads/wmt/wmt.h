@@ -17,6 +17,13 @@
 //   skip_empty   1: drop pairs with an empty side (counted as skipped);
 //                0 keeps them as AlgoPerf does (EOS alone). Default: 0.
 //   index_threads  threads of the one-time length pass. Default: all cores.
+//                The token ids do not depend on it.
+//   invalid_utf8 encode or drop: what becomes of a pair with bytes that are
+//                not well-formed UTF-8. encode (the default) tokenizes them
+//                as AlgoPerf's tensorflow-text SentencePiece op does (each
+//                bad byte is U+FFFD, an unknown piece: the unk id, a run of
+//                them one unk id), so batchd feeds the pairs AlgoPerf feeds;
+//                drop counts the pair as a decode error and drops it.
 //
 // Tensors, [B, max_length] each:
 //   train: inputs, targets, inputs_position, inputs_segmentation,
@@ -26,7 +33,8 @@
 //
 // Counters: skipped_examples counts pairs dropped for length (and empty ones
 // with skip_empty); decode_errors counts records that cannot be used (CRC
-// mismatch, malformed Example, no `de`/`en`, invalid UTF-8). Both are
+// mismatch, malformed Example, no `de`/`en`, invalid UTF-8 with
+// invalid_utf8=drop). Both are
 // dropped like long pairs, so the rows stay deterministic. A train row
 // counts the drops of its window when it is the window's first row; an eval
 // row counts those just before its pair.
