@@ -672,8 +672,8 @@ TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
   ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
   EXPECT_EQ(counters.decode_errors.load(), 2u);  // lines 1 and 4
 
-  auto skip = Create(d, "validation",
-                     {{"skip_empty", "1"}, {"invalid_utf8", "drop"}});
+  auto skip =
+      Create(d, "validation", {{"skip_empty", "1"}, {"invalid_utf8", "drop"}});
   ASSERT_TRUE(skip.ok());
   EXPECT_EQ((*skip)->num_examples(), 1u);
   WorkloadCounters c2;
@@ -686,7 +686,8 @@ TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
 TEST_F(WmtWorkloadTest, InvalidUtf8IsEncodedAsSentencePieceDoesByDefault) {
   const std::string d = NewDataDir();
   const std::string bad[] = {"\xc3\x28 kaputt", "\xff\xfe\xfd", "Rat \x80"};
-  WriteFile(d + "/validation.de", bad[0] + "\n" + bad[1] + "\n" + bad[2] + "\n");
+  WriteFile(d + "/validation.de",
+            bad[0] + "\n" + bad[1] + "\n" + bad[2] + "\n");
   WriteFile(d + "/validation.en", "broken\nbytes\ncouncil\n");
   auto w = Create(d, "validation");
   ASSERT_TRUE(w.ok()) << w.status();
@@ -732,8 +733,9 @@ TEST_F(WmtWorkloadTest, TokenizerEqualsWholeSentenceSentencePieceOnTies) {
     const char c = chars[rng() % chars.size()];
     corpus += (*pairs_)[i].en.substr(0, 40);
     for (int k = 0, n = 1 + rng() % 4; k < n; ++k) {
-      corpus += " " + std::string(rng() % 3 == 0 ? "" : rng() % 2 ? "a" : "x") +
-                std::string(1 + rng() % 12, c);
+      static const char* const kPrefix[] = {"", "a", "x"};
+      const uint64_t prefix = rng() % 3, length = 1 + rng() % 12;
+      corpus += std::string(" ") + kPrefix[prefix] + std::string(length, c);
     }
     corpus += "\n";
   }

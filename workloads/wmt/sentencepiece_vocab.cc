@@ -172,9 +172,9 @@ absl::StatusOr<CharsmapKeys> ScanCharsmap(std::string_view charsmap) {
   memcpy(&trie_bytes, charsmap.data(), 4);
   if (trie_bytes >= charsmap.size() - 4 || trie_bytes % 4 != 0 ||
       trie_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "precompiled_charsmap: trie of ", trie_bytes, " bytes in a blob of ",
-        charsmap.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("precompiled_charsmap: trie of ", trie_bytes,
+                     " bytes in a blob of ", charsmap.size()));
   }
   const size_t n = trie_bytes / 4;
   std::vector<uint32_t> units(n);

@@ -57,7 +57,7 @@ struct SentencePieceVocab {
 // precompiled_charsmap: a uint32 trie size, a Darts-clone double array,
 // the replacement strings), as far as the word cache needs them.
 struct CharsmapKeys {
-  uint64_t keys = 0;          // rules in the map
+  uint64_t keys = 0;           // rules in the map
   bool byte_in_key[256] = {};  // whether some key holds this byte
 };
 

@@ -219,8 +219,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   } else {
     vocab.reset();
   }
-  auto t = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(m),
-                                                    std::move(vocab)));
+  auto t =
+      std::unique_ptr<Tokenizer>(new Tokenizer(std::move(m), std::move(vocab)));
   t->cache_off_ = off;
   return t;
 }
