@@ -7,7 +7,11 @@
 //   data_path  a directory; see pair_source.h for how data + split map to
 //              files (TFDS shards or <split>.de / <split>.en).
 //   split      "train" (packed, shuffled, repeated), "validation" or "test"
-//              (one pass, in order).
+//              (one pass, in order), or "eval_train": the first
+//              eval_train_examples kept pairs of the train files in file
+//              order, padded and weighted as the eval splits (AlgoPerf
+//              draws its eval_train from the same head of train through a
+//              1024-pair shuffle buffer; see batchd.algoperf).
 // Options:
 //   vocab        the SentencePiece model, relative to data_path (no "..",
 //                not absolute). Default: wmt_sentencepiece_model.
@@ -17,6 +21,8 @@
 //   skip_empty   1: drop pairs with an empty side (counted as skipped);
 //                0 keeps them as AlgoPerf does (EOS alone). Default: 0.
 //   index_threads  threads of the one-time length pass. Default: all cores.
+//   eval_train_examples  pairs of the eval_train split. Default: 3072,
+//                AlgoPerf's num_eval_train_examples.
 //
 // Tensors, [B, max_length] each:
 //   train: inputs, targets, inputs_position, inputs_segmentation,
