@@ -107,13 +107,23 @@ def _default_device(torch):
 
 
 def _register_pinned(torch, loader):
-    """Registers the ring's mapping with CUDA; False where that fails."""
+    """Registers the ring's mapping with CUDA; its address, or None where
+    that fails."""
     try:
         address, size = loader._mapping()
         rc = torch.cuda.cudart().cudaHostRegister(address, size, 0)
-        return int(getattr(rc, "value", rc)) == 0
+        return address if int(getattr(rc, "value", rc)) == 0 else None
     except Exception:  # an old torch or no CUDA runtime: copies stay sync
-        return False
+        return None
+
+
+def _unregister_pinned(torch, address):
+    """Undoes _register_pinned before the mapping goes: a later mapping at
+    the same address could not be registered otherwise."""
+    try:
+        torch.cuda.cudart().cudaHostUnregister(address)
+    except Exception:  # registration is only a speed-up
+        pass
 
 
 class InputQueue:
@@ -174,15 +184,25 @@ class InputQueue:
 
     def _open(self):
         self.loader = Loader(**self._open_args)
-        self._pinned = (self.device.type == "cuda" and
-                        _register_pinned(self._torch, self.loader))
+        self._pinned_address = (
+            _register_pinned(self._torch, self.loader)
+            if self.device.type == "cuda" else None)
+        self._pinned = self._pinned_address is not None
+
+    def _close_loader(self):
+        # Every copy from the ring has finished, and nothing handed out
+        # views it: the registration can go, then the mapping.
+        self._retire_copies(keep=0)
+        if self._pinned:
+            _unregister_pinned(self._torch, self._pinned_address)
+            self._pinned, self._pinned_address = False, None
+        self.loader.close()
 
     def _restart(self):
         """Starts the pass again. The rank re-attaches to its stream at the
         first step: the server keeps the stream (and its index) and gives it
         a fresh ring, so every pass serves the same batches."""
-        self._retire_copies(keep=0)
-        self.loader.close()
+        self._close_loader()
         self._open()
         self.passes += 1
         self._served = 0
@@ -248,8 +268,7 @@ class InputQueue:
         return out
 
     def close(self):
-        self._retire_copies(keep=0)
-        self.loader.close()
+        self._close_loader()
 
 
 def input_queue(workload, split, global_batch_size, **kwargs):
