@@ -635,8 +635,10 @@ def test_wmt_evaluation_runs_algoperfs_eval_and_bleu_twice(server, data):
         assert results["accuracy"] == 1.0, evaluation
         predictions, references = bleu.last
         assert references == expected, evaluation
+        assert predictions == references
         assert results["bleu"] == 100.0
-    # 2 evaluations x (metrics + BLEU) x 3 batches: 4 passes of the split.
+    # 2 evaluations x (metrics + BLEU) x 3 batches: 4 passes of the split,
+    # the queue started again 3 times.
     assert w._eval_iters["validation"].passes == 3
 
 
@@ -825,7 +827,7 @@ def test_imagenet_eval_train_is_algoperfs_seeded_subset(server, data):
     t = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])
     x = torch.cat([b["inputs"] for b in batches])
     for k, i in enumerate(subset):
-        want = torch.from_numpy(np.asarray(
+        want = torch.from_numpy(np.array(
             t(datasets.folder.pil_loader(ref.samples[i][0])))).permute(2, 0, 1)
         got = (x[k] * std + mean).round()
         assert float((got - want.float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
