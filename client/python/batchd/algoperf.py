@@ -47,7 +47,14 @@ Splits: "train", "eval_train", "validation" (or "val"), "test".
   starts the same pass again (the same batches, in the same order) when
   ``repeat_final_dataset`` is true, or for imagenet when num_batches is
   None, as AlgoPerf does; otherwise it raises StopIteration (WMT's
-  ``take(num_batches)`` without repeat). Train never ends.
+  ``take(num_batches)`` without repeat; an imagenet queue given num_batches
+  stops likewise, where AlgoPerf's ignores the argument). Train runs on
+  until num_batches, if given.
+  Like AlgoPerf's ``take(num_batches).repeat()``, a split shorter than
+  num_batches (its length filter drops pairs, while AlgoPerf counts
+  num_batches from the unfiltered size) starts again early: the metrics
+  loop then reads into the next pass and the BLEU loop starts mid-pass, as
+  in AlgoPerf.
 - eval_train is AlgoPerf's, not the train stream: the evaluation transform
   and padded batches with ``weights``.
   imagenet: Resize(256) + CenterCrop(224) over the very subset AlgoPerf
@@ -69,6 +76,11 @@ Splits: "train", "eval_train", "validation" (or "val"), "test".
   ``test`` folder or ``*-test.tfrecord-*`` shards there are used first.
   batchd decodes it with the same Resize(256) + CenterCrop(224) as
   validation; AlgoPerf's TF pipeline resizes ImageNet-v2 its own way.
+
+Ranks: rank r gets the r-th contiguous slice of every global batch, as
+AlgoPerf's WMT does (``tensor[0]`` of the batch reshaped to [W, B, 256]);
+AlgoPerf's ImageNet samplers stride instead (``indices[r::W]``), which
+changes which rank sees an example, not the sums its metrics all-reduce.
 
 B = global_batch_size / world size; tensors are on ``device`` (default
 cuda:LOCAL_RANK when CUDA is there, else the CPU). Images travel as uint8
