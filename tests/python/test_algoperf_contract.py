@@ -657,6 +657,16 @@ def test_wmt_eval_iterator_repeats_the_same_batches(server):
     assert same_batches(first, again[:2]) and same_batches(first, again[2:])
     assert not torch.equal(first[0]["targets"], first[1]["targets"])
     q.close()
+    # num_batches past the split's end (AlgoPerf counts it from the
+    # unfiltered size): take() ends early and repeat() starts over.
+    q = batchd.algoperf.input_queue(
+        "wmt", "validation", 8, data="wmt", seed=1, world_size=1, rank=0,
+        server=server.address, num_batches=4, repeat_final_dataset=True,
+        timeout=60, options={"index_threads": 1})
+    drawn = [next(q) for _ in range(4)]  # the split holds 3 batches
+    assert same_batches(drawn[3:], first[:1])
+    assert int(drawn[2]["weights"][:, 0].sum()) < 8  # the padded last batch
+    q.close()
     # Without repeat_final_dataset, take(num_batches) ends.
     q = batchd.algoperf.input_queue(
         "wmt", "test", 8, data="wmt", world_size=1, rank=0,
