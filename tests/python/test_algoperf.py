@@ -27,12 +27,14 @@ WMT_TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
 IMAGENET_TRAIN = {"inputs": (torch.float32, ("B", 3, 224, 224)),
                   "targets": (torch.int64, ("B",))}
 IMAGENET_EVAL = dict(IMAGENET_TRAIN, weights=(torch.float32, ("B",)))
+# WMT: every array int64, as wmt_pytorch/workload.py's torch.as_tensor(value,
+# dtype=torch.int64); train batches carry weights = targets > 0 as well.
 WMT_TRAIN = {k: (torch.int64, ("B", 256)) for k in (
     "inputs", "targets", "inputs_position", "inputs_segmentation",
-    "targets_position", "targets_segmentation")}
+    "targets_position", "targets_segmentation", "weights")}
 WMT_EVAL = {"inputs": (torch.int64, ("B", 256)),
             "targets": (torch.int64, ("B", 256)),
-            "weights": (torch.float32, ("B", 256))}
+            "weights": (torch.int64, ("B", 256))}
 
 
 @pytest.fixture(scope="module")

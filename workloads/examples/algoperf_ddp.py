@@ -114,10 +114,14 @@ def main():
                 batch["targets_position"].eq(0), 0)
             logits = model(batch["inputs"], batch["inputs_position"], tgt_in,
                            batch["targets_position"])
-            weights = tgt.gt(0).float()
-            loss = (torch.nn.functional.cross_entropy(
+            # As AlgoPerf's baselines: mask_batch=batch.get('weights'),
+            # loss = summed_loss / n_valid_examples.
+            weights = batch["weights"]
+            per_token = torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1), tgt.flatten(), reduction="none")
-                * weights.flatten()).sum() / weights.sum().clamp_min(1)
+            loss = torch.where(weights.flatten().bool(), per_token,
+                               torch.zeros_like(per_token)).sum() \
+                / weights.sum().clamp_min(1)
         opt.zero_grad()
         loss.backward()
         opt.step()

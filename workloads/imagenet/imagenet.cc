@@ -18,6 +18,7 @@
 #include "workloads/counter_rng.h"
 #include "workloads/imagenet/image_decoder.h"
 #include "workloads/imagenet/image_source.h"
+#include "workloads/imagenet/python_random.h"
 #include "workloads/imagenet/transforms.h"
 
 namespace batchd {
@@ -27,6 +28,16 @@ namespace {
 // repeat the augmentation stream's words.
 constexpr uint64_t kSubstituteSalt = 0x5ab571707e5eedULL;
 constexpr int kSubstituteTries = 16;
+
+// AlgoPerf's imagenet_resnet num_eval_train_examples (50,000 validation
+// examples rounded up to a multiple of its eval batch of 1024).
+constexpr uint64_t kAlgoPerfEvalTrainExamples = 50176;
+
+// Where TFDS keeps ImageNet-v2, relative to its data_dir: AlgoPerf's test
+// split is tfds.load('imagenet_v2/matched-frequency:3.0.0', split='test'),
+// shards imagenet_v2-test.tfrecord-NNNNN-of-NNNNN with `image` (JPEG bytes),
+// `label` (int64) and `file_name`.
+constexpr const char* kImageNetV2Dir = "imagenet_v2/matched-frequency/3.0.0";
 
 bool IsDir(const std::string& path) {
   struct stat st;
@@ -56,6 +67,7 @@ struct Options {
   CropBox crop;
   bool flip = false;
   bool with_ids = false;  // an `ids` tensor: each example's global id
+  uint64_t eval_train_examples = kAlgoPerfEvalTrainExamples;
 };
 
 absl::Status IntOption(const std::map<std::string, std::string>& o,
@@ -73,8 +85,9 @@ absl::Status IntOption(const std::map<std::string, std::string>& o,
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   const auto& o = config.options;
   static const char* const kKnown[] = {
-      "image_size", "resize_size",  "layout",          "on_decode_error",
-      "progress",   "dct_headroom", "debug_fixed_crop", "with_ids"};
+      "image_size",       "resize_size", "layout",
+      "on_decode_error",  "progress",    "dct_headroom",
+      "debug_fixed_crop", "with_ids",    "eval_train_examples"};
   for (const auto& [key, value] : o) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
@@ -82,7 +95,8 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(
           "imagenet: unknown option '", key,
           "' (known: image_size, resize_size, layout, on_decode_error, "
-          "progress, dct_headroom, debug_fixed_crop, with_ids)"));
+          "progress, dct_headroom, debug_fixed_crop, with_ids, "
+          "eval_train_examples)"));
     }
   }
   Options opt;
@@ -103,6 +117,14 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   st = IntOption(o, "with_ids", 0, 1, &with_ids);
   if (!st.ok()) return st;
   opt.with_ids = with_ids == 1;
+  if (auto it = o.find("eval_train_examples"); it != o.end()) {
+    if (!absl::SimpleAtoi(it->second, &opt.eval_train_examples) ||
+        opt.eval_train_examples == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("imagenet: option eval_train_examples='", it->second,
+                       "' is not a positive integer"));
+    }
+  }
   if (auto it = o.find("dct_headroom"); it != o.end()) {
     if (!absl::SimpleAtod(it->second, &opt.dct_headroom) ||
         !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
@@ -153,8 +175,14 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
 
 class ImageNetWorkload : public Workload {
  public:
-  ImageNetWorkload(std::unique_ptr<ImageSource> source, bool train, Options opt)
-      : source_(std::move(source)), train_(train), opt_(opt) {
+  // `subset`: the source ids this split serves, in order (eval_train);
+  // empty serves every example of the source.
+  ImageNetWorkload(std::unique_ptr<ImageSource> source, bool train, Options opt,
+                   std::vector<uint64_t> subset)
+      : source_(std::move(source)),
+        train_(train),
+        opt_(opt),
+        subset_(std::move(subset)) {
     const int64_t s = opt_.image_size;
     tensors_ = {{"inputs", shm::DTypeCode::kUInt8,
                  opt_.nchw ? std::vector<int64_t>{3, s, s}
@@ -164,12 +192,22 @@ class ImageNetWorkload : public Workload {
     if (opt_.with_ids) tensors_.push_back({"ids", shm::DTypeCode::kInt64, {}});
   }
 
-  uint64_t num_examples() const override { return source_->size(); }
+  uint64_t num_examples() const override {
+    return subset_.empty() ? source_->size() : subset_.size();
+  }
   bool shuffle() const override { return train_; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
-  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+  absl::Status Fill(const ExampleRef& example, uint8_t* const* out,
                     WorkloadCounters* counters) const override {
+    ExampleRef ex = example;
+    if (ex.valid && !subset_.empty()) {
+      if (ex.id >= subset_.size()) {
+        return absl::OutOfRangeError(
+            absl::StrCat("imagenet: example ", ex.id, " of ", subset_.size()));
+      }
+      ex.id = subset_[ex.id];
+    }
     const size_t image_bytes = size_t(opt_.image_size) * opt_.image_size * 3;
     int64_t label = 0;
     float weight = 0.0f;
@@ -306,6 +344,7 @@ class ImageNetWorkload : public Workload {
   const std::unique_ptr<ImageSource> source_;
   const bool train_;
   const Options opt_;
+  const std::vector<uint64_t> subset_;
   std::vector<TensorLayout> tensors_;
   mutable std::atomic<uint64_t> logged_{0};
 };
@@ -323,35 +362,61 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
     return absl::InvalidArgumentError(
         absl::StrCat("imagenet: split '", split, "' is not a plain name"));
   }
-  std::vector<std::string> names = {split};
-  if (split == "val") names.push_back("validation");
-  if (split == "validation") names.push_back("val");
+  // eval_train reads the train files; test falls back to ImageNet-v2.
+  const bool eval_train = split == "eval_train";
+  const std::string files = eval_train ? "train" : split;
+  std::vector<std::string> names = {files};
+  if (files == "val") names.push_back("validation");
+  if (files == "validation") names.push_back("val");
+  std::vector<std::string> roots = {root};
+  if (files == "test") roots.push_back(absl::StrCat(root, "/", kImageNetV2Dir));
   std::unique_ptr<ImageSource> source;
-  for (const std::string& name : names) {
-    const std::string dir = absl::StrCat(root, "/", name);
-    if (IsDir(dir)) {
-      absl::StatusOr<std::unique_ptr<ImageSource>> s =
-          OpenImageFolder(dir, opt->progress);
-      if (!s.ok()) return s.status();
-      source = std::move(*s);
-      break;
+  for (const std::string& dir_root : roots) {
+    for (const std::string& name : names) {
+      const std::string dir = absl::StrCat(dir_root, "/", name);
+      if (IsDir(dir)) {
+        absl::StatusOr<std::unique_ptr<ImageSource>> s =
+            OpenImageFolder(dir, opt->progress);
+        if (!s.ok()) return s.status();
+        source = std::move(*s);
+        break;
+      }
+      std::vector<std::string> shards = FindTFRecordShards(dir_root, name);
+      if (!shards.empty()) {
+        absl::StatusOr<std::unique_ptr<ImageSource>> s =
+            OpenTFRecordImages(shards, opt->progress);
+        if (!s.ok()) return s.status();
+        source = std::move(*s);
+        break;
+      }
     }
-    std::vector<std::string> shards = FindTFRecordShards(root, name);
-    if (!shards.empty()) {
-      absl::StatusOr<std::unique_ptr<ImageSource>> s =
-          OpenTFRecordImages(shards, opt->progress);
-      if (!s.ok()) return s.status();
-      source = std::move(*s);
-      break;
-    }
+    if (source != nullptr) break;
   }
   if (source == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "imagenet: found neither an ImageFolder tree ", root, "/", split,
-        "/<class>/ nor TFRecord shards ", root, "/*-", split, ".tfrecord-*"));
+        "imagenet: found neither an ImageFolder tree ", root, "/", files,
+        "/<class>/ nor TFRecord shards ", root, "/*-", files, ".tfrecord-*",
+        files == "test"
+            ? absl::StrCat(" nor ImageNet-v2's ", root, "/", kImageNetV2Dir,
+                           "/imagenet_v2-test.tfrecord-*")
+            : std::string()));
   }
-  return std::unique_ptr<Workload>(
-      new ImageNetWorkload(std::move(source), split == "train", *opt));
+  std::vector<uint64_t> subset;
+  if (eval_train) {
+    // AlgoPerf: indices = list(range(num_train_examples));
+    // random.Random(seed).shuffle(indices); indices[:num_eval_train_examples].
+    const uint64_t n = source->size();
+    if (n >= (uint64_t(1) << 32)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "imagenet: eval_train over ", n, " examples (at most 2^32 - 1)"));
+    }
+    subset.resize(n);
+    for (uint64_t i = 0; i < n; ++i) subset[i] = i;
+    PythonRandom(config.seed).Shuffle(&subset);
+    subset.resize(std::min(n, opt->eval_train_examples));
+  }
+  return std::unique_ptr<Workload>(new ImageNetWorkload(
+      std::move(source), split == "train", *opt, std::move(subset)));
 }
 
 }  // namespace batchd

@@ -7,11 +7,22 @@
 //      imagenet2012: `image` JPEG bytes, `label` int64), sorted by name.
 //   "val" and "validation" stand for each other when only the other exists
 //   (AlgoPerf's folders say val, TFDS says validation).
+//   "eval_train" reads the train files (see below). "test", when neither
+//   exists, falls back to ImageNet-v2 in its TFDS layout, AlgoPerf's test
+//   set: <data>/imagenet_v2/matched-frequency/3.0.0/
+//   imagenet_v2-test.tfrecord-NNNNN-of-NNNNN (`image`, `label`), i.e.
+//   `data` is the TFDS data_dir AlgoPerf's imagenet_v2_data_dir names.
 // Split "train" shuffles, repeats and augments with
 // RandomResizedCrop(image_size, scale (0.08, 1), ratio (3/4, 4/3)) and a
 // horizontal flip with p = 0.5; any other split is an evaluation split: one
 // pass in order, Resize(resize_size) then CenterCrop(image_size), the last
 // batch padded (zeros, label 0) and marked by `weights`.
+// Split "eval_train" is AlgoPerf's: the evaluation transform over the subset
+// of train that its PyTorch workload draws, indices = list(range(N));
+// random.Random(seed).shuffle(indices); indices[:eval_train_examples], in
+// that order (CPython's generator, bit for bit; see python_random.h). N is
+// the train split's size (AlgoPerf hard-codes 1,281,167, the same on the
+// real data set).
 //
 // Tensors: inputs uint8 [B, S, S, 3] (layout=nchw: [B, 3, S, S]), targets
 // int64 [B]; evaluation splits add weights float32 [B] (1 real, 0 padding).
@@ -29,6 +40,9 @@
 //   progress         1 (default): report indexing of large trees on stderr
 //   with_ids         1: add ids int64 [B], each example's global id (-1 on
 //                    padding), for checks of which examples a rank got
+//                    (eval_train: the example's id in the train split)
+//   eval_train_examples  size of the eval_train subset (default 50176,
+//                    AlgoPerf's num_eval_train_examples; at most N)
 //   dct_headroom     H: JPEGs decode at the smallest DCT scale k/8, k in
 //                    {1, 2, 4, 8}, that keeps at least H scaled pixels per
 //                    output pixel across the resized box (default 1.25).

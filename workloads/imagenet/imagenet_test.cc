@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
+#include "workloads/imagenet/python_random.h"
 #include "workloads/imagenet/test_images.h"
 
 namespace batchd {
@@ -335,6 +336,124 @@ TEST_F(ImageNetTest, OptionsAndPathsAreChecked) {
   ASSERT_TRUE(small.ok());
   EXPECT_EQ((*small)->tensors()[0].example_shape,
             (std::vector<int64_t>{64, 64, 3}));
+}
+
+// The reference values are CPython 3.11's, printed by
+//   python3 -c "import random; r = random.Random(7);
+//     print([r.getrandbits(32) for _ in range(3)])
+//     x = list(range(20)); random.Random(SEED).shuffle(x); print(x)"
+// (tests/python/test_algoperf_contract.py checks the server against a live
+// CPython as well).
+TEST(PythonRandomTest, EqualsCPythonsGeneratorAndShuffle) {
+  PythonRandom r(7);
+  EXPECT_EQ(r.NextU32(), 1390851128u);
+  EXPECT_EQ(r.NextU32(), 4071050724u);
+  EXPECT_EQ(r.NextU32(), 647892279u);
+  const std::pair<uint64_t, std::vector<uint64_t>> cases[] = {
+      {0,
+       {10, 18, 16, 14, 0, 17, 11, 2, 3, 9, 5, 7, 4, 19, 6, 15, 8, 1, 13, 12}},
+      {7,
+       {17, 15, 11, 18, 7, 6, 19, 3, 14, 0, 9, 5, 16, 8, 13, 2, 1, 12, 4, 10}},
+      {(uint64_t(1) << 32) + 3,
+       {14, 17, 6, 7, 4, 11, 15, 8, 2, 10, 9, 16, 12, 19, 5, 13, 0, 18, 1, 3}},
+  };
+  for (const auto& [seed, want] : cases) {
+    std::vector<uint64_t> x(20);
+    for (uint64_t i = 0; i < 20; ++i) x[i] = i;
+    PythonRandom(seed).Shuffle(&x);
+    EXPECT_EQ(x, want) << "seed " << seed;
+  }
+}
+
+TEST_F(ImageNetTest, EvalTrainIsTheSeededSubsetOfTrainWithWeights) {
+  MakeTree();  // train/ holds 8 images
+  auto w =
+      Make("eval_train", {{"with_ids", "1"}, {"eval_train_examples", "5"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE((*w)->shuffle());
+  EXPECT_EQ((*w)->num_examples(), 5u);
+  ASSERT_EQ((*w)->tensors().size(), 4u);
+  EXPECT_EQ((*w)->tensors()[2].name, "weights");
+  std::vector<uint64_t> subset(8);
+  for (uint64_t i = 0; i < 8; ++i) subset[i] = i;
+  PythonRandom(7).Shuffle(&subset);  // Make() seeds 7
+  auto train = OpenImageFolder(root_ + "/train", false);
+  ASSERT_TRUE(train.ok());
+  std::vector<uint8_t> img(224 * 224 * 3), again(img.size());
+  int64_t t, id;
+  float wt;
+  uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
+                    reinterpret_cast<uint8_t*>(&wt),
+                    reinterpret_cast<uint8_t*>(&id)};
+  for (uint64_t i = 0; i < 5; ++i) {
+    ExampleRef ex{7, 0, i, i, true};
+    ASSERT_TRUE((*w)->Fill(ex, out, nullptr).ok());
+    EXPECT_EQ(uint64_t(id), subset[i]) << i;
+    std::string bytes;
+    int64_t label;
+    ASSERT_TRUE((*train)->Read(subset[i], &bytes, &label).ok());
+    EXPECT_EQ(t, label);
+    EXPECT_EQ(wt, 1.0f);
+    // The eval transform: no randomness, so another epoch is the same.
+    std::vector<uint8_t> first = img;
+    ExampleRef later{7, 3, i, i, true};
+    ASSERT_TRUE((*w)->Fill(later, out, nullptr).ok());
+    EXPECT_EQ(img, first) << i;
+  }
+  // More than the split holds: all of it.
+  auto all = Make("eval_train", {{"eval_train_examples", "100"}});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ((*all)->num_examples(), 8u);
+  EXPECT_EQ(Make("eval_train", {{"eval_train_examples", "0"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ImageNetTest, TestFallsBackToImageNetV2InItsTfdsLayout) {
+  MakeTree();
+  auto folder = OpenImageFolder(root_ + "/val", false);
+  ASSERT_TRUE(folder.ok());
+  std::vector<std::string> records;
+  std::vector<int64_t> labels;
+  std::string bytes;
+  for (uint64_t i = (*folder)->size(); i-- > 0;) {  // labels out of order
+    int64_t label;
+    ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
+    ExampleFeatures f;
+    f.bytes["image"] = {bytes};
+    f.int64s["label"] = {label};
+    f.bytes["file_name"] = {"ImageNetV2-" + std::to_string(i) + ".jpeg"};
+    records.push_back(SerializeExample(f));
+    labels.push_back(label);
+  }
+  EXPECT_EQ(Make("test").status().code(), absl::StatusCode::kNotFound);
+  for (const char* d : {"imagenet_v2", "imagenet_v2/matched-frequency",
+                        "imagenet_v2/matched-frequency/3.0.0"}) {
+    Mkdir(d);
+  }
+  const std::string dir = root_ + "/imagenet_v2/matched-frequency/3.0.0/";
+  ASSERT_TRUE(
+      WriteTFRecordFile(dir + "imagenet_v2-test.tfrecord-00000-of-00002",
+                        {records[0], records[1]})
+          .ok());
+  ASSERT_TRUE(
+      WriteTFRecordFile(dir + "imagenet_v2-test.tfrecord-00001-of-00002",
+                        {records[2]})
+          .ok());
+  auto w = Make("test");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_FALSE((*w)->shuffle());
+  ASSERT_EQ((*w)->num_examples(), 3u);
+  std::vector<uint8_t> img(224 * 224 * 3);
+  int64_t t;
+  float wt;
+  uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
+                    reinterpret_cast<uint8_t*>(&wt)};
+  for (uint64_t i = 0; i < 3; ++i) {
+    ExampleRef ex{7, 0, i, i, true};
+    ASSERT_TRUE((*w)->Fill(ex, out, nullptr).ok());
+    EXPECT_EQ(t, labels[i]) << i;
+    EXPECT_EQ(wt, 1.0f);
+  }
 }
 
 }  // namespace

@@ -54,13 +54,21 @@ struct Options {
   uint64_t max_length = 256;
   bool skip_empty = false;
   uint64_t index_threads = 0;
+  // eval_train: how many kept train pairs it serves (AlgoPerf's wmt
+  // num_eval_train_examples: 3000 validation pairs rounded up to 128).
+  uint64_t eval_train_examples = 3072;
   InvalidUtf8 invalid_utf8 = InvalidUtf8::kEncode;
 };
 
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
-  static const char* const kKnown[] = {
-      "vocab",      "source",        "dtype",       "max_length",
-      "skip_empty", "index_threads", "invalid_utf8"};
+  static const char* const kKnown[] = {"vocab",
+                                       "source",
+                                       "dtype",
+                                       "max_length",
+                                       "skip_empty",
+                                       "index_threads",
+                                       "eval_train_examples",
+                                       "invalid_utf8"};
   for (const auto& [key, value] : config.options) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
@@ -68,7 +76,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(
           "wmt: unknown option '", key,
           "' (known: vocab, source, dtype, max_length, skip_empty, "
-          "index_threads, invalid_utf8)"));
+          "index_threads, eval_train_examples, invalid_utf8)"));
     }
   }
   Options o;
@@ -101,6 +109,12 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   v = Uint(config, "index_threads", 0);
   if (!v.ok()) return v.status();
   o.index_threads = *v;
+  v = Uint(config, "eval_train_examples", o.eval_train_examples);
+  if (!v.ok()) return v.status();
+  if (*v == 0) {
+    return absl::InvalidArgumentError("wmt: eval_train_examples must be > 0");
+  }
+  o.eval_train_examples = *v;
   if (o.index_threads == 0) {
     o.index_threads = std::max(1u, std::thread::hardware_concurrency());
   }
@@ -222,10 +236,12 @@ class WmtWorkload : public Workload {
     absl::StatusOr<Options> options = ParseOptions(config);
     if (!options.ok()) return options.status();
     const bool train = config.split == "train";
-    if (!train && config.split != "validation" && config.split != "test") {
+    const bool eval_train = config.split == "eval_train";
+    if (!train && !eval_train && config.split != "validation" &&
+        config.split != "test") {
       return absl::InvalidArgumentError(
           absl::StrCat("wmt: unknown split '", config.split,
-                       "' (known: train, validation, test)"));
+                       "' (known: train, eval_train, validation, test)"));
     }
     absl::StatusOr<std::string> model_path =
         ModelPath(config.data_path, options->vocab);
@@ -236,8 +252,8 @@ class WmtWorkload : public Workload {
       return absl::Status(tokenizer.status().code(),
                           absl::StrCat("wmt: ", tokenizer.status().message()));
     }
-    absl::StatusOr<std::unique_ptr<PairSource>> source =
-        OpenPairSource(config.data_path, config.split, options->source);
+    absl::StatusOr<std::unique_ptr<PairSource>> source = OpenPairSource(
+        config.data_path, eval_train ? "train" : config.split, options->source);
     if (!source.ok()) return source.status();
     if ((*source)->size() == 0) {
       return absl::FailedPreconditionError(
@@ -246,7 +262,8 @@ class WmtWorkload : public Workload {
     std::unique_ptr<WmtWorkload> w(new WmtWorkload(
         *options, train, std::move(*tokenizer), std::move(*source)));
     if (!train) {
-      absl::Status s = w->IndexEvalPairs();
+      absl::Status s = w->IndexEvalPairs(
+          eval_train ? options->eval_train_examples : UINT64_MAX);
       if (!s.ok()) return s;
     }
     return std::unique_ptr<Workload>(std::move(w));
@@ -437,32 +454,41 @@ class WmtWorkload : public Workload {
     return std::shared_ptr<const EpochTable>(table);
   }
 
-  // Tokenizes every pair of an eval split once, to know which are kept.
-  absl::Status IndexEvalPairs() {
-    std::vector<PackedLengths> marks(source_->size());
-    absl::Status s =
-        ParallelFor(marks.size(), options_.index_threads, [&](uint64_t id) {
-          TokenPair pair;
-          absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
-          if (!fate.ok()) return fate.status();
-          marks[id] =
-              *fate == PairFate::kKept ? PackedLengths{} : DroppedMark(*fate);
-          return absl::OkStatus();
-        });
-    if (!s.ok()) return s;
+  // Tokenizes the pairs of an eval split once, in file order, to know
+  // which are kept; stops after `limit` kept pairs (eval_train reads only
+  // the head of train, in blocks, not all of it).
+  absl::Status IndexEvalPairs(uint64_t limit) {
+    const uint64_t n = source_->size();
+    const uint64_t block =
+        limit == UINT64_MAX ? n : std::max<uint64_t>(4096, limit + limit / 4);
     uint32_t skipped = 0, errors = 0;
-    for (uint64_t id = 0; id < marks.size(); ++id) {
-      if (Dropped(marks[id])) {
-        (marks[id].inputs == kDroppedDamaged ? errors : skipped) += 1;
-        continue;
+    for (uint64_t lo = 0; lo < n && eval_pairs_.size() < limit; lo += block) {
+      const uint64_t hi = std::min(n, lo + block);
+      std::vector<PackedLengths> marks(hi - lo);
+      absl::Status s =
+          ParallelFor(marks.size(), options_.index_threads, [&](uint64_t i) {
+            TokenPair pair;
+            absl::StatusOr<PairFate> fate = LoadPair(lo + i, &pair);
+            if (!fate.ok()) return fate.status();
+            marks[i] =
+                *fate == PairFate::kKept ? PackedLengths{} : DroppedMark(*fate);
+            return absl::OkStatus();
+          });
+      if (!s.ok()) return s;
+      for (uint64_t i = 0; i < marks.size() && eval_pairs_.size() < limit;
+           ++i) {
+        if (Dropped(marks[i])) {
+          (marks[i].inputs == kDroppedDamaged ? errors : skipped) += 1;
+          continue;
+        }
+        eval_pairs_.push_back({lo + i, skipped, errors});
+        skipped = errors = 0;
       }
-      eval_pairs_.push_back({id, skipped, errors});
-      skipped = errors = 0;
     }
     if (eval_pairs_.empty()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("wmt: no usable pair in ", source_->Describe(), " (",
-                       marks.size(), " dropped)"));
+          absl::StrCat("wmt: no usable pair in ", source_->Describe(), " (", n,
+                       " dropped)"));
     }
     eval_pairs_.back().skipped_before += skipped;  // drops after the last pair
     eval_pairs_.back().errors_before += errors;

@@ -7,7 +7,11 @@
 //   data_path  a directory; see pair_source.h for how data + split map to
 //              files (TFDS shards or <split>.de / <split>.en).
 //   split      "train" (packed, shuffled, repeated), "validation" or "test"
-//              (one pass, in order).
+//              (one pass, in order), or "eval_train": the first
+//              eval_train_examples kept pairs of the train files in file
+//              order, padded and weighted as the eval splits (AlgoPerf
+//              draws its eval_train from the same head of train through a
+//              1024-pair shuffle buffer; see batchd.algoperf).
 // Options:
 //   vocab        the SentencePiece model, relative to data_path (no "..",
 //                not absolute). Default: wmt_sentencepiece_model.
@@ -24,6 +28,8 @@
 //                bad byte is U+FFFD, an unknown piece: the unk id, a run of
 //                them one unk id), so batchd feeds the pairs AlgoPerf feeds;
 //                drop counts the pair as a decode error and drops it.
+//   eval_train_examples  pairs of the eval_train split. Default: 3072,
+//                AlgoPerf's num_eval_train_examples.
 //
 // Tensors, [B, max_length] each:
 //   train: inputs, targets, inputs_position, inputs_segmentation,

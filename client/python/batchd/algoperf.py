@@ -4,25 +4,92 @@ and `wmt` workloads, served by batchd instead of one pipeline per rank.
 In a workload's `_build_input_queue`, return
 
     batchd.algoperf.input_queue("imagenet", split, global_batch_size,
-                                data="imagenet", seed=int(data_rng[0]))
+                                data="imagenet", seed=int(data_rng[0]),
+                                num_batches=num_batches,
+                                repeat_final_dataset=repeat_final_dataset)
 
 and each rank gets its slice of every global batch, as AlgoPerf's PyTorch
-workloads hand them to the runner:
+workloads (algoperf/workloads/{imagenet_resnet,wmt}/*_pytorch/workload.py,
+`_build_input_queue` / `_build_dataset`) hand them to the runner:
 
 - imagenet: ``inputs`` float32 [B, 3, 224, 224] normalised with ImageNet's
-  mean and std, ``targets`` int64 [B]; evaluation splits add ``weights``
-  float32 [B] (0 on the padding of the last global batch, which AlgoPerf's
-  per-rank sampler leaves uneven instead).
-- wmt: int64 [B, 256] ``inputs``, ``targets``, ``inputs_position``,
-  ``inputs_segmentation``, ``targets_position``, ``targets_segmentation``
-  (train) or ``inputs``, ``targets``, ``weights`` (evaluation splits).
+  mean and std, ``targets`` int64 [B]. Evaluation splits add ``weights``
+  float32 [B], 1 on real examples and 0 on the padding of the last global
+  batch. AlgoPerf yields no ``weights`` on validation and eval_train (its
+  per-rank DistributedEvalSampler leaves the last batches uneven instead)
+  and float ``weights`` only on the padded last batch of test; its eval
+  loop reads them with ``batch.get('weights')``, where a weight of 1 counts
+  as no weight, so the metrics are the same and every rank gets equally
+  shaped batches (uneven ones hang DDP collectives). This is deliberate.
+- wmt: int64 [B, 256] everywhere, as AlgoPerf's PyTorch workload casts
+  every array with ``torch.as_tensor(value, dtype=torch.int64)``:
+  train ``inputs``, ``inputs_position``, ``inputs_segmentation``,
+  ``targets``, ``targets_position``, ``targets_segmentation`` and
+  ``weights`` = ``targets > 0`` (BaseWmtWorkload._build_input_queue adds
+  ``np.where(batch['targets'] > 0, 1, 0)`` to train batches too, and the
+  baseline submissions mask the loss with ``batch.get('weights')``);
+  evaluation splits ``inputs``, ``targets``, ``weights`` = ``targets > 0``
+  and 0 on padding rows (``logical_and`` of the padding mask with
+  ``targets > 0``), integer so that ``translate_and_calculate_bleu``'s
+  ``range(weights.sum(0)[0].item())`` works. Its odd ``weights.sum(0)[0]``
+  (the rows whose first target token is not padding) counts the real rows
+  because every kept pair has at least EOS.
+
+Splits: "train", "eval_train", "validation" (or "val"), "test".
+
+- Evaluation queues repeat as AlgoPerf's do: AlgoPerf caches each eval
+  iterator in `_eval_iters` and keeps drawing from it across evaluations.
+  WMT builds it with ``ds.take(num_batches).repeat()``
+  (``repeat_final_dataset=True``) and draws 2 x num_batches per evaluation
+  (metrics, then BLEU); ImageNet wraps its loader in ``data_utils.cycle``
+  (test: ``itertools.cycle``) and ignores num_batches. Here a pass ends at
+  the end of the split or after ``num_batches`` batches; then the queue
+  starts the same pass again (the same batches, in the same order) when
+  ``repeat_final_dataset`` is true, or for imagenet when num_batches is
+  None, as AlgoPerf does; otherwise it raises StopIteration (WMT's
+  ``take(num_batches)`` without repeat; an imagenet queue given num_batches
+  stops likewise, where AlgoPerf's ignores the argument). Train runs on
+  until num_batches, if given.
+  Like AlgoPerf's ``take(num_batches).repeat()``, a split shorter than
+  num_batches (its length filter drops pairs, while AlgoPerf counts
+  num_batches from the unfiltered size) starts again early: the metrics
+  loop then reads into the next pass and the BLEU loop starts mid-pass, as
+  in AlgoPerf.
+- eval_train is AlgoPerf's, not the train stream: the evaluation transform
+  and padded batches with ``weights``.
+  imagenet: Resize(256) + CenterCrop(224) over the very subset AlgoPerf
+  draws, ``random.Random(seed).shuffle(list(range(N)))[:num_eval_train_
+  examples]`` (N = the train split's size; AlgoPerf hard-codes 1,281,167,
+  the real size), in that order; pass ``seed=int(data_rng[0])`` of the
+  data_rng AlgoPerf's `_eval_model_on_split` derives.
+  wmt: the first num_eval_train_examples length-filtered train pairs in
+  file order, padded one pair per row like validation. AlgoPerf draws them
+  through ``shuffle(1024, seed)`` over the same file order and reshuffles on
+  every repeat, so each of its passes holds a different draw of about the
+  first num_eval_train_examples + 1023 pairs; batchd's passes are the same
+  fixed set every time (deliberately: repeated evaluations then measure
+  the same examples).
+- test: imagenet = ImageNet-v2 (AlgoPerf loads TFDS
+  ``imagenet_v2/matched-frequency:3.0.0``): point ``data`` at the TFDS
+  data_dir (AlgoPerf's imagenet_v2_data_dir), which holds
+  ``imagenet_v2/matched-frequency/3.0.0/imagenet_v2-test.tfrecord-*``; a
+  ``test`` folder or ``*-test.tfrecord-*`` shards there are used first.
+  batchd decodes it with the same Resize(256) + CenterCrop(224) as
+  validation; AlgoPerf's TF pipeline resizes ImageNet-v2 its own way.
+
+Ranks: rank r gets the r-th contiguous slice of every global batch, as
+AlgoPerf's WMT does (``tensor[0]`` of the batch reshaped to [W, B, 256]);
+AlgoPerf's ImageNet samplers stride instead (``indices[r::W]``), which
+changes which rank sees an example, not the sums its metrics all-reduce.
 
 B = global_batch_size / world size; tensors are on ``device`` (default
 cuda:LOCAL_RANK when CUDA is there, else the CPU). Images travel as uint8
 and are normalised on the device (4x less shared-memory traffic than
-float32). On CUDA the ring is registered as pinned memory once, so the
-host-to-device copy is asynchronous straight from shared memory; the slot is
-held until its copy has finished.
+float32). No tensor handed out is a view of the ring: on the CPU every
+tensor is a copy, so a runner may keep any number of batches; on CUDA the
+ring is registered as pinned memory once, the host-to-device copy is
+asynchronous straight from shared memory and the slot is held only until
+its copy has finished.
 """
 
 import collections
@@ -30,14 +97,18 @@ import os
 
 from . import Loader, normalize
 
-_SPLITS = {"train": "train", "eval_train": "train", "validation": "validation",
-           "val": "validation", "test": "test"}
+_SPLITS = {"train": "train", "eval_train": "eval_train",
+           "validation": "validation", "val": "validation", "test": "test"}
 _opened = collections.Counter()
 
+# AlgoPerf's num_eval_train_examples: its validation set size rounded up to a
+# multiple of its eval batch size.
+NUM_EVAL_TRAIN_EXAMPLES = {"imagenet": 50176, "wmt": 3072}
+
 IMAGENET_KEYS = ("inputs", "targets")
-WMT_TRAIN_KEYS = ("inputs", "targets", "inputs_position",
-                  "inputs_segmentation", "targets_position",
-                  "targets_segmentation")
+WMT_TRAIN_KEYS = ("inputs", "inputs_position", "inputs_segmentation",
+                  "targets", "targets_position", "targets_segmentation",
+                  "weights")
 WMT_EVAL_KEYS = ("inputs", "targets", "weights")
 
 
@@ -48,21 +119,40 @@ def _default_device(torch):
 
 
 def _register_pinned(torch, loader):
-    """Registers the ring's mapping with CUDA; False where that fails."""
+    """Registers the ring's mapping with CUDA; its address, or None where
+    that fails."""
     try:
         address, size = loader._mapping()
         rc = torch.cuda.cudart().cudaHostRegister(address, size, 0)
-        return int(getattr(rc, "value", rc)) == 0
+        return address if int(getattr(rc, "value", rc)) == 0 else None
     except Exception:  # an old torch or no CUDA runtime: copies stay sync
-        return False
+        return None
+
+
+def _unregister_pinned(torch, address):
+    """Undoes _register_pinned before the mapping goes: a later mapping at
+    the same address could not be registered otherwise."""
+    try:
+        torch.cuda.cudart().cudaHostUnregister(address)
+    except Exception:  # registration is only a speed-up
+        pass
 
 
 class InputQueue:
-    """An iterator of AlgoPerf-shaped batches for one rank."""
+    """An iterator of AlgoPerf-shaped batches for one rank; see the module.
+
+    num_batches: batches per pass (AlgoPerf's num_batches); None: the whole
+        split.
+    repeat_final_dataset: start the pass again at its end, as AlgoPerf's
+        ``ds.repeat()``; imagenet evaluation queues also repeat when
+        num_batches is None (AlgoPerf's ``data_utils.cycle``).
+    num_eval_train_examples: size of eval_train; default AlgoPerf's.
+    """
 
     def __init__(self, workload, split, global_batch_size, *, data="",
                  seed=0, start_step=0, world_size=None, rank=None,
                  device=None, server=None, stream=None, num_batches=None,
+                 repeat_final_dataset=False, num_eval_train_examples=None,
                  options=None, timeout=None):
         import torch
         self._torch = torch
@@ -78,23 +168,56 @@ class InputQueue:
         opts = dict(options or {})
         if workload == "imagenet":
             opts.setdefault("layout", "nchw")
+        if self.split == "eval_train":
+            opts.setdefault("eval_train_examples",
+                            num_eval_train_examples or
+                            NUM_EVAL_TRAIN_EXAMPLES[workload])
         if stream is None:
             # Every rank opens its queues in the same order, so a counter
             # gives all ranks the same name for the same queue.
             key = (workload, split, seed)
             stream = f"algoperf-{workload}-{split}-{seed}-{_opened[key]}"
             _opened[key] += 1
-        self.loader = Loader(stream, global_batch_size, workload=workload,
-                             data=data, split=self.split,
-                             world_size=world_size, rank=rank, seed=seed,
-                             start_step=start_step, server=server,
-                             options=opts, timeout=timeout)
+        self._open_args = dict(
+            stream=stream, global_batch_size=global_batch_size,
+            workload=workload, data=data, split=self.split,
+            world_size=world_size, rank=rank, seed=seed,
+            start_step=start_step, server=server, options=opts,
+            timeout=timeout)
         self.num_batches = num_batches
-        self._served = 0
-        self._pinned = (self.device.type == "cuda" and
-                        _register_pinned(torch, self.loader))
+        self.repeat = not self.train and (
+            repeat_final_dataset or
+            (workload == "imagenet" and num_batches is None))
+        self.passes = 0  # completed passes of a repeating queue
+        self._served = 0  # batches of the current pass
         # Host batches whose asynchronous copies may still be reading them.
         self._in_flight = collections.deque()
+        self._open()
+
+    def _open(self):
+        self.loader = Loader(**self._open_args)
+        self._pinned_address = (
+            _register_pinned(self._torch, self.loader)
+            if self.device.type == "cuda" else None)
+        self._pinned = self._pinned_address is not None
+
+    def _close_loader(self):
+        # Every copy from the ring has finished, and nothing handed out
+        # views it: the registration can go, then the mapping.
+        self._retire_copies(keep=0)
+        if self._pinned:
+            _unregister_pinned(self._torch, self._pinned_address)
+            self._pinned, self._pinned_address = False, None
+        self.loader.close()
+
+    def _restart(self):
+        """Starts the pass again. The rank re-attaches to its stream at the
+        first step: the server keeps the stream (and its index) and gives it
+        a fresh ring, so every pass serves the same batches."""
+        self._close_loader()
+        self._open()
+        self.passes += 1
+        self._served = 0
 
     def __iter__(self):
         return self
@@ -104,36 +227,60 @@ class InputQueue:
             event, _host = self._in_flight.popleft()
             event.synchronize()  # the slot goes back once its copy is done
 
-    def __next__(self):
+    def _next_host(self):
         if self.num_batches is not None and self._served >= self.num_batches:
-            raise StopIteration
+            if not self.repeat:
+                raise StopIteration
+            self._restart()
+        try:
+            return self.loader.next_batch()
+        except StopIteration:
+            if not self.repeat or self._served == 0:
+                raise
+        self._restart()
+        return self.loader.next_batch()
+
+    def __next__(self):
         torch = self._torch
-        host = next(self.loader)
+        host, info = self._next_host()
         non_blocking = self._pinned
+        # On the CPU, .to() returns the ring's own tensor when nothing
+        # changes; copy=True makes every tensor handed out own its memory, so
+        # the slot goes back as soon as `host` dies.
+        copy = self.device.type == "cpu"
+
+        def move(t, dtype):
+            return t.to(self.device, dtype, non_blocking=non_blocking,
+                        copy=copy)
+
         out = {}
         if self.workload == "imagenet":
             images = host["inputs"].to(self.device, non_blocking=non_blocking)
             out["inputs"] = normalize(images, layout="nchw")
-            out["targets"] = host["targets"].to(self.device, torch.int64,
-                                                non_blocking=non_blocking)
+            out["targets"] = move(host["targets"], torch.int64)
             if "weights" in host:
-                out["weights"] = host["weights"].to(self.device, torch.float32,
-                                                    non_blocking=non_blocking)
+                out["weights"] = move(host["weights"], torch.float32)
         else:
-            for name, t in host.items():
-                dtype = torch.float32 if name == "weights" else torch.int64
-                out[name] = t.to(self.device, dtype, non_blocking=non_blocking)
+            names = WMT_TRAIN_KEYS[:-1] if self.train else WMT_EVAL_KEYS[:-1]
+            for name in names:
+                out[name] = move(host[name], torch.int64)
+            # AlgoPerf: weights = np.where(targets > 0, 1, 0), and-ed with
+            # the padding mask where the batch has one; int64 once in torch.
+            real = out["targets"] > 0
+            if "weights" in host:
+                real &= move(host["weights"], torch.float32) > 0
+            out["weights"] = real.to(torch.int64)
         if non_blocking:
             event = torch.cuda.Event()
             event.record()
             self._in_flight.append((event, host))
             self._retire_copies(keep=max(0, self.loader.info.slots - 2))
         self._served += 1
+        self.last_batch_info = info
         return out
 
     def close(self):
-        self._retire_copies(keep=0)
-        self.loader.close()
+        self._close_loader()
 
 
 def input_queue(workload, split, global_batch_size, **kwargs):
