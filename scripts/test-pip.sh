@@ -56,13 +56,15 @@ if [ -z "$PY" ]; then
        "/usr/bin/python3 (set BATCHD_VENV_PYTHON, or install pyenv's 3.12)"
 else
   VERSION=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  VENV="$BUILD/venv-py$VERSION"
+  VENV="$PWD/$BUILD/venv-py$VERSION"
   begin "venv of $PY (Python $VERSION), numpy only"
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install "${PIP_FLAGS[@]}" numpy pytest
+  took "venv with numpy and pytest"
+  begin "pip install . for Python $VERSION"
   "$VENV/bin/pip" install "${PIP_FLAGS[@]}" .
-  took "venv and pip install . for Python $VERSION"
+  took "pip install . for Python $VERSION"
   # Imported from outside the source tree; torch absent, batchd still loads.
   (cd / && "$VENV/bin/python" -c '
 import sys, batchd
@@ -78,7 +80,7 @@ print("batchd", batchd.__version__, "from", batchd.__file__)')
   took "jax install and format tests"
 fi
 
-VENV="$BUILD/venv-debian"
+VENV="$PWD/$BUILD/venv-debian"
 begin "venv of /usr/bin/python3 with Debian's torch"
 rm -rf "$VENV"
 /usr/bin/python3 -m venv --system-site-packages "$VENV"

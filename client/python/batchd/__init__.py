@@ -61,7 +61,6 @@ __all__ = [
     "StreamClosedError",
     "StreamInfo",
     "normalize",
-    "__version__",
 ]
 
 FORMATS = ("torch", "numpy", "jax")
