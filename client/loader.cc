@@ -180,8 +180,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   if (server_protocol != kProtocolVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "incompatible batchd protocol: this client (batchd ", kBatchdVersion,
-        ") speaks protocol ", kProtocolVersion, " but the server at ",
-        o.server, " (",
+        ") speaks protocol ", kProtocolVersion, " but the server at ", o.server,
+        " (",
         resp.server_version().empty() ? "an older release"
                                       : "batchd " + resp.server_version(),
         ", pid ", resp.server_pid(), ") speaks protocol ", server_protocol,

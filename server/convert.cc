@@ -27,9 +27,9 @@ absl::Status CheckClientProtocol(const v1::OpenStreamRequest& req) {
       req.protocol_version() == 0 ? 1 : req.protocol_version();
   const uint32_t server = ServerProtocolVersion();
   if (client == server) return absl::OkStatus();
-  const std::string client_release =
-      req.client_version().empty() ? "an older release"
-                                   : "batchd " + req.client_version();
+  const std::string client_release = req.client_version().empty()
+                                         ? "an older release"
+                                         : "batchd " + req.client_version();
   return absl::FailedPreconditionError(absl::StrCat(
       "incompatible batchd protocol: this client (", client_release,
       ") speaks protocol ", client, " but the server (batchd ", kBatchdVersion,

@@ -437,8 +437,8 @@ void DefineModule(py::module_& m) {
   py::class_<SlotView>(m, "SlotView",
                        "One tensor of a batch: a share of its ring slot, "
                        "viewed through DLPack or numpy's array interface.")
-      .def("__dlpack__", &SlotView::DLPack,
-           py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+      .def("__dlpack__", &SlotView::DLPack, py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(),
            py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__",
            [](const SlotView&) { return py::make_tuple(int(kDLCPU), 0); })

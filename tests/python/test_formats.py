@@ -157,6 +157,12 @@ def test_jax_without_x64_narrows_64_bit_tensors(server):
         ids = np.frombuffer(numpy_batches[0]["ids"][2], np.uint64)
         assert np.asarray(batch["ids"]).tolist() == ids.tolist()
         assert np.asarray(batch["payload"]).tobytes() == numpy_batches[0]["payload"][2]
+        # A narrowed array is a copy: keeping it does not hold the slot.
+        kept = batch["ids"]
+        del batch
+        gc.collect()
+        assert ring_read_pos(loader) == 1
+        assert np.asarray(kept).tolist() == ids.tolist()
 
 
 @pytest.mark.parametrize("format", FORMATS)
