@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "batchd/v1/batchd.grpc.pb.h"
+#include "batchd/version.h"
 #include "client/ring.h"
 
 namespace batchd {
@@ -143,6 +144,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
   req.set_rank(uint32_t(o.rank));
   req.set_client_pid(uint32_t(getpid()));
+  req.set_protocol_version(kProtocolVersion);
+  req.set_client_version(kBatchdVersion);
 
   v1::OpenStreamResponse resp;
   {
@@ -168,6 +171,21 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
                                        o.rank, ": ", s.error_message(),
                                        where));
     }
+  }
+
+  // A server that checks the request's protocol has refused a mismatch
+  // above; one too old to check is caught here (0 there is protocol 1).
+  const uint32_t server_protocol =
+      resp.protocol_version() == 0 ? 1 : resp.protocol_version();
+  if (server_protocol != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "incompatible batchd protocol: this client (batchd ", kBatchdVersion,
+        ") speaks protocol ", kProtocolVersion, " but the server at ", o.server,
+        " (",
+        resp.server_version().empty() ? "an older release"
+                                      : "batchd " + resp.server_version(),
+        ", pid ", resp.server_pid(), ") speaks protocol ", server_protocol,
+        "; install the client of the server's release"));
   }
 
   RingReader::Options ro;

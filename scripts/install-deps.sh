@@ -13,6 +13,7 @@ PACKAGES=(
   systemd python3-yaml openssl  # service tests: unit verify, pod, TLS
   libtorch-dev python3-torch libgloo-dev  # trainers: libtorch, c10d Gloo
   pybind11-dev libdlpack-dev python3-dev python3-pytest python3-numpy
+  python3-venv  # scripts/test-pip.sh: pip install . into a venv
   libsentencepiece-dev python3-sentencepiece wngerman  # wmt: tokenizer, generator
   libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench
   python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator

@@ -20,6 +20,14 @@ void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p);
 void ToProto(const PlanResult& r, v1::PlanResponse* p);
 const char* DTypeString(shm::DTypeCode code);
 
+// The protocol this daemon speaks: kProtocolVersion, or, with
+// BATCHD_TEST_HOOKS=1, the number in BATCHD_TEST_PROTOCOL_VERSION, so that
+// tests can play a daemon of another protocol.
+uint32_t ServerProtocolVersion();
+// FailedPrecondition naming both releases and protocols when the client of
+// `req` speaks another protocol than this daemon.
+absl::Status CheckClientProtocol(const v1::OpenStreamRequest& req);
+
 }  // namespace batchd
 
 #endif  // BATCHD_SERVER_CONVERT_H_

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "batchd/version.h"
 #include "client/process.h"
 #include "server/log.h"
 
@@ -559,7 +560,7 @@ void Core::CloseAll() {
 ServerStatusData Core::GetStatus() {
   ServerStatusData s;
   s.pid = uint32_t(getpid());
-  s.version = "0.1.0";
+  s.version = kBatchdVersion;
   const uint64_t now = MonotonicNanos();
   s.uptime_seconds = double(now - start_ns_) / 1e9;
   s.threads = uint32_t(SelfThreadCount());

@@ -18,6 +18,7 @@ grpc::Status Reply(const absl::StatusOr<T>& result, P* proto) {
 grpc::Status BatchdService::OpenStream(grpc::ServerContext*,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
+  if (absl::Status s = CheckClientProtocol(*req); !s.ok()) return ToGrpc(s);
   return Reply(core_.OpenStream(FromProto(req->spec()), req->rank(),
                                 req->client_pid()),
                resp);

@@ -27,6 +27,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "batchd/version.h"
 #include "client/ring.h"
 #include "server/config.h"
 #include "server/core.h"
@@ -88,7 +89,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (parsed.version) {
-    printf("batchd 0.1.0 (shared-memory layout version %u)\n",
+    printf("batchd %s (protocol %u, shared-memory layout version %u)\n",
+           batchd::kBatchdVersion, batchd::kProtocolVersion,
            batchd::shm::kLayoutVersion);
     return 0;
   }

@@ -1,9 +1,11 @@
 // batchd._batchd: the Python binding of batchd::Loader. Each batch's tensors
-// leave as DLPack capsules that share ownership of the batch's ring slot, so
-// torch (whichever build the user has; this module never links libtorch)
-// views shared memory without a copy, and the slot goes back to the server
-// when the last of those tensors dies. The package batchd/__init__.py turns
-// the capsules into a dict of torch tensors.
+// leave as SlotView objects that share ownership of the batch's ring slot and
+// expose it three ways: DLPack (__dlpack__, for torch and JAX, whichever
+// build the user has; this module never links either), and numpy's
+// __array_interface__ (any numpy, no DLPack needed). Every consumer views
+// shared memory without a copy, and the slot goes back to the server when the
+// last of those arrays dies. The package batchd/__init__.py turns the views
+// into a dict of torch tensors, numpy arrays or JAX arrays.
 //
 // Thread safety: the GIL is released while a call waits (Open, Next); one
 // mutex per Loader keeps Next and close from overlapping, since the C++
@@ -23,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "batchd/loader.h"
+#include "batchd/version.h"
 
 namespace py = pybind11;
 
@@ -106,7 +109,9 @@ void DeleteUnusedCapsule(PyObject* capsule) {
   dl->deleter(dl);
 }
 
-absl::StatusOr<DLDataType> ToDLDataType(DType dtype) {
+// `uint64_as_int64`: torch has no uint64 (1.13), so torch gets the same bits
+// as int64; numpy and JAX get uint64.
+absl::StatusOr<DLDataType> ToDLDataType(DType dtype, bool uint64_as_int64) {
   switch (dtype) {
     case DType::kUInt8:
       return DLDataType{kDLUInt, 8, 1};
@@ -117,18 +122,20 @@ absl::StatusOr<DLDataType> ToDLDataType(DType dtype) {
     case DType::kFloat32:
       return DLDataType{kDLFloat, 32, 1};
     case DType::kUInt64:
-      // torch has no uint64 (1.13): hand the same bits out as int64. Ids,
-      // epochs and positions stay far below 2^63 and read the same; the
-      // all-ones id of eval padding reads -1.
-      return DLDataType{kDLInt, 64, 1};
+      // As int64 for torch: ids, epochs and positions stay far below 2^63
+      // and read the same; the all-ones id of eval padding reads -1.
+      return uint64_as_int64 ? DLDataType{kDLInt, 64, 1}
+                             : DLDataType{kDLUInt, 64, 1};
   }
   return absl::InternalError(
       absl::StrFormat("tensor of unknown dtype %u", uint32_t(dtype)));
 }
 
 py::capsule MakeCapsule(const Tensor& tensor,
-                        const std::shared_ptr<SlotLease>& lease) {
-  absl::StatusOr<DLDataType> dtype = ToDLDataType(tensor.dtype);
+                        const std::shared_ptr<SlotLease>& lease,
+                        bool uint64_as_int64) {
+  absl::StatusOr<DLDataType> dtype =
+      ToDLDataType(tensor.dtype, uint64_as_int64);
   if (!dtype.ok()) Raise(dtype.status());
   auto managed = std::make_unique<ManagedTensor>();
   managed->lease = lease;
@@ -154,6 +161,86 @@ py::capsule MakeCapsule(const Tensor& tensor,
   return capsule;
 }
 
+// numpy's typestr of a dtype (little-endian: the ring is written by a server
+// on the same machine).
+const char* TypeString(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8:
+      return "|u1";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kUInt64:
+      return "<u8";
+  }
+  return "|V1";
+}
+
+// One tensor of a batch, as Python sees it before any framework does: it
+// holds a share of the slot, so whatever views it (a torch tensor through
+// __dlpack__, a numpy array through __array_interface__, whose .base it
+// becomes) keeps the slot, and dropping every view frees it.
+class SlotView {
+ public:
+  SlotView(Tensor tensor, std::shared_ptr<SlotLease> lease,
+           bool uint64_as_int64)
+      : tensor_(std::move(tensor)),
+        lease_(std::move(lease)),
+        uint64_as_int64_(uint64_as_int64) {}
+
+  // The array API's producer side. `stream` means nothing on the CPU;
+  // `max_version` asks for a versioned capsule, which a producer may decline
+  // by returning the unversioned kind (all DLPack 0.x/1.x consumers read
+  // it); copy=True asks for a copy, which a view cannot be.
+  py::capsule DLPack(py::object stream, py::object max_version,
+                     py::object dl_device, py::object copy) const {
+    if (!copy.is_none() && copy.cast<bool>()) {
+      throw py::buffer_error(
+          "batchd hands out views of shared memory; copy after importing");
+    }
+    return MakeCapsule(tensor_, lease_, uint64_as_int64_);
+  }
+
+  py::dict ArrayInterface() const {
+    py::dict d;
+    py::tuple shape(tensor_.shape.size());
+    for (size_t i = 0; i < tensor_.shape.size(); ++i) {
+      shape[i] = py::int_(tensor_.shape[i]);
+    }
+    d["shape"] = shape;
+    d["typestr"] = uint64_as_int64_ && tensor_.dtype == DType::kUInt64
+                       ? "<i8"
+                       : TypeString(tensor_.dtype);
+    d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(tensor_.data),
+                               /*read_only=*/false);
+    d["strides"] = py::none();  // C-contiguous
+    d["version"] = 3;
+    return d;
+  }
+
+  const std::string& name() const { return tensor_.name; }
+  std::string dtype() const {
+    return uint64_as_int64_ && tensor_.dtype == DType::kUInt64
+               ? "int64"
+               : DTypeName(tensor_.dtype);
+  }
+  py::tuple shape() const {
+    py::tuple shape(tensor_.shape.size());
+    for (size_t i = 0; i < tensor_.shape.size(); ++i) {
+      shape[i] = py::int_(tensor_.shape[i]);
+    }
+    return shape;
+  }
+
+ private:
+  const Tensor tensor_;
+  const std::shared_ptr<SlotLease> lease_;
+  const bool uint64_as_int64_;
+};
+
 // The C++ Loader and what Python asks of it. The user's timeout is applied
 // here, in slices of kSignalCheckSeconds (see there).
 class PyLoader {
@@ -173,10 +260,10 @@ class PyLoader {
     info_ = loader_->info();
   }
 
-  // Returns ([(name, capsule), ...], (step, epoch, position, valid_count,
+  // Returns ([(name, SlotView), ...], (step, epoch, position, valid_count,
   // (cursor epoch, window, row))). Raises StopIteration at the end of an
-  // eval stream.
-  py::tuple Next() {
+  // eval stream. `uint64_as_int64` is for torch (see ToDLDataType).
+  py::tuple Next(bool uint64_as_int64) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     for (;;) {
@@ -190,7 +277,7 @@ class PyLoader {
           batch = loader_->Next();
         }
       }
-      if (batch.ok()) return ToPython(*batch);
+      if (batch.ok()) return ToPython(*batch, uint64_as_int64);
       if (absl::IsOutOfRange(batch.status())) throw py::stop_iteration();
       if (!absl::IsDeadlineExceeded(batch.status())) Raise(batch.status());
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -244,11 +331,11 @@ class PyLoader {
   }
 
  private:
-  py::tuple ToPython(const Batch& batch) const {
+  py::tuple ToPython(const Batch& batch, bool uint64_as_int64) const {
     py::list tensors;
     for (const Tensor& tensor : batch.tensors()) {
-      tensors.append(
-          py::make_tuple(tensor.name, MakeCapsule(tensor, batch.lease())));
+      tensors.append(py::make_tuple(
+          tensor.name, SlotView(tensor, batch.lease(), uint64_as_int64)));
     }
     py::tuple cursor = py::make_tuple(
         batch.cursor_epoch(), batch.cursor_window(), batch.cursor_row());
@@ -344,6 +431,22 @@ void DefineModule(py::module_& m) {
       "The server refused the stream spec or the arguments; the message "
       "says which field.");
 
+  m.attr("__version__") = kBatchdVersion;
+  m.attr("PROTOCOL_VERSION") = kProtocolVersion;
+
+  py::class_<SlotView>(m, "SlotView",
+                       "One tensor of a batch: a share of its ring slot, "
+                       "viewed through DLPack or numpy's array interface.")
+      .def("__dlpack__", &SlotView::DLPack, py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(),
+           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__",
+           [](const SlotView&) { return py::make_tuple(int(kDLCPU), 0); })
+      .def_property_readonly("__array_interface__", &SlotView::ArrayInterface)
+      .def_property_readonly("name", &SlotView::name)
+      .def_property_readonly("dtype", &SlotView::dtype)
+      .def_property_readonly("shape", &SlotView::shape);
+
   py::class_<PyLoader>(m, "Loader")
       .def(
           py::init([](std::string stream, uint64_t global_batch_size,
@@ -371,7 +474,7 @@ void DefineModule(py::module_& m) {
           py::arg("timeout") = py::none(),
           py::arg("server_stale_seconds") = 3.0,
           py::arg("connect_timeout") = 30.0)
-      .def("_next", &PyLoader::Next)
+      .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true)
       .def("_info", &PyLoader::Info)
       .def("_mapping", &PyLoader::Mapping)
       .def_property_readonly("wait_seconds", &PyLoader::WaitSeconds,

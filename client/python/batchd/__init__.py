@@ -1,9 +1,10 @@
-"""batchd: batches from a batchd server as torch tensors, without copying.
+"""batchd: batches from a batchd server as torch, numpy or JAX arrays,
+without copying.
 
 One batchd server per node writes every rank's slice of every global batch
 into a shared-memory ring; a Loader maps this rank's ring and yields each
-batch as a dict of torch tensors ({"inputs": ..., "targets": ...}), as
-AlgoPerf's input queues do:
+batch as a dict of arrays ({"inputs": ..., "targets": ...}), as AlgoPerf's
+input queues do:
 
     loader = batchd.Loader("job42-train", global_batch_size=256,
                            workload="imagenet", data="imagenet/train")
@@ -11,18 +12,29 @@ AlgoPerf's input queues do:
         x = batchd.normalize(batch["inputs"], device="cuda")
         info = loader.last_batch_info         # step, epoch, position, ...
 
-The tensors are views of the ring slot: the slot goes back to the server when
-the last tensor of the batch dies, so a tensor kept past its iteration stays
+format= picks the arrays: "torch" (torch tensors, through DLPack; the
+default when torch is installed), "numpy" (numpy arrays through the array
+interface; the default otherwise) or "jax" (JAX arrays through DLPack). torch
+and JAX are optional; `import batchd` needs neither, nor numpy.
+
+The arrays are views of the ring slot: the slot goes back to the server when
+the last array of the batch dies, so an array kept past its iteration stays
 valid, but the server cannot reuse that slot meanwhile; holding every slot
 stalls the stream. Writing into them in place changes shared memory (the
-server overwrites it once the slot is released).
+server overwrites it once the slot is released). torch tensors and numpy
+arrays are always views. JAX arrays are views on the CPU where XLA can take
+the buffer (uint8, int32 and float32, whose tensors the ring aligns to 256
+bytes); JAX copies 64-bit tensors unless jax_enable_x64 is set, since it
+narrows them to 32 bits by default, and a copy does not hold the slot.
 
-dtypes: uint8, int32, int64 and float32 map to the torch dtype of the same
-name; uint64 tensors (e.g. the synthetic workload's ids) come out as int64
-holding the same bits, since torch has no uint64: values below 2**63 read the
-same, and an all-ones value (the id of an eval padding row) reads -1.
+dtypes: uint8, int32, int64 and float32 map to the dtype of the same name;
+uint64 tensors (e.g. the synthetic workload's ids) are uint64 in numpy and
+JAX (uint32 in JAX without x64) and int64 holding the same bits in torch,
+which has no uint64: values below 2**63 read the same, and an all-ones value
+(the id of an eval padding row) reads -1.
 """
 
+import importlib.util
 from typing import NamedTuple, Tuple
 
 from ._batchd import (
@@ -34,7 +46,12 @@ from ._batchd import (
 )
 from . import _batchd
 
+# The release, from the project's one version line (CMake's project VERSION),
+# compiled into the extension: it is the same as `batchd --version`'s.
+__version__ = _batchd.__version__
+
 __all__ = [
+    "FORMATS",
     "BatchInfo",
     "DeadlineExceededError",
     "Error",
@@ -45,6 +62,8 @@ __all__ = [
     "StreamInfo",
     "normalize",
 ]
+
+FORMATS = ("torch", "numpy", "jax")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -74,30 +93,65 @@ class BatchInfo(NamedTuple):
     cursor: Tuple[int, int, int]  # WMT packing cursor (epoch, window, row)
 
 
-_from_dlpack = None
+def _default_format():
+    # find_spec looks for torch without importing it (seconds, and memory).
+    try:
+        have_torch = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a blocked or half-imported torch
+        have_torch = False
+    return "torch" if have_torch else "numpy"
 
 
-def _torch_from_dlpack():
-    # Imported on first use so that `import batchd` works without torch.
-    global _from_dlpack
-    if _from_dlpack is None:
+def _converter(format):
+    """(function from SlotView to array, whether uint64 goes out as int64),
+    importing the framework of `format` now, so that a missing one is an
+    ImportError before the stream opens."""
+    if format == "torch":
         try:
             from torch.utils.dlpack import from_dlpack
         except ImportError as e:
             raise ImportError(
-                "batchd hands batches out as torch tensors: install torch"
-            ) from e
-        _from_dlpack = from_dlpack
-    return _from_dlpack
+                'batchd format="torch" needs torch: pip install torch, or '
+                'pass format="numpy"') from e
+        return from_dlpack, True
+    if format == "numpy":
+        try:
+            import numpy
+        except ImportError as e:
+            raise ImportError(
+                'batchd format="numpy" needs numpy: pip install numpy') from e
+        # The array interface (any numpy): the array's .base is the view,
+        # which holds the slot.
+        return numpy.asarray, False
+    if format == "jax":
+        try:
+            import jax.dlpack
+        except ImportError as e:
+            raise ImportError(
+                'batchd format="jax" needs jax: pip install "jax[cpu]" (or '
+                "a CUDA build)") from e
+
+        def from_dlpack(view):
+            try:
+                return jax.dlpack.from_dlpack(view)
+            except TypeError:  # a JAX that takes only capsules
+                return jax.dlpack.from_dlpack(view.__dlpack__())
+
+        return from_dlpack, False
+    error = InvalidArgumentError(
+        f"format must be one of {', '.join(map(repr, FORMATS))}, not {format!r}")
+    error.code = "INVALID_ARGUMENT"
+    raise error
 
 
 class Loader(_batchd.Loader):
     """One rank's stream of batches from a batchd server.
 
-    Loader(stream, global_batch_size, *, workload="synthetic", data="",
-           split="train", world_size=None, rank=None, seed=0, start_step=0,
-           start_cursor=None, slots=0, options=None, server=None, timeout=None,
-           server_stale_seconds=3.0, connect_timeout=30.0)
+    Loader(stream, global_batch_size, *, format=None, workload="synthetic",
+           data="", split="train", world_size=None, rank=None, seed=0,
+           start_step=0, start_cursor=None, slots=0, options=None,
+           server=None, timeout=None, server_stale_seconds=3.0,
+           connect_timeout=30.0)
 
     Opens (or joins) `stream` on the server; every rank of a job passes the
     same spec (workload, data, split, global_batch_size, world_size, seed,
@@ -105,6 +159,9 @@ class Loader(_batchd.Loader):
     naming the field.
 
     stream: name of the stream, unique per server, [A-Za-z0-9_-]{1,64}.
+    format: "torch", "numpy" or "jax", what batches are made of; default
+        "torch" when torch is installed, else "numpy". See the module's
+        documentation for when JAX copies.
     global_batch_size: examples per global batch, divisible by world_size.
     workload, data, split: what to read; `data` is relative to the server's
         --data-root. "train" repeats, shuffled, forever; eval splits are one
@@ -125,7 +182,7 @@ class Loader(_batchd.Loader):
     server_stale_seconds: a server heartbeat older than this means stopped.
     connect_timeout: deadline of the OpenStream call.
 
-    Iterating yields dicts {name: torch tensor}; the metadata of the batch
+    Iterating yields dicts {name: array of `format`}; the metadata of the batch
     last returned is `last_batch_info` (a BatchInfo), and next_batch()
     returns both at once. Errors are subclasses of batchd.Error (itself a
     RuntimeError): ServerUnavailableError (also a ConnectionError),
@@ -136,6 +193,12 @@ class Loader(_batchd.Loader):
 
     last_batch_info = None
 
+    def __init__(self, stream, global_batch_size, *, format=None, **kwargs):
+        format = _default_format() if format is None else format
+        self._convert, self._uint64_as_int64 = _converter(format)
+        self.format = format
+        super().__init__(stream, global_batch_size, **kwargs)
+
     def __iter__(self):
         return self
 
@@ -143,13 +206,13 @@ class Loader(_batchd.Loader):
         return self.next_batch()[0]
 
     def next_batch(self):
-        """Returns (dict of tensors, BatchInfo) of the next batch.
+        """Returns (dict of arrays, BatchInfo) of the next batch.
 
         Raises StopIteration after the last batch of an eval stream.
         """
-        from_dlpack = _torch_from_dlpack()
-        capsules, meta = self._next()
-        batch = {name: from_dlpack(capsule) for name, capsule in capsules}
+        views, meta = self._next(self._uint64_as_int64)
+        convert = self._convert
+        batch = {name: convert(view) for name, view in views}
         self.last_batch_info = BatchInfo(*meta)
         return batch, self.last_batch_info
 
