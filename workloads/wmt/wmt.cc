@@ -59,7 +59,9 @@ struct Options {
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   static const char* const kKnown[] = {
       "vocab", "source", "dtype", "max_length", "skip_empty", "index_threads"};
-  for (const auto& [key, value] : config.options) {
+  for (const auto& entry : config.options) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const std::string& key = entry.first;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
         }) == std::end(kKnown)) {
