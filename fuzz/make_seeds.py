@@ -188,6 +188,9 @@ def configs():
         'listen = "tcp://127.0.0.1:0"\nmax-streams = 64\n'
         'max-stream-bytes = 1073741824\nthroughput-log-seconds = 0\n',
         "threads = 18446744073709551615\nidle-stream-seconds = 1e308\n",
+        # Found by config_fuzz: accepted, truncated, printed unloadable.
+        "threads = +407370955615\nidle-stream-seconds = 1e308\n",
+        "client-stale-seconds = nan\nmax-stream-bytes = 9223372036854775807\n",
         'tls-cert = """\nmulti\nline"""\n[table]\nx = [1, 2]\n',
         "data-root = 'lit\\eral'\n# comment ü\n",
         "",

@@ -48,7 +48,8 @@ std::string TrainTinyModel() {
   std::string error;
   if (!batchd::wmt::TrainSentencePiece(
           absl::StrCat("--input=", corpus, " --model_prefix=", dir,
-                       "/spm --vocab_size=64 --model_type=unigram "
+                       "/spm --vocab_size=40 --hard_vocab_limit=false "
+                       "--model_type=unigram "
                        "--character_coverage=1.0 --num_threads=1 "
                        "--minloglevel=2"),
           &error)) {
