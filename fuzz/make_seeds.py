@@ -155,6 +155,12 @@ SPECS = [
     stream_spec(name="img", workload="imagenet", data="../../etc",
                 split="train", options={"image_size": "224"}),
     stream_spec(name="-dash", workload="synthetic", world_size=0),
+    # Issue 10, break 1: each bound passes but slots x batch x payload
+    # wraps to a 4 MiB segment. Fails spec_fuzz until sizes are checked as
+    # products.
+    stream_spec(name="wrap", global_batch_size=1 << 22, world_size=1,
+                slots=1024, options={"examples": str(1 << 22),
+                                     "payload_bytes": str(2**32 - 24)}),
     stream_spec(start_step=2**63, seed=2**64 - 1,
                 options={"examples": "18446744073709551615",
                          "payload_bytes": "4294967296"}),
