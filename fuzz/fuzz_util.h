@@ -20,8 +20,8 @@ namespace fuzz {
 inline const std::string& ScratchDir() {
   static const std::string* dir = [] {
     const char* tmp = getenv("TMPDIR");
-    std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") +
-                        "/batchd-fuzz-XXXXXX";
+    std::string templ =
+        std::string(tmp != nullptr ? tmp : "/tmp") + "/batchd-fuzz-XXXXXX";
     if (mkdtemp(templ.data()) == nullptr) {
       perror("mkdtemp");
       abort();
@@ -35,8 +35,8 @@ inline const std::string& ScratchDir() {
 inline std::string WriteScratchFile(const std::string& name,
                                     const uint8_t* data, size_t size) {
   const std::string path = ScratchDir() + "/" + name;
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                      0600);
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     perror(path.c_str());
     abort();

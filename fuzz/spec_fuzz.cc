@@ -72,8 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   u128 batch_bytes = 0;
   for (const batchd::TensorLayout& t : plan->tensors) {
     if (t.example_shape.empty() || u128(t.example_shape[0]) != per_rank) {
-      batchd::fuzz::Fail(absl::StrCat("tensor ", t.name,
-                                      " does not lead with the per-rank batch"));
+      batchd::fuzz::Fail(absl::StrCat(
+          "tensor ", t.name, " does not lead with the per-rank batch"));
     }
     u128 bytes = batchd::shm::DTypeSize(uint32_t(t.dtype));
     for (int64_t d : t.example_shape) {
@@ -96,8 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (u128(plan->total_bytes) < u128(plan->segment_bytes) * plan->ranks) {
     batchd::fuzz::Fail(absl::StrCat("total of ", plan->total_bytes,
-                                    " bytes for ", plan->ranks,
-                                    " segments of ", plan->segment_bytes));
+                                    " bytes for ", plan->ranks, " segments of ",
+                                    plan->segment_bytes));
   }
   return 0;
 }

@@ -32,9 +32,10 @@ std::string TrainTinyModel() {
     // German and English-like words, digits and a few non-ASCII letters, so
     // the model has multi-byte pieces and byte fallback has work to do.
     static const char* kWords[] = {
-        "der", "die", "das", "und", "ist", "nicht", "über", "straße", "grüße",
-        "the", "and", "is", "not", "over", "street", "greetings", "naïve",
-        "2017", "42", "translation", "Übersetzung", "café", "ß", "€"};
+        "der",  "die",         "das",         "und",       "ist",   "nicht",
+        "über", "straße",      "grüße",       "the",       "and",   "is",
+        "not",  "over",        "street",      "greetings", "naïve", "2017",
+        "42",   "translation", "Übersetzung", "café",      "ß",     "€"};
     std::ofstream out(corpus);
     uint64_t x = 1;
     for (int line = 0; line < 400; ++line) {
