@@ -34,9 +34,10 @@ words of Philox4x32-10 keyed by Mix64(seed) at counter (position, epoch, 0)
 Each client checks every batch it gets and reports its step; the driver
 checks that every rank's steps come exactly once and in order across kills
 and restarts (no step lost or delivered twice), that the daemon stays up,
-and that its thread count does not grow. It prints batches checked, errors,
-kills, stops, restarts, and the daemon's RSS and threads at start and end;
-it exits 1 on any failure. A client killed mid-step is restarted at the
+and that its thread count does not grow (the fewest threads of the last
+quarter of the run above the most of the first fails). It prints batches
+checked, errors, kills, stops, restarts, and the daemon's RSS and threads
+at start and end; it exits 1 on any failure. A client killed mid-step is restarted at the
 first step it had not reported (re-attach with start_step).
 """
 
@@ -443,9 +444,15 @@ class Soak:
             self.start(c)
         begin = time.monotonic()
         end = begin + opts.seconds
-        warmup_end = begin + min(10.0, opts.seconds / 4)
+        # Threads: gRPC starts and ends threads with the calls in flight,
+        # so one sample can be a passing peak. A leak shows as a floor that
+        # rises: the fewest threads of the last quarter of the run above the
+        # most of the first.
+        warmup_end = begin + opts.seconds / 4
+        final_start = end - opts.seconds / 4
         start_figures = None
         max_warm_threads = 0
+        min_final_threads = None
         next_disturb = begin + 2.0
         while time.monotonic() < end:
             self.poll_io(0.05)
@@ -459,6 +466,9 @@ class Soak:
                 max_warm_threads = max(max_warm_threads, threads)
             elif start_figures is None:
                 start_figures = (rss, max_warm_threads)
+            if now >= final_start:
+                min_final_threads = threads if min_final_threads is None \
+                    else min(min_final_threads, threads)
             if now >= next_disturb:
                 self.disturb()
                 next_disturb = now + self.rng.uniform(0.2, opts.disturb_every)
@@ -474,6 +484,7 @@ class Soak:
             end_figures = (0, 0)
         if start_figures is None:
             start_figures = (end_figures[0], max_warm_threads)
+        self.min_final_threads = min_final_threads
         for c in self.clients:
             if c.proc is not None:
                 c.proc.kill()
@@ -524,9 +535,14 @@ class Soak:
               f"{c['restarts']} restarts ({c['exits']} clean exits), "
               f"{c['eval_passes']} eval rank passes")
         print(f"soak: batchd RSS {start[0] / mib:.1f} MiB -> "
-              f"{end[0] / mib:.1f} MiB, threads {start[1]} -> {end[1]}")
-        if end[1] > start[1]:
-            self.fail(f"batchd threads grew from {start[1]} to {end[1]}")
+              f"{end[0] / mib:.1f} MiB, threads {start[1]} -> {end[1]} "
+              f"(most in the first quarter {start[1]}, fewest in the last "
+              f"{self.min_final_threads})")
+        if (self.min_final_threads is not None and
+                self.min_final_threads > start[1]):
+            self.fail(f"batchd threads grew: at least "
+                      f"{self.min_final_threads} in the last quarter, at "
+                      f"most {start[1]} in the first")
         if c["batches"] == 0:
             self.fail("no batch was delivered")
         self.log.close()
