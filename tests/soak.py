@@ -37,8 +37,9 @@ and restarts (no step lost or delivered twice), that the daemon stays up,
 and that its thread count does not grow (the fewest threads of the last
 quarter of the run above the most of the first fails). It prints batches
 checked, errors, kills, stops, restarts, and the daemon's RSS and threads
-at start and end; it exits 1 on any failure. A client killed mid-step is restarted at the
-first step it had not reported (re-attach with start_step).
+at start and end; it exits 1 on any failure. A client killed mid-step is
+restarted at the first step it had not reported (re-attach with
+start_step).
 """
 
 import argparse
