@@ -17,6 +17,7 @@ PACKAGES=(
   libsentencepiece-dev python3-sentencepiece wngerman  # wmt: tokenizer, generator
   libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench
   python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator
+  clang libclang-rt-dev  # fuzz/: libFuzzer and the sanitizer runtimes
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

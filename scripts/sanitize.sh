@@ -1,12 +1,34 @@
 #!/usr/bin/env bash
-# Builds and runs the GoogleTest suites under AddressSanitizer and then
-# ThreadSanitizer (build-asan/, build-tsan/). Slower than scripts/test.sh;
-# run before changing the ring, the engine or the core.
+# Builds and runs the GoogleTest suites under sanitizers, each in a build
+# directory of its own (no torch, no Python module):
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer, undefined behaviour
+#         fatal (-fno-sanitize-recover=undefined), in build-asan/. CI runs
+#         this one (.ci/run through scripts/test.sh --ci).
+#   tsan  ThreadSanitizer (tests/tsan.supp), in build-tsan/. Too slow for
+#         CI's budget on two cores; run it before changing the ring, the
+#         engine or the core.
+#
+# Usage: scripts/sanitize.sh [asan|tsan]...     (default: asan tsan)
+#   "address,undefined" and "address" mean asan, "thread" means tsan.
+# BATCHD_SANITIZE_SKIP_DEPS=1 skips scripts/install-deps.sh (test.sh ran it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-for san in address thread; do
-  BATCHD_BUILD=build-${san:0:1}san scripts/build.sh -DBATCHD_SANITIZE=$san \
+[ "${BATCHD_SANITIZE_SKIP_DEPS:-0}" = 1 ] || scripts/install-deps.sh
+modes=("$@")
+[ ${#modes[@]} -gt 0 ] || modes=(asan tsan)
+for mode in "${modes[@]}"; do
+  case "$mode" in
+    asan | address | address,undefined) san=address,undefined dir=build-asan ;;
+    tsan | thread) san=thread dir=build-tsan ;;
+    *) echo "sanitize.sh: unknown mode '$mode' (asan or tsan)" >&2; exit 2 ;;
+  esac
+  echo "== $san: building in $dir"
+  BATCHD_BUILD=$dir scripts/build.sh -DBATCHD_SANITIZE=$san \
     -DBATCHD_WITH_TORCH=OFF -DBATCHD_WITH_PYTHON=OFF
-  (cd build-${san:0:1}san && TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp halt_on_error=1" ctest --output-on-failure -j2)
+  echo "== $san: running the GoogleTest suites"
+  (cd "$dir" &&
+    ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp halt_on_error=1" \
+    ctest --output-on-failure -j2)
 done

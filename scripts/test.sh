@@ -1,13 +1,50 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs every test: the GoogleTest
-# suites through ctest, the Python suite through Debian's pytest, then the
-# Python package installed by pip into venvs (scripts/test-pip.sh).
+# suites through ctest, the Python suite through Debian's pytest, a
+# 60-second soak (tests/soak.py: clients killed and stopped at random, every
+# batch checked against an independent sampler), then the Python package
+# installed by pip into venvs (scripts/test-pip.sh).
+#
+# Usage: scripts/test.sh [--ci]
+#   --ci  also builds and runs the C++ suites under AddressSanitizer + UBSan
+#         (scripts/sanitize.sh asan, build-asan/) and runs every fuzz target
+#         for a fixed number of inputs (scripts/fuzz.sh, build-fuzz/): what
+#         .ci/run does. ThreadSanitizer stays in scripts/sanitize.sh tsan.
+# BATCHD_SOAK_SECONDS changes the soak's length (0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ci=0
+for arg in "$@"; do
+  case "$arg" in
+    --ci) ci=1 ;;
+    *) echo "usage: scripts/test.sh [--ci]" >&2; exit 2 ;;
+  esac
+done
+stage_start=$SECONDS
+stage() {
+  echo "== test.sh: $1 took $((SECONDS - stage_start)) s"
+  stage_start=$SECONDS
+}
 scripts/install-deps.sh
 scripts/build.sh
+stage build
 BUILD=${BATCHD_BUILD:-build}
 (cd "$BUILD" && ctest --output-on-failure -j2)
-BATCHD_BIN="$PWD/$BUILD/server/batchd" PYTHONPATH="$PWD/$BUILD/python" \
-  /usr/bin/python3 -m pytest -q tests/python
+stage ctest
+export BATCHD_BIN="$PWD/$BUILD/server/batchd" PYTHONPATH="$PWD/$BUILD/python"
+/usr/bin/python3 -m pytest -q tests/python
+stage pytest
+soak_seconds=${BATCHD_SOAK_SECONDS:-60}
+if [ "$soak_seconds" != 0 ]; then
+  /usr/bin/python3 tests/soak.py --seconds "$soak_seconds"
+  stage soak
+fi
 scripts/test-pip.sh
+stage pip
+if [ "$ci" = 1 ]; then
+  BATCHD_SANITIZE_SKIP_DEPS=1 scripts/sanitize.sh asan
+  stage "sanitize asan"
+  BATCHD_FUZZ_SKIP_DEPS=1 scripts/fuzz.sh
+  stage fuzz
+fi
+echo "== test.sh: all passed in $SECONDS s"

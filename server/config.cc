@@ -3,9 +3,12 @@
 
 #include <grp.h>
 
+#include <algorithm>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <toml++/toml.h>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -27,20 +30,27 @@ struct Flag {
   std::function<std::string(const DaemonConfig&)> get;
 };
 
+// `hi` is the largest value the field holds, and at most INT64_MAX: TOML
+// integers are signed 64-bit, and --print-config must write a file that
+// loads back.
 absl::Status ParseU64(const std::string& flag, const std::string& v,
-                      uint64_t lo, uint64_t* out) {
-  if (!absl::SimpleAtoi(v, out) || *out < lo) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, " wants an integer >= ", lo, ", not '", v, "'"));
+                      uint64_t lo, uint64_t hi, uint64_t* out) {
+  hi = std::min<uint64_t>(hi, std::numeric_limits<int64_t>::max());
+  if (!absl::SimpleAtoi(v, out) || *out < lo || *out > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " wants an integer from ", lo, " to ", hi,
+                     ", not '", v, "'"));
   }
   return absl::OkStatus();
 }
 
+// Durations in seconds; finite and at most ~31 years, so that the core's
+// conversions to nanoseconds cannot overflow.
 absl::Status ParseDouble(const std::string& flag, const std::string& v,
                          double* out) {
-  if (!absl::SimpleAtod(v, out) || *out < 0) {
+  if (!absl::SimpleAtod(v, out) || !(*out >= 0 && *out <= 1e9)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, " wants a number >= 0, not '", v, "'"));
+        "--", flag, " wants a number of seconds from 0 to 1e9, not '", v, "'"));
   }
   return absl::OkStatus();
 }
@@ -58,15 +68,19 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
   return absl::OkStatus();
 }
 
-#define U64_FLAG(NAME, FIELD, LO, VALUE, HELP)                            \
-  Flag {                                                                  \
-    NAME, Kind::kInt, VALUE, HELP,                                        \
-        [](DaemonConfig* c, const std::string& v) {                       \
-          uint64_t n;                                                     \
-          absl::Status s = ParseU64(NAME, v, LO, &n);                     \
-          if (s.ok()) c->FIELD = decltype(c->FIELD)(n);                   \
-          return s;                                                       \
-        },                                                                \
+#define U64_FLAG(NAME, FIELD, LO, VALUE, HELP)                                \
+  Flag {                                                                      \
+    NAME, Kind::kInt, VALUE, HELP,                                            \
+        [](DaemonConfig* c, const std::string& v) {                           \
+          uint64_t n;                                                         \
+          absl::Status s = ParseU64(                                          \
+              NAME, v, LO,                                                    \
+              uint64_t(std::numeric_limits<                                   \
+                       std::remove_reference_t<decltype(c->FIELD)>>::max()),  \
+              &n);                                                            \
+          if (s.ok()) c->FIELD = decltype(c->FIELD)(n);                       \
+          return s;                                                           \
+        },                                                                    \
         [](const DaemonConfig& c) { return absl::StrCat(uint64_t(c.FIELD)); } \
   }
 #define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                             \

@@ -113,6 +113,30 @@ TEST(DaemonTest, ConfigFileRoundTripsAndFlagsWin) {
       << bad;
 }
 
+// Found by fuzz/config_fuzz: --threads beyond an int was truncated, and
+// --print-config then wrote a value TOML cannot hold; durations of 1e308 or
+// nan seconds overflowed the core's nanosecond conversions.
+TEST(DaemonTest, RefusesNumbersTheSettingCannotHold) {
+  for (const char* flag :
+       {"--threads 407370955615", "--threads 2147483648",
+        "--max-streams 4294967296", "--max-stream-bytes 18446744073709551615",
+        "--idle-stream-seconds 1e308", "--client-stale-seconds nan",
+        "--throughput-log-seconds inf"}) {
+    std::string out;
+    const int status = RunDaemon(std::string(flag) + " --print-config", &out);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << flag << ": " << out;
+    EXPECT_NE(out.find("wants"), std::string::npos) << flag << ": " << out;
+  }
+  std::string out;
+  ASSERT_EQ(RunDaemon("--threads 2147483647 --max-stream-bytes "
+                      "9223372036854775807 --idle-stream-seconds 1e9 "
+                      "--print-config",
+                      &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("threads = 2147483647"), std::string::npos) << out;
+}
+
 TEST(DaemonTest, ReadyIsNotifiedOnlyOnceTheSocketAccepts) {
   const std::string dir = testing::MakeTempDir();
   const std::string notify = dir + "/notify";

@@ -88,7 +88,9 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       "image_size",       "resize_size", "layout",
       "on_decode_error",  "progress",    "dct_headroom",
       "debug_fixed_crop", "with_ids",    "eval_train_examples"};
-  for (const auto& [key, value] : o) {
+  for (const auto& entry : o) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const std::string& key = entry.first;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
         }) == std::end(kKnown)) {

@@ -69,7 +69,9 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
                                        "index_threads",
                                        "eval_train_examples",
                                        "invalid_utf8"};
-  for (const auto& [key, value] : config.options) {
+  for (const auto& entry : config.options) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const std::string& key = entry.first;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
         }) == std::end(kKnown)) {

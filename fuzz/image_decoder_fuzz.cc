@@ -1,7 +1,7 @@
 // libFuzzer target for ImageDecoder: any bytes, through Open and both decode
 // paths (a crop resize and a resize + centre crop), must give a Status,
-// never a crash, a leak or a sanitizer report. Built and run by
-// fuzz_decoder.sh (clang, not part of the CMake build or CI).
+// never a crash, a leak or a sanitizer report. Seeds: JPEGs (colour,
+// grayscale, CMYK, progressive, 4:4:4) and PNGs from make_seeds.py.
 #include <cstddef>
 #include <cstdint>
 #include <vector>

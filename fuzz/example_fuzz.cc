@@ -1,0 +1,25 @@
+// libFuzzer target for the tf.train.Example wire format (ParseExample):
+// any bytes give features or InvalidArgument, never a crash. What parses
+// must survive a round trip through SerializeExample unchanged.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_util.h"
+#include "workloads/common/tfrecord.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<batchd::ExampleFeatures> parsed = batchd::ParseExample(bytes);
+  if (!parsed.ok()) return 0;
+  absl::StatusOr<batchd::ExampleFeatures> again =
+      batchd::ParseExample(batchd::SerializeExample(*parsed));
+  if (!again.ok()) {
+    batchd::fuzz::Fail("SerializeExample wrote what ParseExample refuses: " +
+                       std::string(again.status().message()));
+  }
+  if (again->bytes != parsed->bytes || again->int64s != parsed->int64s) {
+    batchd::fuzz::Fail("features changed in a serialize/parse round trip");
+  }
+  return 0;
+}
