@@ -33,6 +33,14 @@ bool IsDir(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A worker keeps its file buffer from image to image, but not one grown by
+// an unusually large file: that would pin the largest file ever read, per
+// thread, for the life of the daemon.
+constexpr size_t kKeepBufferBytes = size_t(8) << 20;
+
+// Largest max_file_bytes a stream may ask for.
+constexpr uint64_t kMaxFileBytesLimit = uint64_t(256) << 20;
+
 // What one worker thread reuses from image to image.
 struct ThreadState {
   ImageDecoder decoder;
@@ -56,6 +64,7 @@ struct Options {
   CropBox crop;
   bool flip = false;
   bool with_ids = false;  // an `ids` tensor: each example's global id
+  uint64_t max_file_bytes = kDefaultMaxFileBytes;
 };
 
 absl::Status IntOption(const std::map<std::string, std::string>& o,
@@ -73,8 +82,9 @@ absl::Status IntOption(const std::map<std::string, std::string>& o,
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   const auto& o = config.options;
   static const char* const kKnown[] = {
-      "image_size", "resize_size",  "layout",          "on_decode_error",
-      "progress",   "dct_headroom", "debug_fixed_crop", "with_ids"};
+      "image_size",       "resize_size", "layout",
+      "on_decode_error",  "progress",    "dct_headroom",
+      "debug_fixed_crop", "with_ids",    "max_file_bytes"};
   for (const auto& [key, value] : o) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
@@ -82,7 +92,8 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat(
           "imagenet: unknown option '", key,
           "' (known: image_size, resize_size, layout, on_decode_error, "
-          "progress, dct_headroom, debug_fixed_crop, with_ids)"));
+          "progress, dct_headroom, debug_fixed_crop, with_ids, "
+          "max_file_bytes)"));
     }
   }
   Options opt;
@@ -103,6 +114,14 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   st = IntOption(o, "with_ids", 0, 1, &with_ids);
   if (!st.ok()) return st;
   opt.with_ids = with_ids == 1;
+  if (auto it = o.find("max_file_bytes"); it != o.end()) {
+    if (!absl::SimpleAtoi(it->second, &opt.max_file_bytes) ||
+        opt.max_file_bytes == 0 || opt.max_file_bytes > kMaxFileBytesLimit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("imagenet: option max_file_bytes='", it->second,
+                       "' is not an integer in [1, ", kMaxFileBytesLimit, "]"));
+    }
+  }
   if (auto it = o.find("dct_headroom"); it != o.end()) {
     if (!absl::SimpleAtod(it->second, &opt.dct_headroom) ||
         !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
@@ -238,6 +257,12 @@ class ImageNetWorkload : public Workload {
                          int64_t* label) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
+    struct ReleaseLargeBuffer {
+      std::string& bytes;
+      ~ReleaseLargeBuffer() {
+        if (bytes.capacity() > kKeepBufferBytes) std::string().swap(bytes);
+      }
+    } release{ts.bytes};
     absl::Status st = source_->Read(id, &ts.bytes, label);
     if (!st.ok()) return st;
     st = ts.decoder.Open(reinterpret_cast<const uint8_t*>(ts.bytes.data()),
@@ -318,6 +343,15 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   if (!opt.ok()) return opt.status();
   const std::string& root = config.data_path;
   const std::string& split = config.split;
+  // Every file is opened through the server's data root: symlinks may
+  // point anywhere inside it, never out (workloads/common/data_file.h).
+  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
+      DataRoot::Open(config.data_root.empty() ? root : config.data_root);
+  if (!data_root.ok()) return data_root.status();
+  ImageSourceOptions source_options;
+  source_options.root = *data_root;
+  source_options.max_file_bytes = opt->max_file_bytes;
+  source_options.progress = opt->progress;
   if (split.empty() || split.find('/') != std::string::npos || split == "." ||
       split == "..") {
     return absl::InvalidArgumentError(
@@ -331,15 +365,16 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
     const std::string dir = absl::StrCat(root, "/", name);
     if (IsDir(dir)) {
       absl::StatusOr<std::unique_ptr<ImageSource>> s =
-          OpenImageFolder(dir, opt->progress);
+          OpenImageFolder(dir, source_options);
       if (!s.ok()) return s.status();
       source = std::move(*s);
       break;
     }
-    std::vector<std::string> shards = FindTFRecordShards(root, name);
+    std::vector<std::string> shards =
+        FindTFRecordShards(root, name, data_root->get());
     if (!shards.empty()) {
       absl::StatusOr<std::unique_ptr<ImageSource>> s =
-          OpenTFRecordImages(shards, opt->progress);
+          OpenTFRecordImages(shards, source_options);
       if (!s.ok()) return s.status();
       source = std::move(*s);
       break;

@@ -11,12 +11,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workloads/common/data_file.h"
 #include "workloads/wmt/packing.h"
 
 namespace batchd {
@@ -38,6 +39,10 @@ class Tokenizer {
   // SentencePiece cannot load it or it has no EOS piece.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& model_path);
+  // The same, the file opened through `root` (confined to the data root,
+  // regular file, non-blocking) and at most kMaxModelBytes.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
+      const std::string& model_path, const DataRoot& root);
   ~Tokenizer();
 
   int vocab_size() const;
