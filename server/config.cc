@@ -377,8 +377,7 @@ absl::StatusOr<std::vector<std::string>> ResolveListenAddress(
   if (!remote.empty() && !allow_remote) {
     return refuse(absl::StrCat(
         "'", host, "' resolves to ", remote,
-        ", which is not loopback; listening beyond this host needs "
-        "--allow-remote"));
+        ", which is not loopback: loopback only unless --allow-remote"));
   }
   return out;
 }
