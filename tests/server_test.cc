@@ -8,8 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <set>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
