@@ -95,6 +95,13 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
       return absl::PermissionDeniedError(absl::StrCat(
           "cannot give ring ", name, " to group ", gid, ": ", strerror(err)));
     }
+    // shm_open(O_CREAT | O_EXCL) never follows a link; check anyway that
+    // what we hold is a regular file of ours before trusting it.
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "ring ", name, " is not a regular file of uid ", geteuid()));
+    }
     fchmod(fd, mode);
     // Reserve every page now: tmpfs allocates lazily and a full /dev/shm
     // would otherwise SIGBUS whichever process touches a page first.
@@ -444,10 +451,20 @@ void RingReader::Release(uint64_t pos) {
 
 // ---------------------------------------------------------- stale segments
 
-std::vector<std::string> RemoveStaleSegments(const std::string& prefix) {
+std::vector<std::string> RemoveStaleSegments(
+    const std::string& prefix, std::vector<std::string>* skipped) {
   std::vector<std::string> removed;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return removed;
+  // /dev/shm is world-writable: any user may put a FIFO, a link or a forged
+  // ring under our names. Entries are opened relative to the directory,
+  // without following links and without blocking, and only a regular file
+  // of ours is read, trusted or removed.
+  const int dir_fd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return removed;
+  DIR* dir = fdopendir(dup(dir_fd));
+  if (dir == nullptr) {
+    close(dir_fd);
+    return removed;
+  }
   std::vector<std::string> names;
   while (dirent* e = readdir(dir)) {
     if (strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) {
@@ -455,16 +472,41 @@ std::vector<std::string> RemoveStaleSegments(const std::string& prefix) {
     }
   }
   closedir(dir);
+  auto skip = [&](const std::string& n, const std::string& why) {
+    if (skipped != nullptr) skipped->push_back(absl::StrCat("/", n, ": ", why));
+  };
+  const uid_t me = geteuid();
   for (const std::string& n : names) {
-    const std::string path = "/dev/shm/" + n;
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
+    const int fd =
+        openat(dir_fd, n.c_str(),
+               O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+      skip(n, errno == ELOOP ? "a symbolic link"
+                             : absl::StrCat("cannot open: ", strerror(errno)));
+      continue;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      skip(n, absl::StrCat("cannot stat: ", strerror(errno)));
+      close(fd);
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      skip(n, "not a regular file");
+      close(fd);
+      continue;
+    }
+    if (st.st_uid != me) {
+      // Another user's file: neither its header nor its name is ours to
+      // trust; rings get unpredictable names, so it cannot take one's place.
+      skip(n, absl::StrCat("owned by uid ", st.st_uid, ", not ", me));
+      close(fd);
+      continue;
+    }
     // Only plain fields are read, from a byte copy of the header.
     alignas(shm::RingHeader) unsigned char raw[sizeof(shm::RingHeader)] = {};
     const ssize_t got = pread(fd, raw, sizeof(raw), 0);
     const auto& h = *reinterpret_cast<const shm::RingHeader*>(raw);
-    struct stat st;
-    const bool have_stat = fstat(fd, &st) == 0;
     close(fd);
     bool stale;
     if (got == ssize_t(sizeof(h)) && h.magic == shm::kMagic &&
@@ -472,10 +514,13 @@ std::vector<std::string> RemoveStaleSegments(const std::string& prefix) {
       stale = !ProcessAlive(h.server_pid, h.server_start, h.server_pid_ns);
     } else {
       // Never finished: stale once its creator has had ample time.
-      stale = have_stat && time(nullptr) - st.st_mtime > 60;
+      stale = time(nullptr) - st.st_mtime > 60;
     }
-    if (stale && unlink(path.c_str()) == 0) removed.push_back("/" + n);
+    if (stale && unlinkat(dir_fd, n.c_str(), 0) == 0) {
+      removed.push_back("/" + n);
+    }
   }
+  close(dir_fd);
   return removed;
 }
 

@@ -42,7 +42,8 @@ uint64_t ShmFreeBytes();
 
 class RingWriter {
  public:
-  // Creates segment `name` (e.g. "/batchd.1000.job.0"), reserves all its
+  // Creates segment `name` (e.g. "/batchd.1000.job.0.<random>"; O_EXCL, never
+  // through a link, and checked to be a regular file of ours), reserves all its
   // bytes (so that a full /dev/shm fails here, not with SIGBUS later), writes
   // the header and publishes its version. `gid` >= 0 makes the segment
   // group-readable and -writable by that group (mode 0660); otherwise 0600.
@@ -172,7 +173,11 @@ class RingReader {
 // Removes segments under /dev/shm whose names start with `prefix` (e.g.
 // "batchd.1000.") and whose recorded server is dead, or that were never
 // finished by a creator that has since died. Returns the names removed.
-std::vector<std::string> RemoveStaleSegments(const std::string& prefix);
+// Entries that are not regular files of this process's uid (FIFOs, links,
+// another user's files) are never opened blocking, followed, trusted or
+// removed; each is added to `skipped` (when given) with the reason.
+std::vector<std::string> RemoveStaleSegments(
+    const std::string& prefix, std::vector<std::string>* skipped = nullptr);
 
 }  // namespace batchd
 

@@ -1,7 +1,12 @@
 // Flags and the TOML config file; see config.h.
 #include "server/config.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <functional>
@@ -116,7 +121,8 @@ const std::vector<Flag>& Flags() {
                "cores this process may use. Default: 0"),
       STRING_FLAG("shm-prefix", core.shm_prefix, "NAME",
                   "first part of segment names "
-                  "(/dev/shm/NAME.<uid>.<stream>.<rank>). Default: batchd"),
+                  "(/dev/shm/NAME.<uid>.<stream>.<rank>.<random>). Default: "
+                  "batchd"),
       STRING_FLAG("shm-group", shm_group, "GROUP",
                   "give this group (name or gid) read/write access to the "
                   "rings (mode 0660). Default: owner only (0600)"),
@@ -291,6 +297,101 @@ std::string ConfigToToml(const DaemonConfig& config) {
     } else {
       out += absl::StrCat(f.name, " = ", v, "\n");
     }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveListenAddress(
+    const std::string& flag, const std::string& host_port, bool allow_remote) {
+  auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", host_port, ": ", why));
+  };
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return refuse(
+        "give HOST:PORT (e.g. 127.0.0.1:9090); a bare port "
+        "listens on every interface");
+  }
+  std::string host = host_port.substr(0, colon);
+  const std::string port = host_port.substr(colon + 1);
+  uint32_t port_number = 0;
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(port, &port_number) || port_number > 65535) {
+    return refuse(
+        absl::StrCat("the port '", port,
+                     "' is not a decimal number up to 65535 (one "
+                     "address only: no lists, no '+', no 's' or 'r' suffix)"));
+  }
+  bool bracketed = false;
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') {
+      return refuse("an IPv6 address is written [ADDRESS]:PORT");
+    }
+    host = host.substr(1, host.size() - 2);
+    bracketed = true;
+    in6_addr a6;
+    if (inet_pton(AF_INET6, host.c_str(), &a6) != 1) {
+      return refuse(absl::StrCat("'", host, "' is not an IPv6 address"));
+    }
+  } else {
+    for (char c : host) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '.' || c == '-';
+      if (!ok) {
+        return refuse(absl::StrCat(
+            "the host '", host, "' holds '", std::string(1, c),
+            "': give one host name or IPv4 address (IPv6 in brackets)"));
+      }
+    }
+  }
+  addrinfo hints{};
+  hints.ai_family = bracketed ? AF_INET6 : AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = bracketed ? AI_NUMERICHOST : 0;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    return refuse(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  std::vector<std::string> out;
+  std::string remote;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = "";
+    bool loopback = false;
+    std::string address;
+    if (a->ai_family == AF_INET) {
+      const in_addr ip = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr;
+      inet_ntop(AF_INET, &ip, text, sizeof(text));
+      loopback = (ntohl(ip.s_addr) >> 24) == 127;
+      address = absl::StrCat(text, ":", port_number);
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr ip =
+          reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      inet_ntop(AF_INET6, &ip, text, sizeof(text));
+      loopback = IN6_IS_ADDR_LOOPBACK(&ip) ||
+                 (IN6_IS_ADDR_V4MAPPED(&ip) && ip.s6_addr[12] == 127);
+      address = absl::StrCat("[", text, "]:", port_number);
+    } else {
+      continue;
+    }
+    if (!loopback && remote.empty()) remote = text;
+    if (std::find(out.begin(), out.end(), address) == out.end()) {
+      out.push_back(address);
+    }
+  }
+  freeaddrinfo(found);
+  // IPv4 first: where one address is bound (port 0, metrics), 127.0.0.1
+  // is what clients of "localhost" try everywhere.
+  std::stable_partition(out.begin(), out.end(),
+                        [](const std::string& a) { return a[0] != '['; });
+  if (out.empty()) return refuse(absl::StrCat("'", host, "' has no address"));
+  if (!remote.empty() && !allow_remote) {
+    return refuse(absl::StrCat(
+        "'", host, "' resolves to ", remote,
+        ", which is not loopback: loopback only unless --allow-remote"));
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/core.h"
@@ -39,6 +40,17 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 // The merged settings as a config file.
 std::string ConfigToToml(const DaemonConfig& config);
 std::string Usage();
+
+// A TCP listen address, "HOST:PORT" or "[IPV6]:PORT", checked and resolved
+// into the numeric addresses to bind ("IP:PORT", "[IPV6]:PORT"), so that
+// what is bound is what was checked. Refuses anything but one host and a
+// decimal port: civetweb's lists ("127.0.0.1:1,2" binds 0.0.0.0:2),
+// "+PORT", "PORTs" / "PORTr", a bare port or empty host (every interface).
+// Unless allow_remote, every address the host resolves to must be loopback
+// (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104): a name that merely starts with
+// "127." is resolved, not trusted. `flag` names the flag in errors.
+absl::StatusOr<std::vector<std::string>> ResolveListenAddress(
+    const std::string& flag, const std::string& host_port, bool allow_remote);
 
 }  // namespace batchd
 

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,8 +128,16 @@ Core::~Core() {
 }
 
 std::string Core::SegmentName(const std::string& stream, uint32_t rank) const {
-  return absl::StrCat("/", options_.shm_prefix, ".", getuid(), ".", stream,
-                      ".", rank);
+  // /dev/shm is world-writable: a predictable name could be taken first by
+  // another user (OpenStream would fail) or planted with a forged header.
+  // 64 random bits make the name unguessable; the client learns it from
+  // OpenStream.
+  uint64_t nonce = 0;
+  if (getrandom(&nonce, sizeof(nonce), 0) != ssize_t(sizeof(nonce))) {
+    nonce = MonotonicNanos() ^ (uint64_t(getpid()) << 40);
+  }
+  return absl::StrCat("/", options_.shm_prefix, ".", getuid(), ".", stream, ".",
+                      rank, ".", absl::Hex(nonce, absl::kZeroPad16));
 }
 
 void Core::HeartbeatLoop() {
@@ -219,6 +228,7 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   if (!path.ok()) return path.status();
   WorkloadConfig config;
   config.data_path = *path;
+  config.data_root = options_.data_root;
   config.split = spec.split;
   config.seed = spec.seed;
   config.options = spec.options;

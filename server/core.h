@@ -107,7 +107,8 @@ struct ServerStatusData {
 struct CoreOptions {
   // Data paths of specs are confined to this directory. Default: cwd.
   std::string data_root = ".";
-  // Segment names are /<shm_prefix>.<uid>.<stream>.<rank>. Default: batchd.
+  // Segment names are /<shm_prefix>.<uid>.<stream>.<rank>.<random>.
+  // Default: batchd.
   std::string shm_prefix = "batchd";
   // Worker threads. Default: the cores this process may use.
   int threads = 0;

@@ -4,6 +4,9 @@
 // stream and unlinks every segment before it exits.
 #include <fcntl.h>
 #include <grp.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -11,10 +14,6 @@
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
 #include <cstdio>
@@ -24,9 +23,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "batchd/version.h"
 #include "client/ring.h"
 #include "server/config.h"
@@ -36,11 +37,6 @@
 #include "server/metrics.h"
 
 namespace {
-
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 ||
-         host == "[::1]" || host == "::1";
-}
 
 int Fail(int code, const std::string& msg) {
   fprintf(stderr, "batchd: %s\n", msg.c_str());
@@ -64,6 +60,68 @@ bool SocketAccepts(const std::string& path) {
 std::string HostOf(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
   return colon == std::string::npos ? "" : host_port.substr(0, colon);
+}
+
+// The directory that holds the socket must be writable by us (and root)
+// only: whoever can write it can replace the socket and impersonate the
+// daemon to every trainer. A sticky directory (/tmp) is allowed, since
+// others cannot remove or rename our entries there.
+absl::Status CheckSocketDirectory(const std::string& dir) {
+  const int fd =
+      open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("socket directory ", dir, ": ", strerror(errno),
+                     errno == ELOOP || errno == ENOTDIR
+                         ? " (a symbolic link or not a directory is refused)"
+                         : ""));
+  }
+  struct stat st;
+  const int rc = fstat(fd, &st);
+  close(fd);
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot stat socket directory ", dir));
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("socket directory ", dir, " is owned by uid ", st.st_uid,
+                     ", not by batchd's uid ", geteuid(),
+                     " or root: its owner could "
+                     "replace the socket; use a directory of batchd's own"));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "socket directory %s has mode %04o: group- or world-writable "
+        "without the sticky bit, so others could replace the socket",
+        dir, unsigned(st.st_mode & 07777)));
+  }
+  return absl::OkStatus();
+}
+
+// Opens (or creates) the lock file without following a link: a link
+// planted there would make a root daemon truncate its target.
+absl::StatusOr<int> OpenLockFile(const std::string& path) {
+  const int fd =
+      open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+           0600);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat st;
+    const bool link = lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open lock file ", path, ": ", strerror(err),
+                     link ? " (it is a symbolic link: refused)" : ""));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      st.st_nlink != 1) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lock file ", path, " is not a regular file of uid ", geteuid(),
+        " with one link: refused (remove it if it is stale)"));
+  }
+  return fd;
 }
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -117,14 +175,24 @@ int main(int argc, char** argv) {
   }
   std::shared_ptr<grpc::ServerCredentials> creds =
       grpc::InsecureServerCredentials();
+  // TCP: the numeric addresses checked, which are what gets bound.
+  std::vector<std::string> tcp_addresses;
   if (socket_path.empty()) {
-    const bool loopback = IsLoopback(HostOf(grpc_address));
+    absl::StatusOr<std::vector<std::string>> resolved =
+        batchd::ResolveListenAddress("listen", grpc_address, false);
+    const bool loopback = resolved.ok();
     if (!loopback && !config.allow_remote) {
-      return Fail(2, absl::StrCat("--listen ", listen,
-                                  ": TCP listens on loopback only "
-                                  "(127.0.0.1 or [::1]); other addresses "
-                                  "need --allow-remote with TLS"));
+      return Fail(2, absl::StrCat(resolved.status().message(),
+                                  " (TCP listens on loopback only: "
+                                  "127.0.0.1 or [::1]; other addresses "
+                                  "need --allow-remote with TLS)"));
     }
+    if (!loopback) {
+      resolved = batchd::ResolveListenAddress("listen", grpc_address, true);
+      if (!resolved.ok())
+        return Fail(2, std::string(resolved.status().message()));
+    }
+    tcp_addresses = *resolved;
     if (!loopback || !config.tls_cert.empty()) {
       if (config.tls_cert.empty() || config.tls_key.empty()) {
         return Fail(2, "--allow-remote needs --tls-cert and --tls-key: "
@@ -150,10 +218,17 @@ int main(int argc, char** argv) {
       creds = grpc::SslServerCredentials(ssl);
     }
   }
-  if (!config.metrics_listen.empty() &&
-      !IsLoopback(HostOf(config.metrics_listen)) && !config.allow_remote) {
-    return Fail(2, absl::StrCat("--metrics-listen ", config.metrics_listen,
-                                ": loopback only unless --allow-remote"));
+  // Civetweb gets one numeric address, never the flag's text: its own
+  // syntax would read "127.0.0.1:X,Y" as two ports, the second on 0.0.0.0.
+  std::string metrics_address;
+  if (!config.metrics_listen.empty()) {
+    absl::StatusOr<std::vector<std::string>> resolved =
+        batchd::ResolveListenAddress("metrics-listen", config.metrics_listen,
+                                     config.allow_remote);
+    if (!resolved.ok()) {
+      return Fail(2, std::string(resolved.status().message()));
+    }
+    metrics_address = resolved->front();
   }
 
   // One daemon per socket: a lock file beside the socket, then a probe, so
@@ -161,14 +236,18 @@ int main(int argc, char** argv) {
   // removes an existing socket file when it binds).
   int lock_fd = -1;
   if (!socket_path.empty()) {
-    const std::string dir = socket_path.substr(0, socket_path.rfind('/'));
-    if (!dir.empty()) mkdir(dir.c_str(), 0755);
-    const std::string lock_path = socket_path + ".lock";
-    lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock_fd < 0) {
-      return Fail(1, absl::StrCat("cannot open ", lock_path, ": ",
-                                  strerror(errno)));
+    const size_t slash = socket_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "."
+                            : slash == 0               ? "/"
+                                         : socket_path.substr(0, slash);
+    mkdir(dir.c_str(), 0755);
+    if (absl::Status s = CheckSocketDirectory(dir); !s.ok()) {
+      return Fail(1, std::string(s.message()));
     }
+    const std::string lock_path = socket_path + ".lock";
+    absl::StatusOr<int> lock = OpenLockFile(lock_path);
+    if (!lock.ok()) return Fail(1, std::string(lock.status().message()));
+    lock_fd = *lock;
     if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
       char buf[32] = {0};
       if (pread(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
@@ -208,9 +287,14 @@ int main(int argc, char** argv) {
 
   const std::string stale_prefix =
       absl::StrCat(config.core.shm_prefix, ".", getuid(), ".");
-  for (const std::string& seg : batchd::RemoveStaleSegments(stale_prefix)) {
+  std::vector<std::string> skipped;
+  for (const std::string& seg :
+       batchd::RemoveStaleSegments(stale_prefix, &skipped)) {
     batchd::Log(batchd::LogLevel::kInfo, "stale_segment_removed",
                 {{"segment", seg}});
+  }
+  for (const std::string& why : skipped) {
+    batchd::Log(batchd::LogLevel::kWarn, "shm_entry_ignored", {{"entry", why}});
   }
 
   absl::StatusOr<std::unique_ptr<batchd::Core>> core =
@@ -229,10 +313,26 @@ int main(int argc, char** argv) {
   // Requests are small; a huge one is refused before it is parsed.
   builder.SetMaxReceiveMessageSize(1 << 20);
   int port = 0;
-  builder.AddListeningPort(grpc_address, creds, &port);
+  std::vector<int> extra_ports;
+  if (socket_path.empty()) {
+    // Every address the host resolved to, unless the port is chosen by the
+    // kernel (then one: the ports would differ).
+    builder.AddListeningPort(tcp_addresses.front(), creds, &port);
+    const std::string& first = tcp_addresses.front();
+    if (first.substr(first.rfind(':') + 1) != "0") {
+      extra_ports.resize(tcp_addresses.size() - 1);
+      for (size_t i = 1; i < tcp_addresses.size(); ++i) {
+        builder.AddListeningPort(tcp_addresses[i], creds, &extra_ports[i - 1]);
+      }
+    }
+  } else {
+    builder.AddListeningPort(grpc_address, creds, &port);
+  }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || (socket_path.empty() && port == 0)) {
+  bool bound = !socket_path.empty() || port != 0;
+  for (int p : extra_ports) bound = bound && p != 0;
+  if (server == nullptr || !bound) {
     return Fail(1, absl::StrCat("cannot listen on ", listen,
                                 " (in use, or no permission)"));
   }
@@ -247,20 +347,21 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<batchd::MetricsServer> metrics;
   if (!config.metrics_listen.empty()) {
-    auto m = batchd::MetricsServer::Start(config.metrics_listen, **core);
+    auto m = batchd::MetricsServer::Start(metrics_address, **core);
     if (!m.ok()) return Fail(1, std::string(m.status().message()));
     metrics = std::move(*m);
   }
-  batchd::Log(batchd::LogLevel::kInfo, "ready",
-              {{"pid", std::to_string(getpid())},
-               {"listen", socket_path.empty()
-                              ? absl::StrCat("tcp://", HostOf(grpc_address),
-                                             ":", port)
-                              : listen},
-               {"data_root", (*core)->options().data_root},
-               {"threads", std::to_string((*core)->options().threads)},
-               {"shm_prefix", config.core.shm_prefix},
-               {"metrics", config.metrics_listen}});
+  batchd::Log(
+      batchd::LogLevel::kInfo, "ready",
+      {{"pid", std::to_string(getpid())},
+       {"listen",
+        socket_path.empty()
+            ? absl::StrCat("tcp://", HostOf(tcp_addresses.front()), ":", port)
+            : listen},
+       {"data_root", (*core)->options().data_root},
+       {"threads", std::to_string((*core)->options().threads)},
+       {"shm_prefix", config.core.shm_prefix},
+       {"metrics", config.metrics_listen}});
   // systemd (Type=notify): ready only now that the socket accepts.
   sd_notify(0, "READY=1");
   std::atomic<bool> stopping{false};

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -247,8 +248,14 @@ TEST(ServerTest, ClosedLoaderFreesItsRingAndTheRankReattaches) {
     auto l = Loader::Open(Options(server, "d", 8, 2, 1));
     ASSERT_TRUE(l.ok()) << l.status();
     ASSERT_EQ(server.Segments().size(), 1u);
-    EXPECT_EQ(server.Segments()[0], server.prefix() + "." +
-                                        std::to_string(getuid()) + ".d.1");
+    // <prefix>.<uid>.<stream>.<rank>.<64 random bits>: unguessable, so
+    // that another user cannot take the name first.
+    EXPECT_TRUE(std::regex_match(
+        server.Segments()[0],
+        std::regex(server.prefix() + "\\." + std::to_string(getuid()) +
+                   "\\.d\\.1\\.[0-9a-f]{16}")))
+        << server.Segments()[0];
+    EXPECT_EQ("/" + server.Segments()[0], (*l)->info().segment);
   }
   for (int i = 0; i < 300 && !server.Segments().empty(); ++i) usleep(10000);
   EXPECT_TRUE(server.Segments().empty());

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -20,8 +21,12 @@
 namespace batchd {
 namespace testing {
 
-// Path of the daemon binary (set by CMake).
-inline std::string DaemonPath() { return BATCHD_DAEMON_PATH; }
+// Path of the daemon binary (set by CMake; BATCHD_TEST_DAEMON overrides it,
+// e.g. to show that a test fails against an older daemon).
+inline std::string DaemonPath() {
+  const char* other = getenv("BATCHD_TEST_DAEMON");
+  return other != nullptr && *other != '\0' ? other : BATCHD_DAEMON_PATH;
+}
 
 inline std::string MakeTempDir() {
   char tmpl[] = "/tmp/batchd-test-XXXXXX";

@@ -45,6 +45,9 @@ struct ExampleRef {
 
 struct WorkloadConfig {
   std::string data_path;  // absolute, already confined to --data-root
+  // The server's --data-root (resolved): workloads open every file through
+  // it (workloads/common/data_file.h). Empty: data_path is the root.
+  std::string data_root;
   std::string split;
   uint64_t seed = 0;
   std::map<std::string, std::string> options;

@@ -120,23 +120,38 @@ absl::Status ErrnoStatus(const std::string& what, const std::string& path,
 
 TFRecordFile::TFRecordFile(std::string path, int fd,
                            std::vector<uint64_t> offsets,
-                           std::vector<uint64_t> lengths)
+                           std::vector<uint64_t> lengths,
+                           uint64_t max_record_bytes)
     : path_(std::move(path)),
       fd_(fd),
+      max_record_bytes_(max_record_bytes),
       offsets_(std::move(offsets)),
       lengths_(std::move(lengths)) {}
 
 TFRecordFile::~TFRecordFile() { close(fd_); }
 
 absl::StatusOr<std::unique_ptr<TFRecordFile>> TFRecordFile::Open(
-    const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("cannot open TFRecord file", path, errno);
+    const std::string& path, const TFRecordOptions& options) {
+  int fd;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return ErrnoStatus("cannot stat TFRecord file", path, err);
+  if (options.root != nullptr) {
+    absl::StatusOr<int> opened = options.root->OpenFile(path, &st);
+    if (!opened.ok()) return opened.status();
+    fd = *opened;
+  } else {
+    // Non-blocking: a FIFO named like a shard must not hang the opener.
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return ErrnoStatus("cannot open TFRecord file", path, errno);
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return ErrnoStatus("cannot stat TFRecord file", path, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("TFRecord file ", path, " is not a regular file"));
+    }
   }
   const uint64_t file_size = uint64_t(st.st_size);
   std::vector<uint64_t> offsets, lengths;
@@ -187,7 +202,8 @@ absl::StatusOr<std::unique_ptr<TFRecordFile>> TFRecordFile::Open(
     pos += kHeaderBytes + length + kFooterBytes;
   }
   return std::unique_ptr<TFRecordFile>(
-      new TFRecordFile(path, fd, std::move(offsets), std::move(lengths)));
+      new TFRecordFile(path, fd, std::move(offsets), std::move(lengths),
+                       options.max_record_bytes));
 }
 
 absl::StatusOr<std::string> TFRecordFile::Read(size_t i) const {
@@ -197,6 +213,11 @@ absl::StatusOr<std::string> TFRecordFile::Read(size_t i) const {
   }
   const uint64_t length = lengths_[i];
   const uint64_t record_offset = offsets_[i] - kHeaderBytes;
+  if (length > max_record_bytes_) {
+    return absl::DataLossError(absl::StrCat(
+        path_, ": record ", i, " at offset ", record_offset, " holds ", length,
+        " bytes, over the limit of ", max_record_bytes_, " bytes per record"));
+  }
   std::string data(length + kFooterBytes, '\0');
   const ssize_t r = PreadFull(fd_, data.data(), data.size(), offsets_[i]);
   if (r < 0) {

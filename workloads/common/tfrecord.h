@@ -20,11 +20,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workloads/common/data_file.h"
 
 namespace batchd {
 
 uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 uint32_t MaskedCrc32c(const void* data, size_t n);
+
+struct TFRecordOptions {
+  // When set, the file is opened through it (confined to the data root);
+  // otherwise by path. Either way: regular files only, never blocking.
+  std::shared_ptr<const DataRoot> root;
+  // A record longer than this is refused by Read (DataLoss) without being
+  // read: shards are big, so the cap is per record, not per file.
+  // Default: kDefaultMaxFileBytes.
+  uint64_t max_record_bytes = kDefaultMaxFileBytes;
+};
 
 // One TFRecord file with an index of record offsets, built by one scan at
 // Open (which checks every length CRC; data CRCs are checked on Read).
@@ -32,19 +43,21 @@ class TFRecordFile {
  public:
   // Errors name the file and the byte offset of the bad record.
   static absl::StatusOr<std::unique_ptr<TFRecordFile>> Open(
-      const std::string& path);
+      const std::string& path, const TFRecordOptions& options = {});
   ~TFRecordFile();
 
   const std::string& path() const { return path_; }
   size_t size() const { return offsets_.size(); }
-  // Record i's data; DataLoss (naming file and offset) on a CRC mismatch.
+  // Record i's data; DataLoss (naming file and offset) on a CRC mismatch
+  // or a record over max_record_bytes.
   absl::StatusOr<std::string> Read(size_t i) const;
 
  private:
   TFRecordFile(std::string path, int fd, std::vector<uint64_t> offsets,
-               std::vector<uint64_t> lengths);
+               std::vector<uint64_t> lengths, uint64_t max_record_bytes);
   const std::string path_;
   const int fd_;
+  const uint64_t max_record_bytes_;
   const std::vector<uint64_t> offsets_;  // of each record's data
   const std::vector<uint64_t> lengths_;
 };

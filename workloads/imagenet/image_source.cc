@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
 
 namespace batchd {
@@ -43,9 +44,19 @@ struct DirEntries {
 };
 
 // Lists `path` as os.scandir / os.walk classify entries: is_dir() follows
-// symlinks; everything else (files, broken links, sockets) is a file.
-absl::Status ListDir(const std::string& path, DirEntries* out) {
-  DIR* d = opendir(path.c_str());
+// symlinks; everything else (files, broken links, sockets) is a file. With
+// a root, the directory is opened through it (confined).
+absl::Status ListDir(const DataRoot* root, const std::string& path,
+                     DirEntries* out) {
+  DIR* d = nullptr;
+  if (root != nullptr) {
+    absl::StatusOr<int> fd = root->OpenDirectory(path);
+    if (!fd.ok()) return fd.status();
+    d = fdopendir(*fd);
+    if (d == nullptr) close(*fd);
+  } else {
+    d = opendir(path.c_str());
+  }
   if (d == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("cannot list ", path, ": ", strerror(errno)));
@@ -56,44 +67,11 @@ absl::Status ListDir(const std::string& path, DirEntries* out) {
     bool is_dir = e->d_type == DT_DIR;
     if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
       struct stat st;
-      is_dir = stat(absl::StrCat(path, "/", n).c_str(), &st) == 0 &&
-               S_ISDIR(st.st_mode);
+      is_dir = fstatat(dirfd(d), n, &st, 0) == 0 && S_ISDIR(st.st_mode);
     }
     (is_dir ? out->dirs : out->files).push_back(n);
   }
   closedir(d);
-  return absl::OkStatus();
-}
-
-absl::Status ReadWholeFile(const std::string& path, std::string* bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open ", path, ": ", strerror(errno)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return absl::InternalError(
-        absl::StrCat("cannot stat ", path, ": ", strerror(err)));
-  }
-  bytes->resize(size_t(st.st_size));
-  size_t done = 0;
-  while (done < bytes->size()) {
-    const ssize_t n = pread(fd, &(*bytes)[done], bytes->size() - done, done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::InternalError(
-          absl::StrCat("cannot read ", path, ": ", strerror(err)));
-    }
-    if (n == 0) break;  // the file shrank
-    done += size_t(n);
-  }
-  bytes->resize(done);
-  close(fd);
   return absl::OkStatus();
 }
 
@@ -132,10 +110,18 @@ class Progress {
 class ImageFolderSource : public ImageSource {
  public:
   static absl::StatusOr<std::unique_ptr<ImageSource>> Open(
-      const std::string& dir, bool progress) {
-    auto src = std::unique_ptr<ImageFolderSource>(new ImageFolderSource(dir));
+      const std::string& dir, const ImageSourceOptions& options) {
+    std::shared_ptr<const DataRoot> root = options.root;
+    if (root == nullptr) {
+      absl::StatusOr<std::shared_ptr<const DataRoot>> r = DataRoot::Open(dir);
+      if (!r.ok()) return r.status();
+      root = std::move(*r);
+    }
+    auto src = std::unique_ptr<ImageFolderSource>(
+        new ImageFolderSource(dir, std::move(root), options.max_file_bytes));
+    const bool progress = options.progress;
     DirEntries top;
-    absl::Status st = ListDir(dir, &top);
+    absl::Status st = ListDir(src->root_.get(), dir, &top);
     if (!st.ok()) return st;
     std::sort(top.dirs.begin(), top.dirs.end());
     if (top.dirs.empty()) {
@@ -171,14 +157,18 @@ class ImageFolderSource : public ImageSource {
   absl::Status Read(uint64_t i, std::string* bytes,
                     int64_t* label) const override {
     *label = labels_[i];
-    return ReadWholeFile(Path(i), bytes);
+    return ReadFileCapped(*root_, Path(i), max_file_bytes_, bytes);
   }
 
   std::string Describe(uint64_t i) const override { return Path(i); }
   std::vector<std::string> classes() const override { return classes_; }
 
  private:
-  explicit ImageFolderSource(std::string dir) : dir_(std::move(dir)) {}
+  ImageFolderSource(std::string dir, std::shared_ptr<const DataRoot> root,
+                    uint64_t max_file_bytes)
+      : dir_(std::move(dir)),
+        root_(std::move(root)),
+        max_file_bytes_(max_file_bytes) {}
 
   std::string Path(uint64_t i) const {
     return absl::StrCat(dir_, "/", RelPath(i));
@@ -199,7 +189,7 @@ class ImageFolderSource : public ImageSource {
       dirs.push_back(rel);
       if (depth >= kMaxDepth) continue;
       DirEntries e;
-      absl::Status st = ListDir(absl::StrCat(dir_, "/", rel), &e);
+      absl::Status st = ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e);
       if (!st.ok()) {
         if (depth == 0) return st;
         continue;  // os.walk skips a folder it cannot list
@@ -211,7 +201,9 @@ class ImageFolderSource : public ImageSource {
     std::sort(dirs.begin(), dirs.end());
     for (const std::string& rel : dirs) {
       DirEntries e;
-      if (!ListDir(absl::StrCat(dir_, "/", rel), &e).ok()) continue;
+      if (!ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e).ok()) {
+        continue;
+      }
       std::sort(e.files.begin(), e.files.end());
       for (const std::string& f : e.files) {
         if (!HasImageExtension(f)) continue;
@@ -225,6 +217,8 @@ class ImageFolderSource : public ImageSource {
   }
 
   const std::string dir_;
+  const std::shared_ptr<const DataRoot> root_;
+  const uint64_t max_file_bytes_;
   std::vector<std::string> classes_;
   // Paths relative to dir_, packed: path i is names_[offsets_[i],
   // offsets_[i + 1]) (1.28 M paths as strings would cost ~3x the memory).
@@ -236,13 +230,17 @@ class ImageFolderSource : public ImageSource {
 class TFRecordImageSource : public ImageSource {
  public:
   static absl::StatusOr<std::unique_ptr<ImageSource>> Open(
-      const std::vector<std::string>& files, bool progress) {
+      const std::vector<std::string>& files,
+      const ImageSourceOptions& options) {
     auto src = std::unique_ptr<TFRecordImageSource>(new TFRecordImageSource);
-    Progress report(progress);
+    Progress report(options.progress);
+    TFRecordOptions tfr;
+    tfr.root = options.root;
+    tfr.max_record_bytes = options.max_file_bytes;
     uint64_t total = 0;
     for (size_t f = 0; f < files.size(); ++f) {
       absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
-          TFRecordFile::Open(files[f]);
+          TFRecordFile::Open(files[f], tfr);
       if (!file.ok()) return file.status();
       total += (*file)->size();
       src->files_.push_back(std::move(*file));
@@ -308,20 +306,35 @@ class TFRecordImageSource : public ImageSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ImageSource>> OpenImageFolder(
+    const std::string& dir, const ImageSourceOptions& options) {
+  return ImageFolderSource::Open(dir, options);
+}
+
+absl::StatusOr<std::unique_ptr<ImageSource>> OpenImageFolder(
     const std::string& dir, bool progress) {
-  return ImageFolderSource::Open(dir, progress);
+  ImageSourceOptions options;
+  options.progress = progress;
+  return ImageFolderSource::Open(dir, options);
+}
+
+absl::StatusOr<std::unique_ptr<ImageSource>> OpenTFRecordImages(
+    const std::vector<std::string>& files, const ImageSourceOptions& options) {
+  return TFRecordImageSource::Open(files, options);
 }
 
 absl::StatusOr<std::unique_ptr<ImageSource>> OpenTFRecordImages(
     const std::vector<std::string>& files, bool progress) {
-  return TFRecordImageSource::Open(files, progress);
+  ImageSourceOptions options;
+  options.progress = progress;
+  return TFRecordImageSource::Open(files, options);
 }
 
 std::vector<std::string> FindTFRecordShards(const std::string& dir,
-                                            const std::string& split) {
+                                            const std::string& split,
+                                            const DataRoot* root) {
   DirEntries e;
   std::vector<std::string> out;
-  if (!ListDir(dir, &e).ok()) return out;
+  if (!ListDir(root, dir, &e).ok()) return out;
   const std::string infix = absl::StrCat("-", split, ".tfrecord-");
   const std::string suffix = absl::StrCat("-", split, ".tfrecord");
   for (const std::string& f : e.files) {

@@ -44,6 +44,14 @@ bool IsDir(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A worker keeps its file buffer from image to image, but not one grown by
+// an unusually large file: that would pin the largest file ever read, per
+// thread, for the life of the daemon.
+constexpr size_t kKeepBufferBytes = size_t(8) << 20;
+
+// Largest max_file_bytes a stream may ask for.
+constexpr uint64_t kMaxFileBytesLimit = uint64_t(256) << 20;
+
 // What one worker thread reuses from image to image.
 struct ThreadState {
   ImageDecoder decoder;
@@ -68,6 +76,7 @@ struct Options {
   bool flip = false;
   bool with_ids = false;  // an `ids` tensor: each example's global id
   uint64_t eval_train_examples = kAlgoPerfEvalTrainExamples;
+  uint64_t max_file_bytes = kDefaultMaxFileBytes;
 };
 
 absl::Status IntOption(const std::map<std::string, std::string>& o,
@@ -87,7 +96,8 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   static const char* const kKnown[] = {
       "image_size",       "resize_size", "layout",
       "on_decode_error",  "progress",    "dct_headroom",
-      "debug_fixed_crop", "with_ids",    "eval_train_examples"};
+      "debug_fixed_crop", "with_ids",    "eval_train_examples",
+      "max_file_bytes"};
   for (const auto& entry : o) {
     // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
     const std::string& key = entry.first;
@@ -98,7 +108,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
           "imagenet: unknown option '", key,
           "' (known: image_size, resize_size, layout, on_decode_error, "
           "progress, dct_headroom, debug_fixed_crop, with_ids, "
-          "eval_train_examples)"));
+          "eval_train_examples, max_file_bytes)"));
     }
   }
   Options opt;
@@ -125,6 +135,14 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       return absl::InvalidArgumentError(
           absl::StrCat("imagenet: option eval_train_examples='", it->second,
                        "' is not a positive integer"));
+    }
+  }
+  if (auto it = o.find("max_file_bytes"); it != o.end()) {
+    if (!absl::SimpleAtoi(it->second, &opt.max_file_bytes) ||
+        opt.max_file_bytes == 0 || opt.max_file_bytes > kMaxFileBytesLimit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("imagenet: option max_file_bytes='", it->second,
+                       "' is not an integer in [1, ", kMaxFileBytesLimit, "]"));
     }
   }
   if (auto it = o.find("dct_headroom"); it != o.end()) {
@@ -278,6 +296,12 @@ class ImageNetWorkload : public Workload {
                          int64_t* label) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
+    struct ReleaseLargeBuffer {
+      std::string& bytes;
+      ~ReleaseLargeBuffer() {
+        if (bytes.capacity() > kKeepBufferBytes) std::string().swap(bytes);
+      }
+    } release{ts.bytes};
     absl::Status st = source_->Read(id, &ts.bytes, label);
     if (!st.ok()) return st;
     st = ts.decoder.Open(reinterpret_cast<const uint8_t*>(ts.bytes.data()),
@@ -359,6 +383,15 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   if (!opt.ok()) return opt.status();
   const std::string& root = config.data_path;
   const std::string& split = config.split;
+  // Every file is opened through the server's data root: symlinks may
+  // point anywhere inside it, never out (workloads/common/data_file.h).
+  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
+      DataRoot::Open(config.data_root.empty() ? root : config.data_root);
+  if (!data_root.ok()) return data_root.status();
+  ImageSourceOptions source_options;
+  source_options.root = *data_root;
+  source_options.max_file_bytes = opt->max_file_bytes;
+  source_options.progress = opt->progress;
   if (split.empty() || split.find('/') != std::string::npos || split == "." ||
       split == "..") {
     return absl::InvalidArgumentError(
@@ -378,15 +411,16 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
       const std::string dir = absl::StrCat(dir_root, "/", name);
       if (IsDir(dir)) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
-            OpenImageFolder(dir, opt->progress);
+            OpenImageFolder(dir, source_options);
         if (!s.ok()) return s.status();
         source = std::move(*s);
         break;
       }
-      std::vector<std::string> shards = FindTFRecordShards(dir_root, name);
+      std::vector<std::string> shards =
+          FindTFRecordShards(dir_root, name, data_root->get());
       if (!shards.empty()) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
-            OpenTFRecordImages(shards, opt->progress);
+            OpenTFRecordImages(shards, source_options);
         if (!s.ok()) return s.status();
         source = std::move(*s);
         break;

@@ -31,12 +31,16 @@ constexpr const char* kBuilders[] = {"wmt17_translate", "wmt14_translate"};
 class TfdsSource : public PairSource {
  public:
   static absl::StatusOr<std::unique_ptr<PairSource>> Open(
-      const std::vector<std::string>& shards) {
+      const std::vector<std::string>& shards,
+      const PairSourceOptions& options) {
     std::unique_ptr<TfdsSource> s(new TfdsSource());
+    TFRecordOptions tfr;
+    tfr.root = options.root;
+    tfr.max_record_bytes = options.max_record_bytes;
     uint64_t total = 0;
     for (const std::string& path : shards) {
       absl::StatusOr<std::unique_ptr<TFRecordFile>> f =
-          TFRecordFile::Open(path);
+          TFRecordFile::Open(path, tfr);
       if (!f.ok()) return f.status();
       s->first_.push_back(total);
       total += (*f)->size();
@@ -98,23 +102,20 @@ class TfdsSource : public PairSource {
 // One read-only mapped text file and the start of each line.
 class LineFile {
  public:
+  // Text files are big (WMT17's train side is ~1 GB) and mapped, not read:
+  // no size cap, but a line over max_line_bytes is a damaged pair.
   static absl::StatusOr<std::unique_ptr<LineFile>> Open(
-      const std::string& path) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      return errno == ENOENT
-                 ? absl::NotFoundError(absl::StrCat("no such file ", path))
-                 : absl::UnavailableError(absl::StrCat("cannot open ", path,
-                                                       ": ", strerror(errno)));
-    }
+      const std::string& path, const PairSourceOptions& options) {
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-      const int err = errno;
-      close(fd);
-      return absl::UnavailableError(
-          absl::StrCat("cannot stat ", path, ": ", strerror(err)));
+    absl::StatusOr<int> opened = options.root->OpenFile(path, &st);
+    if (!opened.ok()) {
+      if (absl::IsNotFound(opened.status())) {
+        return absl::NotFoundError(absl::StrCat("no such file ", path));
+      }
+      return opened.status();
     }
-    std::unique_ptr<LineFile> f(new LineFile(path));
+    const int fd = *opened;
+    std::unique_ptr<LineFile> f(new LineFile(path, options.max_record_bytes));
     f->size_ = uint64_t(st.st_size);
     if (f->size_ > 0) {
       void* p = mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
@@ -150,15 +151,22 @@ class LineFile {
 
   const std::string& path() const { return path_; }
   uint64_t lines() const { return starts_.size() - 1; }
-  std::string Line(uint64_t i) const {
+  absl::StatusOr<std::string> Line(uint64_t i) const {
     uint64_t begin = starts_[i], end = starts_[i + 1] - 1;
     if (end > begin && data_[end - 1] == '\r') --end;
+    if (end - begin > max_line_bytes_) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": line ", i + 1, " holds ", end - begin,
+                       " bytes, over the limit of ", max_line_bytes_));
+    }
     return std::string(data_ + begin, end - begin);
   }
 
  private:
-  explicit LineFile(std::string path) : path_(std::move(path)) {}
+  LineFile(std::string path, uint64_t max_line_bytes)
+      : path_(std::move(path)), max_line_bytes_(max_line_bytes) {}
   const std::string path_;
+  const uint64_t max_line_bytes_;
   const char* data_ = nullptr;
   uint64_t size_ = 0;
   std::vector<uint64_t> starts_;
@@ -167,10 +175,13 @@ class LineFile {
 class TextSource : public PairSource {
  public:
   static absl::StatusOr<std::unique_ptr<PairSource>> Open(
-      const std::string& de_path, const std::string& en_path) {
-    absl::StatusOr<std::unique_ptr<LineFile>> de = LineFile::Open(de_path);
+      const std::string& de_path, const std::string& en_path,
+      const PairSourceOptions& options) {
+    absl::StatusOr<std::unique_ptr<LineFile>> de =
+        LineFile::Open(de_path, options);
     if (!de.ok()) return de.status();
-    absl::StatusOr<std::unique_ptr<LineFile>> en = LineFile::Open(en_path);
+    absl::StatusOr<std::unique_ptr<LineFile>> en =
+        LineFile::Open(en_path, options);
     if (!en.ok()) return en.status();
     if ((*de)->lines() != (*en)->lines()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -192,8 +203,12 @@ class TextSource : public PairSource {
       return absl::OutOfRangeError(
           absl::StrCat("pair ", i, " out of range (", size(), ")"));
     }
-    *de = de_->Line(i);
-    *en = en_->Line(i);
+    absl::StatusOr<std::string> d = de_->Line(i);
+    if (!d.ok()) return d.status();
+    absl::StatusOr<std::string> e = en_->Line(i);
+    if (!e.ok()) return e.status();
+    *de = std::move(*d);
+    *en = std::move(*e);
     return absl::OkStatus();
   }
 
@@ -271,8 +286,14 @@ absl::StatusOr<std::vector<std::string>> FindTfdsShards(
 }
 
 absl::StatusOr<std::unique_ptr<PairSource>> OpenPairSource(
-    const std::string& data, const std::string& split,
-    const std::string& kind) {
+    const std::string& data, const std::string& split, const std::string& kind,
+    const PairSourceOptions& in_options) {
+  PairSourceOptions options = in_options;
+  if (options.root == nullptr) {
+    absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(data);
+    if (!root.ok()) return root.status();
+    options.root = std::move(*root);
+  }
   if (kind != "auto" && kind != "tfds" && kind != "text") {
     return absl::InvalidArgumentError(absl::StrCat(
         "wmt: source='", kind, "' is not one of auto, tfds, text"));
@@ -287,7 +308,7 @@ absl::StatusOr<std::unique_ptr<PairSource>> OpenPairSource(
     absl::StatusOr<std::vector<std::string>> shards =
         FindTfdsShards(data, split);
     if (!shards.ok()) return shards.status();
-    if (!shards->empty()) return TfdsSource::Open(*shards);
+    if (!shards->empty()) return TfdsSource::Open(*shards, options);
     for (const char* b : kBuilders) {
       tried.push_back(absl::StrCat(data, "/", b, "/de-en/1.0.0/", b, "-", split,
                                    ".tfrecord-*"));
@@ -298,7 +319,7 @@ absl::StatusOr<std::unique_ptr<PairSource>> OpenPairSource(
     const std::string en = absl::StrCat(data, "/", split, ".en");
     std::error_code ec;
     if (std::filesystem::exists(de, ec) || std::filesystem::exists(en, ec)) {
-      return TextSource::Open(de, en);
+      return TextSource::Open(de, en, options);
     }
     tried.push_back(de + " and " + en);
   }

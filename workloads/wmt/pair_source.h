@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workloads/common/data_file.h"
 
 namespace batchd {
 namespace wmt {
@@ -39,9 +40,20 @@ class PairSource {
   virtual std::string Describe() const = 0;
 };
 
+// How a source opens its files.
+struct PairSourceOptions {
+  // Every file is opened through it (confined to the data root, regular
+  // files only, non-blocking); unset: `data` is the root.
+  std::shared_ptr<const DataRoot> root;
+  // A TFRecord record or a text line longer than this is a damaged pair
+  // (DataLoss), refused without being read whole. Default: 64 MiB.
+  uint64_t max_record_bytes = kDefaultMaxFileBytes;
+};
+
 // kind: "auto", "tfds" or "text". NotFound names every path it tried.
 absl::StatusOr<std::unique_ptr<PairSource>> OpenPairSource(
-    const std::string& data, const std::string& split, const std::string& kind);
+    const std::string& data, const std::string& split, const std::string& kind,
+    const PairSourceOptions& options = {});
 
 // The TFDS files of one split, sorted; empty when there are none. An
 // incomplete shard set (a missing NNNNN, mixed MMMMM) is an error.

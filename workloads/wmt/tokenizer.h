@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workloads/common/data_file.h"
 #include "workloads/wmt/packing.h"
 
 namespace batchd {
@@ -54,6 +55,10 @@ class Tokenizer {
   // SentencePiece cannot load it or it has no EOS piece.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& model_path);
+  // The same, the file opened through `root` (confined to the data root,
+  // regular file, non-blocking) and at most kMaxModelBytes.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
+      const std::string& model_path, const DataRoot& root);
   ~Tokenizer();
 
   int vocab_size() const;

@@ -248,14 +248,20 @@ class WmtWorkload : public Workload {
     absl::StatusOr<std::string> model_path =
         ModelPath(config.data_path, options->vocab);
     if (!model_path.ok()) return model_path.status();
+    // Every file is opened through the server's data root: symlinks may
+    // point anywhere inside it, never out (workloads/common/data_file.h).
+    absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
+        config.data_root.empty() ? config.data_path : config.data_root);
+    if (!root.ok()) return root.status();
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-        Tokenizer::Load(*model_path);
+        Tokenizer::Load(*model_path, **root);
     if (!tokenizer.ok()) {
       return absl::Status(tokenizer.status().code(),
                           absl::StrCat("wmt: ", tokenizer.status().message()));
     }
     absl::StatusOr<std::unique_ptr<PairSource>> source = OpenPairSource(
-        config.data_path, eval_train ? "train" : config.split, options->source);
+        config.data_path, eval_train ? "train" : config.split, options->source,
+        PairSourceOptions{*root, kDefaultMaxFileBytes});
     if (!source.ok()) return source.status();
     if ((*source)->size() == 0) {
       return absl::FailedPreconditionError(

@@ -1,0 +1,81 @@
+// Opening the files of a data tree, which other users may have written:
+// every open is confined to the data root, takes regular files (or
+// directories) only, never blocks, and whole-file reads are capped.
+//
+// The rule for symbolic links: a link inside the root may point anywhere
+// inside the root (hard-linked and symlinked data trees are common, and
+// torchvision follows links); a link whose target resolves outside the root,
+// or through /proc magic links, is refused. With openat2(2) (Linux 5.6+)
+// this is RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from a descriptor of the
+// root; an absolute link that stays inside the root is resolved once with
+// realpath(3) and the result opened with RESOLVE_NO_SYMLINKS, so a link
+// swapped in between fails instead of escaping. Without openat2 the same
+// resolved path is opened one component at a time with O_NOFOLLOW.
+//
+// Thread safety: a DataRoot is immutable after Open; any number of threads
+// may open files through it at once.
+#ifndef BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
+#define BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace batchd {
+
+// Default cap of one whole-file read (an image): ImageNet's largest JPEG is
+// a few MiB, so 64 MiB refuses only what is not a photograph.
+constexpr uint64_t kDefaultMaxFileBytes = uint64_t(64) << 20;
+
+class DataRoot {
+ public:
+  // `root` must be an existing directory; it is resolved (realpath) here and
+  // held open, so that later renames of its parents do not move it.
+  static absl::StatusOr<std::shared_ptr<const DataRoot>> Open(
+      const std::string& root);
+  ~DataRoot();
+  DataRoot(const DataRoot&) = delete;
+  DataRoot& operator=(const DataRoot&) = delete;
+
+  // The resolved root.
+  const std::string& path() const { return path_; }
+
+  // Opens `path` (absolute and beneath path(), or relative to it) read-only,
+  // close-on-exec and non-blocking, and returns the descriptor, which the
+  // caller closes. PermissionDenied when it resolves outside the root,
+  // FailedPrecondition when it is not a regular file (a FIFO, a device, a
+  // directory), NotFound when missing. `st` (optional) receives its fstat.
+  absl::StatusOr<int> OpenFile(const std::string& path,
+                               struct stat* st = nullptr) const;
+  // The same for a directory (to list it with fdopendir).
+  absl::StatusOr<int> OpenDirectory(const std::string& path) const;
+
+  // Tests: pretend the kernel has no openat2, to exercise the fallback.
+  static void DisableOpenat2ForTesting(bool disable);
+
+ private:
+  DataRoot(int fd, std::string path, std::string given)
+      : fd_(fd), path_(std::move(path)), given_(std::move(given)) {}
+  absl::StatusOr<int> OpenBeneath(const std::string& path, int flags,
+                                  bool directory, struct stat* st) const;
+
+  const int fd_;
+  const std::string path_;   // resolved
+  const std::string given_;  // as passed to Open (paths may be built on it)
+};
+
+// Reads the regular file `path` (confined to `root`) whole into *bytes,
+// which is reused. A file larger than max_bytes is refused from its size,
+// without reading it (a sparse 1 GiB file costs nothing), with
+// ResourceExhausted naming the size and the cap.
+absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,
+                            uint64_t max_bytes, std::string* bytes);
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
