@@ -6,6 +6,7 @@
 // forked and, where the attack needs it, turned into user nobody or put in
 // a new pid namespace before they exec.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <grp.h>
 #include <netinet/in.h>
@@ -46,7 +47,8 @@ class Caller {
     std::vector<std::string> argv = {BATCHD_RPC_CALLER_PATH, server};
     argv.insert(argv.end(), args.begin(), args.end());
     int in[2], out[2];
-    if (pipe(in) != 0 || pipe(out) != 0) abort();
+    // Close-on-exec: a later caller must not hold this one's stdin open.
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) abort();
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -236,9 +238,13 @@ TEST(HardeningTest, TwoPidOneContainersDoNotStealARank) {
     GTEST_SKIP() << "no CLONE_NEWPID here";
   }
   ASSERT_EQ(line, "attached");
-  Caller second(server.address(), {"open", "ns", "0", "--hold"},
+  // The other container's trainer is pid 1 too, and says so.
+  Caller second(server.address(), {"open", "ns", "0", "--client-pid", "1"},
                 Caller::As::kPidOne);
   EXPECT_EQ(second.Wait(), kAlreadyExists);
+  Caller third(server.address(), {"open", "ns", "0", "--hold"},
+               Caller::As::kPidOne);
+  EXPECT_EQ(third.Wait(), kAlreadyExists);
   first.CloseStdin();
   EXPECT_EQ(first.Wait(), kOk) << first.Line();
 }
