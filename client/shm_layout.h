@@ -84,10 +84,12 @@ inline constexpr uint32_t kMaxDims = 6;
 inline constexpr uint32_t kTensorAlign = 256;
 inline constexpr uint32_t kNameBytes = 48;
 inline constexpr uint32_t kCloseReasonBytes = 256;
-// Bounds of a ring, so that no size computed from a request can wrap: a slot
-// (header and payload) and a whole segment. Default rings are far below.
-inline constexpr uint64_t kMaxSlotBytes = uint64_t(4) << 30;      // 4 GiB
-inline constexpr uint64_t kMaxSegmentBytes = uint64_t(64) << 30;  // 64 GiB
+// Bounds of a ring, so that no size computed from a request can come near
+// 2^64: a slot (header and payload) and a whole segment. They only bound
+// the arithmetic; /dev/shm's free space and --max-ring-bytes are the
+// practical limits.
+inline constexpr uint64_t kMaxSlotBytes = uint64_t(1) << 44;     // 16 TiB
+inline constexpr uint64_t kMaxSegmentBytes = uint64_t(1) << 54;  // 16 PiB
 
 // RingHeader::state.
 inline constexpr uint32_t kStateOpen = 0;

@@ -572,12 +572,16 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     }
   }
   absl::Status limit;
-  if (o.max_stream_bytes != 0 && stream_bytes + bytes > o.max_stream_bytes) {
+  // A ring /dev/shm cannot hold at all is reported as that (by Create, with
+  // the sizes), whatever the limits say.
+  const bool fits = bytes <= ShmFreeBytes();
+  if (fits && o.max_stream_bytes != 0 &&
+      stream_bytes + bytes > o.max_stream_bytes) {
     limit = absl::ResourceExhaustedError(absl::StrCat(
         "stream '", spec.name, "' would hold ", stream_bytes + bytes,
         " ring bytes on this node, over --max-stream-bytes ",
         o.max_stream_bytes));
-  } else if (o.max_total_bytes != 0 &&
+  } else if (fits && o.max_total_bytes != 0 &&
              RingBytesInUse() + bytes > o.max_total_bytes) {
     limit = absl::ResourceExhaustedError(absl::StrCat(
         "rings would take ", RingBytesInUse() + bytes,
