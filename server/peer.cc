@@ -3,14 +3,13 @@
 #include "server/peer.h"
 
 #include <errno.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_posix.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <grpcpp/server.h>
-#include <grpcpp/server_posix.h>
 
 #include <cstring>
 #include <vector>
@@ -60,9 +59,9 @@ absl::StatusOr<std::unique_ptr<PeerListener>> PeerListener::Listen(
   memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "socket path ", path, " is longer than ", sizeof(addr.sun_path) - 1,
-        " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path ", path, " is longer than ",
+                     sizeof(addr.sun_path) - 1, " bytes"));
   }
   memcpy(addr.sun_path, path.data(), path.size());
   struct stat st;
@@ -109,7 +108,8 @@ void PeerListener::AcceptLoop(grpc::Server* server) {
     pollfd p{fd_, POLLIN, 0};
     // A bounded wait, so that the destructor's stop is seen.
     if (poll(&p, 1, 100) <= 0) continue;
-    const int conn = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int conn =
+        accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (conn < 0) {
       if (errno == EMFILE || errno == ENFILE) {
         Log(LogLevel::kWarn, "accept_failed", {{"msg", strerror(errno)}});

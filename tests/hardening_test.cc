@@ -7,8 +7,8 @@
 // a new pid namespace before they exec.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -306,10 +306,15 @@ int FreePort() {
 
 pid_t StartTcpDaemon(const std::string& address, const std::string& dir,
                      std::vector<std::string> extra) {
-  std::vector<std::string> args = {testing::DaemonPath(), "--listen", address,
-                                   "--data-root", dir, "--shm-prefix",
+  std::vector<std::string> args = {testing::DaemonPath(),
+                                   "--listen",
+                                   address,
+                                   "--data-root",
+                                   dir,
+                                   "--shm-prefix",
                                    "bdtcp" + std::to_string(getpid()),
-                                   "--threads", "1"};
+                                   "--threads",
+                                   "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
   if (argc < 3) return 50;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string server = argv[1], op = argv[2];
-  auto stub = batchd::v1::Batchd::NewStub(grpc::CreateChannel(
-      Target(server), grpc::InsecureChannelCredentials()));
+  auto stub = batchd::v1::Batchd::NewStub(
+      grpc::CreateChannel(Target(server), grpc::InsecureChannelCredentials()));
   auto context = [] {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() +
