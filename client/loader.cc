@@ -143,7 +143,6 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   spec->set_slots(o.slots);
   for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
   req.set_rank(uint32_t(o.rank));
-  req.set_client_pid(uint32_t(getpid()));
   req.set_protocol_version(kProtocolVersion);
   req.set_client_version(kBatchdVersion);
 

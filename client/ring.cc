@@ -32,11 +32,46 @@ class Mapping {
 };
 
 uint64_t RingGeometry::SlotBytes() const {
-  return shm::AlignUp(shm::kSlotHeaderBytes + payload_bytes, 4096);
+  uint64_t sum, aligned;
+  if (__builtin_add_overflow(payload_bytes, uint64_t(shm::kSlotHeaderBytes),
+                             &sum) ||
+      !shm::CheckedAlignUp(sum, 4096, &aligned)) {
+    return UINT64_MAX;
+  }
+  return aligned;
 }
 
 uint64_t RingGeometry::SegmentBytes() const {
-  return shm::kHeaderBytes + uint64_t(slot_count) * SlotBytes();
+  uint64_t slots, total;
+  if (__builtin_mul_overflow(uint64_t(slot_count), SlotBytes(), &slots) ||
+      __builtin_add_overflow(slots, uint64_t(shm::kHeaderBytes), &total)) {
+    return UINT64_MAX;
+  }
+  return total;
+}
+
+absl::Status RingGeometry::Check() const {
+  if (slot_count == 0) {
+    return absl::InvalidArgumentError("ring needs at least one slot");
+  }
+  if (SlotBytes() > shm::kMaxSlotBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "one ring slot would take ",
+        SlotBytes() == UINT64_MAX ? std::string("more than 2^64")
+                                  : absl::StrCat(SlotBytes()),
+        " bytes (payload ", payload_bytes, "); the limit is ",
+        shm::kMaxSlotBytes, ": use a smaller batch per rank or payload"));
+  }
+  if (SegmentBytes() > shm::kMaxSegmentBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "one ring of ", slot_count, " slots of ", SlotBytes(),
+        " bytes would take ",
+        SegmentBytes() == UINT64_MAX ? std::string("more than 2^64")
+                                     : absl::StrCat(SegmentBytes()),
+        " bytes; the limit is ", shm::kMaxSegmentBytes,
+        ": use fewer slots or smaller batches"));
+  }
+  return absl::OkStatus();
 }
 
 uint64_t ShmFreeBytes() {
@@ -68,9 +103,7 @@ std::string HumanBytes(uint64_t n) {
 
 absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
     const std::string& name, const RingGeometry& geometry, gid_t gid) {
-  if (geometry.slot_count == 0) {
-    return absl::InvalidArgumentError("ring needs at least one slot");
-  }
+  if (absl::Status s = geometry.Check(); !s.ok()) return s;
   const uint64_t bytes = geometry.SegmentBytes();
   const uint64_t free_bytes = ShmFreeBytes();
   auto exhausted = [&](const std::string& why) {
@@ -207,6 +240,13 @@ void RingWriter::SetState(uint32_t state) {
   FutexWakeAll(&header_->data_futex);
 }
 
+void RingWriter::Close(const std::string& reason) {
+  // Plain bytes, published by the release store of the state below.
+  snprintf(header_->close_reason, sizeof(header_->close_reason), "%s",
+           reason.c_str());
+  SetState(shm::kStateClosed);
+}
+
 void RingWriter::Heartbeat(uint64_t now_ns) {
   header_->server_heartbeat_ns.store(now_ns, std::memory_order_release);
 }
@@ -272,10 +312,16 @@ absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Attach(
         " but this client speaks version ", shm::kLayoutVersion,
         "; use a client and server of the same batchd release"));
   }
+  // Products checked: a forged header must not make a slot lie outside the
+  // mapping through a wrapped multiplication.
+  uint64_t slots_bytes = 0, end = 0;
   if (h->header_bytes != shm::kHeaderBytes || h->slot_count == 0 ||
       h->segment_bytes != mapping->size() ||
-      h->header_bytes + uint64_t(h->slot_count) * h->slot_bytes >
-          mapping->size()) {
+      h->slot_bytes < shm::kSlotHeaderBytes ||
+      __builtin_mul_overflow(uint64_t(h->slot_count), h->slot_bytes,
+                             &slots_bytes) ||
+      __builtin_add_overflow(slots_bytes, uint64_t(h->header_bytes), &end) ||
+      end > mapping->size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("ring ", name, " has an inconsistent header"));
   }
@@ -349,9 +395,15 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
       return absl::OutOfRangeError("end of stream");
     }
     if (state == shm::kStateClosed) {
+      const std::string reason(
+          header_->close_reason,
+          strnlen(header_->close_reason, sizeof(header_->close_reason)));
+      const std::string stream(
+          header_->stream_name,
+          strnlen(header_->stream_name, sizeof(header_->stream_name)));
       return absl::CancelledError(absl::StrFormat(
-          "stream %s was closed by batchd (pid %u)", header_->stream_name,
-          header_->server_pid));
+          "stream %s was closed by batchd (pid %u)%s%s", stream,
+          header_->server_pid, reason.empty() ? "" : ": ", reason));
     }
     if (spins < 64) continue;  // a publish is often moments away
     const uint64_t now = MonotonicNanos();
@@ -407,19 +459,25 @@ absl::StatusOr<std::vector<SlotTensor>> RingReader::Tensors(
     SlotTensor t;
     t.name.assign(d.name, strnlen(d.name, sizeof(d.name)));
     t.dtype = d.dtype;
-    uint64_t elements = 1;
     if (d.ndim > shm::kMaxDims || shm::DTypeSize(d.dtype) == 0) {
       return absl::DataLossError(
           absl::StrCat("tensor ", t.name, " has a bad descriptor"));
     }
+    // Every product and sum is checked: a forged descriptor whose shape
+    // product or offset + nbytes wraps must not point outside the slot.
+    uint64_t bytes = shm::DTypeSize(d.dtype);
+    bool bad = false;
     for (uint32_t k = 0; k < d.ndim; ++k) {
       t.shape.push_back(d.shape[k]);
-      elements *= uint64_t(d.shape[k]);
+      bad |= d.shape[k] < 0 ||
+             __builtin_mul_overflow(bytes, uint64_t(d.shape[k]), &bytes);
     }
-    if (elements * shm::DTypeSize(d.dtype) != d.nbytes ||
-        d.offset < shm::kSlotHeaderBytes || d.offset + d.nbytes > slot_bytes_) {
-      return absl::DataLossError(
-          absl::StrCat("tensor ", t.name, " lies outside its slot"));
+    if (bad || bytes != d.nbytes || d.offset < shm::kSlotHeaderBytes ||
+        d.offset > slot_bytes_ || d.nbytes > slot_bytes_ - d.offset) {
+      return absl::DataLossError(absl::StrCat(
+          "tensor ", t.name, " of the slot of position ", pos,
+          " lies outside its slot (offset ", d.offset, ", ", d.nbytes,
+          " bytes, slot ", slot_bytes_, " bytes)"));
     }
     t.data = SlotBase(pos) + d.offset;
     t.nbytes = d.nbytes;

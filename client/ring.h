@@ -29,9 +29,14 @@ struct RingGeometry {
   uint32_t world_size = 1;
   std::string stream_name;
 
-  // Stride of one slot: header plus payload, page aligned.
+  // Stride of one slot: header plus payload, page aligned. Both saturate at
+  // UINT64_MAX instead of wrapping; Check() refuses such a geometry.
   uint64_t SlotBytes() const;
   uint64_t SegmentBytes() const;
+  // OK when the slot and the segment are within shm::kMaxSlotBytes and
+  // shm::kMaxSegmentBytes (products checked, never wrapped), else
+  // InvalidArgument naming the sizes.
+  absl::Status Check() const;
 };
 
 // Owns the mapping of a segment (either side); defined in ring.cc.
@@ -78,6 +83,9 @@ class RingWriter {
   void WaitForRelease(uint64_t seen_read_pos, uint64_t timeout_ns);
   // Marks the end of the ring (no more batches) and wakes the client.
   void SetState(uint32_t state);
+  // Closes the ring for a reason the client reports (e.g. why a batch could
+  // not be made); the reason is written before the state.
+  void Close(const std::string& reason);
   void Heartbeat(uint64_t now_ns);
 
   uint64_t published() const;
@@ -140,7 +148,8 @@ class RingReader {
   // Waits up to timeout_seconds (< 0: for ever) for the next published
   // position and returns it. Fails with Unavailable when the server stopped
   // ("batchd (pid N) stopped: ..."), OutOfRange when the ring ended,
-  // Cancelled when the stream was closed, DeadlineExceeded on timeout.
+  // Cancelled when the stream was closed (with the server's reason when it
+  // gave one), DeadlineExceeded on timeout.
   absl::StatusOr<uint64_t> Acquire(double timeout_seconds);
   const shm::SlotHeader* Slot(uint64_t pos) const;
   uint8_t* SlotBase(uint64_t pos) const;

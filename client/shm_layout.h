@@ -38,7 +38,10 @@
 //          |288 client_wait_ns   u64  atomic: total time Next() waited        |
 //          |296 client_detached  u32  atomic: 1 once the client let go        |
 //   320    +-- stream name, char[64], NUL-terminated ----------------------------+
-//   384..4096 reserved (zero)
+//   384..512 reserved (zero)
+//   512    +-- close reason, char[256], NUL-terminated: why the server closed  +
+//          |   the ring (a failed batch, ...); written before state = Closed |
+//   768..4096 reserved (zero)
 //   4096   +-- slot 0: SlotHeader (4096 B), then tensors at offsets ≥ 4096 ---+
 //          +-- slot 1 ... slot_count-1, each slot_bytes apart (4096-aligned) --+
 //
@@ -80,6 +83,13 @@ inline constexpr uint32_t kMaxTensors = 16;
 inline constexpr uint32_t kMaxDims = 6;
 inline constexpr uint32_t kTensorAlign = 256;
 inline constexpr uint32_t kNameBytes = 48;
+inline constexpr uint32_t kCloseReasonBytes = 256;
+// Bounds of a ring, so that no size computed from a request can come near
+// 2^64: a slot (header and payload) and a whole segment. They only bound
+// the arithmetic; /dev/shm's free space and --max-ring-bytes are the
+// practical limits.
+inline constexpr uint64_t kMaxSlotBytes = uint64_t(1) << 44;     // 16 TiB
+inline constexpr uint64_t kMaxSegmentBytes = uint64_t(1) << 54;  // 16 PiB
 
 // RingHeader::state.
 inline constexpr uint32_t kStateOpen = 0;
@@ -126,6 +136,10 @@ struct RingHeader {
   std::atomic<uint32_t> client_detached;
 
   alignas(64) char stream_name[64];
+  char reserved_384[128];
+  // Written before state is set to kStateClosed (release), read after the
+  // client acquires that state; "" when the stream was closed normally.
+  char close_reason[256];
 };
 
 struct TensorDesc {
@@ -184,7 +198,8 @@ static_assert(offsetof(RingHeader, client_pid_ns) == 280);
 static_assert(offsetof(RingHeader, client_wait_ns) == 288);
 static_assert(offsetof(RingHeader, client_detached) == 296);
 static_assert(offsetof(RingHeader, stream_name) == 320);
-static_assert(sizeof(RingHeader) == 384);
+static_assert(offsetof(RingHeader, close_reason) == 512);
+static_assert(sizeof(RingHeader) == 768);
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 
 static_assert(offsetof(TensorDesc, dtype) == 48);
@@ -220,6 +235,15 @@ inline size_t DTypeSize(uint32_t code) {
 }
 
 inline uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// AlignUp that reports overflow instead of wrapping: false when n rounded
+// up to a multiple of a does not fit in 64 bits.
+inline bool CheckedAlignUp(uint64_t n, uint64_t a, uint64_t* out) {
+  uint64_t sum;
+  if (__builtin_add_overflow(n, a - 1, &sum)) return false;
+  *out = sum / a * a;
+  return true;
+}
 
 }  // namespace shm
 }  // namespace batchd

@@ -139,9 +139,48 @@ const std::vector<Flag>& Flags() {
       U64_FLAG("max-stream-bytes", core.max_stream_bytes, 0, "BYTES",
                "ring bytes one stream may hold on this node; 0: no limit. "
                "Default: 0"),
-      U64_FLAG("max-ring-bytes", core.max_total_bytes, 0, "BYTES",
-               "ring bytes of all streams together; 0: no limit but "
-               "/dev/shm's size. Default: 0"),
+      Flag{"max-ring-bytes", Kind::kString, "BYTES",
+           "ring bytes of all streams together; auto: half of /dev/shm's "
+           "size when batchd starts, so that no client can fill the node's "
+           "shared memory; 0: no limit but /dev/shm's size. Default: auto",
+           [](DaemonConfig* c, const std::string& v) {
+             if (v == "auto") {
+               c->core.max_total_bytes = CoreOptions::kAutoRingBytes;
+               return absl::OkStatus();
+             }
+             uint64_t n;
+             if (!absl::SimpleAtoi(v, &n) || n == CoreOptions::kAutoRingBytes) {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--max-ring-bytes wants a byte count or auto, not '", v,
+                   "'"));
+             }
+             c->core.max_total_bytes = n;
+             return absl::OkStatus();
+           },
+           [](const DaemonConfig& c) {
+             return c.core.max_total_bytes == CoreOptions::kAutoRingBytes
+                        ? std::string("auto")
+                        : absl::StrCat(c.core.max_total_bytes);
+           }},
+      DOUBLE_FLAG("attach-timeout-seconds", core.attach_timeout_seconds, "S",
+                  "free a ring that no client has mapped S seconds after "
+                  "OpenStream asked for it, so that requests for rings "
+                  "nobody maps cannot hold --max-streams or a drain. "
+                  "Default: 60"),
+      STRING_FLAG("admin-group", admin_group, "GROUP",
+                  "members of this group (name or gid) may drain, shut "
+                  "down and close any stream, as root and the daemon's "
+                  "own user may. Default: none"),
+      Flag{"tcp-admin", Kind::kBool, "BOOL",
+           "let TCP callers (who have no kernel identity; with "
+           "--tls-client-ca, those with a client certificate) drain, shut "
+           "down and close any stream. Default: false",
+           [](DaemonConfig* c, const std::string& v) {
+             return ParseBool("tcp-admin", v, &c->core.anonymous_admin);
+           },
+           [](const DaemonConfig& c) {
+             return std::string(c.core.anonymous_admin ? "true" : "false");
+           }},
       Flag{"socket-mode", Kind::kString, "OCTAL",
            "mode of the unix socket. Default: 0660",
            [](DaemonConfig* c, const std::string& v) {
@@ -457,6 +496,17 @@ absl::Status ParseArgs(int argc, char** argv, DaemonConfig* config,
       }
     }
     if (absl::Status s = flag->set(config, value); !s.ok()) return s;
+  }
+  if (!config->admin_group.empty()) {
+    int64_t gid;
+    if (absl::SimpleAtoi(config->admin_group, &gid)) {
+      config->core.admin_gid = gid_t(gid);
+    } else if (group* gr = getgrnam(config->admin_group.c_str())) {
+      config->core.admin_gid = gr->gr_gid;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--admin-group: no group named '", config->admin_group, "'"));
+    }
   }
   if (!config->shm_group.empty()) {
     int64_t gid;

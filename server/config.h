@@ -18,6 +18,7 @@ struct DaemonConfig {
   CoreOptions core;
   std::string listen = "unix:///run/batchd/batchd.sock";
   std::string shm_group;       // name or gid; resolved into core.shm_group
+  std::string admin_group;     // name or gid; resolved into core.admin_gid
   unsigned socket_mode = 0660;
   std::string socket_group;
   bool allow_remote = false;

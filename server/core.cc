@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <sys/statvfs.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "batchd/version.h"
@@ -21,8 +25,11 @@ namespace batchd {
 
 namespace {
 
+constexpr uint64_t kMaxStartStep = uint64_t(1) << 48;
+
+// A name starting with '-' would read as a flag to batchctl and other tools.
 bool ValidStreamName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
+  if (name.empty() || name.size() > 64 || name[0] == '-') return false;
   for (char c : name) {
     if (!(isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) {
       return false;
@@ -45,7 +52,56 @@ int DefaultThreads() {
   return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+// Inode of /proc/<pid>/ns/pid; 0 when it cannot be read (another user's
+// process and no CAP_SYS_PTRACE).
+uint64_t PidNamespaceOf(uint32_t pid) {
+  char link[64];
+  const std::string path = absl::StrCat("/proc/", pid, "/ns/pid");
+  const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n <= 0) return 0;
+  link[n] = '\0';
+  const char* open = strchr(link, '[');
+  return open == nullptr ? 0 : strtoull(open + 1, nullptr, 10);
+}
+
+bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
 }  // namespace
+
+bool Caller::SameProcess(const Caller& other) const {
+  return known && other.known && pid != 0 && pid == other.pid &&
+         start_ticks == other.start_ticks && pid_ns == other.pid_ns;
+}
+
+std::string Caller::Describe() const {
+  if (!known) return "an anonymous TCP caller";
+  return pid == 0 ? absl::StrCat("uid ", uid, " (pid not visible)")
+                  : absl::StrCat("pid ", pid, " (uid ", uid, ")");
+}
+
+Caller Caller::Process(uint32_t pid) {
+  Caller c;
+  c.known = true;
+  c.pid = pid;
+  c.start_ticks = ProcessStartTicks(int(pid));
+  c.pid_ns = PidNamespaceOf(pid);
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    std::istringstream in(line.substr(line.find(':') + 1));
+    if (line.rfind("Uid:", 0) == 0) {
+      in >> c.uid;  // the real uid, as SO_PEERCRED gives the effective one
+      in >> c.uid;
+    } else if (line.rfind("Gid:", 0) == 0) {
+      in >> c.gid;
+      in >> c.gid;
+    } else if (line.rfind("Groups:", 0) == 0) {
+      uint32_t g;
+      while (in >> g) c.groups.push_back(g);
+    }
+  }
+  return c;
+}
 
 std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
                             bool compare_start_step, std::string* detail) {
@@ -101,6 +157,12 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   }
   o.data_root = resolved;
   if (o.threads <= 0) o.threads = DefaultThreads();
+  if (o.max_total_bytes == CoreOptions::kAutoRingBytes) {
+    struct statvfs st;
+    o.max_total_bytes = statvfs("/dev/shm", &st) == 0
+                            ? uint64_t(st.f_blocks) * st.f_frsize / 2
+                            : 0;
+  }
   if (o.default_slots == 0) o.default_slots = 4;
   if (o.shm_prefix.empty() || o.shm_prefix.find('/') != std::string::npos ||
       o.shm_prefix.find('.') != std::string::npos) {
@@ -239,8 +301,16 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
       Sampler::Create((*workload)->num_examples(), spec.global_batch_size,
                       spec.world_size, spec.seed, (*workload)->shuffle());
   if (!sampler.ok()) return sampler.status();
-  BatchLayout layout =
+  absl::StatusOr<BatchLayout> layout =
       BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());
+  if (!layout.ok()) return layout.status();
+  {
+    // The ring is checked now, before anything is created or mapped.
+    RingGeometry g;
+    g.slot_count = spec.slots;
+    g.payload_bytes = layout->payload_bytes;
+    if (absl::Status s = g.Check(); !s.ok()) return s;
+  }
   if (spec.has_start_cursor && !(*workload)->packs_rows()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "start_cursor is for row-packing streams (wmt train); workload '",
@@ -250,11 +320,16 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   stream->spec = spec;
   stream->core = std::make_shared<StreamCore>(
       spec.name, spec.seed, std::move(*workload), std::move(*sampler),
-      std::move(layout));
-  if (spec.has_start_cursor) {
+      std::move(*layout));
+  if (stream->core->packed != nullptr) {
     PackedSchedule& sched = *stream->core->packed;
-    absl::Status s = sched.Anchor(spec.start_step, spec.start_cursor);
-    if (!s.ok()) return s;
+    if (spec.has_start_cursor) {
+      absl::Status s = sched.Anchor(spec.start_step, spec.start_cursor);
+      if (!s.ok()) return s;
+    }
+    if (absl::Status s = sched.CheckReachable(spec.start_step); !s.ok()) {
+      return s;
+    }
   }
   stream->ranks.resize(spec.world_size);
   stream->created_ns = MonotonicNanos();
@@ -265,7 +340,8 @@ absl::Status Core::ValidateSpec(const StreamSpec& spec) {
   if (!ValidStreamName(spec.name)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "stream name '", spec.name.substr(0, 80),
-        "' is invalid: use 1 to 64 characters of A-Z a-z 0-9 _ -"));
+        "' is invalid: use 1 to 64 characters of A-Z a-z 0-9 _ -, not "
+        "starting with -"));
   }
   auto too_long = [](const char* field, const std::string& v, size_t max) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -281,6 +357,25 @@ absl::Status Core::ValidateSpec(const StreamSpec& spec) {
   for (const auto& [k, v] : spec.options) {
     if (k.size() > 256) return too_long("an option name", k, 256);
     if (v.size() > 4096) return too_long(("option " + k).c_str(), v, 4096);
+  }
+  // A NUL cuts a string short wherever it is used as a C string (paths,
+  // segment names): what is checked would differ from what is used.
+  if (HasNul(spec.workload) || HasNul(spec.data) || HasNul(spec.split)) {
+    return absl::InvalidArgumentError(
+        "workload, data and split must not contain a NUL byte");
+  }
+  for (const auto& [k, v] : spec.options) {
+    if (HasNul(k) || HasNul(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "option '", absl::CHexEscape(k), "' contains a NUL byte"));
+    }
+  }
+  // Far beyond any training run (2^48 steps), and far enough below 2^64
+  // that start_step plus the steps produced never wraps.
+  if (spec.start_step > kMaxStartStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_step ", spec.start_step, " exceeds the limit of ",
+        kMaxStartStep));
   }
   if (spec.world_size == 0 || spec.world_size > 65536) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -337,6 +432,27 @@ absl::StatusOr<PlanResult> Core::Plan(const StreamSpec& in) {
   return p;
 }
 
+bool Core::IsAdmin(const Caller& caller) const {
+  if (!caller.known) return options_.anonymous_admin;
+  if (caller.uid == 0 || caller.uid == geteuid()) return true;
+  if (options_.admin_gid == gid_t(-1)) return false;
+  if (caller.gid == options_.admin_gid) return true;
+  return std::find(caller.groups.begin(), caller.groups.end(),
+                   uint32_t(options_.admin_gid)) != caller.groups.end();
+}
+
+absl::Status Core::CheckAdmin(const Caller& caller,
+                              const std::string& what) const {
+  if (IsAdmin(caller)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, " is for batchd's administrators (root, uid ", geteuid(),
+      options_.admin_gid != gid_t(-1)
+          ? absl::StrCat(", members of --admin-group ", options_.admin_gid)
+          : std::string(),
+      caller.known ? "" : "; TCP callers only with --tcp-admin",
+      "), not ", caller.Describe()));
+}
+
 uint32_t Core::Drain() {
   std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;
@@ -347,14 +463,37 @@ uint32_t Core::Drain() {
   return attached;
 }
 
+absl::StatusOr<uint32_t> Core::Drain(const Caller& caller) {
+  if (absl::Status s = CheckAdmin(caller, "Drain"); !s.ok()) return s;
+  return Drain();
+}
+
 void Core::SetOnDrained(std::function<void()> on_drained) {
   std::lock_guard<std::mutex> lock(mu_);
   on_drained_ = std::move(on_drained);
 }
 
+bool Core::HolderAlive(const RankState& rs, uint64_t now) const {
+  const RingWriter& ring = rs.producer->ring();
+  if (ring.client().pid != 0) {
+    // Mapped: the client's own stamps (pid, start time, pid namespace and
+    // heartbeat) say whether it lives.
+    return !ring.ClientGone(now,
+                            uint64_t(options_.client_stale_seconds * 1e9));
+  }
+  // Asked for, not mapped yet: the requester's process as the kernel named
+  // it, with its start time, so that a reused pid is not taken for it.
+  // One the daemon cannot see lives until the attach timeout frees it.
+  if (rs.holder.known && rs.holder.pid != 0) {
+    return ProcessAlive(rs.holder.pid, rs.holder.start_ticks,
+                        SelfPidNamespace());
+  }
+  return true;
+}
+
 absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
                                             uint32_t rank,
-                                            uint32_t client_pid) {
+                                            const Caller& caller) {
   StreamSpec spec = in;
   if (spec.slots == 0) spec.slots = options_.default_slots;
   if (spec.split.empty()) spec.split = "train";
@@ -382,12 +521,21 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     }
     absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
     if (!made.ok()) return made.status();
+    (*made)->owner = caller;
     it = streams_.emplace(spec.name, std::move(*made)).first;
     created = true;
   }
   Stream& stream = *it->second;
   RankState& rs = stream.ranks[rank];
 
+  // Another user's stream is not to be joined: its data and its ranks are
+  // theirs. (Streams opened over TCP have no owner to protect.)
+  if (stream.owner.known && caller.uid != stream.owner.uid &&
+      !IsAdmin(caller)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "stream '", spec.name, "' belongs to uid ", stream.owner.uid,
+        ", not to ", caller.Describe()));
+  }
   // Ranks that never attached must agree on everything; a rank re-attaching
   // after its client died may ask for another start step.
   std::string detail;
@@ -398,17 +546,22 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
         absl::StrCat("stream '", spec.name, "' exists with another spec: ",
                      detail));
   }
+  if (stream.core->packed != nullptr) {
+    absl::Status s = stream.core->packed->CheckReachable(spec.start_step);
+    if (!s.ok()) {
+      if (created) streams_.erase(it);
+      return s;
+    }
+  }
   if (rs.producer != nullptr) {
-    const RingWriter::ClientInfo c = rs.producer->ring().client();
-    const uint32_t holder = c.pid != 0 ? c.pid : rs.requester_pid;
-    const bool dead = rs.producer->ring().ClientGone(
-                          MonotonicNanos(),
-                          uint64_t(options_.client_stale_seconds * 1e9)) ||
-                      (c.pid == 0 && !ProcessAlive(holder, 0, 0));
-    if (!dead && holder != client_pid) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("rank ", rank, " of stream '", spec.name,
-                       "' is already attached by pid ", holder));
+    // Only the process that holds the rank may take it again while it
+    // lives; who the caller is comes from the kernel, not the request.
+    if (HolderAlive(rs, MonotonicNanos()) && !rs.holder.SameProcess(caller)) {
+      const RingWriter::ClientInfo c = rs.producer->ring().client();
+      return absl::AlreadyExistsError(absl::StrCat(
+          "rank ", rank, " of stream '", spec.name,
+          "' is already attached by ",
+          c.pid != 0 ? absl::StrCat("pid ", c.pid) : rs.holder.Describe()));
     }
     Detach(stream, rs);  // its old client is gone, or it is us again
   }
@@ -430,12 +583,16 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     }
   }
   absl::Status limit;
-  if (o.max_stream_bytes != 0 && stream_bytes + bytes > o.max_stream_bytes) {
+  // A ring /dev/shm cannot hold at all is reported as that (by Create, with
+  // the sizes), whatever the limits say.
+  const bool fits = bytes <= ShmFreeBytes();
+  if (fits && o.max_stream_bytes != 0 &&
+      stream_bytes + bytes > o.max_stream_bytes) {
     limit = absl::ResourceExhaustedError(absl::StrCat(
         "stream '", spec.name, "' would hold ", stream_bytes + bytes,
         " ring bytes on this node, over --max-stream-bytes ",
         o.max_stream_bytes));
-  } else if (o.max_total_bytes != 0 &&
+  } else if (fits && o.max_total_bytes != 0 &&
              RingBytesInUse() + bytes > o.max_total_bytes) {
     limit = absl::ResourceExhaustedError(absl::StrCat(
         "rings would take ", RingBytesInUse() + bytes,
@@ -453,7 +610,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   }
   if (rs.ever_attached) ++rs.reattaches;
   rs.ever_attached = true;
-  rs.requester_pid = client_pid;
+  rs.holder = caller;
   rs.attached_ns = MonotonicNanos();
   stream.idle_since_ns = 0;
   rs.producer = std::make_shared<RankProducer>(stream.core, rank,
@@ -513,10 +670,13 @@ std::vector<std::string> Core::ReapDeadClients() {
       if (rs.producer == nullptr) continue;
       RingWriter& ring = rs.producer->ring();
       bool dead = ring.ClientGone(now, stale);
-      // A client that asked for the ring but died before mapping it.
-      if (!dead && ring.client().pid == 0 && rs.requester_pid != 0 &&
-          now - rs.attached_ns > stale) {
-        dead = !ProcessAlive(rs.requester_pid, 0, 0);
+      if (!dead && ring.client().pid == 0) {
+        // Asked for but never mapped: its requester died, or it is past
+        // the attach timeout (a request naming no process that will ever
+        // map it must not hold the ring, a stream slot or a drain).
+        dead = !HolderAlive(rs, now) ||
+               now - rs.attached_ns >
+                   uint64_t(options_.attach_timeout_seconds * 1e9);
       }
       if (dead) {
         freed.push_back(ring.name());
@@ -540,6 +700,7 @@ std::vector<std::string> Core::ReapDeadClients() {
       st.idle_since_ns = now;
     } else if (now > st.idle_since_ns && now - st.idle_since_ns > idle) {
       Log(LogLevel::kInfo, "stream_forgotten", {{"stream", it->first}});
+      st.core->Cancel();
       it = streams_.erase(it);
       continue;
     }
@@ -549,22 +710,56 @@ std::vector<std::string> Core::ReapDeadClients() {
 }
 
 absl::Status Core::CloseStream(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = streams_.find(name);
-  if (it == streams_.end()) {
-    return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
+  std::unique_ptr<Stream> closed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(name);
+    if (it == streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
+    }
+    for (RankState& rs : it->second->ranks) Detach(*it->second, rs);
+    it->second->core->Cancel();
+    closed = std::move(it->second);
+    streams_.erase(it);
   }
-  for (RankState& rs : it->second->ranks) Detach(*it->second, rs);
-  streams_.erase(it);
+  // Destroyed without the lock: a packed schedule may finish counting an
+  // epoch first, and no other stream waits for that.
+  closed.reset();
   return absl::OkStatus();
 }
 
-void Core::CloseAll() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [name, stream] : streams_) {
-    for (RankState& rs : stream->ranks) Detach(*stream, rs);
+absl::Status Core::CloseStream(const std::string& name, const Caller& caller) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(name);
+    if (it == streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
+    }
+    const Caller& owner = it->second->owner;
+    const bool owns = owner.known && caller.known && owner.uid == caller.uid;
+    if (!owns && !IsAdmin(caller)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "stream '", name, "' belongs to ",
+          owner.known ? absl::StrCat("uid ", owner.uid)
+                      : std::string("an anonymous TCP caller"),
+          "; only its owner or batchd's administrators may close it, not ",
+          caller.Describe()));
+    }
   }
-  streams_.clear();
+  return CloseStream(name);
+}
+
+void Core::CloseAll() {
+  std::map<std::string, std::unique_ptr<Stream>> closed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, stream] : streams_) {
+      for (RankState& rs : stream->ranks) Detach(*stream, rs);
+      stream->core->Cancel();
+    }
+    closed.swap(streams_);
+  }
+  closed.clear();
 }
 
 ServerStatusData Core::GetStatus() {
@@ -598,7 +793,7 @@ ServerStatusData Core::GetStatus() {
         const RingWriter& ring = p.ring();
         const RingWriter::ClientInfo c = ring.client();
         rd.attached = true;
-        rd.client_pid = c.pid != 0 ? c.pid : rs.requester_pid;
+        rd.client_pid = c.pid != 0 ? c.pid : rs.holder.pid;
         const uint64_t published = ring.published();
         const uint64_t released = ring.released();
         rd.produced_step = p.start_step() + published;

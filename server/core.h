@@ -45,6 +45,30 @@ struct StreamSpec {
 std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
                             bool compare_start_step, std::string* detail);
 
+// Who makes a request, as the kernel tells the daemon (SO_PEERCRED and
+// SO_PEERGROUPS on the unix socket; /proc for the start time and the pid
+// namespace), never as a request field says. TCP callers have no kernel
+// identity: `known` is false and they are anonymous.
+struct Caller {
+  bool known = false;
+  uint32_t pid = 0;  // in the daemon's pid namespace; 0: not visible from it
+  uint32_t uid = uint32_t(-1);
+  uint32_t gid = uint32_t(-1);
+  std::vector<uint32_t> groups;  // supplementary groups
+  uint64_t start_ticks = 0;      // /proc/<pid>/stat starttime
+  uint64_t pid_ns = 0;           // inode of its pid namespace; 0: unknown
+
+  // The same process: a pid the daemon can see, the same start time and
+  // pid namespace. Two callers without a visible pid are never the same
+  // (two containers' pid 1 are not one process).
+  bool SameProcess(const Caller& other) const;
+  // "pid 123 (uid 1000)" or "an anonymous TCP caller", for errors and logs.
+  std::string Describe() const;
+  // A local process of this machine as the kernel would describe it: its
+  // uid and groups from /proc (tests, tools, in-process callers).
+  static Caller Process(uint32_t pid);
+};
+
 struct OpenResult {
   std::string segment;
   uint64_t segment_bytes = 0;
@@ -128,12 +152,30 @@ struct CoreOptions {
   // Ring bytes of one stream (all its ranks on this node); 0: no limit.
   uint64_t max_stream_bytes = 0;
   // Ring bytes of all streams together; 0: no limit (/dev/shm's size is).
-  uint64_t max_total_bytes = 0;
+  // Default (kAutoRingBytes): half of /dev/shm's size when the core starts,
+  // so that no client can fill the node's shared memory.
+  uint64_t max_total_bytes = kAutoRingBytes;
+  static constexpr uint64_t kAutoRingBytes = uint64_t(-1);
+  // A ring that no client has mapped this long after OpenStream is freed,
+  // so that a request naming a pid that never attaches cannot hold a slot
+  // of --max-streams or block a drain. Default: 60 s.
+  double attach_timeout_seconds = 60.0;
+  // Authorization (see Core): members of this group may drain, shut down
+  // and close any stream, as root and the daemon's own uid may (-1: none).
+  gid_t admin_gid = gid_t(-1);
+  // TCP callers (no kernel identity) may drain, shut down and close
+  // streams. Default: false.
+  bool anonymous_admin = false;
   // A throughput line per stream in the log this often; 0: never.
   // Default: 60 s.
   double throughput_log_seconds = 60;
 };
 
+// Authorization: a stream belongs to the uid that opened it. Only that uid
+// or an administrator may attach further ranks to it or close it;
+// administrators (root, the daemon's uid, members of admin_gid; TCP callers
+// only with anonymous_admin) may drain and shut the daemon down. A rank held
+// by a live process is only ever given to that same process again.
 class Core {
  public:
   static absl::StatusOr<std::unique_ptr<Core>> Create(
@@ -142,13 +184,26 @@ class Core {
   ~Core();
 
   absl::StatusOr<OpenResult> OpenStream(const StreamSpec& spec, uint32_t rank,
-                                        uint32_t client_pid);
-  absl::Status CloseStream(const std::string& name);
+                                        const Caller& caller);
+  // For callers in this process: Caller::Process(client_pid).
+  absl::StatusOr<OpenResult> OpenStream(const StreamSpec& spec, uint32_t rank,
+                                        uint32_t client_pid) {
+    return OpenStream(spec, rank, Caller::Process(client_pid));
+  }
+  // PermissionDenied unless `caller` opened the stream (same uid) or is an
+  // administrator.
+  absl::Status CloseStream(const std::string& name, const Caller& caller);
+  absl::Status CloseStream(const std::string& name);  // as the daemon
+  // OK when `caller` may drain or shut down the daemon; PermissionDenied
+  // naming `what` otherwise.
+  absl::Status CheckAdmin(const Caller& caller, const std::string& what) const;
+  bool IsAdmin(const Caller& caller) const;
   // What `spec` would need, without creating anything.
   absl::StatusOr<PlanResult> Plan(const StreamSpec& spec);
   // Refuses new streams from now on; `on_drained` (given to SetOnDrained)
   // runs once no rank is attached. Returns the ranks attached now.
   uint32_t Drain();
+  absl::StatusOr<uint32_t> Drain(const Caller& caller);
   void SetOnDrained(std::function<void()> on_drained);
   ServerStatusData GetStatus();
   // Frees the rings of ranks whose clients let go or died, and forgets
@@ -169,7 +224,7 @@ class Core {
 
   struct RankState {
     std::shared_ptr<RankProducer> producer;  // null: not attached
-    uint32_t requester_pid = 0;
+    Caller holder;  // who asked for the ring (kernel identity)
     uint64_t attached_ns = 0;
     bool ever_attached = false;
     uint32_t reattaches = 0;
@@ -178,6 +233,7 @@ class Core {
   };
   struct Stream {
     StreamSpec spec;
+    Caller owner;  // who created the stream
     std::shared_ptr<StreamCore> core;
     std::vector<RankState> ranks;
     uint64_t created_ns = 0;
@@ -187,6 +243,8 @@ class Core {
   absl::StatusOr<std::string> ConfineDataPath(const std::string& data) const;
   // Checks the fields of a spec against the limits of a request.
   static absl::Status ValidateSpec(const StreamSpec& spec);
+  // True when `holder`'s process is still there (it may hold its rank).
+  bool HolderAlive(const RankState& rs, uint64_t now) const;
   uint64_t RingBytesInUse() const;  // requires mu_
   absl::StatusOr<std::unique_ptr<Stream>> MakeStream(const StreamSpec& spec);
   void Detach(Stream& stream, RankState& rank);  // requires mu_

@@ -11,16 +11,31 @@
 
 namespace batchd {
 
-BatchLayout BatchLayout::Make(const std::vector<TensorLayout>& tensors,
-                              uint64_t per_rank_batch) {
+absl::StatusOr<BatchLayout> BatchLayout::Make(
+    const std::vector<TensorLayout>& tensors, uint64_t per_rank_batch) {
   BatchLayout layout;
   layout.per_rank_batch = per_rank_batch;
   uint64_t offset = shm::kSlotHeaderBytes;
   for (const TensorLayout& t : tensors) {
-    Entry e{t, offset, t.ExampleBytes()};
-    layout.entries.push_back(e);
-    offset = shm::AlignUp(offset + e.example_bytes * per_rank_batch,
-                          shm::kTensorAlign);
+    // TensorLayout::ExampleBytes wraps; the sizes here come from requests.
+    uint64_t example = shm::DTypeSize(uint32_t(t.dtype));
+    bool bad = example == 0;
+    for (int64_t d : t.example_shape) {
+      bad |= d < 0 || __builtin_mul_overflow(example, uint64_t(d), &example);
+    }
+    uint64_t rank_bytes = 0, end = 0;
+    if (bad || __builtin_mul_overflow(example, per_rank_batch, &rank_bytes) ||
+        __builtin_add_overflow(offset, rank_bytes, &end) ||
+        !shm::CheckedAlignUp(end, shm::kTensorAlign, &end) ||
+        end > shm::kMaxSlotBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", t.name, " of ", per_rank_batch,
+          " examples per rank does not fit in a ring slot (the limit is ",
+          shm::kMaxSlotBytes,
+          " bytes a slot): use a smaller batch per rank or smaller examples"));
+    }
+    layout.entries.push_back(Entry{t, offset, example});
+    offset = end;
   }
   layout.payload_bytes = offset - shm::kSlotHeaderBytes;
   return layout;
@@ -126,6 +141,18 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
       }
     }
     const StreamCore& s = *p->stream_;
+    if (s.packed != nullptr) {
+      // Where the next step lies may take epochs of counting: that happens
+      // on the schedule's own thread, never here, so that no stream's
+      // preparation holds a worker (or the engine's lock) from the others.
+      absl::StatusOr<PackedSchedule::Location> loc =
+          s.packed->TryLocate(p->next_step_);
+      if (absl::IsUnavailable(loc.status())) continue;  // being prepared
+      if (!loc.ok()) {
+        Fail(*p, p->next_step_, loc.status());
+        continue;
+      }
+    }
     if (s.sampler.Finite() && p->next_step_ >= s.sampler.steps_per_epoch()) {
       if (!p->ended_ && p->inflight_.empty()) {
         p->ended_ = true;
@@ -159,7 +186,8 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
 
 void Engine::RunPackedTask(const Task& t, absl::Status* status) {
   StreamCore& s = *t.producer->stream_;
-  absl::StatusOr<PackedSchedule::Location> loc = s.packed->Locate(t.step);
+  // FindTask made sure the schedule reaches t.step: this does not wait.
+  absl::StatusOr<PackedSchedule::Location> loc = s.packed->TryLocate(t.step);
   if (!loc.ok()) {
     *status = loc.status();
     return;
@@ -253,15 +281,8 @@ void Engine::Finish(const Task& t, absl::Status status) {
     RankProducer::Job& job = p.inflight_.front();
     if (!job.status.ok()) {
       // A batch that could not be made ends this rank's ring rather than
-      // publishing garbage; the client sees the stream closed.
-      p.failed.store(true, std::memory_order_relaxed);
-      Log(LogLevel::kError, "batch_failed",
-          {{"stream", p.stream_->name},
-           {"rank", std::to_string(p.rank_)},
-           {"step", std::to_string(job.step)},
-           {"msg", std::string(job.status.message())}});
-      p.ring_->SetState(shm::kStateClosed);
-      p.inflight_.clear();
+      // publishing garbage; the client sees the stream closed, and why.
+      Fail(p, job.step, job.status);
       return;
     }
     if (!p.retired_) p.ring_->Publish(job.pos);
@@ -274,6 +295,17 @@ void Engine::Finish(const Task& t, absl::Status status) {
   }
 }
 
+void Engine::Fail(RankProducer& p, uint64_t step, const absl::Status& why) {
+  p.failed.store(true, std::memory_order_relaxed);
+  Log(LogLevel::kError, "batch_failed",
+      {{"stream", p.stream_->name},
+       {"rank", std::to_string(p.rank_)},
+       {"step", std::to_string(step)},
+       {"msg", std::string(why.message())}});
+  p.ring_->Close(absl::StrCat("step ", step, " failed: ", why.message()));
+  p.inflight_.clear();
+}
+
 void Engine::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
@@ -282,16 +314,21 @@ void Engine::WorkerLoop() {
     if (!FindTask(&task, &ring_full)) {
       // Clients free slots without telling us (no lock or doorbell in shared
       // memory), so full rings are polled, by one worker at a time; the
-      // others sleep until new work arrives.
+      // others sleep until new work arrives. A poll that finds nothing
+      // doubles the next sleep (up to kMaxPoll), so that thousands of idle
+      // full rings cost next to nothing while a consumer that is reading
+      // sees its slots refilled within a poll of kMinPoll.
       if (ring_full && !poller_active_) {
         poller_active_ = true;
-        cv_.wait_for(lock, std::chrono::microseconds(500));
+        cv_.wait_for(lock, poll_interval_);
+        poll_interval_ = std::min(poll_interval_ * 2, kMaxPoll);
         poller_active_ = false;
       } else {
         cv_.wait_for(lock, std::chrono::milliseconds(100));
       }
       continue;
     }
+    poll_interval_ = kMinPoll;
     // More work may be there for another worker.
     cv_.notify_one();
     lock.unlock();

@@ -13,6 +13,7 @@
 #define BATCHD_SERVER_ENGINE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -40,8 +41,11 @@ struct BatchLayout {
   uint64_t per_rank_batch = 0;
   uint64_t payload_bytes = 0;  // slot bytes after the slot header
 
-  static BatchLayout Make(const std::vector<TensorLayout>& tensors,
-                          uint64_t per_rank_batch);
+  // Fails with InvalidArgument when a tensor's shape is negative or any
+  // size (example bytes, bytes per rank, offsets) does not fit in 64 bits
+  // or exceeds shm::kMaxSlotBytes: products are checked, never wrapped.
+  static absl::StatusOr<BatchLayout> Make(
+      const std::vector<TensorLayout>& tensors, uint64_t per_rank_batch);
 };
 
 // What every rank of one stream shares. Constant after construction, except
@@ -68,6 +72,11 @@ struct StreamCore {
           *workload, sampler.num_examples(), sampler.global_batch_size(),
           seed);
     }
+  }
+  // Stops background work (the packed schedule's preparation) soon; the
+  // destructor then waits at most for the epoch being counted.
+  void Cancel() {
+    if (packed != nullptr) packed->Cancel();
   }
 };
 
@@ -137,6 +146,8 @@ class Engine {
   void RunTask(const Task& task, absl::Status* status);
   void RunPackedTask(const Task& task, absl::Status* status);
   void Finish(const Task& task, absl::Status status);  // requires mu_
+  // Ends `p`'s ring with `why`, which its client sees. Requires mu_.
+  void Fail(RankProducer& p, uint64_t step, const absl::Status& why);
   void WorkerLoop();
 
   const int thread_count_;
@@ -146,6 +157,11 @@ class Engine {
   std::vector<std::shared_ptr<RankProducer>> producers_;  // guarded by mu_
   size_t round_robin_ = 0;                                // guarded by mu_
   bool poller_active_ = false;                            // guarded by mu_
+  // How long the poller of full rings sleeps: doubles while polls find
+  // nothing, back to the minimum when one does. Guarded by mu_.
+  std::chrono::microseconds poll_interval_{kMinPoll};
+  static constexpr std::chrono::microseconds kMinPoll{500};
+  static constexpr std::chrono::microseconds kMaxPoll{20000};
   std::vector<std::thread> workers_;
 };
 

@@ -15,19 +15,20 @@ grpc::Status Reply(const absl::StatusOr<T>& result, P* proto) {
 
 }  // namespace
 
-grpc::Status BatchdService::OpenStream(grpc::ServerContext*,
+// req->client_pid() is not read: anyone could name another job's pid.
+grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
   if (absl::Status s = CheckClientProtocol(*req); !s.ok()) return ToGrpc(s);
   return Reply(core_.OpenStream(FromProto(req->spec()), req->rank(),
-                                req->client_pid()),
+                                CallerOf(ctx)),
                resp);
 }
 
-grpc::Status BatchdService::CloseStream(grpc::ServerContext*,
+grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
                                         const v1::CloseStreamRequest* req,
                                         v1::CloseStreamResponse*) {
-  return ToGrpc(core_.CloseStream(req->name()));
+  return ToGrpc(core_.CloseStream(req->name(), CallerOf(ctx)));
 }
 
 grpc::Status BatchdService::GetStatus(grpc::ServerContext*,
@@ -36,16 +37,19 @@ grpc::Status BatchdService::GetStatus(grpc::ServerContext*,
   return Reply(absl::StatusOr<ServerStatusData>(core_.GetStatus()), resp);
 }
 
-grpc::Status BatchdService::Shutdown(grpc::ServerContext*,
+grpc::Status BatchdService::Shutdown(grpc::ServerContext* ctx,
                                      const v1::ShutdownRequest*,
                                      v1::ShutdownResponse*) {
-  return on_shutdown_(), grpc::Status::OK;
+  absl::Status allowed = core_.CheckAdmin(CallerOf(ctx), "Shutdown");
+  return allowed.ok() ? (on_shutdown_(), grpc::Status::OK) : ToGrpc(allowed);
 }
 
-grpc::Status BatchdService::Drain(grpc::ServerContext*,
+grpc::Status BatchdService::Drain(grpc::ServerContext* ctx,
                                   const v1::DrainRequest*,
                                   v1::DrainResponse* resp) {
-  return resp->set_attached_ranks(core_.Drain()), grpc::Status::OK;
+  absl::StatusOr<uint32_t> attached = core_.Drain(CallerOf(ctx));
+  if (attached.ok()) resp->set_attached_ranks(*attached);
+  return ToGrpc(attached.status());
 }
 
 grpc::Status BatchdService::Plan(grpc::ServerContext*,

@@ -1,4 +1,7 @@
-// The gRPC face of the core: each handler is one line.
+// The gRPC face of the core: each handler is one line. Every handler that
+// needs its caller's identity takes it from `identify` (the kernel's word,
+// see peer.h), never from a request field; the core decides what the
+// caller may do.
 #ifndef BATCHD_SERVER_GRPC_SERVICE_H_
 #define BATCHD_SERVER_GRPC_SERVICE_H_
 
@@ -11,9 +14,15 @@ namespace batchd {
 
 class BatchdService final : public v1::Batchd::Service {
  public:
-  // `core` must outlive the service; `on_shutdown` is called by Shutdown.
-  BatchdService(Core& core, std::function<void()> on_shutdown)
-      : core_(core), on_shutdown_(std::move(on_shutdown)) {}
+  using Identify = std::function<Caller(const grpc::ServerContext&)>;
+  // `core` must outlive the service; `on_shutdown` is called by Shutdown
+  // (for administrators only); `identify` names a call's caller (default:
+  // everyone is anonymous).
+  BatchdService(Core& core, std::function<void()> on_shutdown,
+                Identify identify = nullptr)
+      : core_(core),
+        on_shutdown_(std::move(on_shutdown)),
+        identify_(std::move(identify)) {}
 
   grpc::Status OpenStream(grpc::ServerContext*,
                           const v1::OpenStreamRequest* req,
@@ -31,8 +40,13 @@ class BatchdService final : public v1::Batchd::Service {
                     v1::PlanResponse* resp) override;
 
  private:
+  Caller CallerOf(const grpc::ServerContext* ctx) const {
+    return identify_ ? identify_(*ctx) : Caller();
+  }
+
   Core& core_;
   std::function<void()> on_shutdown_;
+  Identify identify_;
 };
 
 }  // namespace batchd

@@ -35,6 +35,7 @@
 #include "server/grpc_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/peer.h"
 
 namespace {
 
@@ -305,7 +306,22 @@ int main(int argc, char** argv) {
     kill(getpid(), SIGTERM);
   });
 
-  batchd::BatchdService service(**core, [] { kill(getpid(), SIGTERM); });
+  // The unix socket is accepted by the daemon itself, so that every call
+  // carries its caller's kernel identity (peer.h); TCP is gRPC's.
+  std::unique_ptr<batchd::PeerListener> peers;
+  if (!socket_path.empty()) {
+    auto listener = batchd::PeerListener::Listen(socket_path);
+    if (!listener.ok()) return Fail(1, std::string(listener.status().message()));
+    peers = std::move(*listener);
+  }
+  batchd::PeerListener* const peer_table = peers.get();
+  batchd::BatchdService service(
+      **core, [] { kill(getpid(), SIGTERM); },
+      [peer_table](const grpc::ServerContext& ctx) {
+        // TCP callers are anonymous: no kernel identity crosses TCP.
+        return peer_table != nullptr ? peer_table->Lookup(ctx.peer())
+                                     : batchd::Caller();
+      });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -325,8 +341,6 @@ int main(int argc, char** argv) {
         builder.AddListeningPort(tcp_addresses[i], creds, &extra_ports[i - 1]);
       }
     }
-  } else {
-    builder.AddListeningPort(grpc_address, creds, &port);
   }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -336,6 +350,7 @@ int main(int argc, char** argv) {
     return Fail(1, absl::StrCat("cannot listen on ", listen,
                                 " (in use, or no permission)"));
   }
+  if (peers != nullptr) peers->Serve(server.get());
   if (!socket_path.empty()) {
     chmod(socket_path.c_str(), config.socket_mode);
     if (socket_gid != gid_t(-1) &&
@@ -385,6 +400,7 @@ int main(int argc, char** argv) {
   stopping.store(true);
   if (watchdog.joinable()) watchdog.join();
   metrics.reset();
+  if (peers != nullptr) peers->Stop();  // no new connections
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   core->reset();  // closes every stream, unlinks every segment

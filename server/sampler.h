@@ -8,7 +8,9 @@
 #define BATCHD_SERVER_SAMPLER_H_
 
 #include <cstdint>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -82,8 +84,14 @@ class Sampler {
 // so step s maps to (epoch, first row) by the running sum over epochs. Row
 // counts are asked of the workload once per epoch and kept.
 //
-// Thread safety: thread-safe; Locate may run RowsInEpoch (slow) under its own
-// lock, never under the engine's.
+// Counting epochs is slow (each looks at every example's length), so it
+// runs on the schedule's own thread, started on demand: TryLocate never
+// waits for it, and Cancel stops it between two epochs. A stream resuming
+// far ahead thus never holds a worker of the shared pool, and shutdown
+// waits at most for the epoch being counted.
+//
+// Thread safety: thread-safe. mu_ is only ever held for bookkeeping, never
+// while the workload counts.
 class PackedSchedule {
  public:
   PackedSchedule(const Workload& workload, uint64_t num_examples,
@@ -92,12 +100,30 @@ class PackedSchedule {
         n_(num_examples),
         g_(global_batch_size),
         seed_(seed) {}
+  ~PackedSchedule();  // cancels and joins the counting thread
+
+  // A row holds at least one example, so an epoch holds at most N / G
+  // global batches: a step needs at least (step - anchor) * G / N epochs
+  // counted first. Steps that need more than this many are refused.
+  static constexpr uint64_t kMaxReplayEpochs = 10000;
 
   struct Location {
     uint64_t epoch = 0;
     uint64_t first_row = 0;  // of the global batch, within its epoch
   };
+  // The location of `step` if the epochs up to it are counted. Otherwise
+  // Unavailable ("being prepared"), and the counting thread works towards
+  // it; other errors are final (the data cannot reach `step`, or the
+  // workload failed).
+  absl::StatusOr<Location> TryLocate(uint64_t step);
+  // TryLocate, waiting for the counting thread (tests and tools).
   absl::StatusOr<Location> Locate(uint64_t step);
+  // FailedPrecondition when `step` needs more than kMaxReplayEpochs epochs
+  // replayed from the anchor; checked at OpenStream, before any work.
+  absl::Status CheckReachable(uint64_t step) const;
+  // Stops the counting thread after the epoch it counts (does not wait);
+  // TryLocate then fails for steps not yet counted.
+  void Cancel();
   // The order of an epoch's examples, as the workload sees it.
   EpochOrder Order(uint64_t epoch) const;
   // Resume from a cursor: step `step` begins at `cursor`, found through the
@@ -106,14 +132,29 @@ class PackedSchedule {
   absl::Status Anchor(uint64_t step, const RowCursor& cursor);
 
  private:
+  // Location of `step` from ends_, or Unavailable. Requires mu_.
+  absl::StatusOr<Location> Find(uint64_t step) const;
+  absl::Status Reachable(uint64_t step) const;  // requires mu_
+  void CountLoop();  // the counting thread
+
   const Workload& workload_;
   const uint64_t n_, g_, seed_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::condition_variable counted_;  // signalled after each epoch
   // The schedule starts at (anchor_step_, anchor_epoch_, anchor_row_):
   // (0, 0, 0) unless resumed from a cursor. Guarded by mu_.
   uint64_t anchor_step_ = 0, anchor_epoch_ = 0, anchor_row_ = 0;
   // ends_[i]: first step after epoch anchor_epoch_ + i. Guarded by mu_.
   std::vector<uint64_t> ends_;
+  // Count until ends_.back() > target_. Guarded by mu_.
+  uint64_t target_ = 0;
+  // Index in ends_ of the latest epoch a step was located in: counting
+  // stops kMaxReplayEpochs past it. Guarded by mu_.
+  uint64_t served_ = 0;
+  bool counting_ = false;   // the thread runs; guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+  absl::Status error_;      // final; guarded by mu_
+  std::thread thread_;      // guarded by mu_
 };
 
 }  // namespace batchd

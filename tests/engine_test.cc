@@ -6,10 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "client/process.h"
 #include "client/ring.h"
+#include "workloads/synthetic.h"
 
 namespace batchd {
 namespace {
@@ -90,7 +94,7 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(int threads, uint32_t w
   auto sampler = Sampler::Create(n, g, w, 77, true);
   EXPECT_TRUE(sampler.ok());
   auto workload = std::make_unique<FakePackedWorkload>(n);
-  BatchLayout layout = BatchLayout::Make(workload->tensors(), g / w);
+  BatchLayout layout = *BatchLayout::Make(workload->tensors(), g / w);
   auto stream = std::make_shared<StreamCore>("packed", 77, std::move(workload),
                                              *sampler, layout);
   Engine engine(threads);
@@ -163,6 +167,140 @@ TEST(EngineTest, PackedBatchesIndependentOfThreadsWorldAndStart) {
   ASSERT_EQ(one.size(), 15u);
   EXPECT_EQ(one, four);
   for (int s = 0; s < 9; ++s) EXPECT_EQ(resumed[s], one[s + 6]);
+}
+
+// Counting an epoch takes a while, as it does for WMT at full size.
+class SlowPackedWorkload : public FakePackedWorkload {
+ public:
+  using FakePackedWorkload::FakePackedWorkload;
+  absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& o) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return FakePackedWorkload::RowsInEpoch(o);
+  }
+};
+
+// Every example fails, with a reason the client must see.
+class FailingWorkload : public FakePackedWorkload {
+ public:
+  using FakePackedWorkload::FakePackedWorkload;
+  bool packs_rows() const override { return false; }
+  absl::Status Fill(const ExampleRef&, uint8_t* const*,
+                    WorkloadCounters*) const override {
+    return absl::DataLossError("the disk returned garbage");
+  }
+};
+
+std::string RingName(const std::string& tag) {
+  return "/bdengine" + std::to_string(getpid()) + "." + tag;
+}
+
+struct Ring {
+  std::shared_ptr<RankProducer> producer;
+  std::unique_ptr<RingReader> reader;
+};
+
+Ring MakeRing(std::shared_ptr<StreamCore> stream, const std::string& tag,
+              uint64_t start) {
+  RingGeometry geo;
+  geo.slot_count = 2;
+  geo.payload_bytes = stream->layout.payload_bytes;
+  auto ring = RingWriter::Create(RingName(tag), geo);
+  EXPECT_TRUE(ring.ok()) << ring.status();
+  Ring r;
+  r.reader = std::move(*RingReader::Attach(RingName(tag)));
+  r.producer =
+      std::make_shared<RankProducer>(stream, 0, start, std::move(*ring));
+  return r;
+}
+
+template <typename W>
+std::shared_ptr<StreamCore> MakeStream(const std::string& name,
+                                       std::unique_ptr<W> workload,
+                                       uint64_t g) {
+  auto sampler =
+      Sampler::Create(workload->num_examples(), g, 1, 77, workload->shuffle());
+  EXPECT_TRUE(sampler.ok()) << sampler.status();
+  auto layout = BatchLayout::Make(workload->tensors(), g);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return std::make_shared<StreamCore>(name, 77, std::move(workload), *sampler,
+                                      *layout);
+}
+
+TEST(EngineTest, FarResumeHoldsNoWorkerAndStopsPromptly) {
+  // ~7 steps an epoch: step 2800 needs ~400 epochs counted, ~8 s of
+  // counting. Meanwhile the only worker must serve another stream, and
+  // stopping must not wait for the count.
+  auto packed = MakeStream("far", std::make_unique<SlowPackedWorkload>(101), 8);
+  WorkloadConfig config;
+  config.split = "train";
+  config.options = {{"examples", "1000"}, {"payload_bytes", "16"}};
+  auto synthetic = CreateSyntheticWorkload(config);
+  ASSERT_TRUE(synthetic.ok());
+  auto other = MakeStream("near", std::move(*synthetic), 4);
+  Engine engine(1);
+  Ring far = MakeRing(packed, "far", 2800);
+  Ring near = MakeRing(other, "near", 0);
+  engine.Add(far.producer);  // first in line for the worker
+  engine.Add(near.producer);
+  for (int s = 0; s < 20; ++s) {
+    absl::StatusOr<uint64_t> pos = near.reader->Acquire(3.0);
+    ASSERT_TRUE(pos.ok()) << "step " << s << ": " << pos.status();
+    EXPECT_EQ(near.reader->Slot(*pos)->step, uint64_t(s));
+    near.reader->Release(*pos);
+  }
+  const uint64_t t0 = MonotonicNanos();
+  engine.Retire(far.producer);
+  engine.Retire(near.producer);
+  engine.Stop();
+  packed->Cancel();
+  far.producer.reset();
+  packed.reset();  // joins the counting thread
+  EXPECT_LT(double(MonotonicNanos() - t0) / 1e9, 4.0);
+}
+
+TEST(EngineTest, StepsBeyondWhatTheDataCanMeanAreRefused) {
+  auto packed = MakeStream("huge", std::make_unique<FakePackedWorkload>(101), 8);
+  EXPECT_TRUE(packed->packed->CheckReachable(6).ok());
+  for (uint64_t step : {uint64_t(1) << 40, uint64_t(1) << 62,
+                        ~uint64_t(0) - 1}) {
+    absl::Status s = packed->packed->CheckReachable(step);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << step;
+    absl::StatusOr<PackedSchedule::Location> loc =
+        packed->packed->TryLocate(step);
+    EXPECT_EQ(loc.status().code(), absl::StatusCode::kFailedPrecondition)
+        << step;
+  }
+}
+
+TEST(EngineTest, AFailedBatchTellsTheClientWhy) {
+  auto failing =
+      MakeStream("failing", std::make_unique<FailingWorkload>(101), 8);
+  Engine engine(1);
+  Ring ring = MakeRing(failing, "failing", 0);
+  engine.Add(ring.producer);
+  absl::StatusOr<uint64_t> pos = ring.reader->Acquire(10.0);
+  ASSERT_FALSE(pos.ok());
+  EXPECT_EQ(pos.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_NE(pos.status().message().find("the disk returned garbage"),
+            std::string::npos)
+      << pos.status();
+  engine.Retire(ring.producer);
+  engine.Stop();
+}
+
+TEST(EngineTest, LayoutProductsThatWrapAreRefused) {
+  // 2^22 examples of 2^32 - 24 bytes: the product wraps to a few MiB.
+  std::vector<TensorLayout> t = {
+      {"payload", shm::DTypeCode::kUInt8, {int64_t((uint64_t(1) << 32) - 24)}}};
+  EXPECT_FALSE(BatchLayout::Make(t, uint64_t(1) << 22).ok());
+  t = {{"x", shm::DTypeCode::kInt64, {int64_t(1) << 31, int64_t(1) << 31}}};
+  EXPECT_FALSE(BatchLayout::Make(t, 1).ok());
+  t = {{"x", shm::DTypeCode::kInt64, {-1}}};
+  EXPECT_FALSE(BatchLayout::Make(t, 1).ok());
+  t = {{"x", shm::DTypeCode::kUInt8, {1000}}};
+  auto ok = BatchLayout::Make(t, 64);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->payload_bytes, shm::AlignUp(64000, shm::kTensorAlign));
 }
 
 }  // namespace

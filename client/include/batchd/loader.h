@@ -45,7 +45,7 @@ struct LoaderOptions {
   std::string server;
 
   // The stream spec; every rank of a job must pass the same values.
-  std::string stream;        // required; [A-Za-z0-9_-]{1,64}
+  std::string stream;        // required; [A-Za-z0-9_-]{1,64}, not -first
   std::string workload = "synthetic";
   std::string data;          // relative to the server's --data-root
   std::string split = "train";
