@@ -78,8 +78,7 @@ struct BenchResult {
 void SumReports(const std::vector<RankMessage>& reports, BenchResult* r);
 
 Json BenchToJson(const BenchConfig& cfg,
-                 const std::vector<RankMessage>& reports,
-                 const BenchResult& r);
+                 const std::vector<RankMessage>& reports, const BenchResult& r);
 std::string FormatBench(const BenchConfig& cfg,
                         const std::vector<RankMessage>& reports,
                         const BenchResult& r);

@@ -72,8 +72,7 @@ bool WantsHelp(int argc, char** argv) {
 std::unique_ptr<CLI::App> NewApp(const std::string& command) {
   auto app = std::make_unique<CLI::App>("", "batchctl " + command);
   app->set_help_flag();  // batchctl's own help texts answer --help
-  app->option_defaults()->multi_option_policy(
-      CLI::MultiOptionPolicy::TakeLast);
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // CLI11 would read "-name" as short flags (batchctl has none) and word its
   // own errors; ParseArgs sorts what is left over.
   app->allow_extras();

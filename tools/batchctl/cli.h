@@ -94,7 +94,8 @@ absl::Status ParseNumber(const std::string& flag, const std::string& value,
 // ParseNumber of a string flag's value when it was given; `out` unchanged
 // otherwise.
 template <typename T>
-absl::Status ParseNumberFlag(const CLI::Option* flag, const std::string& flag_name,
+absl::Status ParseNumberFlag(const CLI::Option* flag,
+                             const std::string& flag_name,
                              const std::string& value, T* out) {
   if (!Given(flag)) return absl::OkStatus();
   return ParseNumber(flag_name, value, out);

@@ -25,8 +25,8 @@ absl::StatusOr<v1::GetStatusResponse> Control::GetStatus() {
   v1::GetStatusResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  absl::Status s = Check(
-      "GetStatus", stub_->GetStatus(&ctx, v1::GetStatusRequest(), &resp));
+  absl::Status s =
+      Check("GetStatus", stub_->GetStatus(&ctx, v1::GetStatusRequest(), &resp));
   if (!s.ok()) return s;
   return resp;
 }
@@ -35,8 +35,7 @@ absl::Status Control::Shutdown() {
   v1::ShutdownResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  return Check("Shutdown",
-               stub_->Shutdown(&ctx, v1::ShutdownRequest(), &resp));
+  return Check("Shutdown", stub_->Shutdown(&ctx, v1::ShutdownRequest(), &resp));
 }
 
 absl::Status Control::CloseStream(const std::string& name) {

@@ -16,8 +16,7 @@ namespace {
 namespace pb = google::protobuf;
 
 // One value of field `f` (element `index` when repeated) of `m`.
-Json ProtoValue(const pb::Message& m, const pb::FieldDescriptor* f,
-                int index) {
+Json ProtoValue(const pb::Message& m, const pb::FieldDescriptor* f, int index) {
   const pb::Reflection* r = m.GetReflection();
   const bool rep = f->is_repeated();
   switch (f->cpp_type()) {
@@ -36,8 +35,7 @@ Json ProtoValue(const pb::Message& m, const pb::FieldDescriptor* f,
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
       return rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f);
     case pb::FieldDescriptor::CPPTYPE_FLOAT:
-      return double(rep ? r->GetRepeatedFloat(m, f, index)
-                        : r->GetFloat(m, f));
+      return double(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
     case pb::FieldDescriptor::CPPTYPE_BOOL:
       return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
     case pb::FieldDescriptor::CPPTYPE_ENUM:

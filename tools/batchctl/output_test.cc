@@ -64,7 +64,8 @@ TEST(ProtoToJson, WritesEveryFieldInOrderWithSortedMapsAndExact64BitNumbers) {
   const Json j = ProtoToJson(spec);
   const std::string text = DumpJson(j);
   EXPECT_THAT(text, ::testing::StartsWith(R"({"name":"train",)"));
-  EXPECT_THAT(text, ::testing::HasSubstr(R"("global_batch_size":4611686018427387905)"));
+  EXPECT_THAT(
+      text, ::testing::HasSubstr(R"("global_batch_size":4611686018427387905)"));
   EXPECT_THAT(text, ::testing::HasSubstr(R"({"alpha":"2","zeta":"1"})"));
   // Unset fields are there too, with their defaults.
   EXPECT_EQ(j["seed"], 0);

@@ -143,8 +143,8 @@ absl::StatusOr<PlanArgs> ParsePlanArgs(int argc, char** argv) {
     return absl::InvalidArgumentError("--slots must be 0..1024");
   }
   if (Given(local_f) && (local < 1 || local > world)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--local-ranks must be 1..", world, " (the world size)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--local-ranks must be 1..", world, " (the world size)"));
   }
   absl::StatusOr<std::map<std::string, std::string>> kv =
       ParseKeyValues(options);
@@ -217,9 +217,9 @@ std::string FormatPlan(const PlanArgs& args, const v1::PlanResponse& plan,
       "header\n",
       plan.segment_bytes(), HumanBytes(double(plan.segment_bytes())),
       plan.slots(), plan.slot_bytes());
-  absl::StrAppendFormat(&out, "this node's rings: %u bytes (%s) for %u rank(s)\n",
-                        f.total_bytes, HumanBytes(double(f.total_bytes)),
-                        f.ranks);
+  absl::StrAppendFormat(
+      &out, "this node's rings: %u bytes (%s) for %u rank(s)\n", f.total_bytes,
+      HumanBytes(double(f.total_bytes)), f.ranks);
   absl::StrAppendFormat(&out, "/dev/shm free now: %u bytes (%s) at %s%s\n",
                         plan.shm_free_bytes(),
                         HumanBytes(double(plan.shm_free_bytes())),

@@ -43,10 +43,17 @@ TEST_F(PlanArgsTest, BuildsTheSpecWithTheDocumentedDefaults) {
   EXPECT_EQ(a->connection.timeout, 30);  // plan's own default
   EXPECT_FALSE(a->json);
 
-  a = Parse({"plan", "--global-batch-size=64", "--world-size", "8", "--seed",
-             "7", "--slots", "3", "--option", "examples=10", "--option",
-             "payload_bytes=4", "--workload", "imagenet", "--data", "in",
-             "--split", "validation", "--stream", "job", "--local-ranks", "4",
+  a = Parse({"plan",          "--global-batch-size=64",
+             "--world-size",  "8",
+             "--seed",        "7",
+             "--slots",       "3",
+             "--option",      "examples=10",
+             "--option",      "payload_bytes=4",
+             "--workload",    "imagenet",
+             "--data",        "in",
+             "--split",       "validation",
+             "--stream",      "job",
+             "--local-ranks", "4",
              "--json"});
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->spec.name(), "job");
@@ -74,11 +81,10 @@ TEST_F(PlanArgsTest, RefusesWhatTheDaemonWouldRefuseNamingTheFlag) {
                   .status()
                   .message(),
               HasSubstr("--world-size must be 1..65536"));
-  EXPECT_THAT(
-      Parse({"plan", "--global-batch-size", "8", "--slots", "1025"})
-          .status()
-          .message(),
-      HasSubstr("--slots must be 0..1024"));
+  EXPECT_THAT(Parse({"plan", "--global-batch-size", "8", "--slots", "1025"})
+                  .status()
+                  .message(),
+              HasSubstr("--slots must be 0..1024"));
   EXPECT_THAT(Parse({"plan", "--global-batch-size", "8", "--world-size", "2",
                      "--local-ranks", "3"})
                   .status()
@@ -94,7 +100,8 @@ TEST_F(PlanArgsTest, RefusesWhatTheDaemonWouldRefuseNamingTheFlag) {
               HasSubstr("KEY=VALUE"));
   EXPECT_THAT(Parse({"plan", "--global-batch-size", "-8"}).status().message(),
               HasSubstr("--global-batch-size wants a number, not '-8'"));
-  EXPECT_FALSE(Parse({"plan", "--global-batch-size", "8", "--steps", "1"}).ok());
+  EXPECT_FALSE(
+      Parse({"plan", "--global-batch-size", "8", "--steps", "1"}).ok());
   // --option takes one KEY=VALUE per occurrence.
   EXPECT_FALSE(
       Parse({"plan", "--global-batch-size", "8", "--option", "a=1", "b=2"})
@@ -177,9 +184,8 @@ TEST(PlanReports, NameTheSizesToGiveAContainer) {
   for (const auto& [k, v] : j.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{
                       "spec", "slots", "slot_bytes", "segment_bytes", "ranks",
-                      "total_bytes", "shm_free_bytes", "fits",
-                      "shm_size_bytes", "docker_shm_size",
-                      "kubernetes_size_limit", "tensors"}));
+                      "total_bytes", "shm_free_bytes", "fits", "shm_size_bytes",
+                      "docker_shm_size", "kubernetes_size_limit", "tensors"}));
 }
 
 }  // namespace

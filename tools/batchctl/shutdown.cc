@@ -73,8 +73,6 @@ int RunShutdown(int argc, char** argv) {
 
 }  // namespace
 
-Command ShutdownCommand() {
-  return {"shutdown", kSummary, kHelp, RunShutdown};
-}
+Command ShutdownCommand() { return {"shutdown", kSummary, kHelp, RunShutdown}; }
 
 }  // namespace batchd::batchctl

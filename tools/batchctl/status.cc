@@ -211,8 +211,8 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
                     : "");
   for (const v1::StreamStatus& s : st.streams()) {
     const v1::StreamSpec& spec = s.spec();
-    const std::string options = OptionsSuffix(
-        {spec.options().begin(), spec.options().end()});
+    const std::string options =
+        OptionsSuffix({spec.options().begin(), spec.options().end()});
     absl::StrAppendFormat(
         &out,
         "\nstream %s  workload %s  data '%s'  split %s  global batch %u  "
@@ -269,10 +269,10 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
           auto it = sr->ranks.find(r.rank());
           if (it != sr->ranks.end()) rank_rate = &it->second;
         }
-        row.push_back(rank_rate != nullptr
-                          ? absl::StrFormat("%.1f",
-                                            rank_rate->examples_per_second)
-                          : "-");
+        row.push_back(
+            rank_rate != nullptr
+                ? absl::StrFormat("%.1f", rank_rate->examples_per_second)
+                : "-");
       }
       t.Add(std::move(row));
     }

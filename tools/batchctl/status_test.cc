@@ -48,12 +48,12 @@ TEST(CurrentRates, AreTheCounterChangesOverTheDaemonsUptimeChange) {
 }
 
 TEST(CurrentRates, NeedTheSameDaemonAndTimePassing) {
-  EXPECT_FALSE(CurrentRates(Answer(7, 10, "s", {{1, 1}}),
-                            Answer(8, 12, "s", {{2, 2}}))
-                   .has_value());  // restarted daemon
-  EXPECT_FALSE(CurrentRates(Answer(7, 10, "s", {{1, 1}}),
-                            Answer(7, 10, "s", {{2, 2}}))
-                   .has_value());
+  EXPECT_FALSE(
+      CurrentRates(Answer(7, 10, "s", {{1, 1}}), Answer(8, 12, "s", {{2, 2}}))
+          .has_value());  // restarted daemon
+  EXPECT_FALSE(
+      CurrentRates(Answer(7, 10, "s", {{1, 1}}), Answer(7, 10, "s", {{2, 2}}))
+          .has_value());
 }
 
 TEST(CurrentRates, SkipNewStreamsAndStreamsThatStartedOver) {
@@ -69,9 +69,8 @@ TEST(CurrentRates, SkipNewStreamsAndStreamsThatStartedOver) {
 }
 
 TEST(CurrentRates, ARankThatAttachedMeanwhileCountsFromZero) {
-  const std::optional<Rates> rates =
-      CurrentRates(Answer(7, 10, "s", {{10, 10}}),
-                   Answer(7, 11, "s", {{10, 10}, {4, 40}}));
+  const std::optional<Rates> rates = CurrentRates(
+      Answer(7, 10, "s", {{10, 10}}), Answer(7, 11, "s", {{10, 10}, {4, 40}}));
   ASSERT_TRUE(rates.has_value());
   EXPECT_EQ(rates->streams.at("s").ranks.at(1).bytes_per_second, 40.0);
   EXPECT_EQ(rates->streams.at("s").stream.examples_per_second, 4.0);
@@ -130,11 +129,12 @@ TEST(RatesToJson, ListsStreamsWithTheirRanks) {
       CurrentRates(Answer(7, 10, "s", {{0, 0}, {0, 0}}),
                    Answer(7, 11, "s", {{3, 30}, {1, 10}}));
   ASSERT_TRUE(rates.has_value());
-  EXPECT_EQ(DumpJson(RatesToJson(*rates)),
-            R"([{"stream":"s","examples_per_second":4.0,)"
-            R"("bytes_per_second":40.0,"ranks":[)"
-            R"({"rank":0,"examples_per_second":3.0,"bytes_per_second":30.0},)"
-            R"({"rank":1,"examples_per_second":1.0,"bytes_per_second":10.0}]}])");
+  EXPECT_EQ(
+      DumpJson(RatesToJson(*rates)),
+      R"([{"stream":"s","examples_per_second":4.0,)"
+      R"("bytes_per_second":40.0,"ranks":[)"
+      R"({"rank":0,"examples_per_second":3.0,"bytes_per_second":30.0},)"
+      R"({"rank":1,"examples_per_second":1.0,"bytes_per_second":10.0}]}])");
 }
 
 class StatusArgsTest : public ::testing::Test {
