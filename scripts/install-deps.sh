@@ -10,6 +10,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev
   libcivetweb-dev libsystemd-dev libtomlplusplus-dev
+  libcli11-dev nlohmann-json3-dev  # batchctl: flags, JSON
   systemd python3-yaml openssl  # service tests: unit verify, pod, TLS
   libtorch-dev python3-torch libgloo-dev  # trainers: libtorch, c10d Gloo
   pybind11-dev libdlpack-dev python3-dev python3-pytest python3-numpy

@@ -251,6 +251,25 @@ def test_close_removes_the_stream_and_its_rings(daemon):
         loader.close()
 
 
+def test_close_takes_names_that_start_with_a_dash(daemon):
+    """Stream names may start with '-': after "--" any name is the stream's,
+    and a single dash never starts a batchctl flag."""
+    loaders = [open_loader(daemon, name) for name in ("--dashed", "-single")]
+    r = batchctl(daemon, "close", "--dashed")
+    assert r.returncode == 2 and "unknown flag '--dashed'" in r.stderr
+    # Flags before "--"; everything after it is the name.
+    r = subprocess.run([binary("batchctl"), "close", "--server",
+                        daemon.address, "--", "--dashed"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "closed stream --dashed" in r.stdout
+    r = batchctl(daemon, "close", "-single")
+    assert r.returncode == 0, r.stderr
+    assert status(daemon)["streams"] == []
+    for loader in loaders:
+        loader.close()
+
+
 # ---------------------------------------------------------------- drain
 
 

@@ -1,0 +1,119 @@
+// batchctl's gRPC wrapper; see control.h.
+#include "tools/batchctl/control.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/process.h"
+
+namespace batchd::batchctl {
+
+Control::Control(const Connection& c)
+    : address_(c.address),
+      timeout_seconds_(c.timeout),
+      tls_(c.credentials != nullptr),
+      stub_(v1::Batchd::NewStub(grpc::CreateChannel(
+          c.target, c.credentials != nullptr
+                        ? c.credentials
+                        : grpc::InsecureChannelCredentials()))) {}
+
+absl::StatusOr<v1::GetStatusResponse> Control::GetStatus() {
+  v1::GetStatusResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s =
+      Check("GetStatus", stub_->GetStatus(&ctx, v1::GetStatusRequest(), &resp));
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::Status Control::Shutdown() {
+  v1::ShutdownResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  return Check("Shutdown", stub_->Shutdown(&ctx, v1::ShutdownRequest(), &resp));
+}
+
+absl::Status Control::CloseStream(const std::string& name) {
+  v1::CloseStreamRequest req;
+  req.set_name(name);
+  v1::CloseStreamResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  return Check(absl::StrCat("CloseStream ", name),
+               stub_->CloseStream(&ctx, req, &resp));
+}
+
+absl::StatusOr<v1::DrainResponse> Control::Drain() {
+  v1::DrainResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s =
+      Check("Drain", stub_->Drain(&ctx, v1::DrainRequest(), &resp));
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::PlanResponse> Control::Plan(const v1::StreamSpec& spec) {
+  v1::PlanRequest req;
+  *req.mutable_spec() = spec;
+  v1::PlanResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s = Check("Plan", stub_->Plan(&ctx, req, &resp));
+  if (!s.ok()) return s;
+  return resp;
+}
+
+bool Control::Answers(double seconds) {
+  v1::GetStatusResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(int64_t(seconds * 1000)));
+  return stub_->GetStatus(&ctx, v1::GetStatusRequest(), &resp).ok();
+}
+
+void Control::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(int64_t(timeout_seconds_ * 1000)));
+}
+
+absl::Status Control::Check(const std::string& call,
+                            const grpc::Status& s) const {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(
+      static_cast<absl::StatusCode>(s.error_code()),
+      absl::StrCat(call, " at ", address_, ": ", s.error_message(),
+                   FailureHint(s.error_code(), address_, tls_)));
+}
+
+std::string FailureHint(grpc::StatusCode code, const std::string& address,
+                        bool tls) {
+  const bool unreachable = code == grpc::StatusCode::UNAVAILABLE ||
+                           code == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (unreachable && !tls && address.rfind("tcp://", 0) == 0) {
+    return " (is batchd running there? does it serve TLS: --tls-ca?)";
+  }
+  if (unreachable) return " (is batchd running there?)";
+  if (code == grpc::StatusCode::UNIMPLEMENTED) {
+    return " (the daemon is older than this batchctl)";
+  }
+  return "";
+}
+
+bool DaemonProcessVisible(uint32_t pid) {
+  if (pid == 0 || !ProcessAlive(pid, 0, 0)) return false;
+  FILE* f = fopen(absl::StrCat("/proc/", pid, "/comm").c_str(), "re");
+  if (f == nullptr) return false;
+  char comm[64] = {0};
+  const bool read = fgets(comm, sizeof(comm), f) != nullptr;
+  fclose(f);
+  return read && strncmp(comm, "batchd", 6) == 0;
+}
+
+}  // namespace batchd::batchctl

@@ -1,0 +1,58 @@
+// batchctl's output: byte and duration formatting, aligned tables, and
+// protos as JSON (nlohmann::ordered_json, so keys keep the order written).
+// Scripts and tests parse these formats: change them with care.
+#ifndef BATCHD_TOOLS_BATCHCTL_OUTPUT_H_
+#define BATCHD_TOOLS_BATCHCTL_OUTPUT_H_
+
+#include <google/protobuf/message.h>
+
+#include <cstddef>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace batchd::batchctl {
+
+using Json = nlohmann::ordered_json;
+
+// "512 B", "1.5 KiB", "18.4 MiB" … up to TiB; one decimal above bytes.
+std::string HumanBytes(double n);
+
+// "12.3 s" under a minute, then "4m05s", "2h03m", "3d04h".
+std::string FormatSeconds(double s);
+
+// " k1=v1 k2=v2" with keys sorted; "" when empty.
+std::string OptionsSuffix(const std::map<std::string, std::string>& options);
+
+// "2026-12-02 09:30:05 UTC", now.
+std::string UtcNow();
+
+// Aligned text columns; columns flagged right (numbers) align right. Trailing
+// blanks are cut from every line.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header);
+  void Add(std::vector<std::string> row);
+  // Columns whose cells are right-aligned.
+  void AlignRight(std::vector<size_t> columns);
+  // Every row, each line prefixed with `indent` and ended with '\n'.
+  std::string Render(const std::string& indent) const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+  std::vector<size_t> right_;
+};
+
+// Every field of `m`, set or not, under its proto name; maps become objects
+// with sorted keys. Unlike protobuf's JSON mapping, 64-bit integers are
+// numbers, so that jq and Python read them as such.
+Json ProtoToJson(const google::protobuf::Message& m);
+
+// One line of compact JSON. NaN and infinities become null (JSON has
+// neither); bytes that are not UTF-8 become U+FFFD rather than an exception.
+std::string DumpJson(const Json& j);
+
+}  // namespace batchd::batchctl
+
+#endif  // BATCHD_TOOLS_BATCHCTL_OUTPUT_H_

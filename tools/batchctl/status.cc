@@ -1,0 +1,305 @@
+// batchctl status: one GetStatus as tables or JSON, or --watch: a frame every
+// few seconds with the rates between consecutive answers.
+#include "tools/batchctl/status.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tools/batchctl/commands.h"
+#include "tools/batchctl/control.h"
+#include "tools/batchctl/interrupt.h"
+
+namespace batchd::batchctl {
+namespace {
+
+constexpr char kSummary[] =
+    "print the streams, ranks and the server's threads and memory\n"
+    "(--watch: redraw every few seconds with the current rates)";
+
+constexpr char kHelp[] =
+    R"(Usage: batchctl status [--server ADDR] [--json] [--timeout S]
+                       [--watch [SECONDS]]
+
+Prints the daemon's pid, version, uptime, threads (all, and workers),
+resident memory (without the rings), ring bytes and whether it is
+draining, then for every stream its spec, examples/s and bytes/s (averages
+since the stream opened), and a row per rank: attached, client pid,
+produced and consumed step, ring fill of slots, examples and bytes
+delivered, seconds the client waited for data and the server waited for
+the client (ring full), re-attaches.
+
+  --server ADDR      unix:///path or tcp://host:port
+                     (default: $BATCHD_SERVER, else
+                     unix:///run/batchd/batchd.sock)
+  --json             print the GetStatus response as one JSON object
+                     (proto field names; 64-bit numbers as numbers)
+  --timeout S        deadline of each call in seconds (default 10)
+  --watch [SECONDS]  ask again every SECONDS (default 2) until Ctrl-C and
+                     redraw (the screen is cleared when the output is a
+                     terminal). Rates are then the current ones: the change
+                     of the examples and bytes counters between two
+                     consecutive answers over the daemon's time between
+                     them, per stream and per rank. A failed call is shown
+                     and retried. With --json: one JSON object per line,
+                     {"time", "interval_seconds", "status", "rates"}.
+
+Exit codes: 0 ok (with --watch: stopped by Ctrl-C or SIGTERM), 1 the
+server failed or could not be reached (with --watch: at the first call),
+2 usage error.
+)";
+
+// One --watch frame as a JSON line.
+Json WatchFrameJson(const absl::StatusOr<v1::GetStatusResponse>& st,
+                    const std::optional<Rates>& rates) {
+  Json frame;
+  frame["time"] = double(time(nullptr));
+  frame["interval_seconds"] =
+      rates.has_value() ? Json(rates->interval_seconds) : Json(nullptr);
+  frame["status"] = st.ok() ? ProtoToJson(*st) : Json(nullptr);
+  if (!st.ok()) frame["error"] = std::string(st.status().message());
+  frame["rates"] = rates.has_value() ? RatesToJson(*rates) : Json::array();
+  return frame;
+}
+
+// `status --watch`: one frame every `interval` seconds until interrupted.
+int WatchStatus(const StatusArgs& args) {
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  Control control(args.connection);
+  CatchInterrupts();
+  std::optional<v1::GetStatusResponse> prev;
+  for (int frame = 0; !Interrupted(); ++frame) {
+    absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
+    // A daemon that is not there at all is an error; one that goes away
+    // while watched (a restart) is shown until it answers again.
+    if (!st.ok() && frame == 0) return ServerError("status", st.status());
+    if (Interrupted()) break;
+    std::optional<Rates> rates;
+    if (st.ok() && prev.has_value()) rates = CurrentRates(*prev, *st);
+    if (args.json) {
+      printf("%s\n", DumpJson(WatchFrameJson(st, rates)).c_str());
+    } else {
+      std::string out = tty ? "\033[H\033[2J" : (frame > 0 ? "\n" : "");
+      absl::StrAppendFormat(&out, "Every %.1f s: batchd at %s  %s\n\n",
+                            args.interval_seconds, args.connection.address,
+                            UtcNow());
+      if (st.ok()) {
+        out += FormatStatus(*st, rates.has_value() ? &*rates : nullptr);
+        if (!rates.has_value()) {
+          out += "\n(current rates from the next frame on)\n";
+        }
+      } else {
+        absl::StrAppend(&out, "error: ", st.status().message(), "\n");
+      }
+      fputs(out.c_str(), stdout);
+    }
+    fflush(stdout);
+    if (st.ok()) {
+      prev = *std::move(st);
+    } else {
+      prev.reset();
+    }
+    if (!SleepUnlessInterrupted(args.interval_seconds)) break;
+  }
+  return kExitOk;
+}
+
+int RunStatus(int argc, char** argv) {
+  absl::StatusOr<StatusArgs> args = ParseStatusArgs(argc, argv);
+  if (!args.ok()) {
+    return UsageError("status", std::string(args.status().message()));
+  }
+  if (args->watch) return WatchStatus(*args);
+  Control control(args->connection);
+  absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
+  if (!st.ok()) return ServerError("status", st.status());
+  if (args->json) {
+    printf("%s\n", DumpJson(ProtoToJson(*st)).c_str());
+  } else {
+    fputs(FormatStatus(*st).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command StatusCommand() { return {"status", kSummary, kHelp, RunStatus}; }
+
+absl::StatusOr<StatusArgs> ParseStatusArgs(int argc, char** argv) {
+  std::unique_ptr<CLI::App> app = NewApp("status");
+  ConnectionFlags connection(*app, 10);
+  StatusArgs args;
+  std::string watch;
+  app->add_flag("--json", args.json);
+  // --watch alone means every 2 s; its value is optional.
+  CLI::Option* watch_flag = app->add_option("--watch", watch)->expected(0, 1);
+  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) return s;
+  absl::StatusOr<Connection> c = connection.Resolve();
+  if (!c.ok()) return c.status();
+  args.connection = *std::move(c);
+  args.watch = Given(watch_flag);
+  if (args.watch && !watch.empty()) {
+    double interval;
+    if (!absl::SimpleAtod(watch, &interval) || !(interval > 0) ||
+        interval > 86400) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--watch wants seconds between 0 and 86400, not '", watch, "'"));
+    }
+    // Below ~0.1 s the daemon's uptime resolution and gRPC make rates noise.
+    args.interval_seconds = std::max(interval, 0.1);
+  }
+  return args;
+}
+
+std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
+                                  const v1::GetStatusResponse& cur) {
+  const double dt = cur.uptime_seconds() - prev.uptime_seconds();
+  if (prev.pid() != cur.pid() || !(dt > 0)) return std::nullopt;
+  Rates rates;
+  rates.interval_seconds = dt;
+  std::map<std::string, const v1::StreamStatus*> before;
+  for (const v1::StreamStatus& s : prev.streams()) {
+    before[s.spec().name()] = &s;
+  }
+  for (const v1::StreamStatus& s : cur.streams()) {
+    auto it = before.find(s.spec().name());
+    if (it == before.end()) continue;
+    std::map<uint32_t, const v1::RankStatus*> ranks_before;
+    for (const v1::RankStatus& r : it->second->ranks()) {
+      ranks_before[r.rank()] = &r;
+    }
+    StreamRates sr;
+    uint64_t examples = 0, bytes = 0;
+    bool went_back = false;
+    for (const v1::RankStatus& r : s.ranks()) {
+      auto rb = ranks_before.find(r.rank());
+      const uint64_t e0 = rb == ranks_before.end() ? 0 : rb->second->examples();
+      const uint64_t b0 = rb == ranks_before.end() ? 0 : rb->second->bytes();
+      if (r.examples() < e0 || r.bytes() < b0) {
+        went_back = true;
+        break;
+      }
+      examples += r.examples() - e0;
+      bytes += r.bytes() - b0;
+      sr.ranks[r.rank()] = {double(r.examples() - e0) / dt,
+                            double(r.bytes() - b0) / dt};
+    }
+    if (went_back) continue;
+    sr.stream = {double(examples) / dt, double(bytes) / dt};
+    rates.streams[s.spec().name()] = std::move(sr);
+  }
+  return rates;
+}
+
+std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
+  std::string out = absl::StrFormat(
+      "batchd %s  pid %u  up %s  threads %u (%u workers)  rss %s  rings %s  "
+      "streams %d%s\n",
+      st.version(), st.pid(), FormatSeconds(st.uptime_seconds()), st.threads(),
+      st.worker_threads(), HumanBytes(double(st.rss_bytes())),
+      HumanBytes(double(st.ring_bytes())), st.streams_size(),
+      st.draining() ? "  DRAINING (no new streams; exits when no rank is "
+                      "attached)"
+                    : "");
+  for (const v1::StreamStatus& s : st.streams()) {
+    const v1::StreamSpec& spec = s.spec();
+    const std::string options =
+        OptionsSuffix({spec.options().begin(), spec.options().end()});
+    absl::StrAppendFormat(
+        &out,
+        "\nstream %s  workload %s  data '%s'  split %s  global batch %u  "
+        "world %u  seed %u  start step %u  steps/epoch %u%s%s\n",
+        spec.name(), spec.workload(), spec.data(), spec.split(),
+        spec.global_batch_size(), spec.world_size(), spec.seed(),
+        spec.start_step(), s.steps_per_epoch(),
+        options.empty() ? "" : "  options", options);
+    const StreamRates* sr = nullptr;
+    if (rates != nullptr) {
+      auto it = rates->streams.find(spec.name());
+      if (it != rates->streams.end()) sr = &it->second;
+    }
+    if (sr != nullptr) {
+      absl::StrAppendFormat(
+          &out,
+          "  %.1f examples/s  %s/s over the last %.1f s  (since open: %.1f "
+          "examples/s)  decode errors %u  skipped %u\n",
+          sr->stream.examples_per_second,
+          HumanBytes(sr->stream.bytes_per_second), rates->interval_seconds,
+          s.examples_per_second(), s.decode_errors(), s.skipped_examples());
+    } else {
+      absl::StrAppendFormat(&out,
+                            "  %.1f examples/s  %s/s%s  decode errors %u  "
+                            "skipped %u\n",
+                            s.examples_per_second(),
+                            HumanBytes(s.bytes_per_second()),
+                            rates != nullptr ? " since open" : "",
+                            s.decode_errors(), s.skipped_examples());
+    }
+    std::vector<std::string> header = {
+        "RANK",          "ATTACHED",      "PID",       "PRODUCED",
+        "CONSUMED",      "RING",          "EXAMPLES",  "BYTES",
+        "CLIENT_WAIT_S", "SERVER_WAIT_S", "REATTACHES"};
+    if (rates != nullptr) header.push_back("EXAMPLES/S");
+    Table t(header);
+    t.AlignRight({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    for (const v1::RankStatus& r : s.ranks()) {
+      std::vector<std::string> row = {
+          absl::StrCat(r.rank()),
+          r.attached() ? "yes" : "no",
+          r.client_pid() != 0 ? absl::StrCat(r.client_pid()) : "-",
+          absl::StrCat(r.produced_step()),
+          absl::StrCat(r.consumed_step()),
+          absl::StrCat(r.ring_fill(), "/", r.ring_slots()),
+          absl::StrCat(r.examples()),
+          HumanBytes(double(r.bytes())),
+          absl::StrFormat("%.2f", r.client_wait_seconds()),
+          absl::StrFormat("%.2f", r.server_wait_seconds()),
+          absl::StrCat(r.reattaches())};
+      if (rates != nullptr) {
+        const Rate* rank_rate = nullptr;
+        if (sr != nullptr) {
+          auto it = sr->ranks.find(r.rank());
+          if (it != sr->ranks.end()) rank_rate = &it->second;
+        }
+        row.push_back(
+            rank_rate != nullptr
+                ? absl::StrFormat("%.1f", rank_rate->examples_per_second)
+                : "-");
+      }
+      t.Add(std::move(row));
+    }
+    out += t.Render("  ");
+  }
+  return out;
+}
+
+Json RatesToJson(const Rates& rates) {
+  Json out = Json::array();
+  for (const auto& [name, sr] : rates.streams) {
+    Json stream;
+    stream["stream"] = name;
+    stream["examples_per_second"] = sr.stream.examples_per_second;
+    stream["bytes_per_second"] = sr.stream.bytes_per_second;
+    Json ranks = Json::array();
+    for (const auto& [rank, r] : sr.ranks) {
+      Json rank_json;
+      rank_json["rank"] = uint64_t(rank);
+      rank_json["examples_per_second"] = r.examples_per_second;
+      rank_json["bytes_per_second"] = r.bytes_per_second;
+      ranks.push_back(std::move(rank_json));
+    }
+    stream["ranks"] = std::move(ranks);
+    out.push_back(std::move(stream));
+  }
+  return out;
+}
+
+}  // namespace batchd::batchctl

@@ -1,0 +1,177 @@
+// batchctl status: current rates between two answers, the text report, the
+// rates' JSON and --watch's argument.
+#include "tools/batchctl/status.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "tools/batchctl/test_argv.h"
+
+namespace batchd::batchctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// An answer of daemon `pid` at `uptime` with one stream of the given ranks'
+// (examples, bytes) counters.
+v1::GetStatusResponse Answer(
+    uint32_t pid, double uptime, const std::string& stream,
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranks) {
+  v1::GetStatusResponse st;
+  st.set_pid(pid);
+  st.set_version("0.1.0");
+  st.set_uptime_seconds(uptime);
+  v1::StreamStatus* s = st.add_streams();
+  s->mutable_spec()->set_name(stream);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    v1::RankStatus* rs = s->add_ranks();
+    rs->set_rank(uint32_t(r));
+    rs->set_examples(ranks[r].first);
+    rs->set_bytes(ranks[r].second);
+  }
+  return st;
+}
+
+TEST(CurrentRates, AreTheCounterChangesOverTheDaemonsUptimeChange) {
+  const std::optional<Rates> rates =
+      CurrentRates(Answer(7, 10.0, "train", {{100, 1000}, {50, 500}}),
+                   Answer(7, 12.0, "train", {{300, 3000}, {50, 500}}));
+  ASSERT_TRUE(rates.has_value());
+  EXPECT_EQ(rates->interval_seconds, 2.0);
+  const StreamRates& sr = rates->streams.at("train");
+  EXPECT_EQ(sr.stream.examples_per_second, 100.0);
+  EXPECT_EQ(sr.stream.bytes_per_second, 1000.0);
+  EXPECT_EQ(sr.ranks.at(0).examples_per_second, 100.0);
+  EXPECT_EQ(sr.ranks.at(1).examples_per_second, 0.0);  // stalled rank
+}
+
+TEST(CurrentRates, NeedTheSameDaemonAndTimePassing) {
+  EXPECT_FALSE(
+      CurrentRates(Answer(7, 10, "s", {{1, 1}}), Answer(8, 12, "s", {{2, 2}}))
+          .has_value());  // restarted daemon
+  EXPECT_FALSE(
+      CurrentRates(Answer(7, 10, "s", {{1, 1}}), Answer(7, 10, "s", {{2, 2}}))
+          .has_value());
+}
+
+TEST(CurrentRates, SkipNewStreamsAndStreamsThatStartedOver) {
+  v1::GetStatusResponse prev = Answer(7, 10, "kept", {{100, 100}});
+  *prev.add_streams() = Answer(7, 10, "reopened", {{500, 500}}).streams(0);
+  v1::GetStatusResponse cur = Answer(7, 11, "kept", {{110, 110}});
+  *cur.add_streams() = Answer(7, 11, "reopened", {{5, 5}}).streams(0);
+  *cur.add_streams() = Answer(7, 11, "new", {{5, 5}}).streams(0);
+  const std::optional<Rates> rates = CurrentRates(prev, cur);
+  ASSERT_TRUE(rates.has_value());
+  EXPECT_EQ(rates->streams.size(), 1u);
+  EXPECT_EQ(rates->streams.at("kept").stream.examples_per_second, 10.0);
+}
+
+TEST(CurrentRates, ARankThatAttachedMeanwhileCountsFromZero) {
+  const std::optional<Rates> rates = CurrentRates(
+      Answer(7, 10, "s", {{10, 10}}), Answer(7, 11, "s", {{10, 10}, {4, 40}}));
+  ASSERT_TRUE(rates.has_value());
+  EXPECT_EQ(rates->streams.at("s").ranks.at(1).bytes_per_second, 40.0);
+  EXPECT_EQ(rates->streams.at("s").stream.examples_per_second, 4.0);
+}
+
+TEST(FormatStatus, PrintsTheDaemonLineAndARowPerRank) {
+  v1::GetStatusResponse st = Answer(42, 75, "train", {{1000, 2048}, {0, 0}});
+  st.set_threads(9);
+  st.set_worker_threads(4);
+  st.set_rss_bytes(3 << 20);
+  st.set_ring_bytes(1 << 30);
+  v1::StreamStatus* s = st.mutable_streams(0);
+  s->mutable_spec()->set_workload("synthetic");
+  (*s->mutable_spec()->mutable_options())["payload_bytes"] = "4096";
+  (*s->mutable_spec()->mutable_options())["examples"] = "1000";
+  s->mutable_ranks(0)->set_attached(true);
+  s->mutable_ranks(0)->set_client_pid(1234);
+  s->mutable_ranks(0)->set_ring_fill(3);
+  s->mutable_ranks(0)->set_ring_slots(4);
+  const std::string out = FormatStatus(st);
+  EXPECT_THAT(out, ::testing::StartsWith(
+                       "batchd 0.1.0  pid 42  up 1m15s  threads 9 (4 workers)"
+                       "  rss 3.0 MiB  rings 1.0 GiB  streams 1\n"));
+  EXPECT_THAT(out, HasSubstr("options examples=1000 payload_bytes=4096\n"));
+  EXPECT_THAT(out, HasSubstr("  RANK  ATTACHED   PID"));
+  EXPECT_THAT(out, HasSubstr("     0  yes       1234"));
+  EXPECT_THAT(out, HasSubstr("     1  no           -"));  // no client pid
+  EXPECT_THAT(out, HasSubstr("3/4"));
+  EXPECT_THAT(out, Not(HasSubstr("DRAINING")));
+  EXPECT_THAT(out, Not(HasSubstr("EXAMPLES/S")));
+  st.set_draining(true);
+  EXPECT_THAT(FormatStatus(st), HasSubstr("  DRAINING (no new streams"));
+}
+
+TEST(FormatStatus, WithRatesShowsTheCurrentOnesPerStreamAndRank) {
+  const v1::GetStatusResponse prev = Answer(7, 10, "s", {{0, 0}});
+  const v1::GetStatusResponse cur = Answer(7, 12, "s", {{50, 4096}});
+  const std::optional<Rates> rates = CurrentRates(prev, cur);
+  ASSERT_TRUE(rates.has_value());
+  const std::string out = FormatStatus(cur, &*rates);
+  EXPECT_THAT(out, HasSubstr("  25.0 examples/s  2.0 KiB/s over the last 2.0 s"
+                             "  (since open: 0.0 examples/s)"));
+  EXPECT_THAT(out, HasSubstr("EXAMPLES/S"));
+  EXPECT_THAT(out, ::testing::ContainsRegex("  25.0\n$"));
+  // A stream without a rate yet says its figures are since open.
+  const std::optional<Rates> other =
+      CurrentRates(Answer(7, 10, "other", {}), cur);
+  ASSERT_TRUE(other.has_value());
+  const std::string none = FormatStatus(cur, &*other);
+  EXPECT_THAT(none, HasSubstr("/s since open  decode errors"));
+  EXPECT_THAT(none, ::testing::ContainsRegex("  -\n$"));
+}
+
+TEST(RatesToJson, ListsStreamsWithTheirRanks) {
+  const std::optional<Rates> rates =
+      CurrentRates(Answer(7, 10, "s", {{0, 0}, {0, 0}}),
+                   Answer(7, 11, "s", {{3, 30}, {1, 10}}));
+  ASSERT_TRUE(rates.has_value());
+  EXPECT_EQ(
+      DumpJson(RatesToJson(*rates)),
+      R"([{"stream":"s","examples_per_second":4.0,)"
+      R"("bytes_per_second":40.0,"ranks":[)"
+      R"({"rank":0,"examples_per_second":3.0,"bytes_per_second":30.0},)"
+      R"({"rank":1,"examples_per_second":1.0,"bytes_per_second":10.0}]}])");
+}
+
+class StatusArgsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { unsetenv("BATCHD_SERVER"); }
+};
+
+TEST_F(StatusArgsTest, WatchTakesAnOptionalIntervalOfAtLeastATenth) {
+  Argv plain{"status"};
+  absl::StatusOr<StatusArgs> a = ParseStatusArgs(plain.argc(), plain.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->watch);
+  EXPECT_FALSE(a->json);
+
+  Argv bare{"status", "--watch", "--json"};
+  a = ParseStatusArgs(bare.argc(), bare.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->watch && a->json);
+  EXPECT_EQ(a->interval_seconds, 2);
+
+  Argv fast{"status", "--watch=0.01"};
+  a = ParseStatusArgs(fast.argc(), fast.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->interval_seconds, 0.1);
+
+  Argv spaced{"status", "--watch", "5"};
+  a = ParseStatusArgs(spaced.argc(), spaced.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->interval_seconds, 5);
+
+  for (const char* bad : {"0", "-1", "soon", "86401"}) {
+    Argv b{"status", std::string("--watch=") + bad};
+    EXPECT_THAT(ParseStatusArgs(b.argc(), b.argv()).status().message(),
+                HasSubstr("--watch wants seconds between 0 and 86400"))
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace batchd::batchctl
