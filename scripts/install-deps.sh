@@ -16,6 +16,7 @@ PACKAGES=(
   libsentencepiece-dev python3-sentencepiece wngerman  # wmt: tokenizer, generator
   libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench
   python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator
+  libfuse3-dev fuse3  # bench: latency_fs, the network-storage stand-in
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
