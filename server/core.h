@@ -102,8 +102,8 @@ struct ServerStatusData {
   uint64_t rss_bytes = 0;
   uint64_t ring_bytes = 0;
   bool draining = false;
-  uint64_t readahead_bytes = 0;     // the read-ahead budget; 0: off
-  uint32_t readahead_threads = 0;   // its I/O threads
+  uint64_t readahead_bytes = 0;    // the read-ahead budget; 0: off
+  uint32_t readahead_threads = 0;  // its I/O threads
   std::vector<StreamStatusData> streams;
 };
 

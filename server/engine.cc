@@ -77,8 +77,8 @@ void Engine::Stop() {
 
 void Engine::Prepare(StreamCore* stream) {
   if (readahead_ == nullptr || stream->packed != nullptr) return;
-  stream->readahead = readahead_->AddStream(
-      stream->name, stream->workload->example_reader());
+  stream->readahead =
+      readahead_->AddStream(stream->name, stream->workload->example_reader());
   if (stream->readahead != nullptr) {
     stream->workload->set_prefetch(stream->readahead.get());
   }

@@ -133,8 +133,7 @@ std::string PrometheusText(const ServerStatusData& s) {
                                double(ra.sync_reads),
                                double(ra.io_wait_ns) / 1e9};
       sample(readahead[k].name,
-             absl::StrCat("stream=\"", Label(st.spec.name), "\""),
-             values[k]);
+             absl::StrCat("stream=\"", Label(st.spec.name), "\""), values[k]);
     }
   }
   return out;

@@ -71,7 +71,8 @@ absl::Status ReadAheadStream::Read(uint64_t epoch, uint64_t position,
 ReadAheadStats ReadAheadStream::stats() const {
   ReadAhead& ra = *owner_;
   std::lock_guard<std::mutex> lock(ra.mu_);
-  const ReadAhead::StreamState& s = *ra.streams_.at(const_cast<ReadAheadStream*>(this));
+  const ReadAhead::StreamState& s =
+      *ra.streams_.at(const_cast<ReadAheadStream*>(this));
   ReadAheadStats out = s.stats;
   out.depth_examples = s.entries.size();
   for (const auto& [key, e] : s.entries) {

@@ -25,7 +25,8 @@
 // always hold one example while the budget has room, so a file larger than
 // its share still goes ahead). An in-flight read is counted at the stream's
 // mean example size until it lands, so the bound is exact once the mean is
-// known and overshoots by the error of that estimate otherwise. Threads: the I/O pool's size is fixed at construction.
+// known and overshoots by the error of that estimate otherwise. Threads: the
+// I/O pool's size is fixed at construction.
 //
 // Thread safety: every public method is thread-safe.
 #ifndef BATCHD_SERVER_READAHEAD_H_
@@ -62,20 +63,20 @@ using LaneOrderFn =
 
 // Figures of one stream; all counters since the stream began.
 struct ReadAheadStats {
-  uint64_t depth_examples = 0;     // read ahead, buffered or in flight, now
-  uint64_t bytes_in_flight = 0;    // estimated, now
-  uint64_t bytes_buffered = 0;     // now
-  uint64_t budget_bytes = 0;       // this stream's share, now
-  uint64_t max_held_bytes = 0;     // high-water mark of one lane's bytes
-  uint64_t max_lane_share = 0;     // the largest share a lane was given
-  uint64_t reads_issued = 0;       // reads ahead started
-  uint64_t min_steps_ahead = 0;    // of every read issued (0: none issued)
+  uint64_t depth_examples = 0;   // read ahead, buffered or in flight, now
+  uint64_t bytes_in_flight = 0;  // estimated, now
+  uint64_t bytes_buffered = 0;   // now
+  uint64_t budget_bytes = 0;     // this stream's share, now
+  uint64_t max_held_bytes = 0;   // high-water mark of one lane's bytes
+  uint64_t max_lane_share = 0;   // the largest share a lane was given
+  uint64_t reads_issued = 0;     // reads ahead started
+  uint64_t min_steps_ahead = 0;  // of every read issued (0: none issued)
   uint64_t max_steps_ahead = 0;
-  uint64_t hits = 0;               // examples decoded from read-ahead bytes
-  uint64_t waits = 0;              // ... of which a worker waited for
-  uint64_t sync_reads = 0;         // examples workers read themselves
-  uint64_t failed_reads = 0;       // reads ahead that failed (then re-read)
-  uint64_t io_wait_ns = 0;         // time workers waited for bytes
+  uint64_t hits = 0;          // examples decoded from read-ahead bytes
+  uint64_t waits = 0;         // ... of which a worker waited for
+  uint64_t sync_reads = 0;    // examples workers read themselves
+  uint64_t failed_reads = 0;  // reads ahead that failed (then re-read)
+  uint64_t io_wait_ns = 0;    // time workers waited for bytes
 };
 
 class ReadAheadStream : public ExamplePrefetch {
@@ -157,7 +158,7 @@ class ReadAhead {
   struct Lane {
     StreamState* stream = nullptr;
     LaneOrderFn order;
-    uint64_t decoding = 0;    // latest step handed to workers
+    uint64_t decoding = 0;  // latest step handed to workers
     bool any_decoding = false;
     uint64_t first_step = 0;  // where the lane began
     uint64_t next_step = 0;   // the step being issued
@@ -165,7 +166,7 @@ class ReadAhead {
     std::vector<ReadAheadKey> keys;
     bool have_keys = false;
     bool at_end = false;
-    uint64_t held = 0;        // bytes buffered + estimated in flight
+    uint64_t held = 0;  // bytes buffered + estimated in flight
   };
 
   void IoLoop();
@@ -179,15 +180,15 @@ class ReadAhead {
 
   const Options options_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;   // I/O threads: a read may be issued
-  std::condition_variable done_cv_;   // workers: a read landed
-  bool stop_ = false;                                         // guarded by mu_
+  std::condition_variable work_cv_;  // I/O threads: a read may be issued
+  std::condition_variable done_cv_;  // workers: a read landed
+  bool stop_ = false;                // guarded by mu_
   std::map<ReadAheadStream*, std::unique_ptr<StreamState>> streams_;  // mu_
-  std::map<LaneId, Lane> lanes_;                              // guarded by mu_
-  LaneId next_lane_ = 1;                                      // guarded by mu_
-  LaneId round_robin_ = 0;                                    // guarded by mu_
-  int in_flight_ = 0;                                         // guarded by mu_
-  uint64_t max_total_held_ = 0;                               // guarded by mu_
+  std::map<LaneId, Lane> lanes_;  // guarded by mu_
+  LaneId next_lane_ = 1;          // guarded by mu_
+  LaneId round_robin_ = 0;        // guarded by mu_
+  int in_flight_ = 0;             // guarded by mu_
+  uint64_t max_total_held_ = 0;   // guarded by mu_
   std::vector<std::thread> threads_;
 };
 

@@ -26,7 +26,7 @@
 namespace batchd {
 namespace {
 
-constexpr uint64_t kBatch = 4;         // examples a step of the fake lane
+constexpr uint64_t kBatch = 4;  // examples a step of the fake lane
 constexpr uint64_t kExampleBytes = 1000;
 
 // Step s holds positions [s*kBatch, (s+1)*kBatch) of epoch 0, id = position.
@@ -265,8 +265,8 @@ TEST(ReadAheadTest, FailedReadAheadIsReadAgainByTheWorker) {
   ReadAhead ra(Budget(1 << 20));
   std::atomic<int> calls{0};
   // The first read of id 2 fails (a transient EIO); later ones succeed.
-  auto stream = ra.AddStream(
-      "s", [&calls](uint64_t id, std::string* b, int64_t* l) {
+  auto stream =
+      ra.AddStream("s", [&calls](uint64_t id, std::string* b, int64_t* l) {
         if (id == 2 && calls.fetch_add(1) == 0) {
           return absl::InternalError("cannot read x: Input/output error");
         }
@@ -294,9 +294,7 @@ class StoredBytesWorkload : public Workload {
   }
   uint64_t num_examples() const override { return n_; }
   bool shuffle() const override { return true; }
-  const std::vector<TensorLayout>& tensors() const override {
-    return tensors_;
-  }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
   ExampleReadFn example_reader() const override {
     return [this](uint64_t id, std::string* b, int64_t* l) {
       return ReadStored(id, b, l);
@@ -362,8 +360,8 @@ EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
       auto ring = RingWriter::Create(name, geo);
       EXPECT_TRUE(ring.ok()) << ring.status();
       readers.push_back(std::move(*RingReader::Attach(name)));
-      producers.push_back(std::make_shared<RankProducer>(stream, r, start,
-                                                         std::move(*ring)));
+      producers.push_back(
+          std::make_shared<RankProducer>(stream, r, start, std::move(*ring)));
       engine.Add(producers.back());
     }
     for (int s = 0; s < steps; ++s) {

@@ -91,8 +91,8 @@ class ExamplePrefetch {
 
 // Example `id`'s stored bytes (and, for sources that keep them beside the
 // bytes, its label). Must be callable from any thread.
-using ExampleReadFn =
-    std::function<absl::Status(uint64_t id, std::string* bytes, int64_t* label)>;
+using ExampleReadFn = std::function<absl::Status(
+    uint64_t id, std::string* bytes, int64_t* label)>;
 
 class Workload {
  public:

@@ -203,8 +203,8 @@ class ImageNetWorkload : public Workload {
     return [this](uint64_t id, std::string* bytes, int64_t* label) {
       if (!subset_.empty()) {
         if (id >= subset_.size()) {
-          return absl::OutOfRangeError(absl::StrCat(
-              "imagenet: example ", id, " of ", subset_.size()));
+          return absl::OutOfRangeError(
+              absl::StrCat("imagenet: example ", id, " of ", subset_.size()));
         }
         id = subset_[id];
       }
@@ -298,11 +298,10 @@ class ImageNetWorkload : public Workload {
                          int64_t* label, const uint64_t* prefetch_id) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
-    absl::Status st =
-        prefetch_ != nullptr && prefetch_id != nullptr
-            ? prefetch_->Read(ex.epoch, ex.position, *prefetch_id, &ts.bytes,
-                              label)
-            : source_->Read(id, &ts.bytes, label);
+    absl::Status st = prefetch_ != nullptr && prefetch_id != nullptr
+                          ? prefetch_->Read(ex.epoch, ex.position, *prefetch_id,
+                                            &ts.bytes, label)
+                          : source_->Read(id, &ts.bytes, label);
     if (!st.ok()) return st;
     st = ts.decoder.Open(reinterpret_cast<const uint8_t*>(ts.bytes.data()),
                          ts.bytes.size());
