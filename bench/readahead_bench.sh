@@ -7,7 +7,7 @@
 #     open and every read) at each latency of BENCH_LATENCIES;
 # and AlgoPerf's torchvision pipeline (per-rank DistributedSampler and
 # DataLoader, BENCH_TV_WORKERS workers a rank) on the same mounts. Prints
-# images/s and the ratio to batchd's local warm figure. Defaults are
+# images/s and the ratio to batchd's best local warm figure. Defaults are
 # batchd's (read-ahead included); BENCH_READAHEAD_BYTES overrides the budget
 # (0: no read-ahead, for the before/after comparison).
 #
@@ -145,11 +145,15 @@ done
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 ips = {name: float(v) for name, v in rows}
-local = ips["batchd_local_warm"]
+# The best warm local run is the reference: on a shared machine runs vary,
+# and the best one makes the ratios lower bounds.
+local = max(v for k, v in ips.items() if k.startswith("batchd_local_warm"))
 print()
 print(f"{'run':<28}{'images/s':>10}{'x local':>9}")
 for name, v in rows:
     print(f"{name:<28}{float(v):>10.1f}{float(v) / local:>9.2f}")
 print()
-print("x local: over batchd_local_warm (batchd, local files, warm cache).")
+print("x local: over the best batchd_local_warm* (batchd, local files, warm")
+print("page cache). Targets: fuse_2ms >= 0.8, fuse_10ms >= 0.5, local_cold")
+print(">= 0.95 (batchd, default settings).")
 EOF

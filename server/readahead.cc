@@ -209,6 +209,12 @@ bool ReadAhead::NextRead(LaneId* lane_id, ReadAheadKey* key, uint64_t* step) {
   if (lanes_.empty()) return false;
   uint64_t total = 0;
   for (const auto& [id, lane] : lanes_) total += lane.held;
+  // A stream may keep its share of the I/O threads busy, no more, so that
+  // one stream's stalled storage cannot take every I/O thread from another.
+  uint64_t streams = 0;
+  for (const auto& [handle, s] : streams_) streams += s->lanes.empty() ? 0 : 1;
+  const int per_stream =
+      std::max(1, int(threads_.size() / std::max<uint64_t>(1, streams)));
   auto start = lanes_.upper_bound(round_robin_);
   if (start == lanes_.end()) start = lanes_.begin();
   auto it = start;
@@ -222,7 +228,8 @@ bool ReadAhead::NextRead(LaneId* lane_id, ReadAheadKey* key, uint64_t* step) {
     // come and go, within the whole budget.
     const bool room = (lane.held == 0 || lane.held + need <= share) &&
                       (total == 0 || total + need <= options_.budget_bytes);
-    for (int tries = 0; room && !lane.at_end && tries < kEmptyStepsPerPick;
+    const bool threads_free = lane.stream->in_flight < per_stream;
+    for (int tries = 0; room && threads_free && !lane.at_end && tries < kEmptyStepsPerPick;
          ++tries) {
       // Only steps after the one the workers decode: those are read by them.
       if (lane.any_decoding && lane.next_step <= lane.decoding) {

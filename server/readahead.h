@@ -25,8 +25,12 @@
 // always hold one example while the budget has room, so a file larger than
 // its share still goes ahead). An in-flight read is counted at the stream's
 // mean example size until it lands, so the bound is exact once the mean is
-// known and overshoots by the error of that estimate otherwise. Threads: the
-// I/O pool's size is fixed at construction.
+// known and overshoots by the error of that estimate otherwise.
+//
+// Threads: the I/O pool's size is fixed at construction. A stream keeps at
+// most its even share of the I/O threads busy, so a stream whose storage
+// stalls cannot starve another's reads ahead (its workers then read
+// synchronously, as without read-ahead).
 //
 // Thread safety: every public method is thread-safe.
 #ifndef BATCHD_SERVER_READAHEAD_H_
