@@ -232,6 +232,13 @@ const std::vector<Flag>& Flags() {
       DOUBLE_FLAG("throughput-log-seconds", core.throughput_log_seconds, "S",
                   "log a throughput line per stream every S seconds; 0: "
                   "never. Default: 60"),
+      U64_FLAG("readahead-bytes", core.readahead_bytes, 0, "BYTES",
+               "bytes read ahead of decoding (buffered and in flight), "
+               "shared evenly between streams, then ranks; 0: no "
+               "read-ahead. Default: 268435456 (256 MiB)"),
+      U64_FLAG("readahead-threads", core.readahead_threads, 1, "N",
+               "I/O threads of the read-ahead: reads in flight at most, "
+               "whatever the number of streams. Default: 32"),
   };
   return *flags;
 }

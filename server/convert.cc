@@ -145,6 +145,8 @@ void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p) {
   p->set_rss_bytes(s.rss_bytes);
   p->set_ring_bytes(s.ring_bytes);
   p->set_draining(s.draining);
+  p->set_readahead_bytes(s.readahead_bytes);
+  p->set_readahead_threads(s.readahead_threads);
   for (const StreamStatusData& st : s.streams) {
     v1::StreamStatus* sp = p->add_streams();
     ToProto(st.spec, sp->mutable_spec());
@@ -153,6 +155,23 @@ void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p) {
     sp->set_decode_errors(st.decode_errors);
     sp->set_skipped_examples(st.skipped_examples);
     sp->set_steps_per_epoch(st.steps_per_epoch);
+    if (st.readahead.reads_issued + st.readahead.sync_reads > 0) {
+      const ReadAheadStats& ra = st.readahead;
+      v1::ReadAheadStatus* rp = sp->mutable_readahead();
+      rp->set_depth_examples(ra.depth_examples);
+      rp->set_bytes_in_flight(ra.bytes_in_flight);
+      rp->set_bytes_buffered(ra.bytes_buffered);
+      rp->set_budget_bytes(ra.budget_bytes);
+      rp->set_reads_issued(ra.reads_issued);
+      rp->set_hits(ra.hits);
+      rp->set_sync_reads(ra.sync_reads);
+      rp->set_failed_reads(ra.failed_reads);
+      rp->set_io_wait_seconds(double(ra.io_wait_ns) / 1e9);
+      rp->set_min_steps_ahead(ra.min_steps_ahead);
+      rp->set_max_steps_ahead(ra.max_steps_ahead);
+      rp->set_max_held_bytes(ra.max_held_bytes);
+      rp->set_max_lane_share(ra.max_lane_share);
+    }
     for (const RankStatusData& r : st.ranks) {
       v1::RankStatus* rp = sp->add_ranks();
       rp->set_rank(r.rank);

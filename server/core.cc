@@ -176,7 +176,11 @@ Core::Core(const CoreOptions& options)
     : options_(options),
       start_ns_(MonotonicNanos()),
       last_throughput_ns_(start_ns_) {
-  engine_ = std::make_unique<Engine>(options_.threads);
+  ReadAhead::Options ra;
+  ra.budget_bytes = options_.readahead_bytes;
+  ra.io_threads = options_.readahead_threads;
+  readahead_ = std::make_unique<ReadAhead>(ra);
+  engine_ = std::make_unique<Engine>(options_.threads, readahead_.get());
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
 }
@@ -321,6 +325,7 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   stream->core = std::make_shared<StreamCore>(
       spec.name, spec.seed, std::move(*workload), std::move(*sampler),
       std::move(*layout));
+  engine_->Prepare(stream->core.get());  // read-ahead
   if (stream->core->packed != nullptr) {
     PackedSchedule& sched = *stream->core->packed;
     if (spec.has_start_cursor) {
@@ -771,6 +776,8 @@ ServerStatusData Core::GetStatus() {
   s.threads = uint32_t(SelfThreadCount());
   s.worker_threads = uint32_t(engine_->threads());
   s.rss_bytes = SelfRssBytes(false);
+  s.readahead_bytes = options_.readahead_bytes;
+  s.readahead_threads = uint32_t(readahead_->io_threads());
   std::lock_guard<std::mutex> lock(mu_);
   s.draining = draining_;
   for (const auto& [name, stream] : streams_) {
@@ -780,6 +787,9 @@ ServerStatusData Core::GetStatus() {
         stream->core->packed ? 0 : stream->core->sampler.steps_per_epoch();
     st.decode_errors = stream->core->counters.decode_errors.load();
     st.skipped_examples = stream->core->counters.skipped_examples.load();
+    if (stream->core->readahead != nullptr) {
+      st.readahead = stream->core->readahead->stats();
+    }
     uint64_t examples = 0, bytes = 0;
     for (size_t r = 0; r < stream->ranks.size(); ++r) {
       const RankState& rs = stream->ranks[r];

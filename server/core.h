@@ -114,6 +114,7 @@ struct StreamStatusData {
   uint64_t decode_errors = 0;
   uint64_t skipped_examples = 0;
   uint64_t steps_per_epoch = 0;
+  ReadAheadStats readahead;  // zeros when the stream is not read ahead
 };
 
 struct ServerStatusData {
@@ -125,6 +126,8 @@ struct ServerStatusData {
   uint64_t rss_bytes = 0;
   uint64_t ring_bytes = 0;
   bool draining = false;
+  uint64_t readahead_bytes = 0;    // the read-ahead budget; 0: off
+  uint32_t readahead_threads = 0;  // its I/O threads
   std::vector<StreamStatusData> streams;
 };
 
@@ -169,6 +172,11 @@ struct CoreOptions {
   // A throughput line per stream in the log this often; 0: never.
   // Default: 60 s.
   double throughput_log_seconds = 60;
+  // Bytes read ahead of decoding, over all streams (shared evenly between
+  // streams, then ranks); 0 turns read-ahead off. Default: 256 MiB.
+  uint64_t readahead_bytes = uint64_t(256) << 20;
+  // I/O threads of the read-ahead (reads in flight at most). Default: 32.
+  int readahead_threads = 32;
 };
 
 // Authorization: a stream belongs to the uid that opened it. Only that uid
@@ -251,6 +259,8 @@ class Core {
 
   const CoreOptions options_;
   const uint64_t start_ns_;
+  // Before engine_ and streams_: both use it until they go.
+  std::unique_ptr<ReadAhead> readahead_;
   std::unique_ptr<Engine> engine_;
 
   std::mutex mu_;

@@ -50,7 +50,28 @@ RankProducer::RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
       ring_(std::move(ring)),
       next_step_(start_step) {}
 
-Engine::Engine(int threads) : thread_count_(std::max(1, threads)) {
+bool ExamplesOfStep(const StreamCore& s, uint32_t rank, uint64_t step,
+                    std::vector<ReadAheadKey>* keys) {
+  if (s.sampler.Finite() && step >= s.sampler.steps_per_epoch()) return false;
+  const RankSlice slice = s.sampler.Slice(step, rank);
+  const uint64_t n = s.sampler.num_examples();
+  if (!s.sampler.shuffle()) {
+    for (uint64_t e = 0; e < slice.count; ++e) {
+      const uint64_t pos = slice.first_position + e;
+      if (pos < n) keys->push_back({slice.epoch, pos, pos});
+    }
+    return true;
+  }
+  const EpochPermutation perm(n, s.seed, slice.epoch);
+  for (uint64_t e = 0; e < slice.count; ++e) {
+    const uint64_t pos = slice.first_position + e;
+    keys->push_back({slice.epoch, pos, perm(pos)});
+  }
+  return true;
+}
+
+Engine::Engine(int threads, ReadAhead* readahead)
+    : thread_count_(std::max(1, threads)), readahead_(readahead) {
   for (int i = 0; i < thread_count_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -69,7 +90,28 @@ void Engine::Stop() {
   }
 }
 
+void Engine::Prepare(StreamCore* stream) {
+  if (readahead_ == nullptr || stream->packed != nullptr) return;
+  stream->readahead =
+      readahead_->AddStream(stream->name, stream->workload->example_reader());
+  if (stream->readahead != nullptr) {
+    stream->workload->set_prefetch(stream->readahead.get());
+  }
+}
+
 void Engine::Add(std::shared_ptr<RankProducer> producer) {
+  if (readahead_ != nullptr && producer->stream_->readahead != nullptr) {
+    // The lane reads what RunTask will ask for, in its order. The stream
+    // outlives the lane (its ReadAheadStream drops its lanes when it goes).
+    const StreamCore* s = producer->stream_.get();
+    const uint32_t rank = producer->rank_;
+    producer->readahead_lane = readahead_->AddLane(
+        producer->stream_->readahead,
+        [s, rank](uint64_t step, std::vector<ReadAheadKey>* keys) {
+          return ExamplesOfStep(*s, rank, step, keys);
+        },
+        producer->next_step_);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     producers_.push_back(std::move(producer));
@@ -78,6 +120,7 @@ void Engine::Add(std::shared_ptr<RankProducer> producer) {
 }
 
 void Engine::Retire(const std::shared_ptr<RankProducer>& producer) {
+  if (readahead_ != nullptr) readahead_->RemoveLane(producer->readahead_lane);
   std::lock_guard<std::mutex> lock(mu_);
   producer->retired_ = true;
   producers_.erase(std::remove(producers_.begin(), producers_.end(), producer),
@@ -172,6 +215,7 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
       p->blocked_since_ns_ = 0;
     }
     const uint64_t step = p->next_step_++;
+    if (readahead_ != nullptr) readahead_->Decoding(p->readahead_lane, step);
     const RankSlice slice = s.sampler.Slice(step, p->rank_);
     WriteSlotHeader(s, slice, step, pos, p->ring_->Slot(pos));
     const uint32_t chunks = uint32_t(std::max<uint64_t>(

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "client/ring.h"
+#include "server/readahead.h"
 #include "server/sampler.h"
 #include "workloads/workload.h"
 
@@ -59,6 +60,10 @@ struct StreamCore {
   WorkloadCounters counters;
   // Set for row-packing workloads, whose batches are made of rows.
   std::unique_ptr<PackedSchedule> packed;
+  // The stream's read-ahead (null: off, or not a read-ahead workload); set
+  // by Engine::Prepare before any rank is added. Last, so that it goes
+  // first: it waits for reads in flight, which call into the workload.
+  std::shared_ptr<ReadAheadStream> readahead;
 
   StreamCore(std::string n, uint64_t s, std::unique_ptr<Workload> w,
              Sampler sam, BatchLayout lay)
@@ -80,6 +85,12 @@ struct StreamCore {
   }
 };
 
+// The examples rank `rank` decodes for global batch `step`, in RunTask's
+// order, padding left out; false past the end of a finite stream. Not for
+// row-packing streams.
+bool ExamplesOfStep(const StreamCore& s, uint32_t rank, uint64_t step,
+                    std::vector<ReadAheadKey>* keys);
+
 class RankProducer {
  public:
   RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
@@ -96,6 +107,8 @@ class RankProducer {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> server_wait_ns{0};
   std::atomic<bool> failed{false};  // a fill error ended this ring
+  // This rank's lane of the read-ahead (0: none); set by Engine::Add.
+  ReadAhead::LaneId readahead_lane = 0;
 
  private:
   friend class Engine;
@@ -123,10 +136,14 @@ class RankProducer {
 
 class Engine {
  public:
-  explicit Engine(int threads);
+  // `readahead` (may be null: none) must outlive the engine.
+  explicit Engine(int threads, ReadAhead* readahead = nullptr);
   ~Engine();  // stops the workers after their current chunk
 
   int threads() const { return thread_count_; }
+  // Connects a new stream to the read-ahead; call once, before its first
+  // Add.
+  void Prepare(StreamCore* stream);
   void Add(std::shared_ptr<RankProducer> producer);
   // Stops producing for `producer`; chunks in flight finish first (the
   // producer and its ring live until the last worker lets go).
@@ -151,6 +168,7 @@ class Engine {
   void WorkerLoop();
 
   const int thread_count_;
+  ReadAhead* const readahead_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;                                     // guarded by mu_

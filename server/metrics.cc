@@ -101,6 +101,41 @@ std::string PrometheusText(const ServerStatusData& s) {
            absl::StrCat("stream=\"", Label(st.spec.name), "\""),
            double(st.skipped_examples));
   }
+  family({"batchd_readahead_budget_bytes", "gauge",
+          "Bytes the read-ahead may hold over all streams (0: off)."});
+  sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes));
+  // Per stream: is storage (io wait, depth at the budget) or the CPU the
+  // limit?
+  const Family readahead[] = {
+      {"batchd_readahead_depth_examples", "gauge",
+       "Examples read ahead of decoding (buffered or in flight)."},
+      {"batchd_readahead_in_flight_bytes", "gauge",
+       "Bytes of reads ahead under way (estimated)."},
+      {"batchd_readahead_buffered_bytes", "gauge",
+       "Bytes read ahead, not yet decoded."},
+      {"batchd_readahead_reads_total", "counter", "Reads issued ahead."},
+      {"batchd_readahead_hits_total", "counter",
+       "Examples decoded from bytes read ahead."},
+      {"batchd_readahead_sync_reads_total", "counter",
+       "Examples the workers read themselves."},
+      {"batchd_io_wait_seconds_total", "counter",
+       "Time workers waited for stored bytes."},
+  };
+  for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
+    family(readahead[k]);
+    for (const StreamStatusData& st : s.streams) {
+      const ReadAheadStats& ra = st.readahead;
+      const double values[] = {double(ra.depth_examples),
+                               double(ra.bytes_in_flight),
+                               double(ra.bytes_buffered),
+                               double(ra.reads_issued),
+                               double(ra.hits),
+                               double(ra.sync_reads),
+                               double(ra.io_wait_ns) / 1e9};
+      sample(readahead[k].name,
+             absl::StrCat("stream=\"", Label(st.spec.name), "\""), values[k]);
+    }
+  }
   return out;
 }
 

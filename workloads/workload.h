@@ -74,6 +74,29 @@ struct RowCursor {
   uint64_t row = 0;  // row within the window
 };
 
+// Where a workload gets the stored bytes of the examples it decodes when the
+// server reads ahead (server/readahead.h). The read-ahead stage calls the
+// workload's own ExampleReadFn, so every rule of the source (how files are
+// opened, size caps) applies unchanged.
+//
+// Thread safety: Read may be called from any number of worker threads.
+class ExamplePrefetch {
+ public:
+  virtual ~ExamplePrefetch() = default;
+  // Example `id` at (epoch, position) of the stream: the bytes read ahead when
+  // that read succeeded, else a synchronous read through the same function,
+  // whose error is returned exactly as the source reports it (a failed read
+  // ahead is never delivered: the read is retried here, as it would have
+  // been made without read-ahead).
+  virtual absl::Status Read(uint64_t epoch, uint64_t position, uint64_t id,
+                            std::string* bytes, int64_t* label) = 0;
+};
+
+// Example `id`'s stored bytes (and, for sources that keep them beside the
+// bytes, its label). Must be callable from any thread.
+using ExampleReadFn = std::function<absl::Status(
+    uint64_t id, std::string* bytes, int64_t* label)>;
+
 class Workload {
  public:
   virtual ~Workload() = default;
@@ -103,6 +126,16 @@ class Workload {
                                                const RowCursor& cursor) const {
     return absl::UnimplementedError("not a row-packing workload");
   }
+
+  // Read-ahead. A workload that reads each example from storage on its own
+  // (ImageNet's files and records) returns that read here; empty (the
+  // default): the workload is not read ahead (synthetic data; WMT, whose
+  // batches are packed rows, not examples of the sampler's order).
+  virtual ExampleReadFn example_reader() const { return nullptr; }
+  // Fill then takes the first read of each valid example from `prefetch`
+  // (keyed by the ExampleRef's epoch and position). Set once, before the
+  // first Fill; `prefetch` outlives every Fill. Default: ignored.
+  virtual void set_prefetch(ExamplePrefetch* prefetch) {}
 
   virtual uint64_t num_examples() const = 0;
   // Training streams shuffle and repeat; others run once in order.

@@ -26,9 +26,10 @@ def binary(name):
 
 class Daemon:
     """Starts batchd serving `data_root`, logging to `log_path`, and waits
-    until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it."""
+    until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it;
+    `args` are more flags."""
 
-    def __init__(self, data_root, log_path, threads=2, hooks=False):
+    def __init__(self, data_root, log_path, threads=2, hooks=False, args=()):
         # Not under pytest's tmp_path: a socket path must fit in 108 bytes.
         self.dir = tempfile.mkdtemp(prefix="batchd-test-", dir="/tmp")
         self.address = f"unix://{self.dir}/sock"
@@ -42,7 +43,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [binary("batchd"), "--listen", self.address, "--data-root",
              str(data_root), "--shm-prefix", self.prefix, "--threads",
-             str(threads)],
+             str(threads), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self._wait_until_accepting(os.path.join(self.dir, "sock"))
 

@@ -218,6 +218,23 @@ class ImageNetWorkload : public Workload {
   bool shuffle() const override { return train_; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
+  // Read-ahead: the same Read that Fill makes, by the id the engine gives.
+  ExampleReadFn example_reader() const override {
+    return [this](uint64_t id, std::string* bytes, int64_t* label) {
+      if (!subset_.empty()) {
+        if (id >= subset_.size()) {
+          return absl::OutOfRangeError(
+              absl::StrCat("imagenet: example ", id, " of ", subset_.size()));
+        }
+        id = subset_[id];
+      }
+      return source_->Read(id, bytes, label);
+    };
+  }
+  void set_prefetch(ExamplePrefetch* prefetch) override {
+    prefetch_ = prefetch;
+  }
+
   absl::Status Fill(const ExampleRef& example, uint8_t* const* out,
                     WorkloadCounters* counters) const override {
     ExampleRef ex = example;
@@ -234,7 +251,7 @@ class ImageNetWorkload : public Workload {
     if (!ex.valid) {
       memset(out[0], 0, image_bytes);
     } else {
-      absl::Status st = FillValid(ex, out[0], &label, counters);
+      absl::Status st = FillValid(ex, example.id, out[0], &label, counters);
       if (!st.ok()) return st;
       weight = 1.0f;
     }
@@ -250,9 +267,12 @@ class ImageNetWorkload : public Workload {
   }
 
  private:
-  absl::Status FillValid(const ExampleRef& ex, uint8_t* inputs, int64_t* label,
+  // `request_id`: the example's id as the engine asked for it (before the
+  // eval_train subset), the key of its read-ahead.
+  absl::Status FillValid(const ExampleRef& ex, uint64_t request_id,
+                         uint8_t* inputs, int64_t* label,
                          WorkloadCounters* counters) const {
-    absl::Status st = FillImage(ex, ex.id, inputs, label);
+    absl::Status st = FillImage(ex, ex.id, inputs, label, &request_id);
     if (st.ok()) return st;
     ReportError(ex.id, st, counters);
     if (!opt_.substitute || source_->size() < 2) {
@@ -266,7 +286,7 @@ class ImageNetWorkload : public Workload {
     const uint64_t n = source_->size();
     for (int t = 0; t < kSubstituteTries; ++t) {
       const uint64_t other = (ex.id + 1 + pick.NextU64() % (n - 1)) % n;
-      st = FillImage(ex, other, inputs, label);
+      st = FillImage(ex, other, inputs, label, nullptr);
       if (st.ok()) return st;
       ReportError(other, st, counters);
     }
@@ -291,9 +311,11 @@ class ImageNetWorkload : public Workload {
   }
 
   // Example `id` (the example itself or its substitute) into `inputs`, with
-  // the augmentation randomness of ex.
+  // the augmentation randomness of ex. With `prefetch_id` (the example
+  // itself, not a substitute), the bytes come through the read-ahead, which
+  // reads them as source_->Read does when they were not read ahead.
   absl::Status FillImage(const ExampleRef& ex, uint64_t id, uint8_t* inputs,
-                         int64_t* label) const {
+                         int64_t* label, const uint64_t* prefetch_id) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
     struct ReleaseLargeBuffer {
@@ -302,7 +324,10 @@ class ImageNetWorkload : public Workload {
         if (bytes.capacity() > kKeepBufferBytes) std::string().swap(bytes);
       }
     } release{ts.bytes};
-    absl::Status st = source_->Read(id, &ts.bytes, label);
+    absl::Status st = prefetch_ != nullptr && prefetch_id != nullptr
+                          ? prefetch_->Read(ex.epoch, ex.position, *prefetch_id,
+                                            &ts.bytes, label)
+                          : source_->Read(id, &ts.bytes, label);
     if (!st.ok()) return st;
     st = ts.decoder.Open(reinterpret_cast<const uint8_t*>(ts.bytes.data()),
                          ts.bytes.size());
@@ -373,6 +398,7 @@ class ImageNetWorkload : public Workload {
   const std::vector<uint64_t> subset_;
   std::vector<TensorLayout> tensors_;
   mutable std::atomic<uint64_t> logged_{0};
+  ExamplePrefetch* prefetch_ = nullptr;  // set before the first Fill
 };
 
 }  // namespace

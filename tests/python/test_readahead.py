@@ -1,0 +1,136 @@
+"""Read-ahead through a daemon: the batches are byte for byte those of a
+daemon without read-ahead (ImageFolder, TFRecord shards, evaluation, a
+resume point, corrupt files and their substitutes), and the metrics show the
+reads made ahead. Speed is measured in bench/readahead_bench.sh, not here.
+
+    BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
+        /usr/bin/python3 -m pytest tests/python/test_readahead.py
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("PIL")
+pytest.importorskip("skimage")  # the generator's photos
+
+import batchd  # noqa: E402
+from batchd_daemon import Daemon  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
+DEFAULT_BUDGET = 256 << 20
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    """clean/: 4 classes x 6 train, 3 val, with TFRecord shards (clean/tfds);
+    odd/: grayscale, CMYK, PNG-named and truncated files among them."""
+    root = tmp_path_factory.mktemp("imagenet")
+    for name, extra in (("clean", ["--no-odd", "--val-per-class", "3"]),
+                        ("odd", ["--no-tfrecord"])):
+        subprocess.run([sys.executable, GENERATOR, str(root / name),
+                        "--classes", "4", "--per-class", "6", *extra],
+                       check=True, capture_output=True)
+    return root
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(port):
+    """{name{labels}: value} of the Prometheus endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                  timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def run(data_root, tmp_path, budget, data, split, steps, world=2, start=0,
+        options=None, name="s"):
+    """The first `steps` global batches (ranks concatenated) and the
+    daemon's metrics afterwards."""
+    port = free_port()
+    d = Daemon(data_root, tmp_path / f"{name}-{budget}.log",
+               args=["--readahead-bytes", str(budget),
+                     "--metrics-listen", f"127.0.0.1:{port}"])
+    try:
+        lds = [batchd.Loader(name, 8, workload="imagenet", data=data,
+                             split=split, server=d.address, world_size=world,
+                             rank=r, seed=3, start_step=start,
+                             options=options or {}, connect_timeout=10.0,
+                             timeout=60.0)
+               for r in range(world)]
+        per_rank = []
+        for ld in lds:
+            got = []
+            for batch in ld:
+                got.append((batch["inputs"].numpy().copy(),
+                            batch["targets"].numpy().copy()))
+                if len(got) == steps:
+                    break
+            per_rank.append(got)
+        m = metrics(port)
+        for ld in lds:
+            ld.close()
+        batches = [(np.concatenate([p[k][0] for p in per_rank]),
+                    np.concatenate([p[k][1] for p in per_rank]))
+                   for k in range(min(len(p) for p in per_rank))]
+        return batches, m
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("data,split,steps,start", [
+    ("clean", "train", 6, 2),       # ImageFolder, from a resume point
+    ("clean/tfds", "train", 6, 2),  # TFRecord shards
+    ("clean", "val", 2, 0),         # evaluation: in order, padded
+    ("odd", "train", 6, 1),         # corrupt files: the same substitutes
+])
+def test_same_batches_with_and_without_readahead(data_root, tmp_path, data,
+                                                 split, steps, start):
+    off, m_off = run(data_root, tmp_path, 0, data, split, steps, start=start)
+    assert len(off) == steps
+    assert m_off["batchd_readahead_budget_bytes"] == 0
+    assert m_off.get('batchd_readahead_reads_total{stream="s"}', 0) == 0
+    # The default budget, and one so small that a rank holds one example.
+    for budget in (DEFAULT_BUDGET, 1):
+        on, m_on = run(data_root, tmp_path, budget, data, split, steps,
+                       start=start)
+        assert len(on) == steps
+        for k in range(steps):
+            assert np.array_equal(off[k][0], on[k][0]), (budget, k)
+            assert np.array_equal(off[k][1], on[k][1]), (budget, k)
+        assert m_on["batchd_readahead_budget_bytes"] == budget
+        if split == "train":
+            # Reads were made ahead and decoded from.
+            assert m_on['batchd_readahead_reads_total{stream="s"}'] > 0
+            assert m_on['batchd_readahead_hits_total{stream="s"}'] > 0
+        if data == "odd":
+            assert m_on['batchd_decode_errors_total{stream="s"}'] > 0
+
+
+def test_read_ahead_depth_is_bounded_by_the_budget(data_root, tmp_path):
+    # A budget of 3 typical files over 2 ranks: each rank holds ~1.5 files.
+    size = max(os.path.getsize(os.path.join(dp, f))
+               for dp, _, fs in os.walk(data_root / "clean" / "train")
+               for f in fs)
+    _, m = run(data_root, tmp_path, 3 * size, "clean", "train", 10)
+    assert m['batchd_readahead_reads_total{stream="s"}'] > 0
+    # At most the budget, counted over both ranks, is held at any time.
+    held = (m['batchd_readahead_buffered_bytes{stream="s"}'] +
+            m['batchd_readahead_in_flight_bytes{stream="s"}'])
+    assert held <= 3 * size
+    assert m['batchd_readahead_depth_examples{stream="s"}'] <= 6

@@ -1,0 +1,411 @@
+// The read-ahead stage: which reads it issues (only for steps after the one
+// being decoded, within the byte budget, shared between streams), that a
+// failed or vanished read is reported exactly as a synchronous read, and that
+// the engine delivers the same bytes with and without it. No test depends on
+// timing: WaitIdleForTest waits until no read can be issued.
+#include "server/readahead.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/ring.h"
+#include "server/engine.h"
+#include "workloads/imagenet/image_source.h"
+
+namespace batchd {
+namespace {
+
+constexpr uint64_t kBatch = 4;  // examples a step of the fake lane
+constexpr uint64_t kExampleBytes = 1000;
+
+// Step s holds positions [s*kBatch, (s+1)*kBatch) of epoch 0, id = position.
+LaneOrderFn PlainOrder(uint64_t steps = 1000) {
+  return [steps](uint64_t step, std::vector<ReadAheadKey>* keys) {
+    if (step >= steps) return false;
+    for (uint64_t i = 0; i < kBatch; ++i) {
+      keys->push_back({0, step * kBatch + i, step * kBatch + i});
+    }
+    return true;
+  };
+}
+
+// A reader that records the ids it was asked for and returns kExampleBytes
+// bytes of the id.
+struct RecordingReader {
+  std::mutex mu;
+  std::vector<uint64_t> ids;
+  ExampleReadFn Fn() {
+    return [this](uint64_t id, std::string* bytes, int64_t* label) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.push_back(id);
+      }
+      bytes->assign(kExampleBytes, char('a' + id % 26));
+      *label = int64_t(id);
+      return absl::OkStatus();
+    };
+  }
+  std::set<uint64_t> Set() {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::set<uint64_t>(ids.begin(), ids.end());
+  }
+  size_t Count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return ids.size();
+  }
+};
+
+ReadAhead::Options Budget(uint64_t bytes, int threads = 4) {
+  ReadAhead::Options o;
+  o.budget_bytes = bytes;
+  o.io_threads = threads;
+  return o;
+}
+
+TEST(ReadAheadTest, OffWhenTheBudgetIsZero) {
+  ReadAhead ra(Budget(0));
+  RecordingReader reader;
+  EXPECT_FALSE(ra.enabled());
+  EXPECT_EQ(ra.io_threads(), 0);
+  EXPECT_EQ(ra.AddStream("s", reader.Fn()), nullptr);
+}
+
+TEST(ReadAheadTest, ReadsOnlyStepsAfterTheDecodedOneWithinTheBudget) {
+  ReadAhead ra(Budget(10 * kExampleBytes));
+  RecordingReader reader;
+  auto stream = ra.AddStream("s", reader.Fn());
+  ASSERT_NE(stream, nullptr);
+  // The workers decode step 3: read-ahead starts at step 4.
+  const ReadAhead::LaneId lane = ra.AddLane(stream, PlainOrder(), 4);
+  ra.Decoding(lane, 3);
+  ra.WaitIdleForTest();
+  // The budget holds 10 examples: steps 4, 5 and half of 6 (the first read
+  // is made alone, at a guessed size, then the mean is known).
+  std::set<uint64_t> expected;
+  for (uint64_t p = 16; p < 26; ++p) expected.insert(p);
+  EXPECT_EQ(reader.Set(), expected);
+  ReadAheadStats st = stream->stats();
+  EXPECT_EQ(st.reads_issued, 10u);
+  EXPECT_EQ(st.depth_examples, 10u);
+  EXPECT_EQ(st.bytes_buffered, 10 * kExampleBytes);
+  EXPECT_EQ(st.bytes_in_flight, 0u);
+  EXPECT_EQ(st.min_steps_ahead, 1u);
+  EXPECT_EQ(st.max_steps_ahead, 3u);
+  EXPECT_LE(st.max_held_bytes, 10 * kExampleBytes);
+
+  // The workers move to step 4 and take its examples: no new read, the
+  // freed budget goes to the steps after.
+  ra.Decoding(lane, 4);
+  for (uint64_t p = 16; p < 20; ++p) {
+    std::string bytes;
+    int64_t label = -1;
+    ASSERT_TRUE(stream->Read(0, p, p, &bytes, &label).ok());
+    EXPECT_EQ(bytes, std::string(kExampleBytes, char('a' + p % 26)));
+    EXPECT_EQ(label, int64_t(p));
+  }
+  ra.WaitIdleForTest();
+  st = stream->stats();
+  EXPECT_EQ(st.hits, 4u);
+  EXPECT_EQ(st.sync_reads, 0u);
+  EXPECT_EQ(st.reads_issued, 14u);
+  EXPECT_EQ(reader.Count(), 14u);  // nothing read twice
+  EXPECT_EQ(st.min_steps_ahead, 1u);
+  EXPECT_LE(st.max_held_bytes, 10 * kExampleBytes);
+  EXPECT_LE(ra.max_total_held_bytes(), 10 * kExampleBytes);
+  EXPECT_EQ(st.depth_examples, 10u);
+
+  ra.RemoveLane(lane);
+  EXPECT_EQ(stream->stats().depth_examples, 0u);
+}
+
+// Blocks every read until Open(), so that lanes can all be added before
+// any read lands (a lane's first read is counted at its whole share until
+// it lands, so it is the only one in flight).
+struct GatedReader : RecordingReader {
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  void Open() {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    open = true;
+    gate_cv.notify_all();
+  }
+  ExampleReadFn Gated() {
+    ExampleReadFn inner = Fn();
+    return [this, inner](uint64_t id, std::string* b, int64_t* l) {
+      std::unique_lock<std::mutex> lock(gate_mu);
+      gate_cv.wait(lock, [this] { return open; });
+      lock.unlock();
+      return inner(id, b, l);
+    };
+  }
+};
+
+TEST(ReadAheadTest, BudgetIsSharedEvenlyBetweenStreams) {
+  ReadAhead ra(Budget(16 * kExampleBytes));
+  GatedReader a_reader, b_reader;
+  auto a = ra.AddStream("a", a_reader.Gated());
+  auto b = ra.AddStream("b", b_reader.Gated());
+  // Stream a has two ranks, b one: a's ranks get 4 examples each, b 8.
+  const auto a0 = ra.AddLane(a, PlainOrder(), 0);
+  const auto a1 = ra.AddLane(a, PlainOrder(), 500);
+  const auto b0 = ra.AddLane(b, PlainOrder(), 0);
+  a_reader.Open();
+  b_reader.Open();
+  ra.WaitIdleForTest();
+  EXPECT_EQ(a->stats().depth_examples, 8u);
+  EXPECT_EQ(b->stats().depth_examples, 8u);
+  EXPECT_EQ(a->stats().budget_bytes, 8 * kExampleBytes);
+  EXPECT_LE(ra.max_total_held_bytes(), 16 * kExampleBytes);
+  // A stream that goes gives its share to the other.
+  ra.RemoveLane(b0);
+  ra.WaitIdleForTest();
+  EXPECT_EQ(a->stats().depth_examples, 16u);
+  ra.RemoveLane(a0);
+  ra.RemoveLane(a1);
+}
+
+TEST(ReadAheadTest, FiniteLaneStopsAtItsEnd) {
+  ReadAhead ra(Budget(1000 * kExampleBytes));
+  RecordingReader reader;
+  auto stream = ra.AddStream("s", reader.Fn());
+  ra.AddLane(stream, PlainOrder(3), 0);
+  ra.WaitIdleForTest();
+  EXPECT_EQ(reader.Count(), 3 * kBatch);
+}
+
+// A tree with one file per example, read by the ImageFolder source: the
+// read-ahead must report what the source reports.
+class FileTreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/batchd-readahead-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ASSERT_EQ(mkdir((dir_ + "/c").c_str(), 0755), 0);
+    for (int i = 0; i < 8; ++i) {
+      std::ofstream(Path(i)) << "image " << i;
+    }
+    auto src = OpenImageFolder(dir_, false);
+    ASSERT_TRUE(src.ok()) << src.status();
+    source_ = std::move(*src);
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    EXPECT_EQ(system(cmd.c_str()), 0);
+  }
+  std::string Path(int i) const { return absl::StrCat(dir_, "/c/", i, ".jpg"); }
+  ExampleReadFn Reader() const {
+    return [src = source_.get()](uint64_t id, std::string* b, int64_t* l) {
+      return src->Read(id, b, l);
+    };
+  }
+  std::string dir_;
+  std::unique_ptr<ImageSource> source_;
+};
+
+TEST_F(FileTreeTest, FileDeletedBeforeTheReadAheadFailsAsASynchronousRead) {
+  ReadAhead ra(Budget(1 << 20));
+  auto stream = ra.AddStream("s", Reader());
+  // Example 5 (step 1 of a 4-example lane) vanishes before it is read.
+  ASSERT_EQ(unlink(Path(5).c_str()), 0);
+  std::string direct_bytes;
+  int64_t direct_label;
+  const absl::Status direct = source_->Read(5, &direct_bytes, &direct_label);
+  ASSERT_FALSE(direct.ok());
+  const auto lane = ra.AddLane(stream, PlainOrder(2), 1);
+  ra.Decoding(lane, 0);
+  ra.WaitIdleForTest();
+  EXPECT_EQ(stream->stats().failed_reads, 1u);
+  ra.Decoding(lane, 1);
+  std::string bytes;
+  int64_t label;
+  const absl::Status st = stream->Read(0, 5, 5, &bytes, &label);
+  EXPECT_EQ(st, direct);  // same code, same message
+  EXPECT_EQ(stream->stats().sync_reads, 1u);
+  // The others came from the read-ahead.
+  ASSERT_TRUE(stream->Read(0, 4, 4, &bytes, &label).ok());
+  EXPECT_EQ(bytes, "image 4");
+  EXPECT_EQ(stream->stats().hits, 1u);
+}
+
+TEST_F(FileTreeTest, FileDeletedAfterTheReadAheadKeepsTheBytesRead) {
+  ReadAhead ra(Budget(1 << 20));
+  auto stream = ra.AddStream("s", Reader());
+  const auto lane = ra.AddLane(stream, PlainOrder(2), 1);
+  ra.Decoding(lane, 0);
+  ra.WaitIdleForTest();
+  // Read before the delete, as a synchronous read that came first would
+  // have been: the bytes stand.
+  ASSERT_EQ(unlink(Path(6).c_str()), 0);
+  ra.Decoding(lane, 1);
+  std::string bytes;
+  int64_t label;
+  ASSERT_TRUE(stream->Read(0, 6, 6, &bytes, &label).ok());
+  EXPECT_EQ(bytes, "image 6");
+  // A file that is read again (its read ahead was taken) fails as the
+  // source fails.
+  std::string direct_bytes;
+  EXPECT_EQ(stream->Read(0, 6, 6, &bytes, &label),
+            source_->Read(6, &direct_bytes, &label));
+}
+
+TEST(ReadAheadTest, FailedReadAheadIsReadAgainByTheWorker) {
+  ReadAhead ra(Budget(1 << 20));
+  std::atomic<int> calls{0};
+  // The first read of id 2 fails (a transient EIO); later ones succeed.
+  auto stream =
+      ra.AddStream("s", [&calls](uint64_t id, std::string* b, int64_t* l) {
+        if (id == 2 && calls.fetch_add(1) == 0) {
+          return absl::InternalError("cannot read x: Input/output error");
+        }
+        b->assign("ok");
+        *l = 0;
+        return absl::OkStatus();
+      });
+  const auto lane = ra.AddLane(stream, PlainOrder(1), 0);
+  ra.WaitIdleForTest();
+  ra.Decoding(lane, 0);
+  std::string bytes;
+  int64_t label;
+  EXPECT_TRUE(stream->Read(0, 2, 2, &bytes, &label).ok());
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(stream->stats().failed_reads, 1u);
+}
+
+// The engine over a workload whose examples are stored bytes: example id
+// is 64 bytes derived from the id; Fill copies them into the slot.
+class StoredBytesWorkload : public Workload {
+ public:
+  static constexpr int kBytes = 64;
+  explicit StoredBytesWorkload(uint64_t n) : n_(n) {
+    tensors_ = {{"bytes", shm::DTypeCode::kUInt8, {kBytes}}};
+  }
+  uint64_t num_examples() const override { return n_; }
+  bool shuffle() const override { return true; }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
+  ExampleReadFn example_reader() const override {
+    return [this](uint64_t id, std::string* b, int64_t* l) {
+      return ReadStored(id, b, l);
+    };
+  }
+  void set_prefetch(ExamplePrefetch* p) override { prefetch_ = p; }
+  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+                    WorkloadCounters*) const override {
+    std::string bytes;
+    int64_t label;
+    absl::Status st =
+        prefetch_ != nullptr
+            ? prefetch_->Read(ex.epoch, ex.position, ex.id, &bytes, &label)
+            : ReadStored(ex.id, &bytes, &label);
+    if (!st.ok()) return st;
+    memcpy(out[0], bytes.data(), kBytes);
+    return absl::OkStatus();
+  }
+  mutable std::atomic<uint64_t> reads{0};
+
+ private:
+  absl::Status ReadStored(uint64_t id, std::string* b, int64_t* l) const {
+    reads.fetch_add(1);
+    b->resize(kBytes);
+    for (int i = 0; i < kBytes; ++i) (*b)[i] = char((id * 131 + i * 7) & 0xff);
+    *l = 0;
+    return absl::OkStatus();
+  }
+  uint64_t n_;
+  std::vector<TensorLayout> tensors_;
+  ExamplePrefetch* prefetch_ = nullptr;
+};
+
+struct EngineRun {
+  std::vector<std::string> batches;  // global batches, ranks concatenated
+  ReadAheadStats stats;
+  uint64_t max_total_held = 0;
+  uint64_t reads = 0;
+};
+
+EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
+  const uint64_t g = 8, n = 101;
+  auto sampler = Sampler::Create(n, g, w, 5, true);
+  EXPECT_TRUE(sampler.ok());
+  auto owned = std::make_unique<StoredBytesWorkload>(n);
+  StoredBytesWorkload* workload = owned.get();
+  BatchLayout layout = BatchLayout::Make(owned->tensors(), g / w);
+  ReadAhead ra(Budget(budget));
+  EngineRun run;
+  {
+    auto stream = std::make_shared<StreamCore>("s", 5, std::move(owned),
+                                               *sampler, layout);
+    Engine engine(2, &ra);
+    engine.Prepare(stream.get());
+    EXPECT_EQ(stream->readahead != nullptr, budget > 0);
+    std::vector<std::unique_ptr<RingReader>> readers;
+    std::vector<std::shared_ptr<RankProducer>> producers;
+    for (uint32_t r = 0; r < w; ++r) {
+      RingGeometry geo;
+      geo.slot_count = 2;
+      geo.payload_bytes = layout.payload_bytes;
+      const std::string name = absl::StrCat("/bdreadahead", getpid(), ".", r);
+      auto ring = RingWriter::Create(name, geo);
+      EXPECT_TRUE(ring.ok()) << ring.status();
+      readers.push_back(std::move(*RingReader::Attach(name)));
+      producers.push_back(
+          std::make_shared<RankProducer>(stream, r, start, std::move(*ring)));
+      engine.Add(producers.back());
+    }
+    for (int s = 0; s < steps; ++s) {
+      std::string batch;
+      for (uint32_t r = 0; r < w; ++r) {
+        // Let the read-ahead run to its budget (not a race with the
+        // workers, who would otherwise read everything themselves).
+        if (budget > 0) ra.WaitIdleForTest();
+        absl::StatusOr<uint64_t> pos = readers[r]->Acquire(10.0);
+        EXPECT_TRUE(pos.ok()) << pos.status();
+        if (!pos.ok()) return run;
+        EXPECT_EQ(readers[r]->Slot(*pos)->step, start + s);
+        batch.append(reinterpret_cast<const char*>(readers[r]->SlotBase(*pos) +
+                                                   layout.entries[0].offset),
+                     (g / w) * StoredBytesWorkload::kBytes);
+        readers[r]->Release(*pos);
+      }
+      run.batches.push_back(batch);
+    }
+    if (stream->readahead != nullptr) run.stats = stream->readahead->stats();
+    run.max_total_held = ra.max_total_held_bytes();
+    for (auto& p : producers) engine.Retire(p);
+    engine.Stop();
+    run.reads = workload->reads.load();
+  }
+  return run;
+}
+
+TEST(ReadAheadEngineTest, SameBytesWithAndWithoutReadAheadFromAResumePoint) {
+  const EngineRun off = RunEngine(0, 2, 7, 30);
+  // 40 examples of 64 bytes over 2 ranks: 20 a rank, 5 batches.
+  const EngineRun on = RunEngine(40 * StoredBytesWorkload::kBytes, 2, 7, 30);
+  ASSERT_EQ(off.batches.size(), 30u);
+  EXPECT_EQ(off.batches, on.batches);
+  EXPECT_EQ(off.stats.reads_issued, 0u);
+  // Reads were issued ahead, only for steps after the decoded one, and the
+  // workers took them.
+  EXPECT_GT(on.stats.reads_issued, 0u);
+  EXPECT_GE(on.stats.min_steps_ahead, 1u);
+  EXPECT_GT(on.stats.max_steps_ahead, 1u);
+  EXPECT_GT(on.stats.hits, 0u);
+  EXPECT_LE(on.stats.max_held_bytes, on.stats.max_lane_share);
+  EXPECT_LE(on.max_total_held, 40u * StoredBytesWorkload::kBytes);
+}
+
+}  // namespace
+}  // namespace batchd
