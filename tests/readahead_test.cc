@@ -341,7 +341,7 @@ EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
   EXPECT_TRUE(sampler.ok());
   auto owned = std::make_unique<StoredBytesWorkload>(n);
   StoredBytesWorkload* workload = owned.get();
-  BatchLayout layout = BatchLayout::Make(owned->tensors(), g / w);
+  BatchLayout layout = *BatchLayout::Make(owned->tensors(), g / w);
   ReadAhead ra(Budget(budget));
   EngineRun run;
   {
