@@ -251,23 +251,28 @@ def test_close_removes_the_stream_and_its_rings(daemon):
         loader.close()
 
 
-def test_close_takes_names_that_start_with_a_dash(daemon):
-    """Stream names may start with '-': after "--" any name is the stream's,
-    and a single dash never starts a batchctl flag."""
-    loaders = [open_loader(daemon, name) for name in ("--dashed", "-single")]
+def test_names_that_start_with_a_dash_are_refused_and_close_takes_dash_dash(daemon):
+    """A stream name never reads as a flag: the daemon refuses names that
+    start with '-', and after "--" batchctl takes any word as the name."""
+    for name in ("--dashed", "-single"):
+        with pytest.raises(batchd.Error, match="name"):
+            open_loader(daemon, name)
     r = batchctl(daemon, "close", "--dashed")
     assert r.returncode == 2 and "unknown flag '--dashed'" in r.stderr
-    # Flags before "--"; everything after it is the name.
+    # Flags before "--"; everything after it is the name, looked up as such.
+    loader = open_loader(daemon, "plain")
     r = subprocess.run([binary("batchctl"), "close", "--server",
                         daemon.address, "--", "--dashed"],
                        capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "unknown flag" not in r.stderr, r.stderr
+    assert "--dashed" in r.stderr
+    r = subprocess.run([binary("batchctl"), "close", "--server",
+                        daemon.address, "--", "plain"],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "closed stream --dashed" in r.stdout
-    r = batchctl(daemon, "close", "-single")
-    assert r.returncode == 0, r.stderr
+    assert "closed stream plain" in r.stdout
     assert status(daemon)["streams"] == []
-    for loader in loaders:
-        loader.close()
+    loader.close()
 
 
 # ---------------------------------------------------------------- drain
