@@ -44,7 +44,6 @@ first step it had not reported (re-attach with start_step).
 """
 
 import argparse
-import ctypes
 import glob
 import os
 import random
@@ -218,64 +217,36 @@ def check_batch(ref, step, info, batch):
 
 # --- a client process --------------------------------------------------------
 
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-def arrays_from_capsules(capsules):
-    """Copies of the tensors of one batch as numpy arrays, read from the
-    module's DLPack capsules (dlpack.h's DLTensor) without torch, whose
-    import costs a soak client seconds. Dropping the capsules afterwards
-    releases the slot."""
-    import numpy as np
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    kinds = {0: "i", 1: "u", 2: "f"}  # kDLInt, kDLUInt, kDLFloat
-    out = {}
-    for name, capsule in capsules:
-        t = _DLTensor.from_address(get(capsule, b"dltensor"))
-        shape = tuple(t.shape[i] for i in range(t.ndim))
-        dtype = np.dtype(f"<{kinds[t.code]}{t.bits // 8}")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        raw = ctypes.string_at(t.data + t.byte_offset, nbytes)
-        out[name] = np.frombuffer(raw, dtype=dtype).reshape(shape)
-    return out
-
-
 def client_main(args):
     """One rank: opens the stream at --start-step, checks up to --steps
     batches, prints `ok STEP` for each (flushed), `end STEP` after the last
     batch of an eval stream, `error ...` and exit 1 on a wrong batch."""
     import batchd
-    from batchd import BatchInfo
     spec = STREAMS[args.stream]
     ref = Reference(spec, args.rank)
+    import numpy as np
+    # numpy, not torch: importing torch costs a soak client seconds.
     loader = batchd.Loader(
         args.stream, spec["global_batch_size"], workload="synthetic",
         split=spec["split"], world_size=spec["world_size"], rank=args.rank,
         seed=spec["seed"], start_step=args.start_step, slots=spec["slots"],
         options={"examples": spec["examples"],
                  "payload_bytes": spec["payload_bytes"]},
-        server=args.server, timeout=60.0, connect_timeout=60.0)
+        server=args.server, timeout=60.0, connect_timeout=60.0,
+        format="numpy")
     step = args.start_step
     out = sys.stdout
     for _ in range(args.steps):
         try:
-            capsules, meta = loader._next()
+            views, info = loader.next_batch()
         except StopIteration:
             out.write(f"end {step}\n")
             out.flush()
             break
-        batch = arrays_from_capsules(capsules)
-        del capsules  # releases the slot: the arrays are copies
-        errors = check_batch(ref, step, BatchInfo(*meta), batch)
+        batch = {name: np.array(view, copy=True)
+                 for name, view in views.items()}
+        del views  # releases the slot: the arrays are copies
+        errors = check_batch(ref, step, info, batch)
         if errors:
             out.write("error " + "; ".join(errors[:3]) + "\n")
             out.flush()
