@@ -281,6 +281,10 @@ TEST_F(ImageTreeTest, SparseGiantIsCappedWithoutReadingIt) {
 }
 
 TEST_F(ImageTreeTest, WorkerDoesNotKeepABufferOfTheLargestFile) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer quarantines freed memory, so RSS cannot show a release.
+  GTEST_SKIP() << "RSS is not observable under AddressSanitizer";
+#endif
   EXPECT_EQ(InChild(60,
                     [&] {
                       auto w = Make("fail");
