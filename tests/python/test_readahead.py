@@ -134,3 +134,27 @@ def test_read_ahead_depth_is_bounded_by_the_budget(data_root, tmp_path):
             m['batchd_readahead_in_flight_bytes{stream="s"}'])
     assert held <= 3 * size
     assert m['batchd_readahead_depth_examples{stream="s"}'] <= 6
+
+
+def test_batchctl_status_shows_each_streams_read_ahead(data_root, tmp_path):
+    from batchd_daemon import binary
+    d = Daemon(data_root, tmp_path / "status.log",
+               args=["--readahead-bytes", str(DEFAULT_BUDGET)])
+    try:
+        ld = batchd.Loader("s", 8, workload="imagenet", data="clean",
+                           split="train", server=d.address, seed=3,
+                           connect_timeout=10.0, timeout=60.0)
+        for _, _ in zip(range(3), ld):
+            pass
+        out = subprocess.run([binary("batchctl"), "status", "--server",
+                              d.address], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        ld.close()
+    finally:
+        d.stop()
+    assert "read-ahead 256.0 MiB (" in out.splitlines()[0]
+    line = [l for l in out.splitlines() if l.startswith("  read-ahead  depth")]
+    assert len(line) == 1, out
+    hits = int(line[0].split("  hits ")[1].split()[0])
+    sync = int(line[0].split("  sync reads ")[1].split()[0])
+    assert hits + sync >= 3 * 8  # every example decoded so far was counted

@@ -30,9 +30,15 @@ constexpr char kHelp[] =
                        [--watch [SECONDS]]
 
 Prints the daemon's pid, version, uptime, threads (all, and workers),
-resident memory (without the rings), ring bytes and whether it is
-draining, then for every stream its spec, examples/s and bytes/s (averages
-since the stream opened), and a row per rank: attached, client pid,
+resident memory (without the rings), ring bytes, the read-ahead budget
+and its I/O threads, and whether it is draining, then for every stream its
+spec, examples/s and bytes/s (averages since the stream opened), for a
+stream read ahead a line of its read-ahead (depth in examples, bytes in
+flight and buffered against the stream's share of the budget, hits, reads
+workers had to make themselves, failed reads, seconds workers waited for
+I/O, steps ahead of decoding: waits and sync reads mean storage is the
+limit, a full buffer without them means the CPU is), and a row per rank:
+attached, client pid,
 produced and consumed step, ring fill of slots, examples and bytes
 delivered, seconds the client waited for data and the server waited for
 the client (ring full), re-attaches.
@@ -199,13 +205,33 @@ std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
   return rates;
 }
 
+std::string FormatReadAhead(const v1::ReadAheadStatus& ra) {
+  // Where the time goes: a worker that waited for bytes (io wait) or read
+  // them itself (sync reads) says storage is the limit; a full buffer with
+  // no waits says decoding is.
+  return absl::StrFormat(
+      "  read-ahead  depth %u examples  in flight %s  buffered %s of %s  "
+      "hits %u  sync reads %u  failed %u  io wait %.2f s  steps ahead "
+      "%u-%u\n",
+      ra.depth_examples(), HumanBytes(double(ra.bytes_in_flight())),
+      HumanBytes(double(ra.bytes_buffered())),
+      HumanBytes(double(ra.budget_bytes())), ra.hits(), ra.sync_reads(),
+      ra.failed_reads(), ra.io_wait_seconds(), ra.min_steps_ahead(),
+      ra.max_steps_ahead());
+}
+
 std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
   std::string out = absl::StrFormat(
       "batchd %s  pid %u  up %s  threads %u (%u workers)  rss %s  rings %s  "
-      "streams %d%s\n",
+      "streams %d%s%s\n",
       st.version(), st.pid(), FormatSeconds(st.uptime_seconds()), st.threads(),
       st.worker_threads(), HumanBytes(double(st.rss_bytes())),
       HumanBytes(double(st.ring_bytes())), st.streams_size(),
+      st.readahead_bytes() == 0
+          ? ""
+          : absl::StrFormat("  read-ahead %s (%u I/O threads)",
+                            HumanBytes(double(st.readahead_bytes())),
+                            st.readahead_threads()),
       st.draining() ? "  DRAINING (no new streams; exits when no rank is "
                       "attached)"
                     : "");
@@ -243,6 +269,7 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
                             rates != nullptr ? " since open" : "",
                             s.decode_errors(), s.skipped_examples());
     }
+    if (s.has_readahead()) out += FormatReadAhead(s.readahead());
     std::vector<std::string> header = {
         "RANK",          "ATTACHED",      "PID",       "PRODUCED",
         "CONSUMED",      "RING",          "EXAMPLES",  "BYTES",

@@ -46,6 +46,11 @@ struct Rates {
 std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
                                   const v1::GetStatusResponse& cur);
 
+// A read-ahead stream's line: depth, bytes in flight and buffered against
+// its budget, hits, reads workers made themselves, failed reads, the time
+// workers waited for bytes, and how many steps ahead reads were issued.
+std::string FormatReadAhead(const v1::ReadAheadStatus& ra);
+
 // The status as a table per stream. With `rates`, the stream's examples/s
 // and bytes/s are the current ones, and each rank's are shown too.
 std::string FormatStatus(const v1::GetStatusResponse& st,

@@ -124,6 +124,33 @@ TEST(FormatStatus, WithRatesShowsTheCurrentOnesPerStreamAndRank) {
   EXPECT_THAT(none, ::testing::ContainsRegex("  -\n$"));
 }
 
+TEST(FormatStatus, ShowsTheReadAheadBudgetAndEachReadAheadStream) {
+  v1::GetStatusResponse st = Answer(42, 75, "train", {{10, 10}});
+  v1::GetStatusResponse plain = st;
+  st.set_readahead_bytes(256 << 20);
+  st.set_readahead_threads(32);
+  v1::ReadAheadStatus* ra = st.mutable_streams(0)->mutable_readahead();
+  ra->set_depth_examples(96);
+  ra->set_bytes_in_flight(3 << 20);
+  ra->set_bytes_buffered(5 << 20);
+  ra->set_budget_bytes(128 << 20);
+  ra->set_hits(900);
+  ra->set_sync_reads(12);
+  ra->set_failed_reads(1);
+  ra->set_io_wait_seconds(1.25);
+  ra->set_min_steps_ahead(1);
+  ra->set_max_steps_ahead(6);
+  const std::string out = FormatStatus(st);
+  EXPECT_THAT(out, HasSubstr("streams 1  read-ahead 256.0 MiB (32 I/O "
+                             "threads)\n"));
+  EXPECT_THAT(out, HasSubstr("  read-ahead  depth 96 examples  in flight "
+                             "3.0 MiB  buffered 5.0 MiB of 128.0 MiB  hits "
+                             "900  sync reads 12  failed 1  io wait 1.25 s  "
+                             "steps ahead 1-6\n"));
+  // Read-ahead off, and a stream that is not read ahead: no such lines.
+  EXPECT_THAT(FormatStatus(plain), Not(HasSubstr("read-ahead")));
+}
+
 TEST(RatesToJson, ListsStreamsWithTheirRanks) {
   const std::optional<Rates> rates =
       CurrentRates(Answer(7, 10, "s", {{0, 0}, {0, 0}}),
