@@ -5,6 +5,7 @@
 #define BATCHD_TESTS_TEST_SERVER_H_
 
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -26,6 +27,30 @@ namespace testing {
 inline std::string DaemonPath() {
   const char* other = getenv("BATCHD_TEST_DAEMON");
   return other != nullptr && *other != '\0' ? other : BATCHD_DAEMON_PATH;
+}
+
+// The body and headers of GET `path` from 127.0.0.1:`port` (HTTP/1.1,
+// "Connection: close"); empty when nothing accepts there.
+inline std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path +
+                          " HTTP/1.1\r\nHost: localhost\r\nConnection: "
+                          "close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) < 0) return "";
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, size_t(n));
+  close(fd);
+  return resp;
 }
 
 inline std::string MakeTempDir() {

@@ -15,7 +15,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/log.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
@@ -87,14 +89,18 @@ class Progress {
     if (now - last_ < std::chrono::seconds(2)) return;
     last_ = now;
     reported_ = true;
-    fprintf(stderr, "batchd: level=info msg=\"imagenet: %s (%.0f s)\"\n",
-            absl::StrCat(args...).c_str(), Seconds(now));
+    Log(LogLevel::kInfo, "indexing",
+        {{"workload", "imagenet"},
+         {"progress", absl::StrCat(args...)},
+         {"seconds", absl::StrFormat("%.0f", Seconds(now))}});
   }
   template <typename... Args>
   void Done(const Args&... args) {
     if (!on_ || !reported_) return;
-    fprintf(stderr, "batchd: level=info msg=\"imagenet: %s (%.1f s)\"\n",
-            absl::StrCat(args...).c_str(), Seconds(Clock::now()));
+    Log(LogLevel::kInfo, "indexed",
+        {{"workload", "imagenet"},
+         {"progress", absl::StrCat(args...)},
+         {"seconds", absl::StrFormat("%.1f", Seconds(Clock::now()))}});
   }
 
  private:
@@ -237,8 +243,8 @@ class TFRecordImageSource : public ImageSource {
     TFRecordOptions tfr;
     tfr.root = options.root;
     tfr.max_record_bytes = options.max_file_bytes;
-    absl::StatusOr<TFRecordShards> shards = TFRecordShards::Open(
-        files, tfr, [&](size_t opened, uint64_t records) {
+    absl::StatusOr<TFRecordShards> shards =
+        TFRecordShards::Open(files, tfr, [&](size_t opened, uint64_t records) {
           report.Maybe("indexed ", records, " records in ", opened, " of ",
                        files.size(), " shards");
         });
