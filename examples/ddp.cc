@@ -1,5 +1,5 @@
 // Launcher, process groups and gradient averaging; see ddp.h.
-#include "workloads/examples/ddp.h"
+#include "examples/ddp.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <set>
 
@@ -16,6 +17,8 @@
 #ifdef BATCHD_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+
+#include "base/address.h"
 
 namespace batchd {
 namespace examples {
@@ -27,19 +30,60 @@ int EnvInt(const char* name, int def) {
   return v == nullptr ? def : atoi(v);
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+}  // namespace
+
+void AddTrainerFlags(CLI::App& app, TrainerFlags* f) {
+  app.add_option("--server", f->server,
+                 "batchd address (default $BATCHD_SERVER, else " +
+                     std::string(kDefaultServerAddress) + ")");
+  app.add_option("--data", f->data,
+                 "data set under the server's --data-root")
+      ->capture_default_str();
+  app.add_option("--stream", f->stream, "stream name (default <model>-<data>)");
+  app.add_option("--global-batch-size", f->global_batch,
+                 "examples per step over all ranks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", f->steps, "steps to train")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--lr", f->lr, "learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seed", f->seed, "the stream's seed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--nproc", f->nproc,
+                 "local ranks to start when RANK is unset")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log-every", f->log_every, "steps between progress lines")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag_callback(
+      "--no-check", [f] { f->check = false; },
+      "skip the per-step disjointness check");
 }
 
-}  // namespace
+int ParseTrainerFlags(CLI::App& app, int argc, char** argv,
+                      const std::string& stream_prefix, TrainerFlags* f) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // help on stdout, 0
+  } catch (const CLI::ParseError& e) {
+    fprintf(stderr, "%s: %s (see --help)\n", app.get_name().c_str(),
+            e.what());
+    return 2;
+  }
+  if (f->stream.empty()) f->stream = stream_prefix + "-" + f->data;
+  for (char& c : f->stream) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
+      c = '-';
+    }
+  }
+  return -1;
+}
 
 bool DistEnvFromEnvironment(DistEnv* env) {
   if (getenv("RANK") == nullptr) return false;
@@ -53,7 +97,7 @@ bool DistEnvFromEnvironment(DistEnv* env) {
 
 int LaunchLocalRanks(int argc, char** argv, int nproc) {
   if (getenv("RANK") != nullptr) return -1;
-  const std::string port = std::to_string(FreePort());
+  const std::string port = std::to_string(FreeLoopbackPort());
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
@@ -103,6 +147,42 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(
       c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank,
                                                      env.world_size, opts);
+}
+
+int StartTrainer(CLI::App& app, int argc, char** argv,
+                 const std::string& stream_prefix, TrainerFlags* flags,
+                 Rank* rank) {
+  const int done = ParseTrainerFlags(app, argc, argv, stream_prefix, flags);
+  if (done >= 0) return done;
+  const int launched = LaunchLocalRanks(argc, argv, int(flags->nproc));
+  if (launched >= 0) return launched;
+  *rank = JoinJob();
+  return -1;
+}
+
+LoaderOptions TrainLoaderOptions(const TrainerFlags& flags,
+                                 const std::string& workload) {
+  LoaderOptions o;
+  o.server = flags.server;
+  o.stream = flags.stream;
+  o.workload = workload;
+  o.data = flags.data;
+  o.split = "train";
+  o.global_batch_size = uint64_t(flags.global_batch);
+  o.seed = uint64_t(flags.seed);
+  return o;
+}
+
+Rank JoinJob() {
+  Rank r;
+  DistEnvFromEnvironment(&r.env);
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  if (torch::cuda::is_available()) {
+    r.device = torch::Device(torch::kCUDA, r.env.local_rank);
+  }
+  r.pg = MakeProcessGroup(r.env, r.device);
+  return r;
 }
 
 void BroadcastParameters(c10d::ProcessGroup& pg, torch::nn::Module& model) {

@@ -1,19 +1,53 @@
-// What the example DDP trainers share: ranks from torchrun-style variables
-// (or a built-in launcher that starts W local ranks), a c10d process group
-// (Gloo on CPU; NCCL when built with CUDA), gradient averaging, and the
-// check that every step's ranks held disjoint, complete slices.
-#ifndef BATCHD_WORKLOADS_EXAMPLES_DDP_H_
-#define BATCHD_WORKLOADS_EXAMPLES_DDP_H_
+// What the example DDP trainers share: their common flags, ranks from
+// torchrun-style variables (or a built-in launcher that starts W local
+// ranks), a c10d process group (Gloo on CPU; NCCL when built with CUDA),
+// gradient averaging, and the check that every step's ranks held disjoint,
+// complete slices.
+#ifndef BATCHD_EXAMPLES_DDP_H_
+#define BATCHD_EXAMPLES_DDP_H_
 
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "batchd/loader.h"
+
 namespace batchd {
 namespace examples {
+
+// The flags every trainer takes; the defaults given to AddTrainerFlags are
+// the trainer's own.
+struct TrainerFlags {
+  std::string server;  // --server; empty: $BATCHD_SERVER, else the default
+  std::string data;    // --data: under the server's --data-root
+  std::string stream;  // --stream; empty: "<prefix>-<data>"
+  int64_t global_batch = 16;  // --global-batch-size, > 0
+  int64_t steps = 20;         // --steps, > 0
+  double lr = 0.1;            // --lr, > 0
+  int64_t seed = 0;           // --seed, >= 0
+  int64_t nproc = 2;          // --nproc: local ranks when RANK is unset, > 0
+  int64_t log_every = 5;      // --log-every, > 0
+  bool check = true;          // off with --no-check
+};
+
+// Binds the flags of `flags` on `app`, whose current values are the
+// defaults --help shows. Numbers are checked as they are parsed: a value
+// that is not a number, or out of its range, is an error naming the flag.
+// `flags` must outlive the parse.
+void AddTrainerFlags(CLI::App& app, TrainerFlags* flags);
+
+// Parses the command line with `app` (AddTrainerFlags and the trainer's own
+// flags bound on it). Returns the exit code for main to return now: 0 after
+// --help (printed on stdout), 2 after a bad flag (the error on stderr);
+// or -1 to train. An empty --stream becomes "<stream_prefix>-<data>" with
+// every character other than [A-Za-z0-9_-] replaced by '-'.
+int ParseTrainerFlags(CLI::App& app, int argc, char** argv,
+                      const std::string& stream_prefix, TrainerFlags* flags);
 
 struct DistEnv {
   int rank = 0;
@@ -38,6 +72,30 @@ int LaunchLocalRanks(int argc, char** argv, int nproc);
 c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(
     const DistEnv& env, const torch::Device& device);
 
+// This process as one rank of the job: its environment (torchrun's
+// variables), one torch thread and seed 0 (every rank starts alike), the
+// CUDA device of its local rank when CUDA is there (else the CPU), and the
+// process group.
+struct Rank {
+  DistEnv env;
+  torch::Device device = torch::Device(torch::kCPU);
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+};
+Rank JoinJob();
+
+// A trainer's start: ParseTrainerFlags, then, without RANK in the
+// environment, LaunchLocalRanks (this process waits for its --nproc
+// ranks), else JoinJob. Returns the exit code for main to return now, or
+// -1 with *rank set: this process is a rank and trains.
+int StartTrainer(CLI::App& app, int argc, char** argv,
+                 const std::string& stream_prefix, TrainerFlags* flags,
+                 Rank* rank);
+
+// The loader options the common flags set (server, stream, data, global
+// batch size, seed) for `workload`'s train split.
+LoaderOptions TrainLoaderOptions(const TrainerFlags& flags,
+                                 const std::string& workload);
+
 // DDP's two duties, done by hand (libtorch has no DDP module): start from
 // rank 0's parameters, and average gradients after backward.
 void BroadcastParameters(c10d::ProcessGroup& pg, torch::nn::Module& model);
@@ -57,4 +115,4 @@ double AllReduceSum(c10d::ProcessGroup& pg, double value);
 }  // namespace examples
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_EXAMPLES_DDP_H_
+#endif  // BATCHD_EXAMPLES_DDP_H_
