@@ -39,6 +39,9 @@ Address ParseAddress(const std::string& address);
 // "host" of "host:port" (the part before the last ':'); empty without one.
 std::string HostOf(const std::string& host_port);
 
+// True when something accepts connections on the unix socket `path` now.
+bool UnixSocketAccepts(const std::string& path);
+
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and
 // released), for rendezvous and tests; another process may take it before
 // the caller binds it. 0 when no socket could be bound.

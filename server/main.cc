@@ -50,20 +50,6 @@ int Fail(int code, const absl::Status& status) {
   return Fail(code, std::string(status.message()));
 }
 
-// True when something accepts connections on the unix socket `path`.
-bool SocketAccepts(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un addr;
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
 // The directory that holds the socket must be writable by us (and root)
 // only: whoever can write it can replace the socket and impersonate the
 // daemon to every trainer. A sticky directory (/tmp) is allowed, since
@@ -269,7 +255,7 @@ absl::StatusOr<int> ClaimSocket(const std::string& listen,
     return absl::FailedPreconditionError(absl::StrCat(
         "another batchd (pid ", atoi(buf), ") already serves ", listen));
   }
-  if (SocketAccepts(socket_path)) {
+  if (batchd::UnixSocketAccepts(socket_path)) {
     return absl::FailedPreconditionError(
         absl::StrCat("another process already accepts on ", socket_path));
   }

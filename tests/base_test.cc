@@ -2,8 +2,9 @@
 // group lookup and path confinement (the log has log_test.cc).
 #include <grp.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -66,6 +67,24 @@ TEST(FreeLoopbackPort, GivesAPortThatCanBeBound) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   close(fd);
+}
+
+TEST(UnixSocketAccepts, IsTrueOnlyWhileSomethingListens) {
+  char dir[] = "/tmp/batchd-base-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  EXPECT_FALSE(UnixSocketAccepts(path));
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  EXPECT_TRUE(UnixSocketAccepts(path));
+  close(fd);
+  EXPECT_FALSE(UnixSocketAccepts(path)) << "nothing accepts after close";
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 TEST(ReadFileToString, ReadsBinaryBytesWhole) {

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/address.h"
+
 namespace batchd {
 namespace testing {
 
@@ -59,17 +61,7 @@ inline std::string MakeTempDir() {
   return d == nullptr ? std::string("/tmp") : std::string(d);
 }
 
-inline bool UnixSocketAccepts(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr;
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
+using ::batchd::UnixSocketAccepts;  // base/address.h
 
 // Names of /dev/shm entries that start with `prefix`.
 inline std::vector<std::string> ShmEntries(const std::string& prefix) {
