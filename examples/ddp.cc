@@ -32,6 +32,13 @@ int EnvInt(const char* name, int def) {
 
 }  // namespace
 
+void AddCountFlag(CLI::App& app, const std::string& name, int64_t* value,
+                  const std::string& help) {
+  app.add_option("--" + name, *value, help)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
 void AddTrainerFlags(CLI::App& app, TrainerFlags* f) {
   app.add_option("--server", f->server,
                  "batchd address (default $BATCHD_SERVER, else " +
@@ -40,26 +47,18 @@ void AddTrainerFlags(CLI::App& app, TrainerFlags* f) {
                  "data set under the server's --data-root")
       ->capture_default_str();
   app.add_option("--stream", f->stream, "stream name (default <model>-<data>)");
-  app.add_option("--global-batch-size", f->global_batch,
-                 "examples per step over all ranks")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--steps", f->steps, "steps to train")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  AddCountFlag(app, "global-batch-size", &f->global_batch,
+               "examples per step over all ranks");
+  AddCountFlag(app, "steps", &f->steps, "steps to train");
   app.add_option("--lr", f->lr, "learning rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--seed", f->seed, "the stream's seed")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--nproc", f->nproc,
-                 "local ranks to start when RANK is unset")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--log-every", f->log_every, "steps between progress lines")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  AddCountFlag(app, "nproc", &f->nproc,
+               "local ranks to start when RANK is unset");
+  AddCountFlag(app, "log-every", &f->log_every, "steps between progress lines");
   app.add_flag_callback(
       "--no-check", [f] { f->check = false; },
       "skip the per-step disjointness check");
@@ -261,6 +260,33 @@ double AllReduceSum(c10d::ProcessGroup& pg, double value) {
   std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
   pg.allreduce(t)->wait();
   return t[0].item<double>();
+}
+
+TrainingProgress::TrainingProgress(int64_t steps, int64_t log_every)
+    : steps_(steps), log_every_(log_every) {}
+
+absl::StatusOr<Batch> TrainingProgress::Next(Loader& loader) {
+  const Clock::time_point t = Clock::now();
+  absl::StatusOr<Batch> batch = loader.Next();
+  wait_ += std::chrono::duration<double>(Clock::now() - t).count();
+  return batch;
+}
+
+bool TrainingProgress::AddLoss(int64_t step, double loss,
+                               double* window_mean) {
+  window_loss_ += loss;
+  ++window_steps_;
+  if ((step + 1) % log_every_ != 0 && step + 1 != steps_) return false;
+  last_loss_ = window_loss_ / double(window_steps_);
+  if (std::isnan(first_loss_)) first_loss_ = last_loss_;
+  window_loss_ = 0;
+  window_steps_ = 0;
+  *window_mean = last_loss_;
+  return true;
+}
+
+double TrainingProgress::seconds() const {
+  return std::chrono::duration<double>(Clock::now() - start_).count();
 }
 
 }  // namespace examples

@@ -9,6 +9,8 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +42,11 @@ struct TrainerFlags {
 // that is not a number, or out of its range, is an error naming the flag.
 // `flags` must outlive the parse.
 void AddTrainerFlags(CLI::App& app, TrainerFlags* flags);
+
+// Binds --`name` to *value, a whole number > 0 whose current value is the
+// default --help shows (the trainers' sizes and counts).
+void AddCountFlag(CLI::App& app, const std::string& name, int64_t* value,
+                  const std::string& help);
 
 // Parses the command line with `app` (AddTrainerFlags and the trainer's own
 // flags bound on it). Returns the exit code for main to return now: 0 after
@@ -111,6 +118,33 @@ bool DisjointAndComplete(c10d::ProcessGroup& pg, const torch::Tensor& keys,
 
 // Sum of a scalar across ranks.
 double AllReduceSum(c10d::ProcessGroup& pg, double value);
+
+// A trainer's running figures: the time since it started, the time spent
+// waiting for batches, and the mean loss of each window of `log_every`
+// steps (single steps are noisy; the last window may be shorter), of which
+// it keeps the first and the latest. Not thread-safe: one per rank.
+class TrainingProgress {
+ public:
+  TrainingProgress(int64_t steps, int64_t log_every);
+  // The next batch from `loader`, the time it took counted as data wait.
+  absl::StatusOr<Batch> Next(Loader& loader);
+  // Adds step's loss (the mean across ranks). True when `step` ends a
+  // window; then *window_mean is that window's mean loss.
+  bool AddLoss(int64_t step, double loss, double* window_mean);
+  double seconds() const;       // since construction
+  double wait_seconds() const { return wait_; }
+  double first_loss() const { return first_loss_; }  // NaN before a window
+  double last_loss() const { return last_loss_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const int64_t steps_, log_every_;
+  const Clock::time_point start_ = Clock::now();
+  double wait_ = 0;
+  double window_loss_ = 0;
+  int64_t window_steps_ = 0;
+  double first_loss_ = NAN, last_loss_ = NAN;
+};
 
 }  // namespace examples
 }  // namespace batchd

@@ -97,15 +97,12 @@ int main(int argc, char** argv) {
   a.lr = 0.1;
   batchd::examples::AddTrainerFlags(app, &a);
   ResNetFlags m;
-  app.add_option("--width", m.width, "stem width; ResNet-50 is 64")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--classes", m.classes, "classes of the output layer")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--image-size", m.image_size, "side of the square crops")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  batchd::examples::AddCountFlag(app, "width", &m.width,
+                                 "stem width; ResNet-50 is 64");
+  batchd::examples::AddCountFlag(app, "classes", &m.classes,
+                                 "classes of the output layer");
+  batchd::examples::AddCountFlag(app, "image-size", &m.image_size,
+                                 "side of the square crops");
   batchd::examples::Rank rank;
   if (int done = batchd::examples::StartTrainer(app, argc, argv, "resnet", &a,
                                                 &rank);
@@ -132,16 +129,10 @@ int main(int argc, char** argv) {
   torch::optim::SGD opt(model->parameters(),
                         torch::optim::SGDOptions(a.lr).momentum(0.9));
 
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  double wait = 0, first_loss = NAN, loss_value = NAN, last_loss = NAN;
-  double window_loss = 0;
-  int64_t window_steps = 0;
+  batchd::examples::TrainingProgress progress(a.steps, a.log_every);
   const int64_t per_rank = a.global_batch / env.world_size;
   for (int64_t step = 0; step < a.steps; ++step) {
-    const auto tw = Clock::now();
-    absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
-    wait += std::chrono::duration<double>(Clock::now() - tw).count();
+    absl::StatusOr<batchd::Batch> batch = progress.Next(**loader);
     if (!batch.ok()) {
       fprintf(stderr, "rank %d: %s\n", env.rank, batch.status().ToString().c_str());
       return 1;
@@ -164,30 +155,25 @@ int main(int argc, char** argv) {
     loss.backward();
     batchd::examples::AverageGradients(*pg, *model, env.world_size);
     opt.step();
-    loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
-    window_loss += loss_value;
-    ++window_steps;
+    const double loss_value =
+        batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
     if (!std::isfinite(loss_value)) {
       fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
       return 4;
     }
-    if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
-      const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    double window_loss;
+    if (progress.AddLoss(step, loss_value, &window_loss) && env.rank == 0) {
+      const double el = progress.seconds();
       printf("resnet step %4lld  loss %.4f  %.2f steps/s  %.1f images/s  data wait %.1f%%\n",
-             (long long)(step + 1), window_loss / window_steps, (step + 1) / el,
-             (step + 1) * a.global_batch / el, 100 * wait / el);
+             (long long)(step + 1), window_loss, (step + 1) / el,
+             (step + 1) * a.global_batch / el, 100 * progress.wait_seconds() / el);
       fflush(stdout);
     }
-    if ((step + 1) % a.log_every == 0 || step + 1 == a.steps) {
-      // Means over each logging window: single steps are noisy.
-      last_loss = window_loss / window_steps;
-      if (std::isnan(first_loss)) first_loss = last_loss;
-      window_loss = 0;
-      window_steps = 0;
-    }
   }
-  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
+  const double el = progress.seconds();
+  const double wait_share =
+      batchd::examples::AllReduceSum(*pg, progress.wait_seconds() / el) / env.world_size;
+  const double first_loss = progress.first_loss(), last_loss = progress.last_loss();
   if (env.rank == 0) {
     printf("resnet done: %lld steps on %d ranks, %.1f images/s, mean loss of the first %lld steps %.4f, of the last %.4f, "
            "data wait %.1f%% of step time, every step disjoint and complete%s\n",

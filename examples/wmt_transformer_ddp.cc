@@ -76,18 +76,14 @@ int main(int argc, char** argv) {
   a.lr = 1e-3;
   batchd::examples::AddTrainerFlags(app, &a);
   TransformerFlags m;
-  app.add_option("--vocab-size", m.vocab, "the SentencePiece model's")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--d-model", m.d_model, "model width")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--layers", m.layers, "encoder and decoder layers")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--heads", m.heads, "attention heads")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  batchd::examples::AddCountFlag(app, "vocab-size", &m.vocab,
+                                 "the SentencePiece model's");
+  batchd::examples::AddCountFlag(app, "d-model", &m.d_model,
+                                 "model width");
+  batchd::examples::AddCountFlag(app, "layers", &m.layers,
+                                 "encoder and decoder layers");
+  batchd::examples::AddCountFlag(app, "heads", &m.heads,
+                                 "attention heads");
   batchd::examples::Rank rank;
   if (int done = batchd::examples::StartTrainer(app, argc, argv, "transformer", &a,
                                                 &rank);
@@ -112,17 +108,11 @@ int main(int argc, char** argv) {
   batchd::examples::BroadcastParameters(*pg, *model);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(a.lr));
 
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  double wait = 0, first_loss = NAN, loss_value = NAN, last_loss = NAN;
-  double window_loss = 0;
-  int64_t window_steps = 0;
+  batchd::examples::TrainingProgress progress(a.steps, a.log_every);
   double tokens = 0;
   const int64_t per_rank = a.global_batch / env.world_size;
   for (int64_t step = 0; step < a.steps; ++step) {
-    const auto tw = Clock::now();
-    absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
-    wait += std::chrono::duration<double>(Clock::now() - tw).count();
+    absl::StatusOr<batchd::Batch> batch = progress.Next(**loader);
     if (!batch.ok()) {
       fprintf(stderr, "rank %d: %s\n", env.rank, batch.status().ToString().c_str());
       return 1;
@@ -159,30 +149,26 @@ int main(int argc, char** argv) {
     batchd::examples::AverageGradients(*pg, *model, env.world_size);
     opt.step();
     tokens += weights.sum().item<double>();
-    loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
-    window_loss += loss_value;
-    ++window_steps;
+    const double loss_value =
+        batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
     if (!std::isfinite(loss_value)) {
       fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
       return 4;
     }
-    if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
-      const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    double window_loss;
+    if (progress.AddLoss(step, loss_value, &window_loss) && env.rank == 0) {
+      const double el = progress.seconds();
       printf("transformer step %4lld  loss %.4f  %.2f steps/s  %.0f target tokens/s (rank 0)  data wait %.1f%%\n",
-             (long long)(step + 1), window_loss / window_steps, (step + 1) / el, tokens / el, 100 * wait / el);
+             (long long)(step + 1), window_loss, (step + 1) / el, tokens / el,
+             100 * progress.wait_seconds() / el);
       fflush(stdout);
     }
-    if ((step + 1) % a.log_every == 0 || step + 1 == a.steps) {
-      // Means over each logging window: single steps are noisy.
-      last_loss = window_loss / window_steps;
-      if (std::isnan(first_loss)) first_loss = last_loss;
-      window_loss = 0;
-      window_steps = 0;
-    }
   }
-  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double el = progress.seconds();
+  const double first_loss = progress.first_loss(), last_loss = progress.last_loss();
   const double all_tokens = batchd::examples::AllReduceSum(*pg, tokens);
-  const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
+  const double wait_share =
+      batchd::examples::AllReduceSum(*pg, progress.wait_seconds() / el) / env.world_size;
   if (env.rank == 0) {
     printf("transformer done: %lld steps on %d ranks, %.0f target tokens/s, mean loss of the first %lld steps %.4f, of the last %.4f, "
            "data wait %.1f%% of step time, every step disjoint and complete%s\n",
