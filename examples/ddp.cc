@@ -30,12 +30,28 @@ int EnvInt(const char* name, int def) {
   return v == nullptr ? def : atoi(v);
 }
 
+// A flag's value must be a number above (or, with `or_equal`, at least)
+// `min`; the message names the value and the bound (CLI11's own range
+// checks print DBL_MAX in full).
+CLI::Validator NumberAbove(double min, bool or_equal) {
+  const std::string bound =
+      std::string(or_equal ? ">= " : "> ") + CLI::detail::to_string(min);
+  return CLI::Validator(
+      [min, or_equal, bound](std::string& in) -> std::string {
+        double v = 0;
+        const bool number = CLI::detail::lexical_cast(in, v);
+        if (number && (or_equal ? v >= min : v > min)) return "";
+        return "wants a number " + bound + ", not '" + in + "'";
+      },
+      bound);
+}
+
 }  // namespace
 
 void AddCountFlag(CLI::App& app, const std::string& name, int64_t* value,
                   const std::string& help) {
   app.add_option("--" + name, *value, help)
-      ->check(CLI::PositiveNumber)
+      ->check(NumberAbove(0, false))
       ->capture_default_str();
 }
 
@@ -51,10 +67,10 @@ void AddTrainerFlags(CLI::App& app, TrainerFlags* f) {
                "examples per step over all ranks");
   AddCountFlag(app, "steps", &f->steps, "steps to train");
   app.add_option("--lr", f->lr, "learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(NumberAbove(0, false))
       ->capture_default_str();
   app.add_option("--seed", f->seed, "the stream's seed")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NumberAbove(0, true))
       ->capture_default_str();
   AddCountFlag(app, "nproc", &f->nproc,
                "local ranks to start when RANK is unset");
