@@ -33,14 +33,10 @@ build="$(cd "${1:-$repo/build}" && pwd)"
 batchd="$build/server/batchd"
 batchctl="$build/server/batchctl"
 tool="$build/workloads/imagenet/imagenet_tool"
-for bin in "$batchd" "$batchctl" "$tool"; do
-  [[ -x "$bin" ]] || {
-    echo "imagenet_bench: $bin is missing; build it first:" >&2
-    echo "  ninja -C $build batchd batchctl imagenet_tool" >&2
-    exit 1
-  }
-done
 py=/usr/bin/python3
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_require imagenet_bench "$build" "$batchd" "$batchctl" "$tool"
 helper="$repo/bench/imagenet_bench.py"
 
 data="${BENCH_DATA:-${TMPDIR:-/tmp}/batchd-imagenet-bench}"
@@ -53,12 +49,8 @@ global_batch="${BENCH_GLOBAL_BATCH:-64}"
 epochs="${BENCH_EPOCHS:-2}"
 workers_list="${BENCH_WORKERS:-0 1 2}"
 
-if [[ ! -d "$data/train" ]]; then
-  echo "imagenet_bench: generating $classes x $per_class images in $data ..." >&2
-  "$py" "$repo/workloads/imagenet/make_imagenet.py" "$data" \
-    --classes "$classes" --per-class "$per_class" \
-    --val-per-class "$val_per_class" --no-tfrecord --no-truncated
-fi
+bench_imagenet_data imagenet_bench "$data" "$classes" "$per_class" \
+  "$val_per_class"
 n_train=$(find "$data/train" -type f | wc -l)
 n_val=$(find "$data/val" -type f | wc -l)
 # Every run reads the files from the page cache.
@@ -72,10 +64,7 @@ json="${BENCH_JSON:-$work/runs.jsonl}"
 : >"$json"
 daemon_pid=""
 cleanup() {
-  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
+  bench_kill_daemon
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -88,13 +77,8 @@ echo "(a) full decode, $threads threads ..." >&2
 
 # (b) batchd.
 socket="unix://$work/batchd.sock"
-"$batchd" --listen "$socket" --data-root "$data" --shm-prefix "imgbench-$$" \
-  --threads "$threads" 2>"$work/batchd.log" &
-daemon_pid=$!
-for _ in $(seq 100); do
-  "$batchctl" status --server "$socket" --timeout 1 >/dev/null 2>&1 && break
-  sleep 0.1
-done
+bench_start_daemon "$batchd" "$batchctl" "$socket" "$work/batchd.log" \
+  --data-root "$data" --shm-prefix "imgbench-$$" --threads "$threads"
 run_batchd() {  # split world steps
   local split=$1 w=$2 s=$3
   echo "(b) batchd $split, W=$w ..." >&2
@@ -106,9 +90,7 @@ run_batchd() {  # split world steps
 }
 for w in $world_sizes; do run_batchd train "$w" "$steps"; done
 run_batchd val 1 $(((n_val + global_batch - 1) / global_batch))
-"$batchctl" shutdown --server "$socket" >/dev/null 2>&1 || true
-wait "$daemon_pid" 2>/dev/null || true
-daemon_pid=""
+bench_stop_daemon "$batchctl" "$socket"
 
 # (c) torchvision, per rank.
 for w in $world_sizes; do

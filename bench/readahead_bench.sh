@@ -31,15 +31,11 @@ build="$(cd "${1:-$repo/build}" && pwd)"
 batchd="$build/server/batchd"
 batchctl="$build/server/batchctl"
 latency_fs="$build/bench/latency_fs"
-for bin in "$batchd" "$batchctl" "$latency_fs"; do
-  [[ -x "$bin" ]] || {
-    echo "readahead_bench: $bin is missing; build it first:" >&2
-    echo "  ninja -C $build batchd batchctl latency_fs" >&2
-    exit 1
-  }
-done
-[[ -c /dev/fuse ]] || { echo "readahead_bench: no /dev/fuse" >&2; exit 1; }
 py=/usr/bin/python3
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_require readahead_bench "$build" "$batchd" "$batchctl" "$latency_fs"
+[[ -c /dev/fuse ]] || { echo "readahead_bench: no /dev/fuse" >&2; exit 1; }
 helper="$repo/bench/imagenet_bench.py"
 
 data="${BENCH_DATA:-${TMPDIR:-/tmp}/batchd-readahead-bench}"
@@ -55,12 +51,7 @@ ra_flags=()
 [[ -n "${BENCH_READAHEAD_BYTES:-}" ]] &&
   ra_flags=(--readahead-bytes "$BENCH_READAHEAD_BYTES")
 
-if [[ ! -d "$data/train" ]]; then
-  echo "readahead_bench: generating $classes x $per_class images in $data ..." >&2
-  "$py" "$repo/workloads/imagenet/make_imagenet.py" "$data" \
-    --classes "$classes" --per-class "$per_class" --val-per-class 1 \
-    --no-tfrecord --no-truncated >/dev/null
-fi
+bench_imagenet_data readahead_bench "$data" "$classes" "$per_class" 1
 n_train=$(find "$data/train" -type f | wc -l)
 steps=$((epochs * (n_train / global_batch)))
 echo "readahead_bench: $n_train files ($(du -sh "$data/train" | cut -f1))," \
@@ -72,10 +63,7 @@ mkdir -p "$mnt"
 daemon_pid=""
 fs_pid=""
 cleanup() {
-  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
+  bench_kill_daemon
   if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
   rm -rf "$work"
 }
@@ -87,19 +75,13 @@ results="$work/results"
 # One batchd daemon over `root`, one batchctl bench; appends "name ips".
 run_batchd() {  # name root
   local name=$1 root=$2 socket="unix://$work/batchd.sock"
-  "$batchd" --listen "$socket" --data-root "$root" --shm-prefix "rabench-$$" \
-    --threads "$threads" "${ra_flags[@]}" 2>"$work/batchd.log" &
-  daemon_pid=$!
-  for _ in $(seq 100); do
-    "$batchctl" status --server "$socket" --timeout 1 >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  bench_start_daemon "$batchd" "$batchctl" "$socket" "$work/batchd.log" \
+    --data-root "$root" --shm-prefix "rabench-$$" --threads "$threads" \
+    "${ra_flags[@]}"
   out="$("$batchctl" bench --server "$socket" --workload imagenet --data . \
     --split train --global-batch-size "$global_batch" --world-size "$world" \
     --steps "$steps" --json)"
-  "$batchctl" shutdown --server "$socket" >/dev/null 2>&1 || true
-  wait "$daemon_pid" 2>/dev/null || true
-  daemon_pid=""
+  bench_stop_daemon "$batchctl" "$socket"
   ips=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["examples_per_s"])' "$out")
   echo "$name $ips" >>"$results"
   echo "  $name: $ips images/s" >&2

@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/address.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
 #include "client/ring.h"
@@ -70,19 +71,12 @@ int EnvInt(const char* name, int def) {
   return n;
 }
 
-// "unix:///p" → "unix:/p"; "tcp://h:p" → "h:p"; gRPC forms pass through.
-std::string GrpcTarget(const std::string& address) {
-  if (address.rfind("unix://", 0) == 0) return "unix:" + address.substr(7);
-  if (address.rfind("tcp://", 0) == 0) return address.substr(6);
-  return address;
-}
-
 }  // namespace
 
 void ApplyEnvironmentDefaults(LoaderOptions* o) {
   if (o->server.empty()) {
     const char* s = getenv("BATCHD_SERVER");
-    o->server = s != nullptr ? s : "unix:///run/batchd/batchd.sock";
+    o->server = s != nullptr ? s : kDefaultServerAddress;
   }
   if (o->world_size < 0) o->world_size = EnvInt("WORLD_SIZE", 1);
   if (o->rank < 0) o->rank = EnvInt("RANK", EnvInt("LOCAL_RANK", 0));
@@ -150,7 +144,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   {
     // The channel lives only for this call: trainers fork (DataLoader
     // workers, launchers) and gRPC's threads must not be running then.
-    auto channel = grpc::CreateChannel(GrpcTarget(o.server),
+    auto channel = grpc::CreateChannel(ParseAddress(o.server).grpc_target,
                                        grpc::InsecureChannelCredentials());
     auto stub = v1::Batchd::NewStub(channel);
     grpc::ClientContext ctx;

@@ -12,38 +12,14 @@ formats, TOML), not through the code under test. Needs numpy and PIL
 (Debian: python3-numpy, python3-pil) for the images.
 """
 
-import io
 import os
 import re
 import struct
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-# --- protobuf wire format -------------------------------------------------
-
-def varint(n):
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field_varint(num, n):
-    return varint(num << 3) + varint(n)
-
-
-def field_bytes(num, data):
-    if isinstance(data, str):
-        data = data.encode()
-    return varint((num << 3) | 2) + varint(len(data)) + data
+sys.path.insert(0, os.path.join(REPO, "workloads", "common"))
+from records import field_bytes, field_varint, tfrecord, varint  # noqa: E402
 
 
 # --- tf.train.Example (tensorflow/core/example/{example,feature}.proto) ---
@@ -79,42 +55,6 @@ EXAMPLES = [
     example({}),
     b"",
 ]
-
-
-# --- TFRecord framing: length, masked crc, data, masked crc ---------------
-
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def masked_crc(data):
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def tfrecord(records):
-    out = bytearray()
-    for r in records:
-        length = struct.pack("<Q", len(r))
-        out += length + struct.pack("<I", masked_crc(length))
-        out += r + struct.pack("<I", masked_crc(r))
-    return bytes(out)
 
 
 # --- batchd.v1.OpenStreamRequest (proto/batchd/v1/batchd.proto) ----------

@@ -11,7 +11,7 @@ scripts/install-deps.sh
 scripts/build.sh
 BUILD=${BATCHD_BUILD:-build}
 BIN="$PWD/$BUILD/server"
-EXAMPLES="$PWD/$BUILD/workloads/examples"
+EXAMPLES="$PWD/$BUILD/examples"
 
 WORK=$(mktemp -d /tmp/batchd-demo-XXXXXX)
 export BATCHD_SERVER="unix://$WORK/batchd.sock"

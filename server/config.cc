@@ -2,7 +2,6 @@
 #include "server/config.h"
 
 #include <arpa/inet.h>
-#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -19,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/groups.h"
 
 namespace batchd {
 
@@ -505,26 +505,14 @@ absl::Status ParseArgs(int argc, char** argv, DaemonConfig* config,
     if (absl::Status s = flag->set(config, value); !s.ok()) return s;
   }
   if (!config->admin_group.empty()) {
-    int64_t gid;
-    if (absl::SimpleAtoi(config->admin_group, &gid)) {
-      config->core.admin_gid = gid_t(gid);
-    } else if (group* gr = getgrnam(config->admin_group.c_str())) {
-      config->core.admin_gid = gr->gr_gid;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--admin-group: no group named '", config->admin_group, "'"));
-    }
+    absl::StatusOr<gid_t> gid = ResolveGroup("admin-group", config->admin_group);
+    if (!gid.ok()) return gid.status();
+    config->core.admin_gid = *gid;
   }
   if (!config->shm_group.empty()) {
-    int64_t gid;
-    if (absl::SimpleAtoi(config->shm_group, &gid)) {
-      config->core.shm_group = gid_t(gid);
-    } else if (group* gr = getgrnam(config->shm_group.c_str())) {
-      config->core.shm_group = gr->gr_gid;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--shm-group: no group named '", config->shm_group, "'"));
-    }
+    absl::StatusOr<gid_t> gid = ResolveGroup("shm-group", config->shm_group);
+    if (!gid.ok()) return gid.status();
+    config->core.shm_group = *gid;
   }
   return absl::OkStatus();
 }

@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/address.h"
 #include "server/core.h"
 
 namespace batchd {
 
 struct DaemonConfig {
   CoreOptions core;
-  std::string listen = "unix:///run/batchd/batchd.sock";
+  std::string listen = kDefaultServerAddress;
   std::string shm_group;       // name or gid; resolved into core.shm_group
   std::string admin_group;     // name or gid; resolved into core.admin_gid
   unsigned socket_mode = 0660;

@@ -19,7 +19,8 @@
 #include "absl/strings/str_join.h"
 #include "batchd/version.h"
 #include "client/process.h"
-#include "server/log.h"
+#include "base/log.h"
+#include "base/paths.h"
 
 namespace batchd {
 
@@ -276,11 +277,7 @@ absl::StatusOr<std::string> Core::ConfineDataPath(
   }
   const std::string r = resolved;
   const std::string& root = options_.data_root;
-  const bool inside =
-      r == root ||
-      (r.size() > root.size() && r.compare(0, root.size(), root) == 0 &&
-       (root == "/" || r[root.size()] == '/'));
-  if (!inside) {
+  if (!PathIsWithin(r, root)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "data path '", data, "' resolves to ", r,
         ", outside the server's --data-root ", root));

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/process.h"
-#include "server/log.h"
+#include "base/log.h"
 
 namespace batchd {
 

@@ -1,9 +1,9 @@
 // batchd: the daemon. Reads its settings (flags, --config), removes stale
 // segments, serves gRPC on a unix socket (or TCP), tells systemd when it is
 // ready, and on SIGTERM / SIGINT / Shutdown / a finished drain closes every
-// stream and unlinks every segment before it exits.
+// stream and unlinks every segment before it exits. main() is the list of
+// those steps; each is a function below.
 #include <fcntl.h>
-#include <grp.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -19,8 +19,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,12 +28,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/address.h"
+#include "base/files.h"
+#include "base/groups.h"
+#include "base/log.h"
 #include "batchd/version.h"
 #include "client/ring.h"
 #include "server/config.h"
 #include "server/core.h"
 #include "server/grpc_service.h"
-#include "server/log.h"
 #include "server/metrics.h"
 #include "server/peer.h"
 
@@ -43,24 +46,8 @@ int Fail(int code, const std::string& msg) {
   fprintf(stderr, "batchd: %s\n", msg.c_str());
   return code;
 }
-
-// True when something accepts connections on the unix socket `path`.
-bool SocketAccepts(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un addr;
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr),
-                          sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
-std::string HostOf(const std::string& host_port) {
-  const size_t colon = host_port.rfind(':');
-  return colon == std::string::npos ? "" : host_port.substr(0, colon);
+int Fail(int code, const absl::Status& status) {
+  return Fail(code, std::string(status.message()));
 }
 
 // The directory that holds the socket must be writable by us (and root)
@@ -125,23 +112,15 @@ absl::StatusOr<int> OpenLockFile(const std::string& path) {
   return fd;
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  batchd::DaemonConfig config;
+// Step 1. The settings: flags over --config over defaults. Returns the exit
+// code when the command is done already (--help, --version, --print-config,
+// a bad flag), nothing when the daemon is to run.
+std::optional<int> ReadSettings(int argc, char** argv,
+                                batchd::DaemonConfig* config) {
   batchd::ParsedArgs parsed;
-  if (absl::Status s = batchd::ParseArgs(argc, argv, &config, &parsed);
+  if (absl::Status s = batchd::ParseArgs(argc, argv, config, &parsed);
       !s.ok()) {
-    return Fail(2, std::string(s.message()));
+    return Fail(2, s);
   }
   if (parsed.help) {
     fputs(batchd::Usage().c_str(), stdout);
@@ -154,138 +133,154 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (parsed.print_config) {
-    fputs(batchd::ConfigToToml(config).c_str(), stdout);
+    fputs(batchd::ConfigToToml(*config).c_str(), stdout);
     return 0;
   }
-  batchd::SetLogLevel(config.log_level);
+  batchd::SetLogLevel(config->log_level);
+  return std::nullopt;
+}
 
-  // Where to listen, in gRPC's terms.
-  const std::string& listen = config.listen;
-  std::string grpc_address, socket_path;
-  if (listen.rfind("unix://", 0) == 0) {
-    socket_path = listen.substr(7);
-    grpc_address = "unix:" + socket_path;
-  } else if (listen.rfind("unix:", 0) == 0) {
-    socket_path = listen.substr(5);
-    grpc_address = listen;
-  } else if (listen.rfind("tcp://", 0) == 0) {
-    grpc_address = listen.substr(6);
-  } else {
-    return Fail(2, absl::StrCat("--listen ", listen,
-                                ": use unix:///path or tcp://127.0.0.1:PORT"));
-  }
-  std::shared_ptr<grpc::ServerCredentials> creds =
-      grpc::InsecureServerCredentials();
+// Where the daemon listens, checked before anything is bound.
+struct Endpoints {
+  std::string grpc_address;  // --listen in gRPC's terms
+  std::string socket_path;   // the unix socket; empty for TCP
   // TCP: the numeric addresses checked, which are what gets bound.
   std::vector<std::string> tcp_addresses;
-  if (socket_path.empty()) {
-    absl::StatusOr<std::vector<std::string>> resolved =
-        batchd::ResolveListenAddress("listen", grpc_address, false);
-    const bool loopback = resolved.ok();
-    if (!loopback && !config.allow_remote) {
-      return Fail(2, absl::StrCat(resolved.status().message(),
-                                  " (TCP listens on loopback only: "
-                                  "127.0.0.1 or [::1]; other addresses "
-                                  "need --allow-remote with TLS)"));
-    }
-    if (!loopback) {
-      resolved = batchd::ResolveListenAddress("listen", grpc_address, true);
-      if (!resolved.ok())
-        return Fail(2, std::string(resolved.status().message()));
-    }
-    tcp_addresses = *resolved;
-    if (!loopback || !config.tls_cert.empty()) {
-      if (config.tls_cert.empty() || config.tls_key.empty()) {
-        return Fail(2, "--allow-remote needs --tls-cert and --tls-key: "
-                       "batchd never serves other hosts in plain text");
-      }
-      grpc::SslServerCredentialsOptions ssl;
-      grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-      if (!ReadFile(config.tls_key, &pair.private_key) ||
-          !ReadFile(config.tls_cert, &pair.cert_chain)) {
-        return Fail(2, absl::StrCat("cannot read --tls-cert ",
-                                    config.tls_cert, " or --tls-key ",
-                                    config.tls_key));
-      }
-      ssl.pem_key_cert_pairs.push_back(pair);
-      if (!config.tls_client_ca.empty()) {
-        if (!ReadFile(config.tls_client_ca, &ssl.pem_root_certs)) {
-          return Fail(2, absl::StrCat("cannot read --tls-client-ca ",
-                                      config.tls_client_ca));
-        }
-        ssl.client_certificate_request =
-            GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-      }
-      creds = grpc::SslServerCredentials(ssl);
-    }
-  }
+  std::shared_ptr<grpc::ServerCredentials> credentials;
   // Civetweb gets one numeric address, never the flag's text: its own
   // syntax would read "127.0.0.1:X,Y" as two ports, the second on 0.0.0.0.
-  std::string metrics_address;
+  std::string metrics_address;  // empty: no metrics endpoint
+};
+
+// TLS credentials from --tls-cert, --tls-key and --tls-client-ca.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
+    const batchd::DaemonConfig& config) {
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  absl::StatusOr<std::string> key = batchd::ReadFileToString(config.tls_key);
+  absl::StatusOr<std::string> cert = batchd::ReadFileToString(config.tls_cert);
+  if (!key.ok() || !cert.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read --tls-cert ", config.tls_cert,
+                     " or --tls-key ", config.tls_key));
+  }
+  pair.private_key = std::move(*key);
+  pair.cert_chain = std::move(*cert);
+  ssl.pem_key_cert_pairs.push_back(pair);
+  if (!config.tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca =
+        batchd::ReadFileToString(config.tls_client_ca);
+    if (!ca.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read --tls-client-ca ", config.tls_client_ca));
+    }
+    ssl.pem_root_certs = std::move(*ca);
+    ssl.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+// Step 2. --listen and --metrics-listen checked and resolved: TCP on
+// loopback unless --allow-remote, and then only with TLS.
+absl::StatusOr<Endpoints> ResolveEndpoints(const batchd::DaemonConfig& config) {
+  Endpoints e;
+  const batchd::Address listen = batchd::ParseAddress(config.listen);
+  if (listen.scheme == batchd::Address::Scheme::kOther) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", config.listen,
+                     ": use unix:///path or tcp://127.0.0.1:PORT"));
+  }
+  e.grpc_address = listen.grpc_target;
+  e.socket_path = listen.socket_path;
+  e.credentials = grpc::InsecureServerCredentials();
+  if (e.socket_path.empty()) {
+    absl::StatusOr<std::vector<std::string>> resolved =
+        batchd::ResolveListenAddress("listen", e.grpc_address, false);
+    const bool loopback = resolved.ok();
+    if (!loopback && !config.allow_remote) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(resolved.status().message(),
+                       " (TCP listens on loopback only: "
+                       "127.0.0.1 or [::1]; other addresses "
+                       "need --allow-remote with TLS)"));
+    }
+    if (!loopback) {
+      resolved = batchd::ResolveListenAddress("listen", e.grpc_address, true);
+      if (!resolved.ok()) return resolved.status();
+    }
+    e.tcp_addresses = *resolved;
+    if (!loopback || !config.tls_cert.empty()) {
+      if (config.tls_cert.empty() || config.tls_key.empty()) {
+        return absl::InvalidArgumentError(
+            "--allow-remote needs --tls-cert and --tls-key: "
+            "batchd never serves other hosts in plain text");
+      }
+      absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+          TlsCredentials(config);
+      if (!tls.ok()) return tls.status();
+      e.credentials = std::move(*tls);
+    }
+  }
   if (!config.metrics_listen.empty()) {
     absl::StatusOr<std::vector<std::string>> resolved =
         batchd::ResolveListenAddress("metrics-listen", config.metrics_listen,
                                      config.allow_remote);
-    if (!resolved.ok()) {
-      return Fail(2, std::string(resolved.status().message()));
-    }
-    metrics_address = resolved->front();
+    if (!resolved.ok()) return resolved.status();
+    e.metrics_address = resolved->front();
   }
+  return e;
+}
 
-  // One daemon per socket: a lock file beside the socket, then a probe, so
-  // that a second daemon never unlinks the socket of a live one (gRPC
-  // removes an existing socket file when it binds).
-  int lock_fd = -1;
-  if (!socket_path.empty()) {
-    const size_t slash = socket_path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "."
-                            : slash == 0               ? "/"
-                                         : socket_path.substr(0, slash);
-    mkdir(dir.c_str(), 0755);
-    if (absl::Status s = CheckSocketDirectory(dir); !s.ok()) {
-      return Fail(1, std::string(s.message()));
-    }
-    const std::string lock_path = socket_path + ".lock";
-    absl::StatusOr<int> lock = OpenLockFile(lock_path);
-    if (!lock.ok()) return Fail(1, std::string(lock.status().message()));
-    lock_fd = *lock;
-    if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      char buf[32] = {0};
-      if (pread(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
-      return Fail(1, absl::StrCat("another batchd (pid ", atoi(buf),
-                                  ") already serves ", listen));
-    }
-    if (SocketAccepts(socket_path)) {
-      return Fail(1, absl::StrCat("another process already accepts on ",
-                                  socket_path));
-    }
-    const std::string pid = absl::StrCat(getpid(), "\n");
-    if (ftruncate(lock_fd, 0) != 0 ||
-        pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) {
-      return Fail(1, absl::StrCat("cannot write ", lock_path));
-    }
+// Step 3. One daemon per socket: a lock file beside the socket, then a
+// probe, so that a second daemon never unlinks the socket of a live one
+// (gRPC removes an existing socket file when it binds). Returns the lock
+// file's descriptor, held (and locked) until the process exits; -1 for TCP.
+absl::StatusOr<int> ClaimSocket(const std::string& listen,
+                                const std::string& socket_path) {
+  if (socket_path.empty()) return -1;
+  const size_t slash = socket_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                       : socket_path.substr(0, slash);
+  mkdir(dir.c_str(), 0755);
+  if (absl::Status s = CheckSocketDirectory(dir); !s.ok()) return s;
+  const std::string lock_path = socket_path + ".lock";
+  absl::StatusOr<int> lock = OpenLockFile(lock_path);
+  if (!lock.ok()) return lock.status();
+  const int lock_fd = *lock;
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {0};
+    if (pread(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another batchd (pid ", atoi(buf), ") already serves ", listen));
   }
-  gid_t socket_gid = gid_t(-1);
-  if (!config.socket_group.empty()) {
-    int64_t gid;
-    if (absl::SimpleAtoi(config.socket_group, &gid)) {
-      socket_gid = gid_t(gid);
-    } else if (group* gr = getgrnam(config.socket_group.c_str())) {
-      socket_gid = gr->gr_gid;
-    } else {
-      return Fail(2, absl::StrCat("--socket-group: no group named '",
-                                  config.socket_group, "'"));
-    }
+  if (batchd::UnixSocketAccepts(socket_path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another process already accepts on ", socket_path));
   }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(lock_fd, 0) != 0 ||
+      pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", lock_path));
+  }
+  return lock_fd;
+}
 
-  // Signals are taken by sigwait below, never by a handler: block them
-  // before any thread starts so that every thread inherits the mask.
+// Step 4. Signals are taken by sigwait, never by a handler: blocked before
+// any thread starts so that every thread inherits the mask.
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
+// Step 5. Segments of this uid and prefix whose recorded pid is dead.
+void RemoveStaleSegments(const batchd::DaemonConfig& config) {
   const std::string stale_prefix =
       absl::StrCat(config.core.shm_prefix, ".", getuid(), ".");
   std::vector<std::string> skipped;
@@ -297,26 +292,46 @@ int main(int argc, char** argv) {
   for (const std::string& why : skipped) {
     batchd::Log(batchd::LogLevel::kWarn, "shm_entry_ignored", {{"entry", why}});
   }
+}
 
+// Step 6. The core: streams, worker pool, read-ahead. A finished drain
+// stops the daemon as SIGTERM does.
+absl::StatusOr<std::unique_ptr<batchd::Core>> StartCore(
+    const batchd::DaemonConfig& config) {
   absl::StatusOr<std::unique_ptr<batchd::Core>> core =
       batchd::Core::Create(config.core);
-  if (!core.ok()) return Fail(1, std::string(core.status().message()));
+  if (!core.ok()) return core.status();
   (*core)->SetOnDrained([] {
     batchd::Log(batchd::LogLevel::kInfo, "drained");
     kill(getpid(), SIGTERM);
   });
+  return core;
+}
 
-  // The unix socket is accepted by the daemon itself, so that every call
-  // carries its caller's kernel identity (peer.h); TCP is gRPC's.
+// The gRPC side while it serves; members are destroyed in reverse order
+// (the server before the service it calls, before the peer table).
+struct Serving {
   std::unique_ptr<batchd::PeerListener> peers;
+  std::unique_ptr<batchd::BatchdService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // TCP: the first bound port
+};
+
+// Step 7. The gRPC server on the unix socket (accepted by the daemon
+// itself, so that every call carries its caller's kernel identity, peer.h)
+// or on TCP (gRPC's), with the socket's mode and group applied.
+absl::Status StartServing(const batchd::DaemonConfig& config,
+                          const Endpoints& endpoints, gid_t socket_gid,
+                          batchd::Core& core, Serving* serving) {
+  const std::string& socket_path = endpoints.socket_path;
   if (!socket_path.empty()) {
     auto listener = batchd::PeerListener::Listen(socket_path);
-    if (!listener.ok()) return Fail(1, std::string(listener.status().message()));
-    peers = std::move(*listener);
+    if (!listener.ok()) return listener.status();
+    serving->peers = std::move(*listener);
   }
-  batchd::PeerListener* const peer_table = peers.get();
-  batchd::BatchdService service(
-      **core, [] { kill(getpid(), SIGTERM); },
+  batchd::PeerListener* const peer_table = serving->peers.get();
+  serving->service = std::make_unique<batchd::BatchdService>(
+      core, [] { kill(getpid(), SIGTERM); },
       [peer_table](const grpc::ServerContext& ctx) {
         // TCP callers are anonymous: no kernel identity crosses TCP.
         return peer_table != nullptr ? peer_table->Lookup(ctx.peer())
@@ -328,87 +343,166 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Requests are small; a huge one is refused before it is parsed.
   builder.SetMaxReceiveMessageSize(1 << 20);
-  int port = 0;
   std::vector<int> extra_ports;
   if (socket_path.empty()) {
     // Every address the host resolved to, unless the port is chosen by the
     // kernel (then one: the ports would differ).
-    builder.AddListeningPort(tcp_addresses.front(), creds, &port);
-    const std::string& first = tcp_addresses.front();
-    if (first.substr(first.rfind(':') + 1) != "0") {
-      extra_ports.resize(tcp_addresses.size() - 1);
-      for (size_t i = 1; i < tcp_addresses.size(); ++i) {
-        builder.AddListeningPort(tcp_addresses[i], creds, &extra_ports[i - 1]);
+    const std::vector<std::string>& tcp = endpoints.tcp_addresses;
+    builder.AddListeningPort(tcp.front(), endpoints.credentials,
+                             &serving->port);
+    if (tcp.front().substr(tcp.front().rfind(':') + 1) != "0") {
+      extra_ports.resize(tcp.size() - 1);
+      for (size_t i = 1; i < tcp.size(); ++i) {
+        builder.AddListeningPort(tcp[i], endpoints.credentials,
+                                 &extra_ports[i - 1]);
       }
     }
   }
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  bool bound = !socket_path.empty() || port != 0;
+  builder.RegisterService(serving->service.get());
+  serving->server = builder.BuildAndStart();
+  bool bound = !socket_path.empty() || serving->port != 0;
   for (int p : extra_ports) bound = bound && p != 0;
-  if (server == nullptr || !bound) {
-    return Fail(1, absl::StrCat("cannot listen on ", listen,
-                                " (in use, or no permission)"));
+  if (serving->server == nullptr || !bound) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", config.listen, " (in use, or no permission)"));
   }
-  if (peers != nullptr) peers->Serve(server.get());
+  if (serving->peers != nullptr) serving->peers->Serve(serving->server.get());
   if (!socket_path.empty()) {
     chmod(socket_path.c_str(), config.socket_mode);
     if (socket_gid != gid_t(-1) &&
         chown(socket_path.c_str(), uid_t(-1), socket_gid) != 0) {
-      return Fail(1, absl::StrCat("cannot give ", socket_path, " to group ",
-                                  config.socket_group, ": ",
-                                  strerror(errno)));
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot give ", socket_path, " to group ",
+                       config.socket_group, ": ", strerror(errno)));
     }
   }
-  std::unique_ptr<batchd::MetricsServer> metrics;
-  if (!config.metrics_listen.empty()) {
-    auto m = batchd::MetricsServer::Start(metrics_address, **core);
-    if (!m.ok()) return Fail(1, std::string(m.status().message()));
-    metrics = std::move(*m);
-  }
+  return absl::OkStatus();
+}
+
+// Step 8. Prometheus metrics at /metrics when --metrics-listen is set.
+absl::StatusOr<std::unique_ptr<batchd::MetricsServer>> StartMetrics(
+    const Endpoints& endpoints, batchd::Core& core) {
+  if (endpoints.metrics_address.empty()) return nullptr;
+  return batchd::MetricsServer::Start(endpoints.metrics_address, core);
+}
+
+// Step 9. The "ready" line, then systemd (Type=notify): ready only now that
+// the socket accepts.
+void AnnounceReady(const batchd::DaemonConfig& config,
+                   const Endpoints& endpoints, const Serving& serving,
+                   const batchd::Core& core) {
   batchd::Log(
       batchd::LogLevel::kInfo, "ready",
       {{"pid", std::to_string(getpid())},
        {"listen",
-        socket_path.empty()
-            ? absl::StrCat("tcp://", HostOf(tcp_addresses.front()), ":", port)
-            : listen},
-       {"data_root", (*core)->options().data_root},
-       {"threads", std::to_string((*core)->options().threads)},
+        endpoints.socket_path.empty()
+            ? absl::StrCat("tcp://",
+                           batchd::HostOf(endpoints.tcp_addresses.front()), ":",
+                           serving.port)
+            : config.listen},
+       {"data_root", core.options().data_root},
+       {"threads", std::to_string(core.options().threads)},
        {"shm_prefix", config.core.shm_prefix},
        {"metrics", config.metrics_listen}});
-  // systemd (Type=notify): ready only now that the socket accepts.
   sd_notify(0, "READY=1");
-  std::atomic<bool> stopping{false};
-  std::thread watchdog;
-  uint64_t watchdog_usec = 0;
-  if (sd_watchdog_enabled(0, &watchdog_usec) > 0) {
-    watchdog = std::thread([&stopping, watchdog_usec] {
-      while (!stopping.load()) {
+}
+
+// systemd's watchdog (WatchdogSec=), petted at a third of its period from a
+// thread of its own while the daemon serves; nothing when it is not enabled.
+class Watchdog {
+ public:
+  void Start() {
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) <= 0) return;
+    thread_ = std::thread([this, usec] {
+      while (!stopping_.load()) {
         sd_notify(0, "WATCHDOG=1");
-        std::this_thread::sleep_for(
-            std::chrono::microseconds(watchdog_usec / 3));
+        std::this_thread::sleep_for(std::chrono::microseconds(usec / 3));
       }
     });
   }
+  void Stop() {
+    stopping_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  ~Watchdog() { Stop(); }
 
+ private:
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// Step 10. Blocks until SIGTERM or SIGINT (a Shutdown call and a finished
+// drain send SIGTERM to the daemon itself).
+int WaitForStopSignal(const sigset_t& signals) {
   int sig = 0;
   sigwait(&signals, &sig);
   sd_notify(0, "STOPPING=1");
   batchd::Log(batchd::LogLevel::kInfo, "shutdown",
               {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
-  stopping.store(true);
-  if (watchdog.joinable()) watchdog.join();
+  return sig;
+}
+
+// Step 11. New connections refused first, calls in flight given 2 s, then
+// every stream closed and every segment unlinked, then the socket. The lock
+// file stays: unlinking it would let two daemons hold locks on different
+// files of the same name.
+void Stop(const std::string& socket_path, Serving* serving,
+          std::unique_ptr<batchd::MetricsServer> metrics,
+          std::unique_ptr<batchd::Core> core) {
   metrics.reset();
-  if (peers != nullptr) peers->Stop();  // no new connections
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server->Wait();
-  core->reset();  // closes every stream, unlinks every segment
-  if (!socket_path.empty()) {
-    // The lock file stays: unlinking it would let two daemons hold locks
-    // on different files of the same name.
-    unlink(socket_path.c_str());
-  }
+  if (serving->peers != nullptr) serving->peers->Stop();  // no new connections
+  serving->server->Shutdown(std::chrono::system_clock::now() +
+                            std::chrono::seconds(2));
+  serving->server->Wait();
+  core.reset();  // closes every stream, unlinks every segment
+  if (!socket_path.empty()) unlink(socket_path.c_str());
   batchd::Log(batchd::LogLevel::kInfo, "stopped");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  batchd::DaemonConfig config;
+  if (std::optional<int> done = ReadSettings(argc, argv, &config)) return *done;
+
+  absl::StatusOr<Endpoints> endpoints = ResolveEndpoints(config);
+  if (!endpoints.ok()) return Fail(2, endpoints.status());
+
+  absl::StatusOr<int> lock_fd =
+      ClaimSocket(config.listen, endpoints->socket_path);
+  if (!lock_fd.ok()) return Fail(1, lock_fd.status());
+
+  gid_t socket_gid = gid_t(-1);
+  if (!config.socket_group.empty()) {
+    absl::StatusOr<gid_t> gid =
+        batchd::ResolveGroup("socket-group", config.socket_group);
+    if (!gid.ok()) return Fail(2, gid.status());
+    socket_gid = *gid;
+  }
+
+  const sigset_t signals = BlockStopSignals();
+  RemoveStaleSegments(config);
+
+  absl::StatusOr<std::unique_ptr<batchd::Core>> core = StartCore(config);
+  if (!core.ok()) return Fail(1, core.status());
+
+  Serving serving;
+  if (absl::Status s =
+          StartServing(config, *endpoints, socket_gid, **core, &serving);
+      !s.ok()) {
+    return Fail(1, s);
+  }
+  absl::StatusOr<std::unique_ptr<batchd::MetricsServer>> metrics =
+      StartMetrics(*endpoints, **core);
+  if (!metrics.ok()) return Fail(1, metrics.status());
+
+  AnnounceReady(config, *endpoints, serving, **core);
+  Watchdog watchdog;
+  watchdog.Start();
+
+  WaitForStopSignal(signals);
+  watchdog.Stop();
+  Stop(endpoints->socket_path, &serving, std::move(*metrics), std::move(*core));
   return 0;
 }

@@ -16,7 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/log.h"
+#include "base/log.h"
 
 namespace batchd {
 

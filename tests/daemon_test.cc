@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "base/address.h"
 #include "batchd/loader.h"
 #include "client/ring.h"
 #include "tests/test_server.h"
@@ -50,38 +51,6 @@ LoaderOptions Options(const TestServer& s, const std::string& stream,
   return o;
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req =
-      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  if (write(fd, req.data(), req.size()) < 0) return "";
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, n);
-  close(fd);
-  return resp;
-}
 
 TEST(DaemonTest, ConfigFileRoundTripsAndFlagsWin) {
   const std::string dir = testing::MakeTempDir();
@@ -171,14 +140,14 @@ TEST(DaemonTest, ReadyIsNotifiedOnlyOnceTheSocketAccepts) {
 }
 
 TEST(DaemonTest, MetricsAreScrapedAndParse) {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   TestServer server("metrics");
   ASSERT_TRUE(server.Start(
       {"--metrics-listen", "127.0.0.1:" + std::to_string(port)}));
   auto l = Loader::Open(Options(server, "scraped"));
   ASSERT_TRUE(l.ok()) << l.status();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*l)->Next().ok());
-  const std::string resp = HttpGet(port, "/metrics");
+  const std::string resp = testing::HttpGet(port, "/metrics");
   ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp;
   const std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
   // Every line is a comment or `name{labels} value`.

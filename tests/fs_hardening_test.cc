@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/files.h"
+#include "base/address.h"
 #include "batchd/loader.h"
 #include "client/ring.h"
 #include "client/shm_layout.h"
@@ -58,10 +60,7 @@ int AsNobody(const std::function<int()>& fn) {
 }
 
 std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ReadFileToString(path).value_or("");
 }
 
 // Runs the daemon with `args`; returns its wait status and its output. A
@@ -406,39 +405,6 @@ TEST(ListenAddress, HostnameStartingWith127ThatResolvesElsewhereIsRefused) {
 
 // ------------------------------------------------------------ break 8
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path +
-                          " HTTP/1.1\r\nHost: localhost\r\nConnection: "
-                          "close\r\n\r\n";
-  if (write(fd, req.data(), req.size()) < 0) return "";
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, size_t(n));
-  close(fd);
-  return resp;
-}
 
 uint64_t ProcessKiB(pid_t pid, const char* field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -456,7 +422,7 @@ uint64_t ProcessKiB(pid_t pid, const char* field) {
 // unnoticed), a FIFO named .JPEG and a sparse 1 GiB .JPEG: the stream
 // completes, each is a decode error, and the daemon never holds the GiB.
 TEST(DataTree, HostileFilesAreDecodeErrorsAndTheStreamCompletes) {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   TestServer server("tree");
   const std::string outside = testing::MakeTempDir();
   const std::string cls = server.dir() + "/inet/train/n01";
@@ -502,7 +468,7 @@ TEST(DataTree, HostileFilesAreDecodeErrorsAndTheStreamCompletes) {
   ASSERT_TRUE(l.ok()) << l.status();
   absl::StatusOr<Batch> b = (*l)->Next();
   ASSERT_TRUE(b.ok()) << b.status() << " (a worker blocked on the FIFO?)";
-  const std::string metrics = HttpGet(port, "/metrics");
+  const std::string metrics = testing::HttpGet(port, "/metrics");
   const std::string key = "batchd_decode_errors_total{stream=\"tree\"} ";
   const size_t at = metrics.find(key);
   ASSERT_NE(at, std::string::npos) << metrics;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/address.h"
 #include "batchd/loader.h"
 #include "client/process.h"
 #include "client/ring.h"
@@ -292,18 +293,6 @@ TEST(HardeningTest, AdminGroupMayDrain) {
   EXPECT_TRUE(Exited(server.pid(), 20)) << "a drained daemon exits";
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 pid_t StartTcpDaemon(const std::string& address, const std::string& dir,
                      std::vector<std::string> extra) {
   std::vector<std::string> args = {testing::DaemonPath(),
@@ -329,7 +318,7 @@ pid_t StartTcpDaemon(const std::string& address, const std::string& dir,
 
 TEST(HardeningTest, TcpWithoutClientCertificatesGetsNoShutdown) {
   const std::string dir = testing::MakeTempDir();
-  const std::string address = "tcp://127.0.0.1:" + std::to_string(FreePort());
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort());
   const pid_t daemon = StartTcpDaemon(address, dir, {});
   // Whoever reaches a loopback port: any local user.
   int code = -1;
@@ -347,7 +336,7 @@ TEST(HardeningTest, TcpWithoutClientCertificatesGetsNoShutdown) {
   EXPECT_TRUE(Exited(daemon, 20));
 
   // Allowed only when the operator says so.
-  const std::string address2 = "tcp://127.0.0.1:" + std::to_string(FreePort());
+  const std::string address2 = "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort());
   const pid_t allowed = StartTcpDaemon(address2, dir, {"--tcp-admin"});
   for (int i = 0; i < 100; ++i) {
     Caller c(address2, {"shutdown"});

@@ -1,6 +1,6 @@
 // The daemon's log lines: key=value fields, quoting, the level threshold,
 // and repeated warnings folded.
-#include "server/log.h"
+#include "base/log.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -65,6 +65,36 @@ TEST(LogTest, RepeatedWarningsAreFoldedOthersPass) {
   EXPECT_EQ(a, 1) << "five identical warnings within 10 s make one line";
   EXPECT_EQ(b, 1) << "another message is not folded into the first";
   EXPECT_EQ(tick, 3) << "info lines are never folded";
+}
+
+TEST(LogTest, KeyedWarningsAreFoldedPerKeyWhateverTheirFields) {
+  SetLogLevel("info");
+  auto lines = CaptureStderr([] {
+    for (int i = 0; i < 5; ++i) {
+      LogKeyed(LogLevel::kWarn, "stream-1", "decode_error",
+               {{"file", std::to_string(i) + ".JPEG"}});
+    }
+    LogKeyed(LogLevel::kWarn, "stream-2", "decode_error", {{"file", "x.JPEG"}});
+    // A plain Log of the same event and fields is a key of its own.
+    Log(LogLevel::kWarn, "decode_error", {{"file", "1.JPEG"}});
+    for (int i = 0; i < 3; ++i) {
+      LogKeyed(LogLevel::kInfo, "stream-1", "indexing", {{"n", "1"}});
+    }
+  });
+  int first = 0, other_files = 0, second = 0, indexing = 0;
+  for (const std::string& l : lines) {
+    first += l.find("file=0.JPEG") != std::string::npos;
+    other_files += l.find("file=1.JPEG") != std::string::npos;
+    second += l.find("file=x.JPEG") != std::string::npos;
+    indexing += l.find("event=indexing") != std::string::npos;
+    EXPECT_NE(l.find(" level="), std::string::npos) << l;
+  }
+  EXPECT_EQ(first, 1) << "the first warning of a key is written";
+  EXPECT_EQ(other_files, 1)
+      << "later ones of the same key are folded although their files differ; "
+         "only the plain Log line names 1.JPEG";
+  EXPECT_EQ(second, 1) << "another key is not folded into the first";
+  EXPECT_EQ(indexing, 3) << "info lines are never folded";
 }
 
 TEST(LogTest, LevelThresholdDropsLowerLevels) {

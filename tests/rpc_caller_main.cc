@@ -23,16 +23,11 @@
 #include <cstring>
 #include <string>
 
+#include "base/address.h"
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 
 namespace {
-
-std::string Target(const std::string& address) {
-  if (address.rfind("unix://", 0) == 0) return "unix:" + address.substr(7);
-  if (address.rfind("tcp://", 0) == 0) return address.substr(6);
-  return address;
-}
 
 void WaitForStdinToClose() {
   char buf[64];
@@ -52,7 +47,8 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string server = argv[1], op = argv[2];
   auto stub = batchd::v1::Batchd::NewStub(
-      grpc::CreateChannel(Target(server), grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(batchd::ParseAddress(server).grpc_target,
+                          grpc::InsecureChannelCredentials()));
   auto context = [] {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() +

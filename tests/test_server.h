@@ -5,6 +5,7 @@
 #define BATCHD_TESTS_TEST_SERVER_H_
 
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -18,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/address.h"
+
 namespace batchd {
 namespace testing {
 
@@ -28,23 +31,37 @@ inline std::string DaemonPath() {
   return other != nullptr && *other != '\0' ? other : BATCHD_DAEMON_PATH;
 }
 
+// The body and headers of GET `path` from 127.0.0.1:`port` (HTTP/1.1,
+// "Connection: close"); empty when nothing accepts there.
+inline std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path +
+                          " HTTP/1.1\r\nHost: localhost\r\nConnection: "
+                          "close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) < 0) return "";
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, size_t(n));
+  close(fd);
+  return resp;
+}
+
 inline std::string MakeTempDir() {
   char tmpl[] = "/tmp/batchd-test-XXXXXX";
   char* d = mkdtemp(tmpl);
   return d == nullptr ? std::string("/tmp") : std::string(d);
 }
 
-inline bool UnixSocketAccepts(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr;
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
+using ::batchd::UnixSocketAccepts;  // base/address.h
 
 // Names of /dev/shm entries that start with `prefix`.
 inline std::vector<std::string> ShmEntries(const std::string& prefix) {

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #ifdef BATCHD_TEST_WITH_PROTOBUF
+#include "base/files.h"
 #include "google/protobuf/stubs/common.h"
 #endif
 #include "workloads/common/tfrecord.h"
@@ -79,10 +80,7 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 }
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
+  return ReadFileToString(path).value_or("");
 }
 
 void WriteText(const std::string& dir, const std::string& split,

@@ -21,7 +21,7 @@ from batchd_daemon import Server
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(
     os.environ.get("BATCHD_BIN", "/nonexistent/server/batchd"))),
-    "workloads", "examples")
+    "examples")
 
 
 def trainer(name):
@@ -91,9 +91,9 @@ def test_algoperf_example_trains_through_the_drop_in(server):
     env = dict(os.environ, BATCHD_SERVER=server.address)
     env.pop("RANK", None)
     p = subprocess.run(
-        [sys.executable, os.path.join(REPO, "workloads", "examples", "launch.py"),
+        [sys.executable, os.path.join(REPO, "examples", "launch.py"),
          "--nproc", "2", "--",
-         os.path.join(REPO, "workloads", "examples", "algoperf_ddp.py"),
+         os.path.join(REPO, "examples", "algoperf_ddp.py"),
          "--workload", "imagenet", "--data", "imagenet", "--image-size", "64",
          "--classes", "2", "--global-batch-size", "8", "--steps", "3"],
         env=env, capture_output=True, text=True, timeout=600)
@@ -101,3 +101,27 @@ def test_algoperf_example_trains_through_the_drop_in(server):
     m = re.search(r"loss (\S+) -> (\S+),", p.stdout)
     assert m, p.stdout
     assert all(math.isfinite(float(x)) for x in m.groups())
+
+
+@pytest.mark.parametrize("name", ["imagenet_resnet_ddp", "wmt_transformer_ddp"])
+def test_trainer_flags_are_checked_before_anything_starts(name):
+    path = trainer(name)
+    env = dict(os.environ)
+    env.pop("RANK", None)
+
+    def flags(*args):
+        return subprocess.run([path, *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    for bad in (["--steps", "ten"], ["--global-batch-size", "0"],
+                ["--nproc", "-1"], ["--lr", "fast"]):
+        p = flags(*bad)
+        assert p.returncode == 2, (bad, p.stdout, p.stderr)
+        assert bad[0] in p.stderr, (bad, p.stderr)
+    p = flags("--no-such-flag")
+    assert p.returncode == 2 and "--no-such-flag" in p.stderr, p.stderr
+    p = flags("--help")
+    assert p.returncode == 0, p.stderr
+    for flag in ("--server", "--global-batch-size", "--steps", "--nproc",
+                 "--no-check"):
+        assert flag in p.stdout, p.stdout

@@ -34,7 +34,7 @@ TEST_F(BenchArgsTest, HasTheDocumentedDefaults) {
   EXPECT_EQ(c->loader.workload, "synthetic");
   EXPECT_EQ(c->loader.split, "train");
   EXPECT_EQ(c->loader.world_size, 1);
-  EXPECT_EQ(c->loader.server, kDefaultServer);
+  EXPECT_EQ(c->loader.server, kDefaultServerAddress);
   EXPECT_EQ(c->steps, 100u);
   EXPECT_EQ(c->warmup_steps, -1);
   EXPECT_EQ(c->touch, Touch::kPage);

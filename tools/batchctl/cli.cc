@@ -132,33 +132,28 @@ absl::StatusOr<std::map<std::string, std::string>> ParseKeyValues(
 }
 
 absl::StatusOr<std::string> GrpcTarget(const std::string& address) {
-  if (address.rfind("unix://", 0) == 0) {
-    const std::string path = address.substr(7);
-    if (path.empty() || path[0] != '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("server address '", address,
-                       "': unix:// wants an absolute path, e.g. "
-                       "unix:///run/batchd/batchd.sock"));
-    }
-    return "unix:" + path;
+  const Address a = ParseAddress(address);
+  if (address.rfind("unix://", 0) == 0 &&
+      (a.socket_path.empty() || a.socket_path[0] != '/')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server address '", address,
+        "': unix:// wants an absolute path, e.g. ", kDefaultServerAddress));
   }
-  if (address.rfind("tcp://", 0) == 0) {
-    const std::string hostport = address.substr(6);
-    const size_t colon = hostport.rfind(':');
+  if (a.scheme == Address::Scheme::kTcp) {
+    const size_t colon = a.host_port.rfind(':');
     uint32_t port;
     if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port == 0 ||
+        !absl::SimpleAtoi(a.host_port.substr(colon + 1), &port) || port == 0 ||
         port > 65535) {
       return absl::InvalidArgumentError(
           absl::StrCat("server address '", address,
                        "': tcp:// wants host:port, e.g. tcp://127.0.0.1:7070"));
     }
-    return hostport;
   }
-  if (address.rfind("unix:", 0) == 0) return address;
-  if (address.find("://") == std::string::npos &&
-      address.find(':') != std::string::npos) {
-    return address;
+  if (a.scheme != Address::Scheme::kOther ||
+      (address.find("://") == std::string::npos &&
+       address.find(':') != std::string::npos)) {
+    return a.grpc_target;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("server address '", address,
@@ -179,7 +174,7 @@ absl::StatusOr<Connection> ConnectionFlags::Resolve() const {
     c.address = server_;
   } else {
     const char* env = getenv("BATCHD_SERVER");
-    c.address = env != nullptr && *env != '\0' ? env : kDefaultServer;
+    c.address = env != nullptr && *env != '\0' ? env : kDefaultServerAddress;
   }
   absl::StatusOr<std::string> target = GrpcTarget(c.address);
   if (!target.ok()) return target.status();

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/address.h"
 
 namespace CLI {
 class App;
@@ -30,8 +31,6 @@ constexpr int kExitOk = 0;
 constexpr int kExitServer = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitNoShm = 3;  // plan: /dev/shm has too little free now
-
-constexpr char kDefaultServer[] = "unix:///run/batchd/batchd.sock";
 
 // One entry of the command table (main.cc). `run` gets the arguments from the
 // command's name on: argv[0] is the name, as a program's argv[0] is.

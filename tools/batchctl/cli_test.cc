@@ -102,10 +102,10 @@ TEST_F(CliTest, HelpIsAskedOnlyBeforeDoubleDash) {
 }
 
 TEST_F(CliTest, ServerComesFromTheFlagThenTheEnvironmentThenTheDefault) {
-  EXPECT_EQ(ParseConnection({"t"})->address, kDefaultServer);
+  EXPECT_EQ(ParseConnection({"t"})->address, kDefaultServerAddress);
   EXPECT_EQ(ParseConnection({"t"})->target, "unix:/run/batchd/batchd.sock");
   setenv("BATCHD_SERVER", "", 1);  // empty counts as unset
-  EXPECT_EQ(ParseConnection({"t"})->address, kDefaultServer);
+  EXPECT_EQ(ParseConnection({"t"})->address, kDefaultServerAddress);
   setenv("BATCHD_SERVER", "tcp://127.0.0.1:9", 1);
   EXPECT_EQ(ParseConnection({"t"})->target, "127.0.0.1:9");
   EXPECT_EQ(ParseConnection({"t", "--server", "unix:///a"})->target, "unix:/a");

@@ -6,15 +6,11 @@
 
 #include <string>
 
+#include "batchd/version.h"
+
 #include "tools/batchctl/cli.h"
 
 namespace batchd::batchctl {
-
-#ifndef BATCHD_VERSION
-#define BATCHD_VERSION "unknown"
-#endif
-// The project's version, from CMake.
-constexpr char kVersion[] = BATCHD_VERSION;
 
 Command StatusCommand();    // status.cc
 Command CloseCommand();     // close.cc

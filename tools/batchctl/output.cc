@@ -73,17 +73,6 @@ Json ProtoMap(const pb::Message& m, const pb::FieldDescriptor* f) {
 
 }  // namespace
 
-std::string HumanBytes(double n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(n) >= 1024 && u < 4) {
-    n /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrFormat("%.0f B", n)
-                : absl::StrFormat("%.1f %s", n, units[u]);
-}
-
 std::string FormatSeconds(double s) {
   if (s < 60) return absl::StrFormat("%.1f s", s);
   const int64_t t = int64_t(s);

@@ -12,12 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "base/format.h"  // HumanBytes
+
 namespace batchd::batchctl {
 
 using Json = nlohmann::ordered_json;
-
-// "512 B", "1.5 KiB", "18.4 MiB" … up to TiB; one decimal above bytes.
-std::string HumanBytes(double n);
 
 // "12.3 s" under a minute, then "4m05s", "2h03m", "3d04h".
 std::string FormatSeconds(double s);

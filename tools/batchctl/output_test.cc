@@ -1,4 +1,5 @@
-// batchctl's output formats: bytes, durations, tables and protos as JSON.
+// batchctl's output formats: durations, tables and protos as JSON (bytes:
+// tests/base_test.cc).
 #include "tools/batchctl/output.h"
 
 #include <gmock/gmock.h>
@@ -11,18 +12,6 @@
 
 namespace batchd::batchctl {
 namespace {
-
-TEST(HumanBytes, BytesAreWholeAndLargerUnitsHaveOneDecimal) {
-  EXPECT_EQ(HumanBytes(0), "0 B");
-  EXPECT_EQ(HumanBytes(1023), "1023 B");
-  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
-  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
-  EXPECT_EQ(HumanBytes(128.0 * 224 * 224 * 3), "18.4 MiB");
-  EXPECT_EQ(HumanBytes(3.0 * (1ull << 30)), "3.0 GiB");
-  EXPECT_EQ(HumanBytes(5.0 * (1ull << 40)), "5.0 TiB");
-  // TiB is the largest unit.
-  EXPECT_EQ(HumanBytes(double(1ull << 50)), "1024.0 TiB");
-}
 
 TEST(FormatSeconds, PicksTheTwoLargestUnits) {
   EXPECT_EQ(FormatSeconds(0), "0.0 s");

@@ -46,7 +46,7 @@ int RunVersion(int argc, char** argv) {
   absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
   if (json) {
     Json out;
-    out["batchctl"] = {{"version", kVersion},
+    out["batchctl"] = {{"version", kBatchdVersion},
                        {"layout_version", uint64_t(shm::kLayoutVersion)}};
     if (st.ok()) {
       out["server"] = {{"address", c->address},
@@ -75,7 +75,7 @@ int RunVersion(int argc, char** argv) {
 
 std::string VersionLine() {
   return absl::StrFormat("batchctl %s (shared-memory layout version %u)\n",
-                         kVersion, shm::kLayoutVersion);
+                         kBatchdVersion, shm::kLayoutVersion);
 }
 
 Command VersionCommand() { return {"version", kSummary, kHelp, RunVersion}; }

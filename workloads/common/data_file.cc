@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/paths.h"
 
 namespace batchd {
 
@@ -86,13 +87,6 @@ int OpenNoFollowWalk(int root_fd, const std::string& rel, int flags) {
   return fd;
 }
 
-bool Beneath(const std::string& path, const std::string& root) {
-  if (root == "/") return path[0] == '/';
-  return path == root ||
-         (path.size() > root.size() &&
-          path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
-}
-
 }  // namespace
 
 void DataRoot::DisableOpenat2ForTesting(bool disable) {
@@ -133,9 +127,9 @@ absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
   // (callers build paths from the resolved root).
   std::string rel;
   if (!path.empty() && path[0] == '/') {
-    const std::string* base = Beneath(path, path_)    ? &path_
-                              : Beneath(path, given_) ? &given_
-                                                      : nullptr;
+    const std::string* base = PathIsWithin(path, path_)    ? &path_
+                              : PathIsWithin(path, given_) ? &given_
+                                                           : nullptr;
     if (base == nullptr) {
       return absl::PermissionDeniedError(
           absl::StrCat(path, " is outside the data root ", path_));
@@ -160,7 +154,7 @@ absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
     if (realpath(full.c_str(), resolved) == nullptr) {
       return ErrnoStatus(absl::StrCat("cannot open ", full), errno);
     }
-    if (!Beneath(resolved, path_)) {
+    if (!PathIsWithin(resolved, path_)) {
       return absl::PermissionDeniedError(absl::StrCat(
           full, " resolves to ", resolved, ", outside the data root ", path_));
     }

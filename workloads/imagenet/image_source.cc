@@ -15,9 +15,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/log.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
+#include "workloads/common/tfrecord_shards.h"
 
 namespace batchd {
 namespace {
@@ -86,14 +89,18 @@ class Progress {
     if (now - last_ < std::chrono::seconds(2)) return;
     last_ = now;
     reported_ = true;
-    fprintf(stderr, "batchd: level=info msg=\"imagenet: %s (%.0f s)\"\n",
-            absl::StrCat(args...).c_str(), Seconds(now));
+    Log(LogLevel::kInfo, "indexing",
+        {{"workload", "imagenet"},
+         {"progress", absl::StrCat(args...)},
+         {"seconds", absl::StrFormat("%.0f", Seconds(now))}});
   }
   template <typename... Args>
   void Done(const Args&... args) {
     if (!on_ || !reported_) return;
-    fprintf(stderr, "batchd: level=info msg=\"imagenet: %s (%.1f s)\"\n",
-            absl::StrCat(args...).c_str(), Seconds(Clock::now()));
+    Log(LogLevel::kInfo, "indexed",
+        {{"workload", "imagenet"},
+         {"progress", absl::StrCat(args...)},
+         {"seconds", absl::StrFormat("%.1f", Seconds(Clock::now()))}});
   }
 
  private:
@@ -232,39 +239,31 @@ class TFRecordImageSource : public ImageSource {
   static absl::StatusOr<std::unique_ptr<ImageSource>> Open(
       const std::vector<std::string>& files,
       const ImageSourceOptions& options) {
-    auto src = std::unique_ptr<TFRecordImageSource>(new TFRecordImageSource);
     Progress report(options.progress);
     TFRecordOptions tfr;
     tfr.root = options.root;
     tfr.max_record_bytes = options.max_file_bytes;
-    uint64_t total = 0;
-    for (size_t f = 0; f < files.size(); ++f) {
-      absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
-          TFRecordFile::Open(files[f], tfr);
-      if (!file.ok()) return file.status();
-      total += (*file)->size();
-      src->files_.push_back(std::move(*file));
-      src->first_.push_back(total - src->files_.back()->size());
-      report.Maybe("indexed ", total, " records in ", f + 1, " of ",
-                   files.size(), " shards");
-    }
-    src->first_.push_back(total);
+    absl::StatusOr<TFRecordShards> shards =
+        TFRecordShards::Open(files, tfr, [&](size_t opened, uint64_t records) {
+          report.Maybe("indexed ", records, " records in ", opened, " of ",
+                       files.size(), " shards");
+        });
+    if (!shards.ok()) return shards.status();
+    const uint64_t total = shards->size();
     report.Done("indexed ", total, " records in ", files.size(), " shards");
     if (total == 0) {
       return absl::NotFoundError(
           absl::StrCat("no records in the ", files.size(), " TFRecord shards"));
     }
-    return std::unique_ptr<ImageSource>(std::move(src));
+    return std::unique_ptr<ImageSource>(
+        new TFRecordImageSource(std::move(*shards)));
   }
 
-  uint64_t size() const override { return first_.back(); }
+  uint64_t size() const override { return shards_.size(); }
 
   absl::Status Read(uint64_t i, std::string* bytes,
                     int64_t* label) const override {
-    size_t f;
-    uint64_t r;
-    Locate(i, &f, &r);
-    absl::StatusOr<std::string> record = files_[f]->Read(r);
+    absl::StatusOr<std::string> record = shards_.Read(i);
     if (!record.ok()) return record.status();
     absl::StatusOr<ExampleFeatures> ex = ParseExample(*record);
     if (!ex.ok()) {
@@ -286,21 +285,15 @@ class TFRecordImageSource : public ImageSource {
   }
 
   std::string Describe(uint64_t i) const override {
-    size_t f;
-    uint64_t r;
-    Locate(i, &f, &r);
-    return absl::StrCat(files_[f]->path(), " record ", r);
+    const TFRecordShards::Location at = shards_.Locate(i);
+    return absl::StrCat(shards_.shard(at.shard).path(), " record ", at.record);
   }
 
  private:
-  void Locate(uint64_t i, size_t* f, uint64_t* r) const {
-    *f = size_t(std::upper_bound(first_.begin(), first_.end(), i) -
-                first_.begin() - 1);
-    *r = i - first_[*f];
-  }
+  explicit TFRecordImageSource(TFRecordShards shards)
+      : shards_(std::move(shards)) {}
 
-  std::vector<std::unique_ptr<TFRecordFile>> files_;
-  std::vector<uint64_t> first_;  // first example of each file, then total
+  const TFRecordShards shards_;
 };
 
 }  // namespace

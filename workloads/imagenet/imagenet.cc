@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/log.h"
 #include "workloads/counter_rng.h"
 #include "workloads/imagenet/image_decoder.h"
 #include "workloads/imagenet/image_source.h"
@@ -299,15 +300,15 @@ class ImageNetWorkload : public Workload {
                    WorkloadCounters* counters) const {
     if (counters != nullptr) counters->decode_errors.fetch_add(1);
     const uint64_t n = logged_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (n <= 10 || n % 1000 == 0) {
-      fprintf(stderr,
-              "batchd: level=warning msg=\"imagenet: cannot decode %s: %s "
-              "(%s; decode error %llu of this stream%s)\"\n",
-              source_->Describe(id).c_str(), std::string(st.message()).c_str(),
-              opt_.substitute ? "substituted" : "failing",
-              static_cast<unsigned long long>(n),
-              n == 10 ? "; from now on every 1000th is logged" : "");
-    }
+    // Folded per workload instance: a corrupt data set must not flood the
+    // log; the line after a quiet spell says how many were dropped.
+    LogKeyed(LogLevel::kWarn, absl::StrCat("imagenet_decode_error ", log_key_),
+             "decode_error",
+             {{"workload", "imagenet"},
+              {"example", source_->Describe(id)},
+              {"error", std::string(st.message())},
+              {"action", opt_.substitute ? "substituted" : "failing"},
+              {"errors", std::to_string(n)}});
   }
 
   // Example `id` (the example itself or its substitute) into `inputs`, with
@@ -398,6 +399,8 @@ class ImageNetWorkload : public Workload {
   const std::vector<uint64_t> subset_;
   std::vector<TensorLayout> tensors_;
   mutable std::atomic<uint64_t> logged_{0};
+  // Rate-limit key of this instance's decode warnings (its address).
+  const std::string log_key_ = absl::StrCat(reinterpret_cast<uintptr_t>(this));
   ExamplePrefetch* prefetch_ = nullptr;  // set before the first Fill
 };
 

@@ -33,6 +33,7 @@
 #include <turbojpeg.h>
 #endif
 
+#include "base/files.h"
 #include "workloads/counter_rng.h"
 #include "workloads/imagenet/image_decoder.h"
 #include "workloads/imagenet/transforms.h"
@@ -52,11 +53,9 @@ int Usage() {
 }
 
 bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
+  absl::StatusOr<std::string> bytes = batchd::ReadFileToString(path);
+  if (!bytes.ok()) return false;
+  *out = std::move(*bytes);
   return true;
 }
 

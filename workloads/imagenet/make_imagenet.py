@@ -24,11 +24,14 @@ import argparse
 import importlib.util
 import io
 import os
-import struct
 import sys
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "common"))
+from records import field_bytes, varint, write_tfrecord  # noqa: E402,F401
 
 COLOUR_PHOTOS = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg",
                  "hubble_deep_field.jpg", "ihc.png", "motorcycle_left.png",
@@ -89,70 +92,19 @@ def encode_jpeg(img):
 
 # --- TFRecord and tf.train.Example, written directly ----------------------
 
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    t = _CRC_TABLE
-    for b in data:
-        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def masked_crc(data):
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def write_tfrecord(path, records):
-    with open(path, "wb") as f:
-        for r in records:
-            head = struct.pack("<Q", len(r))
-            f.write(head + struct.pack("<I", masked_crc(head)) + r +
-                    struct.pack("<I", masked_crc(r)))
-
-
-def _varint(n):
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(num, payload):  # length-delimited field
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
-
-
 def serialize_example(image, label, file_name):
     """tf.train.Example{features{feature{image, label, file_name}}}."""
     def bytes_feature(v):  # Feature.bytes_list(1).value(1)
-        return _field(1, _field(1, v))
+        return field_bytes(1, field_bytes(1, v))
 
     def int64_feature(v):  # Feature.int64_list(3).value(1), packed
-        return _field(3, _field(1, _varint(v)))
+        return field_bytes(3, field_bytes(1, varint(v)))
 
     feats = [("image", bytes_feature(image)), ("label", int64_feature(label)),
              ("file_name", bytes_feature(file_name.encode()))]
-    features = b"".join(_field(1, _field(1, k.encode()) + _field(2, v))
+    features = b"".join(field_bytes(1, field_bytes(1, k.encode()) + field_bytes(2, v))
                         for k, v in feats)
-    return _field(1, features)
+    return field_bytes(1, features)
 
 
 # --- the data set ------------------------------------------------------------

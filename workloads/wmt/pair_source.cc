@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "workloads/common/tfrecord.h"
+#include "workloads/common/tfrecord_shards.h"
 
 namespace batchd {
 namespace wmt {
@@ -33,27 +34,19 @@ class TfdsSource : public PairSource {
   static absl::StatusOr<std::unique_ptr<PairSource>> Open(
       const std::vector<std::string>& shards,
       const PairSourceOptions& options) {
-    std::unique_ptr<TfdsSource> s(new TfdsSource());
     TFRecordOptions tfr;
     tfr.root = options.root;
     tfr.max_record_bytes = options.max_record_bytes;
-    uint64_t total = 0;
-    for (const std::string& path : shards) {
-      absl::StatusOr<std::unique_ptr<TFRecordFile>> f =
-          TFRecordFile::Open(path, tfr);
-      if (!f.ok()) return f.status();
-      s->first_.push_back(total);
-      total += (*f)->size();
-      s->files_.push_back(std::move(*f));
-    }
-    s->first_.push_back(total);
-    s->describe_ = shards.empty() ? "" : shards.front();
+    absl::StatusOr<TFRecordShards> opened = TFRecordShards::Open(shards, tfr);
+    if (!opened.ok()) return opened.status();
+    std::string describe = shards.empty() ? "" : shards.front();
     if (shards.size() > 1)
-      absl::StrAppend(&s->describe_, " (+", shards.size() - 1, " shards)");
-    return std::unique_ptr<PairSource>(std::move(s));
+      absl::StrAppend(&describe, " (+", shards.size() - 1, " shards)");
+    return std::unique_ptr<PairSource>(
+        new TfdsSource(std::move(*opened), std::move(describe)));
   }
 
-  uint64_t size() const override { return first_.back(); }
+  uint64_t size() const override { return shards_.size(); }
   std::string Describe() const override { return describe_; }
 
   absl::Status Read(uint64_t i, std::string* de,
@@ -62,13 +55,9 @@ class TfdsSource : public PairSource {
       return absl::OutOfRangeError(
           absl::StrCat("pair ", i, " out of range (", size(), ")"));
     }
-    // first_ is sorted; the shard is the last one starting at or before i.
-    const size_t shard =
-        size_t(std::upper_bound(first_.begin(), first_.end(), i) -
-               first_.begin()) -
-        1;
-    const TFRecordFile& file = *files_[shard];
-    const size_t record = size_t(i - first_[shard]);
+    const TFRecordShards::Location at = shards_.Locate(i);
+    const TFRecordFile& file = shards_.shard(at.shard);
+    const size_t record = size_t(at.record);
     absl::StatusOr<std::string> bytes = file.Read(record);
     if (!bytes.ok()) return bytes.status();
     absl::StatusOr<ExampleFeatures> ex = ParseExample(*bytes);
@@ -90,10 +79,10 @@ class TfdsSource : public PairSource {
   }
 
  private:
-  TfdsSource() = default;
-  std::vector<std::unique_ptr<TFRecordFile>> files_;
-  std::vector<uint64_t> first_;  // first pair of each shard, then the total
-  std::string describe_;
+  TfdsSource(TFRecordShards shards, std::string describe)
+      : shards_(std::move(shards)), describe_(std::move(describe)) {}
+  const TFRecordShards shards_;
+  const std::string describe_;
 };
 
 // ---------------------------------------------------------------------------

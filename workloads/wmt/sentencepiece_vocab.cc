@@ -73,61 +73,69 @@ absl::Status Malformed(const char* what, size_t offset) {
       "not a SentencePiece model: malformed ", what, " at byte ", offset));
 }
 
-absl::Status ParsePiece(std::string_view bytes,
-                        SentencePieceVocab::Piece* piece) {
+// One field of a message, as WireReader::Next reads it.
+struct Field {
+  uint32_t number = 0;
+  int type = 0;        // wire type
+  uint64_t value = 0;  // varint and fixed fields
+  std::string_view b;  // length-delimited fields
+};
+
+// Calls on_field(field) for every field of the message `bytes`, stopping at
+// the first error it returns; Malformed(what, offset) on bad wire data.
+template <typename OnField>
+absl::Status ForEachField(std::string_view bytes, const char* what,
+                          OnField on_field) {
   WireReader r(bytes);
   while (!r.done()) {
-    uint32_t field;
-    int type;
-    uint64_t value = 0;
-    std::string_view b;
-    if (!r.Next(&field, &type, &value, &b)) return Malformed("piece", r.pos());
-    if (field == 1 && type == 2) {
-      piece->text = std::string(b);
-    } else if (field == 2 && type == 5) {
-      const uint32_t bits = uint32_t(value);
-      memcpy(&piece->score, &bits, sizeof(bits));
-    } else if (field == 3 && type == 0) {
-      piece->type = int(value);
+    Field f;
+    if (!r.Next(&f.number, &f.type, &f.value, &f.b)) {
+      return Malformed(what, r.pos());
     }
+    if (absl::Status s = on_field(f); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseTrainerSpec(std::string_view bytes, SentencePieceVocab* v) {
-  WireReader r(bytes);
-  while (!r.done()) {
-    uint32_t field;
-    int type;
-    uint64_t value = 0;
-    std::string_view b;
-    if (!r.Next(&field, &type, &value, &b)) {
-      return Malformed("trainer_spec", r.pos());
+absl::Status ParsePiece(std::string_view bytes,
+                        SentencePieceVocab::Piece* piece) {
+  return ForEachField(bytes, "piece", [piece](const Field& f) {
+    if (f.number == 1 && f.type == 2) {
+      piece->text = std::string(f.b);
+    } else if (f.number == 2 && f.type == 5) {
+      const uint32_t bits = uint32_t(f.value);
+      memcpy(&piece->score, &bits, sizeof(bits));
+    } else if (f.number == 3 && f.type == 0) {
+      piece->type = int(f.value);
     }
-    if (field == 3 && type == 0) v->model_type = int(value);
-    if (field == 24 && type == 0) v->treat_whitespace_as_suffix = value != 0;
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ParseTrainerSpec(std::string_view bytes, SentencePieceVocab* v) {
+  return ForEachField(bytes, "trainer_spec", [v](const Field& f) {
+    if (f.number == 3 && f.type == 0) v->model_type = int(f.value);
+    if (f.number == 24 && f.type == 0) {
+      v->treat_whitespace_as_suffix = f.value != 0;
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status ParseNormalizerSpec(std::string_view bytes,
                                  SentencePieceVocab* v) {
-  WireReader r(bytes);
-  while (!r.done()) {
-    uint32_t field;
-    int type;
-    uint64_t value = 0;
-    std::string_view b;
-    if (!r.Next(&field, &type, &value, &b)) {
-      return Malformed("normalizer_spec", r.pos());
+  return ForEachField(bytes, "normalizer_spec", [v](const Field& f) {
+    if (f.number == 1 && f.type == 2) v->normalizer_name = std::string(f.b);
+    if (f.number == 2 && f.type == 2) {
+      v->precompiled_charsmap = std::string(f.b);
     }
-    if (field == 1 && type == 2) v->normalizer_name = std::string(b);
-    if (field == 2 && type == 2) v->precompiled_charsmap = std::string(b);
-    if (field == 3 && type == 0) v->add_dummy_prefix = value != 0;
-    if (field == 4 && type == 0) v->remove_extra_whitespaces = value != 0;
-    if (field == 5 && type == 0) v->escape_whitespaces = value != 0;
-  }
-  return absl::OkStatus();
+    if (f.number == 3 && f.type == 0) v->add_dummy_prefix = f.value != 0;
+    if (f.number == 4 && f.type == 0) {
+      v->remove_extra_whitespaces = f.value != 0;
+    }
+    if (f.number == 5 && f.type == 0) v->escape_whitespaces = f.value != 0;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace
@@ -135,25 +143,17 @@ absl::Status ParseNormalizerSpec(std::string_view bytes,
 absl::StatusOr<SentencePieceVocab> SentencePieceVocab::Parse(
     std::string_view model) {
   SentencePieceVocab v;
-  WireReader r(model);
-  while (!r.done()) {
-    uint32_t field;
-    int type;
-    uint64_t value = 0;
-    std::string_view b;
-    if (!r.Next(&field, &type, &value, &b)) return Malformed("field", r.pos());
-    if (type != 2) continue;
-    absl::Status s;
-    if (field == 1) {
+  absl::Status s = ForEachField(model, "field", [&v](const Field& f) {
+    if (f.type != 2) return absl::OkStatus();
+    if (f.number == 1) {
       v.pieces.emplace_back();
-      s = ParsePiece(b, &v.pieces.back());
-    } else if (field == 2) {
-      s = ParseTrainerSpec(b, &v);
-    } else if (field == 3) {
-      s = ParseNormalizerSpec(b, &v);
+      return ParsePiece(f.b, &v.pieces.back());
     }
-    if (!s.ok()) return s;
-  }
+    if (f.number == 2) return ParseTrainerSpec(f.b, &v);
+    if (f.number == 3) return ParseNormalizerSpec(f.b, &v);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
   if (v.pieces.empty()) {
     return absl::InvalidArgumentError("not a SentencePiece model: no pieces");
   }

@@ -8,41 +8,14 @@ import glob
 import os
 import re
 import struct
+import sys
 
-# --- CRC32C (Castagnoli), table-driven ---------------------------------------
-
-_CRC_TABLE = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ (0x82F63B78 if _c & 1 else 0)
-    _CRC_TABLE.append(_c)
-
-
-def crc32c(data, crc=0):
-    crc ^= 0xFFFFFFFF
-    table = _CRC_TABLE
-    for b in data:
-        crc = (crc >> 8) ^ table[(crc ^ b) & 0xFF]
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data):
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-# --- TFRecord ---------------------------------------------------------------
-
-
-def write_tfrecord(path, records):
-    with open(path, "wb") as f:
-        for r in records:
-            header = struct.pack("<Q", len(r))
-            f.write(header)
-            f.write(struct.pack("<I", masked_crc32c(header)))
-            f.write(r)
-            f.write(struct.pack("<I", masked_crc32c(r)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))), "common"))
+# CRC32C and TFRecord writing are records.py's; wmt_data.crc32c and
+# wmt_data.write_tfrecord stay names of this module for its users.
+from records import crc32c, field_bytes, write_tfrecord  # noqa: E402,F401
+from records import masked_crc as masked_crc32c  # noqa: E402
 
 
 def read_tfrecord(path):
@@ -71,28 +44,15 @@ def read_tfrecord(path):
 # --- tf.train.Example with bytes features --------------------------------------
 
 
-def _varint(n):
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(number, payload):
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def encode_example(features):
     """features: {name: bytes}, each a one-value bytes_list, keys sorted."""
     body = b""
     for name in sorted(features):
-        bytes_list = _field(1, features[name])
-        feature = _field(1, bytes_list)
-        entry = _field(1, name.encode()) + _field(2, feature)
-        body += _field(1, entry)
-    return _field(1, body)
+        bytes_list = field_bytes(1, features[name])
+        feature = field_bytes(1, bytes_list)
+        entry = field_bytes(1, name.encode()) + field_bytes(2, feature)
+        body += field_bytes(1, entry)
+    return field_bytes(1, body)
 
 
 def _read_varint(buf, pos):

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "batchd/torch.h"
-#include "workloads/examples/ddp.h"
+#include "examples/ddp.h"
 
 namespace {
 
@@ -60,72 +60,42 @@ struct Seq2SeqImpl : torch::nn::Module {
 };
 TORCH_MODULE(Seq2Seq);
 
-struct Args {
-  std::string server, data = "wmt", stream;
-  int64_t global_batch = 8, steps = 20, vocab = 32000, d_model = 64;
-  int64_t layers = 2, heads = 4, nproc = 2, seed = 0, log_every = 5;
-  double lr = 1e-3;
-  bool check = true;
+// The trainer's own flags besides the common ones (ddp.h).
+struct TransformerFlags {
+  int64_t vocab = 32000, d_model = 64, layers = 2, heads = 4;
 };
-
-bool Parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
-    if (f == "--help") {
-      printf("wmt_transformer_ddp: DDP Transformer over batchd's wmt stream\n"
-             "  --server ADDR --data PATH (default wmt) --stream NAME\n"
-             "  --vocab-size N (the SentencePiece model's; default 32000)\n"
-             "  --global-batch-size G (8) --steps N (20) --d-model D (64)\n"
-             "  --layers N (2) --heads H (4) --lr X (1e-3) --seed S (0)\n"
-             "  --nproc N local ranks when RANK is unset (2) --no-check\n");
-      exit(0);
-    } else if (f == "--server") a->server = val();
-    else if (f == "--data") a->data = val();
-    else if (f == "--stream") a->stream = val();
-    else if (f == "--vocab-size") a->vocab = atoll(val());
-    else if (f == "--global-batch-size") a->global_batch = atoll(val());
-    else if (f == "--steps") a->steps = atoll(val());
-    else if (f == "--d-model") a->d_model = atoll(val());
-    else if (f == "--layers") a->layers = atoll(val());
-    else if (f == "--heads") a->heads = atoll(val());
-    else if (f == "--lr") a->lr = atof(val());
-    else if (f == "--seed") a->seed = atoll(val());
-    else if (f == "--nproc") a->nproc = atoll(val());
-    else if (f == "--log-every") a->log_every = atoll(val());
-    else if (f == "--no-check") a->check = false;
-    else { fprintf(stderr, "unknown flag %s (see --help)\n", f.c_str()); return false; }
-  }
-  if (a->stream.empty()) a->stream = "transformer-" + a->data;
-  for (char& c : a->stream) {
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '-';
-  }
-  return true;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a;
-  if (!Parse(argc, argv, &a)) return 2;
-  const int launched = batchd::examples::LaunchLocalRanks(argc, argv, int(a.nproc));
-  if (launched >= 0) return launched;
-  batchd::examples::DistEnv env;
-  batchd::examples::DistEnvFromEnvironment(&env);
-  torch::set_num_threads(1);
-  torch::manual_seed(0);
-  const torch::Device device = torch::cuda::is_available()
-      ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
-  auto pg = batchd::examples::MakeProcessGroup(env, device);
+  CLI::App app("wmt_transformer_ddp: DDP Transformer over batchd's wmt stream.",
+               "wmt_transformer_ddp");
+  batchd::examples::TrainerFlags a;
+  a.data = "wmt";
+  a.global_batch = 8;
+  a.lr = 1e-3;
+  batchd::examples::AddTrainerFlags(app, &a);
+  TransformerFlags m;
+  batchd::examples::AddCountFlag(app, "vocab-size", &m.vocab,
+                                 "the SentencePiece model's");
+  batchd::examples::AddCountFlag(app, "d-model", &m.d_model,
+                                 "model width");
+  batchd::examples::AddCountFlag(app, "layers", &m.layers,
+                                 "encoder and decoder layers");
+  batchd::examples::AddCountFlag(app, "heads", &m.heads,
+                                 "attention heads");
+  batchd::examples::Rank rank;
+  if (int done = batchd::examples::StartTrainer(app, argc, argv, "transformer", &a,
+                                                &rank);
+      done >= 0) {
+    return done;
+  }
+  const batchd::examples::DistEnv& env = rank.env;
+  const torch::Device device = rank.device;
+  auto& pg = rank.pg;
 
-  batchd::LoaderOptions o;
-  o.server = a.server;
-  o.stream = a.stream;
-  o.workload = "wmt";
-  o.data = a.data;
-  o.split = "train";
-  o.global_batch_size = uint64_t(a.global_batch);
-  o.seed = uint64_t(a.seed);
+  batchd::LoaderOptions o =
+      batchd::examples::TrainLoaderOptions(a, "wmt");
   o.options = {{"dtype", "int64"}};
   o.timeout_seconds = 300;  // the first batch waits for the length pass
   auto loader = batchd::Loader::Open(o);
@@ -133,22 +103,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: %s\n", env.rank, loader.status().ToString().c_str());
     return 1;
   }
-  Seq2Seq model(a.vocab, a.d_model, a.heads, a.layers, 256);
+  Seq2Seq model(m.vocab, m.d_model, m.heads, m.layers, 256);
   model->to(device);
   batchd::examples::BroadcastParameters(*pg, *model);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(a.lr));
 
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  double wait = 0, first_loss = NAN, loss_value = NAN, last_loss = NAN;
-  double window_loss = 0;
-  int64_t window_steps = 0;
+  batchd::examples::TrainingProgress progress(a.steps, a.log_every);
   double tokens = 0;
   const int64_t per_rank = a.global_batch / env.world_size;
   for (int64_t step = 0; step < a.steps; ++step) {
-    const auto tw = Clock::now();
-    absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
-    wait += std::chrono::duration<double>(Clock::now() - tw).count();
+    absl::StatusOr<batchd::Batch> batch = progress.Next(**loader);
     if (!batch.ok()) {
       fprintf(stderr, "rank %d: %s\n", env.rank, batch.status().ToString().c_str());
       return 1;
@@ -176,7 +140,7 @@ int main(int argc, char** argv) {
     torch::Tensor logits = model->forward(src, src_pos, tgt_in, tgt_pos);
     torch::Tensor weights = tgt.gt(0).to(torch::kFloat32);
     torch::Tensor loss = (torch::nn::functional::cross_entropy(
-                              logits.reshape({-1, a.vocab}), tgt.reshape(-1),
+                              logits.reshape({-1, m.vocab}), tgt.reshape(-1),
                               torch::nn::functional::CrossEntropyFuncOptions()
                                   .reduction(torch::kNone)) *
                           weights.reshape(-1)).sum() / weights.sum().clamp_min(1);
@@ -185,30 +149,26 @@ int main(int argc, char** argv) {
     batchd::examples::AverageGradients(*pg, *model, env.world_size);
     opt.step();
     tokens += weights.sum().item<double>();
-    loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
-    window_loss += loss_value;
-    ++window_steps;
+    const double loss_value =
+        batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
     if (!std::isfinite(loss_value)) {
       fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
       return 4;
     }
-    if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
-      const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    double window_loss;
+    if (progress.AddLoss(step, loss_value, &window_loss) && env.rank == 0) {
+      const double el = progress.seconds();
       printf("transformer step %4lld  loss %.4f  %.2f steps/s  %.0f target tokens/s (rank 0)  data wait %.1f%%\n",
-             (long long)(step + 1), window_loss / window_steps, (step + 1) / el, tokens / el, 100 * wait / el);
+             (long long)(step + 1), window_loss, (step + 1) / el, tokens / el,
+             100 * progress.wait_seconds() / el);
       fflush(stdout);
     }
-    if ((step + 1) % a.log_every == 0 || step + 1 == a.steps) {
-      // Means over each logging window: single steps are noisy.
-      last_loss = window_loss / window_steps;
-      if (std::isnan(first_loss)) first_loss = last_loss;
-      window_loss = 0;
-      window_steps = 0;
-    }
   }
-  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double el = progress.seconds();
+  const double first_loss = progress.first_loss(), last_loss = progress.last_loss();
   const double all_tokens = batchd::examples::AllReduceSum(*pg, tokens);
-  const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
+  const double wait_share =
+      batchd::examples::AllReduceSum(*pg, progress.wait_seconds() / el) / env.world_size;
   if (env.rank == 0) {
     printf("transformer done: %lld steps on %d ranks, %.0f target tokens/s, mean loss of the first %lld steps %.4f, of the last %.4f, "
            "data wait %.1f%% of step time, every step disjoint and complete%s\n",

@@ -1,5 +1,5 @@
 // Launcher, process groups and gradient averaging; see ddp.h.
-#include "workloads/examples/ddp.h"
+#include "examples/ddp.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <set>
 
@@ -16,6 +17,8 @@
 #ifdef BATCHD_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+
+#include "base/address.h"
 
 namespace batchd {
 namespace examples {
@@ -27,19 +30,75 @@ int EnvInt(const char* name, int def) {
   return v == nullptr ? def : atoi(v);
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+// A flag's value must be a number above (or, with `or_equal`, at least)
+// `min`; the message names the value and the bound (CLI11's own range
+// checks print DBL_MAX in full).
+CLI::Validator NumberAbove(double min, bool or_equal) {
+  const std::string bound =
+      std::string(or_equal ? ">= " : "> ") + CLI::detail::to_string(min);
+  return CLI::Validator(
+      [min, or_equal, bound](std::string& in) -> std::string {
+        double v = 0;
+        const bool number = CLI::detail::lexical_cast(in, v);
+        if (number && (or_equal ? v >= min : v > min)) return "";
+        return "wants a number " + bound + ", not '" + in + "'";
+      },
+      bound);
 }
 
 }  // namespace
+
+void AddCountFlag(CLI::App& app, const std::string& name, int64_t* value,
+                  const std::string& help) {
+  app.add_option("--" + name, *value, help)
+      ->check(NumberAbove(0, false))
+      ->capture_default_str();
+}
+
+void AddTrainerFlags(CLI::App& app, TrainerFlags* f) {
+  app.add_option("--server", f->server,
+                 "batchd address (default $BATCHD_SERVER, else " +
+                     std::string(kDefaultServerAddress) + ")");
+  app.add_option("--data", f->data,
+                 "data set under the server's --data-root")
+      ->capture_default_str();
+  app.add_option("--stream", f->stream, "stream name (default <model>-<data>)");
+  AddCountFlag(app, "global-batch-size", &f->global_batch,
+               "examples per step over all ranks");
+  AddCountFlag(app, "steps", &f->steps, "steps to train");
+  app.add_option("--lr", f->lr, "learning rate")
+      ->check(NumberAbove(0, false))
+      ->capture_default_str();
+  app.add_option("--seed", f->seed, "the stream's seed")
+      ->check(NumberAbove(0, true))
+      ->capture_default_str();
+  AddCountFlag(app, "nproc", &f->nproc,
+               "local ranks to start when RANK is unset");
+  AddCountFlag(app, "log-every", &f->log_every, "steps between progress lines");
+  app.add_flag_callback(
+      "--no-check", [f] { f->check = false; },
+      "skip the per-step disjointness check");
+}
+
+int ParseTrainerFlags(CLI::App& app, int argc, char** argv,
+                      const std::string& stream_prefix, TrainerFlags* f) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // help on stdout, 0
+  } catch (const CLI::ParseError& e) {
+    fprintf(stderr, "%s: %s (see --help)\n", app.get_name().c_str(),
+            e.what());
+    return 2;
+  }
+  if (f->stream.empty()) f->stream = stream_prefix + "-" + f->data;
+  for (char& c : f->stream) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') {
+      c = '-';
+    }
+  }
+  return -1;
+}
 
 bool DistEnvFromEnvironment(DistEnv* env) {
   if (getenv("RANK") == nullptr) return false;
@@ -53,7 +112,7 @@ bool DistEnvFromEnvironment(DistEnv* env) {
 
 int LaunchLocalRanks(int argc, char** argv, int nproc) {
   if (getenv("RANK") != nullptr) return -1;
-  const std::string port = std::to_string(FreePort());
+  const std::string port = std::to_string(FreeLoopbackPort());
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     const pid_t pid = fork();
@@ -103,6 +162,42 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(
       c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank,
                                                      env.world_size, opts);
+}
+
+int StartTrainer(CLI::App& app, int argc, char** argv,
+                 const std::string& stream_prefix, TrainerFlags* flags,
+                 Rank* rank) {
+  const int done = ParseTrainerFlags(app, argc, argv, stream_prefix, flags);
+  if (done >= 0) return done;
+  const int launched = LaunchLocalRanks(argc, argv, int(flags->nproc));
+  if (launched >= 0) return launched;
+  *rank = JoinJob();
+  return -1;
+}
+
+LoaderOptions TrainLoaderOptions(const TrainerFlags& flags,
+                                 const std::string& workload) {
+  LoaderOptions o;
+  o.server = flags.server;
+  o.stream = flags.stream;
+  o.workload = workload;
+  o.data = flags.data;
+  o.split = "train";
+  o.global_batch_size = uint64_t(flags.global_batch);
+  o.seed = uint64_t(flags.seed);
+  return o;
+}
+
+Rank JoinJob() {
+  Rank r;
+  DistEnvFromEnvironment(&r.env);
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  if (torch::cuda::is_available()) {
+    r.device = torch::Device(torch::kCUDA, r.env.local_rank);
+  }
+  r.pg = MakeProcessGroup(r.env, r.device);
+  return r;
 }
 
 void BroadcastParameters(c10d::ProcessGroup& pg, torch::nn::Module& model) {
@@ -181,6 +276,33 @@ double AllReduceSum(c10d::ProcessGroup& pg, double value) {
   std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
   pg.allreduce(t)->wait();
   return t[0].item<double>();
+}
+
+TrainingProgress::TrainingProgress(int64_t steps, int64_t log_every)
+    : steps_(steps), log_every_(log_every) {}
+
+absl::StatusOr<Batch> TrainingProgress::Next(Loader& loader) {
+  const Clock::time_point t = Clock::now();
+  absl::StatusOr<Batch> batch = loader.Next();
+  wait_ += std::chrono::duration<double>(Clock::now() - t).count();
+  return batch;
+}
+
+bool TrainingProgress::AddLoss(int64_t step, double loss,
+                               double* window_mean) {
+  window_loss_ += loss;
+  ++window_steps_;
+  if ((step + 1) % log_every_ != 0 && step + 1 != steps_) return false;
+  last_loss_ = window_loss_ / double(window_steps_);
+  if (std::isnan(first_loss_)) first_loss_ = last_loss_;
+  window_loss_ = 0;
+  window_steps_ = 0;
+  *window_mean = last_loss_;
+  return true;
+}
+
+double TrainingProgress::seconds() const {
+  return std::chrono::duration<double>(Clock::now() - start_).count();
 }
 
 }  // namespace examples

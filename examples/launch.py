@@ -5,7 +5,7 @@ returned. Debian 12's torch 1.13 ships a torchrun that fails on Python 3.11
 (`'NoneType' object has no attribute 'get'` in its argument handling), so
 the demo and the tests use this instead.
 
-    /usr/bin/python3 workloads/examples/launch.py --nproc 2 -- trainer.py ARGS
+    /usr/bin/python3 examples/launch.py --nproc 2 -- trainer.py ARGS
 """
 
 import argparse

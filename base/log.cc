@@ -1,5 +1,5 @@
 // key=value event lines with rate limiting; see log.h.
-#include "server/log.h"
+#include "base/log.h"
 
 #include <time.h>
 
@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-
-#include "client/process.h"
+#include <string>
+#include <utility>
 
 namespace batchd {
 
@@ -18,10 +18,14 @@ std::atomic<int> g_level{int(LogLevel::kInfo)};
 
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
   }
   return "info";
 }
@@ -56,26 +60,27 @@ Limiter& limiter() {
 
 constexpr uint64_t kRepeatNs = 10ULL * 1000 * 1000 * 1000;
 
-}  // namespace
-
-void SetLogLevel(const std::string& level) {
-  LogLevel l = LogLevel::kInfo;
-  if (level == "debug") l = LogLevel::kDebug;
-  if (level == "warn") l = LogLevel::kWarn;
-  if (level == "error") l = LogLevel::kError;
-  g_level.store(int(l));
+uint64_t MonotonicNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
 }
 
-void Log(LogLevel level, const std::string& event,
-         const std::vector<std::pair<std::string, std::string>>& fields) {
-  if (int(level) < g_level.load()) return;
+std::string Fields(const LogFields& fields) {
   std::string line;
   for (const auto& [k, v] : fields) line += " " + k + "=" + Quote(v);
+  return line;
+}
+
+// Writes one line unless `key` was written less than kRepeatNs ago (warn and
+// error only).
+void Write(LogLevel level, const std::string& event, const std::string& key,
+           std::string line) {
   uint64_t dropped = 0;
   if (level >= LogLevel::kWarn) {
     Limiter& lim = limiter();
     std::lock_guard<std::mutex> lock(lim.mu);
-    Limiter::Entry& e = lim.entries[event + line];
+    Limiter::Entry& e = lim.entries[key];
     const uint64_t now = MonotonicNanos();
     if (e.last_ns != 0 && now - e.last_ns < kRepeatNs) {
       ++e.dropped;
@@ -94,8 +99,31 @@ void Log(LogLevel level, const std::string& event,
   strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &t);
   if (dropped > 0) line += " repeats_dropped=" + std::to_string(dropped);
   fprintf(stderr, "batchd: ts=%s.%03ldZ level=%s event=%s%s\n", when,
-          ts.tv_nsec / 1000000, LevelName(level), event.c_str(),
-          line.c_str());
+          ts.tv_nsec / 1000000, LevelName(level), event.c_str(), line.c_str());
+}
+
+}  // namespace
+
+void SetLogLevel(const std::string& level) {
+  LogLevel l = LogLevel::kInfo;
+  if (level == "debug") l = LogLevel::kDebug;
+  if (level == "warn") l = LogLevel::kWarn;
+  if (level == "error") l = LogLevel::kError;
+  g_level.store(int(l));
+}
+
+void Log(LogLevel level, const std::string& event, const LogFields& fields) {
+  if (int(level) < g_level.load()) return;
+  std::string line = Fields(fields);
+  // Keys of this kind start with the event; LogKeyed's with '\0'.
+  const std::string key = event + line;
+  Write(level, event, key, std::move(line));
+}
+
+void LogKeyed(LogLevel level, const std::string& key, const std::string& event,
+              const LogFields& fields) {
+  if (int(level) < g_level.load()) return;
+  Write(level, event, std::string(1, '\0') + key, Fields(fields));
 }
 
 }  // namespace batchd

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "batchd/torch.h"
-#include "workloads/examples/ddp.h"
+#include "examples/ddp.h"
 
 namespace {
 
@@ -79,85 +79,43 @@ struct ResNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(ResNet);
 
-struct Args {
-  std::string server, data = "imagenet", split = "train", stream;
-  int64_t global_batch = 16, steps = 20, width = 8, classes = 1000;
-  int64_t image_size = 224, nproc = 2, seed = 0, log_every = 5;
-  double lr = 0.1;
-  bool check = true;
+// The trainer's own flags besides the common ones (ddp.h).
+struct ResNetFlags {
+  int64_t width = 8, classes = 1000, image_size = 224;
 };
-
-void Usage() {
-  printf(
-      "imagenet_resnet_ddp: trains a ResNet-50-shaped model with DDP over\n"
-      "batchd's imagenet stream.\n\n"
-      "  --server ADDR           batchd address (default $BATCHD_SERVER)\n"
-      "  --data PATH             data set under the server's --data-root\n"
-      "                          (default imagenet)\n"
-      "  --stream NAME           default resnet-<data>\n"
-      "  --global-batch-size G   default 16\n"
-      "  --steps N               default 20\n"
-      "  --width W               stem width; ResNet-50 is 64 (default 8)\n"
-      "  --classes N             default 1000\n"
-      "  --image-size S          default 224\n"
-      "  --lr X                  SGD learning rate (default 0.1)\n"
-      "  --seed S                default 0\n"
-      "  --nproc N               local ranks to start when RANK is unset\n"
-      "                          (default 2)\n"
-      "  --no-check              skip the per-step disjointness check\n");
-}
-
-bool Parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
-    if (f == "--help") { Usage(); exit(0); }
-    else if (f == "--server") a->server = val();
-    else if (f == "--data") a->data = val();
-    else if (f == "--stream") a->stream = val();
-    else if (f == "--global-batch-size") a->global_batch = atoll(val());
-    else if (f == "--steps") a->steps = atoll(val());
-    else if (f == "--width") a->width = atoll(val());
-    else if (f == "--classes") a->classes = atoll(val());
-    else if (f == "--image-size") a->image_size = atoll(val());
-    else if (f == "--lr") a->lr = atof(val());
-    else if (f == "--seed") a->seed = atoll(val());
-    else if (f == "--nproc") a->nproc = atoll(val());
-    else if (f == "--log-every") a->log_every = atoll(val());
-    else if (f == "--no-check") a->check = false;
-    else { fprintf(stderr, "unknown flag %s (see --help)\n", f.c_str()); return false; }
-  }
-  if (a->stream.empty()) a->stream = "resnet-" + a->data;
-  for (char& c : a->stream) {
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '-';
-  }
-  return true;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a;
-  if (!Parse(argc, argv, &a)) return 2;
-  const int launched = batchd::examples::LaunchLocalRanks(argc, argv, int(a.nproc));
-  if (launched >= 0) return launched;
-  batchd::examples::DistEnv env;
-  batchd::examples::DistEnvFromEnvironment(&env);
-  torch::set_num_threads(1);
-  torch::manual_seed(0);
-  const torch::Device device = torch::cuda::is_available()
-      ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
-  auto pg = batchd::examples::MakeProcessGroup(env, device);
+  CLI::App app(
+      "imagenet_resnet_ddp: trains a ResNet-50-shaped model with DDP over "
+      "batchd's imagenet stream.",
+      "imagenet_resnet_ddp");
+  batchd::examples::TrainerFlags a;
+  a.data = "imagenet";
+  a.global_batch = 16;
+  a.lr = 0.1;
+  batchd::examples::AddTrainerFlags(app, &a);
+  ResNetFlags m;
+  batchd::examples::AddCountFlag(app, "width", &m.width,
+                                 "stem width; ResNet-50 is 64");
+  batchd::examples::AddCountFlag(app, "classes", &m.classes,
+                                 "classes of the output layer");
+  batchd::examples::AddCountFlag(app, "image-size", &m.image_size,
+                                 "side of the square crops");
+  batchd::examples::Rank rank;
+  if (int done = batchd::examples::StartTrainer(app, argc, argv, "resnet", &a,
+                                                &rank);
+      done >= 0) {
+    return done;
+  }
+  const batchd::examples::DistEnv& env = rank.env;
+  const torch::Device device = rank.device;
+  auto& pg = rank.pg;
 
-  batchd::LoaderOptions o;
-  o.server = a.server;
-  o.stream = a.stream;
-  o.workload = "imagenet";
-  o.data = a.data;
-  o.split = a.split;
-  o.global_batch_size = uint64_t(a.global_batch);
-  o.seed = uint64_t(a.seed);
-  o.options = {{"layout", "nchw"}, {"image_size", std::to_string(a.image_size)},
+  batchd::LoaderOptions o =
+      batchd::examples::TrainLoaderOptions(a, "imagenet");
+  o.options = {{"layout", "nchw"}, {"image_size", std::to_string(m.image_size)},
                {"with_ids", "1"}};
   o.timeout_seconds = 120;
   auto loader = batchd::Loader::Open(o);
@@ -165,22 +123,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: %s\n", env.rank, loader.status().ToString().c_str());
     return 1;
   }
-  ResNet model(a.width, a.classes);
+  ResNet model(m.width, m.classes);
   model->to(device);
   batchd::examples::BroadcastParameters(*pg, *model);
   torch::optim::SGD opt(model->parameters(),
                         torch::optim::SGDOptions(a.lr).momentum(0.9));
 
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  double wait = 0, first_loss = NAN, loss_value = NAN, last_loss = NAN;
-  double window_loss = 0;
-  int64_t window_steps = 0;
+  batchd::examples::TrainingProgress progress(a.steps, a.log_every);
   const int64_t per_rank = a.global_batch / env.world_size;
   for (int64_t step = 0; step < a.steps; ++step) {
-    const auto tw = Clock::now();
-    absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
-    wait += std::chrono::duration<double>(Clock::now() - tw).count();
+    absl::StatusOr<batchd::Batch> batch = progress.Next(**loader);
     if (!batch.ok()) {
       fprintf(stderr, "rank %d: %s\n", env.rank, batch.status().ToString().c_str());
       return 1;
@@ -196,37 +148,32 @@ int main(int argc, char** argv) {
       }
     }
     torch::Tensor x = batchd::NormalizeImages(t.at("inputs"), /*nchw=*/true, device);
-    torch::Tensor y = t.at("targets").to(device) % a.classes;
+    torch::Tensor y = t.at("targets").to(device) % m.classes;
     t.clear();  // the slot goes back to the server now
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     opt.zero_grad();
     loss.backward();
     batchd::examples::AverageGradients(*pg, *model, env.world_size);
     opt.step();
-    loss_value = batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
-    window_loss += loss_value;
-    ++window_steps;
+    const double loss_value =
+        batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
     if (!std::isfinite(loss_value)) {
       fprintf(stderr, "rank %d: loss is %f at step %lld\n", env.rank, loss_value, (long long)step);
       return 4;
     }
-    if (env.rank == 0 && ((step + 1) % a.log_every == 0 || step + 1 == a.steps)) {
-      const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    double window_loss;
+    if (progress.AddLoss(step, loss_value, &window_loss) && env.rank == 0) {
+      const double el = progress.seconds();
       printf("resnet step %4lld  loss %.4f  %.2f steps/s  %.1f images/s  data wait %.1f%%\n",
-             (long long)(step + 1), window_loss / window_steps, (step + 1) / el,
-             (step + 1) * a.global_batch / el, 100 * wait / el);
+             (long long)(step + 1), window_loss, (step + 1) / el,
+             (step + 1) * a.global_batch / el, 100 * progress.wait_seconds() / el);
       fflush(stdout);
     }
-    if ((step + 1) % a.log_every == 0 || step + 1 == a.steps) {
-      // Means over each logging window: single steps are noisy.
-      last_loss = window_loss / window_steps;
-      if (std::isnan(first_loss)) first_loss = last_loss;
-      window_loss = 0;
-      window_steps = 0;
-    }
   }
-  const double el = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double wait_share = batchd::examples::AllReduceSum(*pg, wait / el) / env.world_size;
+  const double el = progress.seconds();
+  const double wait_share =
+      batchd::examples::AllReduceSum(*pg, progress.wait_seconds() / el) / env.world_size;
+  const double first_loss = progress.first_loss(), last_loss = progress.last_loss();
   if (env.rank == 0) {
     printf("resnet done: %lld steps on %d ranks, %.1f images/s, mean loss of the first %lld steps %.4f, of the last %.4f, "
            "data wait %.1f%% of step time, every step disjoint and complete%s\n",

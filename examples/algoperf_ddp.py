@@ -5,11 +5,11 @@ for AlgoPerf's PyTorch `_build_input_queue`, and trains a small model with
 torch's DistributedDataParallel: a ResNet-18-shaped network on `imagenet`,
 or an encoder-decoder Transformer on `wmt`. NCCL on CUDA, Gloo otherwise.
 
-    torchrun --standalone --nproc_per_node=2 workloads/examples/algoperf_ddp.py \\
+    torchrun --standalone --nproc_per_node=2 examples/algoperf_ddp.py \\
         --workload imagenet --data imagenet --server unix:///run/batchd/batchd.sock
     # Debian's torch 1.13 torchrun fails on Python 3.11; there:
-    /usr/bin/python3 workloads/examples/launch.py --nproc 2 -- \\
-        workloads/examples/algoperf_ddp.py --workload wmt --data wmt
+    /usr/bin/python3 examples/launch.py --nproc 2 -- \\
+        examples/algoperf_ddp.py --workload wmt --data wmt
 
 It prints steps/s, examples/s, the share of step time spent waiting for the
 input queue (AlgoPerf counts that time), and the loss; on CUDA also the

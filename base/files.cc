@@ -1,0 +1,31 @@
+// Whole-file reads; see files.h.
+#include "base/files.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace batchd {
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rbe");
+  if (f == nullptr) {
+    const int err = errno;
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot open ", path));
+  }
+  std::string out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const bool failed = ferror(f) != 0;
+  const int err = errno;
+  fclose(f);
+  if (failed)
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot read ", path));
+  return out;
+}
+
+}  // namespace batchd

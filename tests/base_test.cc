@@ -1,0 +1,161 @@
+// The shared base library: addresses, whole-file reads, byte formatting,
+// group lookup and path confinement (the log has log_test.cc).
+#include <grp.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "base/address.h"
+#include "base/files.h"
+#include "base/format.h"
+#include "base/groups.h"
+#include "base/paths.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace batchd {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseAddress, SplitsUnixTcpAndPassesOtherFormsThrough) {
+  Address a = ParseAddress("unix:///run/batchd/batchd.sock");
+  EXPECT_EQ(a.scheme, Address::Scheme::kUnix);
+  EXPECT_EQ(a.socket_path, "/run/batchd/batchd.sock");
+  EXPECT_EQ(a.grpc_target, "unix:/run/batchd/batchd.sock");
+
+  a = ParseAddress("unix:/tmp/s");
+  EXPECT_EQ(a.scheme, Address::Scheme::kUnix);
+  EXPECT_EQ(a.socket_path, "/tmp/s");
+  EXPECT_EQ(a.grpc_target, "unix:/tmp/s");
+
+  a = ParseAddress("tcp://127.0.0.1:7070");
+  EXPECT_EQ(a.scheme, Address::Scheme::kTcp);
+  EXPECT_EQ(a.host_port, "127.0.0.1:7070");
+  EXPECT_EQ(a.grpc_target, "127.0.0.1:7070");
+  EXPECT_TRUE(a.socket_path.empty());
+
+  a = ParseAddress("localhost:7070");
+  EXPECT_EQ(a.scheme, Address::Scheme::kOther);
+  EXPECT_EQ(a.grpc_target, "localhost:7070");
+}
+
+TEST(ParseAddress, TheDefaultIsTheUnixSocketUnderRun) {
+  const Address a = ParseAddress(kDefaultServerAddress);
+  EXPECT_EQ(a.scheme, Address::Scheme::kUnix);
+  EXPECT_EQ(a.socket_path, "/run/batchd/batchd.sock");
+}
+
+TEST(HostOf, IsThePartBeforeTheLastColon) {
+  EXPECT_EQ(HostOf("127.0.0.1:80"), "127.0.0.1");
+  EXPECT_EQ(HostOf("[::1]:80"), "[::1]");
+  EXPECT_EQ(HostOf("noport"), "");
+}
+
+TEST(FreeLoopbackPort, GivesAPortThatCanBeBound) {
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  close(fd);
+}
+
+TEST(UnixSocketAccepts, IsTrueOnlyWhileSomethingListens) {
+  char dir[] = "/tmp/batchd-base-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  EXPECT_FALSE(UnixSocketAccepts(path));
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  EXPECT_TRUE(UnixSocketAccepts(path));
+  close(fd);
+  EXPECT_FALSE(UnixSocketAccepts(path)) << "nothing accepts after close";
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+TEST(ReadFileToString, ReadsBinaryBytesWhole) {
+  char path[] = "/tmp/batchd-base-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string bytes(200000, 'x');
+  bytes[7] = '\0';
+  bytes[100] = '\n';
+  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+  close(fd);
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  unlink(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, bytes);
+}
+
+TEST(ReadFileToString, AMissingFileIsNotFoundNamingIt) {
+  absl::StatusOr<std::string> read =
+      ReadFileToString("/nonexistent/batchd-base-test");
+  ASSERT_FALSE(read.ok());
+  EXPECT_TRUE(absl::IsNotFound(read.status())) << read.status();
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("/nonexistent/batchd-base-test"));
+}
+
+TEST(HumanBytes, BytesAreWholeAndLargerUnitsHaveOneDecimal) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
+  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+  EXPECT_EQ(HumanBytes(128.0 * 224 * 224 * 3), "18.4 MiB");
+  EXPECT_EQ(HumanBytes(3.0 * (1ull << 30)), "3.0 GiB");
+  EXPECT_EQ(HumanBytes(5.0 * (1ull << 40)), "5.0 TiB");
+  // TiB is the largest unit.
+  EXPECT_EQ(HumanBytes(double(1ull << 50)), "1024.0 TiB");
+}
+
+TEST(ResolveGroup, TakesGidsAsTheyAreAndLooksUpNames) {
+  EXPECT_EQ(*ResolveGroup("shm-group", "12345"), gid_t(12345));
+  const group* root = getgrgid(0);
+  ASSERT_NE(root, nullptr);
+  absl::StatusOr<gid_t> gid = ResolveGroup("shm-group", root->gr_name);
+  ASSERT_TRUE(gid.ok()) << gid.status();
+  EXPECT_EQ(*gid, gid_t(0));
+}
+
+TEST(ResolveGroup, AnUnknownNameIsRefusedNamingTheFlag) {
+  absl::StatusOr<gid_t> gid =
+      ResolveGroup("socket-group", "no-such-group-batchd");
+  ASSERT_FALSE(gid.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(gid.status()));
+  EXPECT_EQ(gid.status().message(),
+            "--socket-group: no group named 'no-such-group-batchd'");
+}
+
+TEST(PathIsWithin, ComparesWholeComponents) {
+  EXPECT_TRUE(PathIsWithin("/data", "/data"));
+  EXPECT_TRUE(PathIsWithin("/data/train/a.JPEG", "/data"));
+  EXPECT_FALSE(PathIsWithin("/data2", "/data"));
+  EXPECT_FALSE(PathIsWithin("/dat", "/data"));
+  EXPECT_FALSE(PathIsWithin("/etc/passwd", "/data"));
+  EXPECT_FALSE(PathIsWithin("", "/data"));
+}
+
+TEST(PathIsWithin, EveryAbsolutePathIsWithinTheRootDirectory) {
+  EXPECT_TRUE(PathIsWithin("/", "/"));
+  EXPECT_TRUE(PathIsWithin("/etc/passwd", "/"));
+  EXPECT_FALSE(PathIsWithin("relative", "/"));
+  EXPECT_FALSE(PathIsWithin("", "/"));
+}
+
+}  // namespace
+}  // namespace batchd
