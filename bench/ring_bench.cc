@@ -23,12 +23,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -300,23 +302,27 @@ class Session {
     uint64_t pos;
     if (writer_->TryClaim(&pos)) return pos;
     const uint64_t t0 = MonotonicNanos();
-    for (;;) {
-      const uint64_t seen = writer_->released();
-      if (writer_->TryClaim(&pos)) break;
-      writer_->WaitForRelease(seen, 50'000'000);
-      writer_->Heartbeat(MonotonicNanos());
-    }
+    // Polls, as the server's pool does: a release rings no doorbell.
+    for (int polls = 0; !writer_->TryClaim(&pos); ++polls) PollPause(polls);
     *wait_ns += MonotonicNanos() - t0;
     return pos;
   }
 
+  // Between two polls of a full ring: yields first (a slot is usually
+  // released within microseconds), then sleeps, beating meanwhile.
+  void PollPause(int polls) {
+    if (polls < 1000) {
+      sched_yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    writer_->Heartbeat(MonotonicNanos());
+  }
+
   // Waits until the consumer has released every published slot.
   void Drain() {
-    for (;;) {
-      const uint64_t seen = writer_->released();
-      if (seen >= writer_->published()) return;
-      writer_->WaitForRelease(seen, 50'000'000);
-      writer_->Heartbeat(MonotonicNanos());
+    for (int polls = 0; writer_->released() < writer_->published(); ++polls) {
+      PollPause(polls);
     }
   }
 

@@ -225,15 +225,6 @@ void RingWriter::Publish(uint64_t pos) {
   }
 }
 
-void RingWriter::WaitForRelease(uint64_t seen_read_pos, uint64_t timeout_ns) {
-  const uint32_t seen = header_->space_futex.load(std::memory_order_seq_cst);
-  header_->space_waiters.fetch_add(1, std::memory_order_seq_cst);
-  if (header_->read_pos.load(std::memory_order_seq_cst) == seen_read_pos) {
-    FutexWait(&header_->space_futex, seen, timeout_ns);
-  }
-  header_->space_waiters.fetch_sub(1, std::memory_order_seq_cst);
-}
-
 void RingWriter::SetState(uint32_t state) {
   header_->state.store(state, std::memory_order_release);
   header_->data_futex.fetch_add(1, std::memory_order_release);
@@ -497,13 +488,9 @@ void RingReader::Release(uint64_t pos) {
     ++read;
   }
   if (read != before) {
-    // Release (in seq_cst): our reads of the slots happen before the server
-    // reuses them; seq_cst orders the store before the waiters load.
-    header_->read_pos.store(read, std::memory_order_seq_cst);
-    header_->space_futex.fetch_add(1, std::memory_order_seq_cst);
-    if (header_->space_waiters.load(std::memory_order_seq_cst) != 0) {
-      FutexWakeAll(&header_->space_futex);
-    }
+    // Release: our reads of the slots happen before the server reuses them.
+    // The server polls full rings, so nothing else is due.
+    header_->read_pos.store(read, std::memory_order_release);
   }
 }
 

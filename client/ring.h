@@ -77,10 +77,6 @@ class RingWriter {
   }
   // Makes [0, pos + 1) visible; pos must be the oldest unpublished position.
   void Publish(uint64_t pos);
-  // Sleeps until read_pos moves past `seen_read_pos` (a released() read
-  // before a failed TryClaim), a wake, or timeout_ns. For producers that
-  // wait on one ring; the server's pool polls its rings instead.
-  void WaitForRelease(uint64_t seen_read_pos, uint64_t timeout_ns);
   // Marks the end of the ring (no more batches) and wakes the client.
   void SetState(uint32_t state);
   // Closes the ring for a reason the client reports (e.g. why a batch could

@@ -28,8 +28,7 @@
 //          |128 server_heartbeat u64  atomic: CLOCK_MONOTONIC ns, ~10 Hz      |
 //   192    +-- consumer line -------------------------------------------------+
 //          |192 read_pos         u64  atomic: positions [0, read_pos) free    |
-//          |200 space_futex      u32  atomic: bumped after each release       |
-//          |204 space_waiters    u32  atomic: producers asleep on space_futex |
+//          |200 reserved         u32[2]  (zero; no one waits for space)       |
 //   256    +-- client liveness line -------------------------------------------+
 //          |256 client_pid       u32  0 = no client attached yet              |
 //          |264 client_start     u64                                          |
@@ -62,9 +61,10 @@
 // write_pos; both sides use seq_cst for that store/load pair, so one of them
 // always sees the other. The client acquires write_pos, reads, and on
 // release advances read_pos over the contiguous prefix of released
-// positions and bumps space_futex, waking it only when space_waiters says
-// a producer sleeps there (the same handshake, the other way round). No lock lives in this memory: a process killed at any instruction
-// leaves the other side able to go on or to notice.
+// positions, and nothing more: the server polls full rings (the client has
+// no doorbell to ring, so a release costs one store). No lock lives in this
+// memory: a process killed at any instruction leaves the other side able to
+// go on or to notice.
 #ifndef BATCHD_CLIENT_SHM_LAYOUT_H_
 #define BATCHD_CLIENT_SHM_LAYOUT_H_
 
@@ -125,8 +125,7 @@ struct RingHeader {
   alignas(64) std::atomic<uint64_t> server_heartbeat_ns;
 
   alignas(64) std::atomic<uint64_t> read_pos;
-  std::atomic<uint32_t> space_futex;
-  std::atomic<uint32_t> space_waiters;
+  uint32_t reserved_consumer[2];  // zero
 
   alignas(64) std::atomic<uint32_t> client_pid;
   std::atomic<uint64_t> client_start;
@@ -189,8 +188,7 @@ static_assert(offsetof(RingHeader, state) == 76);
 static_assert(offsetof(RingHeader, data_waiters) == 80);
 static_assert(offsetof(RingHeader, server_heartbeat_ns) == 128);
 static_assert(offsetof(RingHeader, read_pos) == 192);
-static_assert(offsetof(RingHeader, space_futex) == 200);
-static_assert(offsetof(RingHeader, space_waiters) == 204);
+static_assert(offsetof(RingHeader, reserved_consumer) == 200);
 static_assert(offsetof(RingHeader, client_pid) == 256);
 static_assert(offsetof(RingHeader, client_start) == 264);
 static_assert(offsetof(RingHeader, client_heartbeat_ns) == 272);

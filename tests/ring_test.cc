@@ -56,7 +56,7 @@ TEST(ShmLayoutTest, OffsetsArePinned) {
   EXPECT_EQ(offsetof(shm::RingHeader, data_waiters), 80u);
   EXPECT_EQ(offsetof(shm::RingHeader, server_heartbeat_ns), 128u);
   EXPECT_EQ(offsetof(shm::RingHeader, read_pos), 192u);
-  EXPECT_EQ(offsetof(shm::RingHeader, space_waiters), 204u);
+  EXPECT_EQ(offsetof(shm::RingHeader, reserved_consumer), 200u);
   EXPECT_EQ(offsetof(shm::RingHeader, client_pid), 256u);
   EXPECT_EQ(offsetof(shm::RingHeader, client_detached), 296u);
   EXPECT_EQ(offsetof(shm::RingHeader, stream_name), 320u);
