@@ -20,19 +20,6 @@
 
 namespace batchd {
 
-const char* DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kUInt8: return "uint8";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kFloat32: return "float32";
-    case DType::kUInt64: return "uint64";
-  }
-  return "unknown";
-}
-
-size_t DTypeSize(DType dtype) { return shm::DTypeSize(uint32_t(dtype)); }
-
 // Owns one acquired slot; the last owner's destructor releases it. Holds the
 // reader so that the mapping outlives every tensor, even after the Loader.
 class SlotLease {

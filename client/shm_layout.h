@@ -2,7 +2,7 @@
 //
 // This header is the whole protocol between the batchd server (the only
 // writer of batches) and a client (the only reader of one rank's ring). Every
-// offset is pinned by a static_assert below and by shm_layout_test.cc; change
+// offset is pinned by a static_assert below and by tests/ring_test.cc; change
 // one and kLayoutVersion must change with it.
 //
 // Segment:
@@ -72,6 +72,10 @@
 #include <cstddef>
 #include <cstdint>
 
+// By its path from the source root: this header is included by targets
+// that do not have the public include directory.
+#include "client/include/batchd/dtype.h"
+
 namespace batchd {
 namespace shm {
 
@@ -96,13 +100,6 @@ inline constexpr uint32_t kStateOpen = 0;
 inline constexpr uint32_t kStateEnded = 1;   // all batches published (eval)
 inline constexpr uint32_t kStateClosed = 2;  // stream closed or server exiting
 
-enum class DTypeCode : uint32_t {
-  kUInt8 = 1,
-  kInt32 = 2,
-  kInt64 = 3,
-  kFloat32 = 4,
-  kUInt64 = 5,
-};
 
 struct RingHeader {
   uint64_t magic;
@@ -143,7 +140,7 @@ struct RingHeader {
 
 struct TensorDesc {
   char name[kNameBytes];
-  uint32_t dtype;  // DTypeCode
+  uint32_t dtype;  // a DType (client/include/batchd/dtype.h)
   uint32_t ndim;
   int64_t shape[kMaxDims];
   uint64_t offset;  // from the start of the slot
@@ -220,16 +217,11 @@ static_assert(offsetof(SlotHeader, payload_bytes) == 64);
 static_assert(offsetof(SlotHeader, tensors) == 128);
 static_assert(sizeof(SlotHeader) <= kSlotHeaderBytes);
 
-// Bytes of one element of `code`; 0 for an unknown code.
+// Bytes of one element of the DType with protocol code `code`; 0 for an
+// unknown code.
 inline size_t DTypeSize(uint32_t code) {
-  switch (static_cast<DTypeCode>(code)) {
-    case DTypeCode::kUInt8: return 1;
-    case DTypeCode::kInt32: return 4;
-    case DTypeCode::kFloat32: return 4;
-    case DTypeCode::kInt64: return 8;
-    case DTypeCode::kUInt64: return 8;
-  }
-  return 0;
+  const DTypeInfo* d = FindDType(code);
+  return d == nullptr ? 0 : d->size;
 }
 
 inline uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }

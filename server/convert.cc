@@ -44,12 +44,6 @@ grpc::Status ToGrpc(const absl::Status& s) {
                       std::string(s.message()));
 }
 
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
-}
-
 StreamSpec FromProto(const v1::StreamSpec& p) {
   StreamSpec s;
   s.name = p.name();
@@ -87,17 +81,6 @@ void ToProto(const StreamSpec& s, v1::StreamSpec* p) {
   }
 }
 
-const char* DTypeString(shm::DTypeCode code) {
-  switch (code) {
-    case shm::DTypeCode::kUInt8: return "uint8";
-    case shm::DTypeCode::kInt32: return "int32";
-    case shm::DTypeCode::kInt64: return "int64";
-    case shm::DTypeCode::kFloat32: return "float32";
-    case shm::DTypeCode::kUInt64: return "uint64";
-  }
-  return "unknown";
-}
-
 namespace {
 
 void TensorsToProto(const std::vector<TensorLayout>& tensors,
@@ -105,7 +88,7 @@ void TensorsToProto(const std::vector<TensorLayout>& tensors,
   for (const TensorLayout& t : tensors) {
     v1::TensorInfo* ti = out->Add();
     ti->set_name(t.name);
-    ti->set_dtype(DTypeString(t.dtype));
+    ti->set_dtype(DTypeName(t.dtype));
     for (int64_t d : t.example_shape) ti->add_shape(d);
   }
 }

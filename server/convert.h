@@ -12,13 +12,11 @@
 namespace batchd {
 
 grpc::Status ToGrpc(const absl::Status& status);
-absl::Status FromGrpc(const grpc::Status& status);
 StreamSpec FromProto(const v1::StreamSpec& p);
 void ToProto(const StreamSpec& s, v1::StreamSpec* p);
 void ToProto(const OpenResult& r, v1::OpenStreamResponse* p);
 void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p);
 void ToProto(const PlanResult& r, v1::PlanResponse* p);
-const char* DTypeString(shm::DTypeCode code);
 
 // The protocol this daemon speaks: kProtocolVersion, or, with
 // BATCHD_TEST_HOOKS=1, the number in BATCHD_TEST_PROTOCOL_VERSION, so that

@@ -1,4 +1,5 @@
-// Streams, ranks and their rings; see core.h.
+// Streams, ranks and their rings; see core.h. Specs and stream creation
+// are in core_spec.cc.
 #include "server/core.h"
 
 #include <limits.h>
@@ -26,25 +27,6 @@ namespace batchd {
 
 namespace {
 
-constexpr uint64_t kMaxStartStep = uint64_t(1) << 48;
-
-// A name starting with '-' would read as a flag to batchctl and other tools.
-bool ValidStreamName(const std::string& name) {
-  if (name.empty() || name.size() > 64 || name[0] == '-') return false;
-  for (char c : name) {
-    if (!(isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string OptionsString(const std::map<std::string, std::string>& options) {
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : options) parts.push_back(absl::StrCat(k, "=", v));
-  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
-}
-
 int DefaultThreads() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
@@ -64,8 +46,6 @@ uint64_t PidNamespaceOf(uint32_t pid) {
   const char* open = strchr(link, '[');
   return open == nullptr ? 0 : strtoull(open + 1, nullptr, 10);
 }
-
-bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
 }  // namespace
 
@@ -102,51 +82,6 @@ Caller Caller::Process(uint32_t pid) {
     }
   }
   return c;
-}
-
-std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
-                            bool compare_start_step, std::string* detail) {
-  auto diff = [&](const char* field, const std::string& x,
-                  const std::string& y) {
-    *detail = absl::StrCat(field, " is ", y, " here but ", x,
-                           " in the existing stream");
-    return std::string(field);
-  };
-  if (a.workload != b.workload) return diff("workload", a.workload, b.workload);
-  if (a.data != b.data) return diff("data", a.data, b.data);
-  if (a.split != b.split) return diff("split", a.split, b.split);
-  if (a.global_batch_size != b.global_batch_size) {
-    return diff("global_batch_size", absl::StrCat(a.global_batch_size),
-                absl::StrCat(b.global_batch_size));
-  }
-  if (a.world_size != b.world_size) {
-    return diff("world_size", absl::StrCat(a.world_size),
-                absl::StrCat(b.world_size));
-  }
-  if (a.seed != b.seed) {
-    return diff("seed", absl::StrCat(a.seed), absl::StrCat(b.seed));
-  }
-  if (compare_start_step && a.start_step != b.start_step) {
-    return diff("start_step", absl::StrCat(a.start_step),
-                absl::StrCat(b.start_step));
-  }
-  auto cursor = [](const StreamSpec& s) {
-    return s.has_start_cursor
-               ? absl::StrCat("(", s.start_cursor.epoch, ", ",
-                              s.start_cursor.window, ", ",
-                              s.start_cursor.row, ")")
-               : std::string("none");
-  };
-  if (compare_start_step && cursor(a) != cursor(b)) {
-    return diff("start_cursor", cursor(a), cursor(b));
-  }
-  if (a.slots != b.slots) {
-    return diff("slots", absl::StrCat(a.slots), absl::StrCat(b.slots));
-  }
-  if (a.options != b.options) {
-    return diff("options", OptionsString(a.options), OptionsString(b.options));
-  }
-  return "";
 }
 
 absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
@@ -264,174 +199,16 @@ void Core::LogThroughput(uint64_t now) {
   last_totals_ = std::move(totals);
 }
 
-absl::StatusOr<std::string> Core::ConfineDataPath(
-    const std::string& data) const {
-  if (data.empty()) return std::string();
-  const std::string joined =
-      data[0] == '/' ? data : absl::StrCat(options_.data_root, "/", data);
-  char resolved[PATH_MAX];
-  if (realpath(joined.c_str(), resolved) == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "data path '", data, "' does not exist under --data-root ",
-        options_.data_root));
-  }
-  const std::string r = resolved;
-  const std::string& root = options_.data_root;
-  if (!PathIsWithin(r, root)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "data path '", data, "' resolves to ", r,
-        ", outside the server's --data-root ", root));
-  }
-  return r;
-}
-
-absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
-    const StreamSpec& spec) {
-  absl::StatusOr<std::string> path = ConfineDataPath(spec.data);
-  if (!path.ok()) return path.status();
-  WorkloadConfig config;
-  config.data_path = *path;
-  config.data_root = options_.data_root;
-  config.split = spec.split;
-  config.seed = spec.seed;
-  config.options = spec.options;
-  absl::StatusOr<std::unique_ptr<Workload>> workload =
-      CreateWorkload(spec.workload, config);
-  if (!workload.ok()) return workload.status();
-  absl::StatusOr<Sampler> sampler =
-      Sampler::Create((*workload)->num_examples(), spec.global_batch_size,
-                      spec.world_size, spec.seed, (*workload)->shuffle());
-  if (!sampler.ok()) return sampler.status();
-  absl::StatusOr<BatchLayout> layout =
-      BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());
-  if (!layout.ok()) return layout.status();
-  {
-    // The ring is checked now, before anything is created or mapped.
-    RingGeometry g;
-    g.slot_count = spec.slots;
-    g.payload_bytes = layout->payload_bytes;
-    if (absl::Status s = g.Check(); !s.ok()) return s;
-  }
-  if (spec.has_start_cursor && !(*workload)->packs_rows()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "start_cursor is for row-packing streams (wmt train); workload '",
-        spec.workload, "' split '", spec.split, "' resumes by start_step"));
-  }
-  auto stream = std::make_unique<Stream>();
-  stream->spec = spec;
-  stream->core = std::make_shared<StreamCore>(
-      spec.name, spec.seed, std::move(*workload), std::move(*sampler),
-      std::move(*layout));
-  engine_->Prepare(stream->core.get());  // read-ahead
-  if (stream->core->packed != nullptr) {
-    PackedSchedule& sched = *stream->core->packed;
-    if (spec.has_start_cursor) {
-      absl::Status s = sched.Anchor(spec.start_step, spec.start_cursor);
-      if (!s.ok()) return s;
-    }
-    if (absl::Status s = sched.CheckReachable(spec.start_step); !s.ok()) {
-      return s;
-    }
-  }
-  stream->ranks.resize(spec.world_size);
-  stream->created_ns = MonotonicNanos();
-  return stream;
-}
-
-absl::Status Core::ValidateSpec(const StreamSpec& spec) {
-  if (!ValidStreamName(spec.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stream name '", spec.name.substr(0, 80),
-        "' is invalid: use 1 to 64 characters of A-Z a-z 0-9 _ -, not "
-        "starting with -"));
-  }
-  auto too_long = [](const char* field, const std::string& v, size_t max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " is ", v.size(), " bytes long; the limit is ", max));
-  };
-  if (spec.workload.size() > 64) return too_long("workload", spec.workload, 64);
-  if (spec.split.size() > 64) return too_long("split", spec.split, 64);
-  if (spec.data.size() > 4096) return too_long("data", spec.data, 4096);
-  if (spec.options.size() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options has ", spec.options.size(), " entries; the limit is 64"));
-  }
-  for (const auto& [k, v] : spec.options) {
-    if (k.size() > 256) return too_long("an option name", k, 256);
-    if (v.size() > 4096) return too_long(("option " + k).c_str(), v, 4096);
-  }
-  // A NUL cuts a string short wherever it is used as a C string (paths,
-  // segment names): what is checked would differ from what is used.
-  if (HasNul(spec.workload) || HasNul(spec.data) || HasNul(spec.split)) {
-    return absl::InvalidArgumentError(
-        "workload, data and split must not contain a NUL byte");
-  }
-  for (const auto& [k, v] : spec.options) {
-    if (HasNul(k) || HasNul(v)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "option '", absl::CHexEscape(k), "' contains a NUL byte"));
-    }
-  }
-  // Far beyond any training run (2^48 steps), and far enough below 2^64
-  // that start_step plus the steps produced never wraps.
-  if (spec.start_step > kMaxStartStep) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "start_step ", spec.start_step, " exceeds the limit of ",
-        kMaxStartStep));
-  }
-  if (spec.world_size == 0 || spec.world_size > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "world_size ", spec.world_size, " is out of range (1..65536)"));
-  }
-  if (spec.global_batch_size > (uint64_t(1) << 24)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("global_batch_size ", spec.global_batch_size,
-                     " exceeds the limit of ", uint64_t(1) << 24));
-  }
-  if (spec.slots > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slots ", spec.slots, " exceeds the limit of 1024"));
-  }
-  return absl::OkStatus();
-}
-
 uint64_t Core::RingBytesInUse() const {
   uint64_t total = 0;
   for (const auto& [name, stream] : streams_) {
-    for (const RankState& rs : stream->ranks) {
+    for (const RankSeat& rs : stream->ranks) {
       if (rs.producer != nullptr) {
         total += rs.producer->ring().geometry().SegmentBytes();
       }
     }
   }
   return total;
-}
-
-absl::StatusOr<PlanResult> Core::Plan(const StreamSpec& in) {
-  StreamSpec spec = in;
-  if (spec.slots == 0) spec.slots = options_.default_slots;
-  if (spec.split.empty()) spec.split = "train";
-  if (absl::Status s = ValidateSpec(spec); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
-  if (!made.ok()) return made.status();
-  const StreamCore& sc = *(*made)->core;
-  RingGeometry g;
-  g.slot_count = spec.slots;
-  g.payload_bytes = sc.layout.payload_bytes;
-  PlanResult p;
-  p.segment_bytes = g.SegmentBytes();
-  p.ranks = spec.world_size;
-  p.total_bytes = p.segment_bytes * spec.world_size;
-  p.shm_free_bytes = ShmFreeBytes();
-  p.slot_bytes = g.SlotBytes();
-  p.slots = spec.slots;
-  for (const BatchLayout::Entry& e : sc.layout.entries) {
-    TensorLayout t = e.tensor;
-    t.example_shape.insert(t.example_shape.begin(),
-                           int64_t(sc.layout.per_rank_batch));
-    p.tensors.push_back(std::move(t));
-  }
-  return p;
 }
 
 bool Core::IsAdmin(const Caller& caller) const {
@@ -460,7 +237,7 @@ uint32_t Core::Drain() {
   draining_ = true;
   uint32_t attached = 0;
   for (const auto& [name, stream] : streams_) {
-    for (const RankState& rs : stream->ranks) attached += rs.producer != nullptr;
+    for (const RankSeat& rs : stream->ranks) attached += rs.producer != nullptr;
   }
   return attached;
 }
@@ -475,7 +252,7 @@ void Core::SetOnDrained(std::function<void()> on_drained) {
   on_drained_ = std::move(on_drained);
 }
 
-bool Core::HolderAlive(const RankState& rs, uint64_t now) const {
+bool Core::HolderAlive(const RankSeat& rs, uint64_t now) const {
   const RingWriter& ring = rs.producer->ring();
   if (ring.client().pid != 0) {
     // Mapped: the client's own stamps (pid, start time, pid namespace and
@@ -528,7 +305,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     created = true;
   }
   Stream& stream = *it->second;
-  RankState& rs = stream.ranks[rank];
+  RankSeat& rs = stream.ranks[rank];
 
   // Another user's stream is not to be joined: its data and its ranks are
   // theirs. (Streams opened over TCP have no owner to protect.)
@@ -548,12 +325,10 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
         absl::StrCat("stream '", spec.name, "' exists with another spec: ",
                      detail));
   }
-  if (stream.core->packed != nullptr) {
-    absl::Status s = stream.core->packed->CheckReachable(spec.start_step);
-    if (!s.ok()) {
-      if (created) streams_.erase(it);
-      return s;
-    }
+  if (absl::Status s = stream.setup->schedule->CheckReachable(spec.start_step);
+      !s.ok()) {
+    if (created) streams_.erase(it);
+    return s;
   }
   if (rs.producer != nullptr) {
     // Only the process that holds the rank may take it again while it
@@ -569,7 +344,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   }
 
   const CoreOptions& o = options_;
-  const StreamCore& sc = *stream.core;
+  const StreamSetup& sc = *stream.setup;
   RingGeometry geometry;
   geometry.slot_count = spec.slots;
   geometry.payload_bytes = sc.layout.payload_bytes;
@@ -579,7 +354,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   const std::string segment = SegmentName(spec.name, rank);
   const uint64_t bytes = geometry.SegmentBytes();
   uint64_t stream_bytes = 0;
-  for (const RankState& other : stream.ranks) {
+  for (const RankSeat& other : stream.ranks) {
     if (other.producer != nullptr) {
       stream_bytes += other.producer->ring().geometry().SegmentBytes();
     }
@@ -615,7 +390,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   rs.holder = caller;
   rs.attached_ns = MonotonicNanos();
   stream.idle_since_ns = 0;
-  rs.producer = std::make_shared<RankProducer>(stream.core, rank,
+  rs.producer = std::make_shared<RankProducer>(stream.setup, rank,
                                                spec.start_step,
                                                std::move(*ring));
   {
@@ -630,8 +405,8 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   r.slots = geometry.slot_count;
   r.slot_bytes = geometry.SlotBytes();
   r.examples_per_epoch = sc.sampler.num_examples();
-  // Packed epochs hold as many steps as their rows allow: not known ahead.
-  r.steps_per_epoch = sc.packed ? 0 : sc.sampler.steps_per_epoch();
+  // Packed epochs hold as many steps as their rows allow: 0, not known.
+  r.steps_per_epoch = sc.schedule->steps_per_epoch();
   for (const BatchLayout::Entry& e : sc.layout.entries) {
     TensorLayout t = e.tensor;
     t.example_shape.insert(t.example_shape.begin(),
@@ -643,7 +418,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   return r;
 }
 
-void Core::Detach(Stream& stream, RankState& rs) {
+void Core::Detach(Stream& stream, RankSeat& rs) {
   if (rs.producer == nullptr) return;
   engine_->Retire(rs.producer);
   {
@@ -668,7 +443,7 @@ std::vector<std::string> Core::ReapDeadClients() {
   // time older than the idle marks the previous holder set.
   const uint64_t now = MonotonicNanos();
   for (auto& [name, stream] : streams_) {
-    for (RankState& rs : stream->ranks) {
+    for (RankSeat& rs : stream->ranks) {
       if (rs.producer == nullptr) continue;
       RingWriter& ring = rs.producer->ring();
       bool dead = ring.ClientGone(now, stale);
@@ -695,14 +470,14 @@ std::vector<std::string> Core::ReapDeadClients() {
   for (auto it = streams_.begin(); it != streams_.end();) {
     Stream& st = *it->second;
     bool any = false;
-    for (const RankState& rs : st.ranks) any |= rs.producer != nullptr;
+    for (const RankSeat& rs : st.ranks) any |= rs.producer != nullptr;
     if (any) {
       st.idle_since_ns = 0;
     } else if (st.idle_since_ns == 0) {
       st.idle_since_ns = now;
     } else if (now > st.idle_since_ns && now - st.idle_since_ns > idle) {
       Log(LogLevel::kInfo, "stream_forgotten", {{"stream", it->first}});
-      st.core->Cancel();
+      st.setup->Cancel();
       it = streams_.erase(it);
       continue;
     }
@@ -719,8 +494,8 @@ absl::Status Core::CloseStream(const std::string& name) {
     if (it == streams_.end()) {
       return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
     }
-    for (RankState& rs : it->second->ranks) Detach(*it->second, rs);
-    it->second->core->Cancel();
+    for (RankSeat& rs : it->second->ranks) Detach(*it->second, rs);
+    it->second->setup->Cancel();
     closed = std::move(it->second);
     streams_.erase(it);
   }
@@ -756,8 +531,8 @@ void Core::CloseAll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [name, stream] : streams_) {
-      for (RankState& rs : stream->ranks) Detach(*stream, rs);
-      stream->core->Cancel();
+      for (RankSeat& rs : stream->ranks) Detach(*stream, rs);
+      stream->setup->Cancel();
     }
     closed.swap(streams_);
   }
@@ -780,16 +555,15 @@ ServerStatusData Core::GetStatus() {
   for (const auto& [name, stream] : streams_) {
     StreamStatusData st;
     st.spec = stream->spec;
-    st.steps_per_epoch =
-        stream->core->packed ? 0 : stream->core->sampler.steps_per_epoch();
-    st.decode_errors = stream->core->counters.decode_errors.load();
-    st.skipped_examples = stream->core->counters.skipped_examples.load();
-    if (stream->core->readahead != nullptr) {
-      st.readahead = stream->core->readahead->stats();
+    st.steps_per_epoch = stream->setup->schedule->steps_per_epoch();
+    st.decode_errors = stream->setup->counters.decode_errors.load();
+    st.skipped_examples = stream->setup->counters.skipped_examples.load();
+    if (stream->setup->readahead != nullptr) {
+      st.readahead = stream->setup->readahead->stats();
     }
     uint64_t examples = 0, bytes = 0;
     for (size_t r = 0; r < stream->ranks.size(); ++r) {
-      const RankState& rs = stream->ranks[r];
+      const RankSeat& rs = stream->ranks[r];
       RankStatusData rd;
       rd.rank = uint32_t(r);
       rd.reattaches = rs.reattaches;

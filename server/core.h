@@ -34,7 +34,7 @@ struct StreamSpec {
   uint64_t start_step = 0;
   uint32_t slots = 0;
   std::map<std::string, std::string> options;
-  // Row-packing workloads: batch start_step begins at this cursor.
+  // Resume from a cursor (packed rows): batch start_step begins here.
   bool has_start_cursor = false;
   RowCursor start_cursor;
 };
@@ -230,7 +230,9 @@ class Core {
   void SupervisorLoop();
   void LogThroughput(uint64_t now);  // supervisor thread only
 
-  struct RankState {
+  // A rank's seat in its stream: who holds it, its producer while
+  // attached, and figures kept across attachments.
+  struct RankSeat {
     std::shared_ptr<RankProducer> producer;  // null: not attached
     Caller holder;  // who asked for the ring (kernel identity)
     uint64_t attached_ns = 0;
@@ -242,8 +244,8 @@ class Core {
   struct Stream {
     StreamSpec spec;
     Caller owner;  // who created the stream
-    std::shared_ptr<StreamCore> core;
-    std::vector<RankState> ranks;
+    std::shared_ptr<StreamSetup> setup;  // what the engine fills from
+    std::vector<RankSeat> ranks;
     uint64_t created_ns = 0;
     uint64_t idle_since_ns = 0;  // no rank attached since (0: some is)
   };
@@ -252,10 +254,10 @@ class Core {
   // Checks the fields of a spec against the limits of a request.
   static absl::Status ValidateSpec(const StreamSpec& spec);
   // True when `holder`'s process is still there (it may hold its rank).
-  bool HolderAlive(const RankState& rs, uint64_t now) const;
+  bool HolderAlive(const RankSeat& rs, uint64_t now) const;
   uint64_t RingBytesInUse() const;  // requires mu_
   absl::StatusOr<std::unique_ptr<Stream>> MakeStream(const StreamSpec& spec);
-  void Detach(Stream& stream, RankState& rank);  // requires mu_
+  void Detach(Stream& stream, RankSeat& rank);  // requires mu_
 
   const CoreOptions options_;
   const uint64_t start_ns_;

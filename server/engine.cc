@@ -41,7 +41,7 @@ absl::StatusOr<BatchLayout> BatchLayout::Make(
   return layout;
 }
 
-RankProducer::RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
+RankProducer::RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
                            uint64_t start_step,
                            std::unique_ptr<RingWriter> ring)
     : stream_(std::move(stream)),
@@ -50,22 +50,14 @@ RankProducer::RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
       ring_(std::move(ring)),
       next_step_(start_step) {}
 
-bool ExamplesOfStep(const StreamCore& s, uint32_t rank, uint64_t step,
+bool ExamplesOfStep(const StreamSetup& s, uint32_t rank, uint64_t step,
                     std::vector<ReadAheadKey>* keys) {
-  if (s.sampler.Finite() && step >= s.sampler.steps_per_epoch()) return false;
-  const RankSlice slice = s.sampler.Slice(step, rank);
-  const uint64_t n = s.sampler.num_examples();
-  if (!s.sampler.shuffle()) {
-    for (uint64_t e = 0; e < slice.count; ++e) {
-      const uint64_t pos = slice.first_position + e;
-      if (pos < n) keys->push_back({slice.epoch, pos, pos});
-    }
-    return true;
-  }
-  const EpochPermutation perm(n, s.seed, slice.epoch);
-  for (uint64_t e = 0; e < slice.count; ++e) {
-    const uint64_t pos = slice.first_position + e;
-    keys->push_back({slice.epoch, pos, perm(pos)});
+  if (!s.schedule->Ready(step).ok()) return false;
+  absl::StatusOr<StepItems> items = s.schedule->Locate(step, rank);
+  if (!items.ok()) return false;
+  for (uint64_t i = 0; i < items->valid; ++i) {
+    const ItemRef item = s.schedule->Item(*items, i);
+    keys->push_back({item.epoch, item.position, item.id});
   }
   return true;
 }
@@ -90,8 +82,8 @@ void Engine::Stop() {
   }
 }
 
-void Engine::Prepare(StreamCore* stream) {
-  if (readahead_ == nullptr || stream->packed != nullptr) return;
+void Engine::Prepare(StreamSetup* stream) {
+  if (readahead_ == nullptr) return;
   stream->readahead =
       readahead_->AddStream(stream->name, stream->workload->example_reader());
   if (stream->readahead != nullptr) {
@@ -103,7 +95,7 @@ void Engine::Add(std::shared_ptr<RankProducer> producer) {
   if (readahead_ != nullptr && producer->stream_->readahead != nullptr) {
     // The lane reads what RunTask will ask for, in its order. The stream
     // outlives the lane (its ReadAheadStream drops its lanes when it goes).
-    const StreamCore* s = producer->stream_.get();
+    const StreamSetup* s = producer->stream_.get();
     const uint32_t rank = producer->rank_;
     producer->readahead_lane = readahead_->AddLane(
         producer->stream_->readahead,
@@ -129,39 +121,33 @@ void Engine::Retire(const std::shared_ptr<RankProducer>& producer) {
 
 namespace {
 
-void WriteSlotHeader(const StreamCore& s, const RankSlice& slice,
+// The slot header of rank `items`' batch of `step`, written once, before
+// the batch is published.
+void WriteSlotHeader(const BatchLayout& layout, const StepItems& items,
                      uint64_t step, uint64_t pos, shm::SlotHeader* h) {
   h->sequence = pos;
   h->step = step;
-  h->epoch = slice.epoch;
-  h->position = slice.first_position;
-  const uint64_t steps = s.sampler.steps_per_epoch();
-  h->cursor_epoch = slice.epoch;
-  h->cursor_window = s.sampler.shuffle() ? step % steps : step;
-  h->cursor_row = 0;
-  const uint64_t n = s.sampler.num_examples();
-  uint64_t valid = slice.count;
-  if (!s.sampler.shuffle()) {
-    valid = slice.first_position >= n
-                ? 0
-                : std::min<uint64_t>(slice.count, n - slice.first_position);
-  }
-  h->valid_count = uint32_t(valid);
-  h->num_tensors = uint32_t(s.layout.entries.size());
-  h->payload_bytes = s.layout.payload_bytes;
-  for (size_t k = 0; k < s.layout.entries.size(); ++k) {
-    const BatchLayout::Entry& e = s.layout.entries[k];
+  h->epoch = items.epoch;
+  h->position = items.first;
+  h->cursor_epoch = items.cursor.epoch;
+  h->cursor_window = items.cursor.window;
+  h->cursor_row = items.cursor.row;
+  h->valid_count = uint32_t(items.valid);
+  h->num_tensors = uint32_t(layout.entries.size());
+  h->payload_bytes = layout.payload_bytes;
+  for (size_t k = 0; k < layout.entries.size(); ++k) {
+    const BatchLayout::Entry& e = layout.entries[k];
     shm::TensorDesc& d = h->tensors[k];
     memset(&d, 0, sizeof(d));
     snprintf(d.name, sizeof(d.name), "%s", e.tensor.name.c_str());
     d.dtype = uint32_t(e.tensor.dtype);
     d.ndim = uint32_t(1 + e.tensor.example_shape.size());
-    d.shape[0] = int64_t(s.layout.per_rank_batch);
+    d.shape[0] = int64_t(layout.per_rank_batch);
     for (size_t i = 0; i < e.tensor.example_shape.size(); ++i) {
       d.shape[i + 1] = e.tensor.example_shape[i];
     }
     d.offset = e.offset;
-    d.nbytes = e.example_bytes * s.layout.per_rank_batch;
+    d.nbytes = e.example_bytes * layout.per_rank_batch;
   }
 }
 
@@ -183,24 +169,22 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
         return true;
       }
     }
-    const StreamCore& s = *p->stream_;
-    if (s.packed != nullptr) {
-      // Where the next step lies may take epochs of counting: that happens
-      // on the schedule's own thread, never here, so that no stream's
-      // preparation holds a worker (or the engine's lock) from the others.
-      absl::StatusOr<PackedSchedule::Location> loc =
-          s.packed->TryLocate(p->next_step_);
-      if (absl::IsUnavailable(loc.status())) continue;  // being prepared
-      if (!loc.ok()) {
-        Fail(*p, p->next_step_, loc.status());
-        continue;
-      }
-    }
-    if (s.sampler.Finite() && p->next_step_ >= s.sampler.steps_per_epoch()) {
+    const StreamSetup& s = *p->stream_;
+    // Where the next step lies may take epochs of counting (packed rows):
+    // that happens on the schedule's own thread, never here, so that no
+    // stream's preparation holds a worker (or the engine's lock) from the
+    // others.
+    const absl::Status ready = s.schedule->Ready(p->next_step_);
+    if (absl::IsUnavailable(ready)) continue;  // being prepared
+    if (absl::IsOutOfRange(ready)) {           // a finite stream ended
       if (!p->ended_ && p->inflight_.empty()) {
         p->ended_ = true;
         p->ring_->SetState(shm::kStateEnded);
       }
+      continue;
+    }
+    if (!ready.ok()) {
+      Fail(*p, p->next_step_, ready);
       continue;
     }
     uint64_t pos;
@@ -216,10 +200,8 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
     }
     const uint64_t step = p->next_step_++;
     if (readahead_ != nullptr) readahead_->Decoding(p->readahead_lane, step);
-    const RankSlice slice = s.sampler.Slice(step, p->rank_);
-    WriteSlotHeader(s, slice, step, pos, p->ring_->Slot(pos));
     const uint32_t chunks = uint32_t(std::max<uint64_t>(
-        1, std::min<uint64_t>(slice.count, max_chunks)));
+        1, std::min<uint64_t>(s.layout.per_rank_batch, max_chunks)));
     p->inflight_.push_back({step, pos, chunks, 1, 0, absl::OkStatus()});
     *task = {p, step, pos, 0, chunks};
     round_robin_ = idx + 1;
@@ -228,83 +210,36 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
   return false;
 }
 
-void Engine::RunPackedTask(const Task& t, absl::Status* status) {
-  StreamCore& s = *t.producer->stream_;
-  // FindTask made sure the schedule reaches t.step: this does not wait.
-  absl::StatusOr<PackedSchedule::Location> loc = s.packed->TryLocate(t.step);
-  if (!loc.ok()) {
-    *status = loc.status();
+void Engine::RunTask(const Task& t, absl::Status* status) {
+  StreamSetup& s = *t.producer->stream_;
+  // FindTask saw the step ready: this does not wait.
+  absl::StatusOr<StepItems> items =
+      s.schedule->Locate(t.step, t.producer->rank_);
+  if (!items.ok()) {
+    *status = items.status();
     return;
   }
-  const uint64_t count = s.layout.per_rank_batch;
-  const uint64_t first = loc->first_row + t.producer->rank_ * count;
-  const uint64_t lo = count * t.chunk / t.chunks;
-  const uint64_t hi = count * (t.chunk + 1) / t.chunks;
-  uint8_t* base = t.producer->ring_->SlotBase(t.pos);
-  const size_t nt = s.layout.entries.size();
-  std::vector<uint8_t*> out(nt);
-  const EpochOrder order = s.packed->Order(loc->epoch);
-  for (uint64_t e = lo; e < hi; ++e) {
-    for (size_t k = 0; k < nt; ++k) {
-      const BatchLayout::Entry& entry = s.layout.entries[k];
-      out[k] = base + entry.offset + e * entry.example_bytes;
-    }
-    RowCursor cursor;
-    absl::Status st = s.workload->FillRow(order, first + e, out.data(),
-                                          &cursor, &s.counters);
-    if (!st.ok()) {
-      *status = absl::Status(
-          st.code(), absl::StrCat(st.message(), " (stream ", s.name,
-                                  ", epoch ", loc->epoch, ", row ",
-                                  first + e, ")"));
-      return;
-    }
-    if (e == 0) {
-      // The batch is where its first row is.
-      shm::SlotHeader* h = t.producer->ring_->Slot(t.pos);
-      h->epoch = loc->epoch;
-      h->position = first;
-      h->cursor_epoch = cursor.epoch;
-      h->cursor_window = cursor.window;
-      h->cursor_row = cursor.row;
-    }
+  if (t.chunk == 0) {
+    WriteSlotHeader(s.layout, *items, t.step, t.pos,
+                    t.producer->ring_->Slot(t.pos));
   }
-}
-
-void Engine::RunTask(const Task& t, absl::Status* status) {
-  if (t.producer->stream_->packed != nullptr) return RunPackedTask(t, status);
-  const StreamCore& s = *t.producer->stream_;
-  const RankSlice slice = s.sampler.Slice(t.step, t.producer->rank_);
-  const uint64_t lo = slice.count * t.chunk / t.chunks;
-  const uint64_t hi = slice.count * (t.chunk + 1) / t.chunks;
+  const uint64_t lo = items->count * t.chunk / t.chunks;
+  const uint64_t hi = items->count * (t.chunk + 1) / t.chunks;
   uint8_t* base = t.producer->ring_->SlotBase(t.pos);
   const size_t nt = s.layout.entries.size();
   std::vector<uint8_t*> out(nt);
-  const uint64_t n = s.sampler.num_examples();
-  // One permutation object per chunk: a few hashes to build.
-  const EpochPermutation perm(n, s.seed, slice.epoch);
   for (uint64_t e = lo; e < hi; ++e) {
-    ExampleRef ex;
-    ex.seed = s.seed;
-    ex.epoch = slice.epoch;
-    ex.position = slice.first_position + e;
-    if (s.sampler.shuffle()) {
-      ex.id = perm(ex.position);
-    } else {
-      ex.valid = ex.position < n;
-      ex.id = ex.valid ? ex.position : 0;
-    }
+    const ItemRef item = s.schedule->Item(*items, e);
     for (size_t k = 0; k < nt; ++k) {
       const BatchLayout::Entry& entry = s.layout.entries[k];
       out[k] = base + entry.offset + e * entry.example_bytes;
     }
-    absl::Status st = s.workload->Fill(ex, out.data(),
-                                       &t.producer->stream_->counters);
+    absl::Status st = s.workload->FillItem(item, out.data(), &s.counters);
     if (!st.ok()) {
       *status = absl::Status(
           st.code(), absl::StrCat(st.message(), " (stream ", s.name,
-                                  ", example ", ex.id, ", epoch ", ex.epoch,
-                                  ", position ", ex.position, ")"));
+                                  ", item ", item.id, ", epoch ", item.epoch,
+                                  ", position ", item.position, ")"));
       return;
     }
   }

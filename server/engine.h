@@ -3,9 +3,11 @@
 // number of streams or ranks.
 //
 // A RankProducer is one rank's ring plus the position of its next global
-// batch. Workers split each batch into chunks of examples, fill them straight
-// into the claimed slot, and the worker that finishes a batch publishes every
-// finished batch at the front of that rank's queue, in step order.
+// batch. The stream's schedule says which items (examples or packed rows)
+// make up the batch; workers split each batch into chunks of items, fill
+// them straight into the claimed slot (the first chunk writes the slot
+// header), and the worker that finishes a batch publishes every finished
+// batch at the front of that rank's queue, in step order.
 //
 // Thread safety: Engine is thread-safe. RankProducer's mutable state is
 // guarded by Engine::mu_; the counters it exposes are atomics.
@@ -25,7 +27,8 @@
 
 #include "client/ring.h"
 #include "server/readahead.h"
-#include "server/sampler.h"
+#include "workloads/sampler.h"
+#include "workloads/schedule.h"
 #include "workloads/workload.h"
 
 namespace batchd {
@@ -49,57 +52,51 @@ struct BatchLayout {
       const std::vector<TensorLayout>& tensors, uint64_t per_rank_batch);
 };
 
-// What every rank of one stream shares. Constant after construction, except
-// the counters.
-struct StreamCore {
+// The setup of one stream, which every rank of it shares: the workload, its
+// sampler and schedule, where each tensor lives in a slot. Constant after
+// construction, except the counters.
+struct StreamSetup {
   std::string name;
-  uint64_t seed = 0;
   std::unique_ptr<Workload> workload;
   Sampler sampler;
   BatchLayout layout;
   WorkloadCounters counters;
-  // Set for row-packing workloads, whose batches are made of rows.
-  std::unique_ptr<PackedSchedule> packed;
+  // Which items make up each batch (the workload's MakeSchedule); after
+  // the workload, which it may use until it goes.
+  std::unique_ptr<Schedule> schedule;
   // The stream's read-ahead (null: off, or not a read-ahead workload); set
   // by Engine::Prepare before any rank is added. Last, so that it goes
   // first: it waits for reads in flight, which call into the workload.
   std::shared_ptr<ReadAheadStream> readahead;
 
-  StreamCore(std::string n, uint64_t s, std::unique_ptr<Workload> w,
-             Sampler sam, BatchLayout lay)
+  StreamSetup(std::string n, std::unique_ptr<Workload> w, Sampler sam,
+              BatchLayout lay)
       : name(std::move(n)),
-        seed(s),
         workload(std::move(w)),
         sampler(std::move(sam)),
-        layout(std::move(lay)) {
-    if (workload->packs_rows()) {
-      packed = std::make_unique<PackedSchedule>(
-          *workload, sampler.num_examples(), sampler.global_batch_size(),
-          seed);
-    }
-  }
-  // Stops background work (the packed schedule's preparation) soon; the
+        layout(std::move(lay)),
+        schedule(workload->MakeSchedule(sampler)) {}
+  // Stops background work (a packed schedule's counting) soon; the
   // destructor then waits at most for the epoch being counted.
-  void Cancel() {
-    if (packed != nullptr) packed->Cancel();
-  }
+  void Cancel() { schedule->Cancel(); }
 };
 
 // The examples rank `rank` decodes for global batch `step`, in RunTask's
-// order, padding left out; false past the end of a finite stream. Not for
-// row-packing streams.
-bool ExamplesOfStep(const StreamCore& s, uint32_t rank, uint64_t step,
+// order, padding left out; false when the schedule has no such step yet
+// (past the end of a finite stream). For read-ahead streams, whose items
+// are examples.
+bool ExamplesOfStep(const StreamSetup& s, uint32_t rank, uint64_t step,
                     std::vector<ReadAheadKey>* keys);
 
 class RankProducer {
  public:
-  RankProducer(std::shared_ptr<StreamCore> stream, uint32_t rank,
+  RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
                uint64_t start_step, std::unique_ptr<RingWriter> ring);
 
   uint32_t rank() const { return rank_; }
   uint64_t start_step() const { return start_step_; }
   RingWriter& ring() const { return *ring_; }
-  const std::shared_ptr<StreamCore>& stream() const { return stream_; }
+  const std::shared_ptr<StreamSetup>& stream() const { return stream_; }
 
   // Counters, readable at any time.
   std::atomic<uint64_t> published_steps{0};
@@ -121,7 +118,7 @@ class RankProducer {
     absl::Status status;
   };
 
-  const std::shared_ptr<StreamCore> stream_;
+  const std::shared_ptr<StreamSetup> stream_;
   const uint32_t rank_;
   const uint64_t start_step_;
   const std::unique_ptr<RingWriter> ring_;
@@ -143,7 +140,7 @@ class Engine {
   int threads() const { return thread_count_; }
   // Connects a new stream to the read-ahead; call once, before its first
   // Add.
-  void Prepare(StreamCore* stream);
+  void Prepare(StreamSetup* stream);
   void Add(std::shared_ptr<RankProducer> producer);
   // Stops producing for `producer`; chunks in flight finish first (the
   // producer and its ring live until the last worker lets go).
@@ -161,7 +158,6 @@ class Engine {
   };
   bool FindTask(Task* task, bool* some_ring_full);  // requires mu_
   void RunTask(const Task& task, absl::Status* status);
-  void RunPackedTask(const Task& task, absl::Status* status);
   void Finish(const Task& task, absl::Status status);  // requires mu_
   // Ends `p`'s ring with `why`, which its client sees. Requires mu_.
   void Fail(RankProducer& p, uint64_t step, const absl::Status& why);

@@ -9,7 +9,8 @@
 //   - one ReadAhead per server: the I/O threads and the byte budget;
 //   - one ReadAheadStream per stream: the buffer of examples read ahead, keyed
 //     by (epoch, position) - unique within a stream - and the stream's read
-//     function; it is the ExamplePrefetch the workload's Fill reads through;
+//     function; it is the ExamplePrefetch the workload's FillItem reads
+//     through;
 //   - one lane per (stream, rank) producer: the order of that rank's
 //     examples (step by step) and the step its workers decode now.
 //

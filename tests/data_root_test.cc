@@ -220,14 +220,14 @@ class ImageTreeTest : public ::testing::Test {
         "padded.JPEG", "rel.JPEG",  "sparse.JPEG"};
     const uint64_t id = uint64_t(std::find(kOrder.begin(), kOrder.end(), name) -
                                  kOrder.begin());
-    ExampleRef ex;
+    ItemRef ex;
     ex.seed = 3;
     ex.position = id;
     ex.id = id;
     std::vector<uint8_t> inputs(16 * 16 * 3);
     int64_t label = 0;
     uint8_t* out[] = {inputs.data(), reinterpret_cast<uint8_t*>(&label)};
-    return w.Fill(ex, out, counters);
+    return w.FillItem(ex, out, counters);
   }
 
   std::string root_, outside_;

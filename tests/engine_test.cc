@@ -13,6 +13,7 @@
 
 #include "client/process.h"
 #include "client/ring.h"
+#include "workloads/packed_schedule.h"
 #include "workloads/synthetic.h"
 
 namespace batchd {
@@ -47,26 +48,37 @@ std::vector<std::vector<int64_t>> PlainRows(const EpochOrder& order) {
   return rows;
 }
 
-class FakePackedWorkload : public Workload {
+class FakePackedWorkload : public Workload, public RowPacking {
  public:
   explicit FakePackedWorkload(uint64_t n) : n_(n) {
-    tensors_ = {{"ids", shm::DTypeCode::kInt64, {kMaxIds}}};
+    tensors_ = {{"ids", DType::kInt64, {kMaxIds}}};
   }
   uint64_t num_examples() const override { return n_; }
   bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override {
     return tensors_;
   }
-  absl::Status Fill(const ExampleRef&, uint8_t* const*,
-                    WorkloadCounters*) const override {
-    return absl::InternalError("a packing workload is filled by rows");
+  std::unique_ptr<Schedule> MakeSchedule(
+      const Sampler& sampler) const override {
+    return std::make_unique<PackedSchedule>(*this, sampler);
   }
-  bool packs_rows() const override { return true; }
+  absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
+                        WorkloadCounters* counters) const override {
+    return FillRow(ShuffledOrder(n_, item.seed, item.epoch), item.position,
+                   out, counters);
+  }
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& o) const override {
     return PlainRows(o).size();
   }
+  absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& o,
+                                        uint64_t row) const override {
+    return RowCursor{o.epoch, row, 0};  // the fake's cursor: the row itself
+  }
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& o,
+                                       const RowCursor& c) const override {
+    return c.window;
+  }
   absl::Status FillRow(const EpochOrder& o, uint64_t row, uint8_t* const* out,
-                       RowCursor* cursor,
                        WorkloadCounters*) const override {
     const auto rows = PlainRows(o);
     if (row >= rows.size()) return absl::OutOfRangeError("row");
@@ -74,9 +86,6 @@ class FakePackedWorkload : public Workload {
     std::fill(ids, ids + kMaxIds, -1);
     std::copy(rows[row].begin(), rows[row].end(), ids);
     memcpy(out[0], ids, sizeof(ids));
-    cursor->epoch = o.epoch;
-    cursor->window = row;  // the fake's cursor: the row itself
-    cursor->row = 0;
     return absl::OkStatus();
   }
 
@@ -95,8 +104,8 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(int threads, uint32_t w
   EXPECT_TRUE(sampler.ok());
   auto workload = std::make_unique<FakePackedWorkload>(n);
   BatchLayout layout = *BatchLayout::Make(workload->tensors(), g / w);
-  auto stream = std::make_shared<StreamCore>("packed", 77, std::move(workload),
-                                             *sampler, layout);
+  auto stream = std::make_shared<StreamSetup>("packed", std::move(workload),
+                                              *sampler, layout);
   Engine engine(threads);
   std::vector<std::unique_ptr<RingReader>> readers;
   std::vector<std::shared_ptr<RankProducer>> producers;
@@ -183,8 +192,11 @@ class SlowPackedWorkload : public FakePackedWorkload {
 class FailingWorkload : public FakePackedWorkload {
  public:
   using FakePackedWorkload::FakePackedWorkload;
-  bool packs_rows() const override { return false; }
-  absl::Status Fill(const ExampleRef&, uint8_t* const*,
+  std::unique_ptr<Schedule> MakeSchedule(
+      const Sampler& sampler) const override {
+    return Workload::MakeSchedule(sampler);  // examples, not rows
+  }
+  absl::Status FillItem(const ItemRef&, uint8_t* const*,
                     WorkloadCounters*) const override {
     return absl::DataLossError("the disk returned garbage");
   }
@@ -199,7 +211,7 @@ struct Ring {
   std::unique_ptr<RingReader> reader;
 };
 
-Ring MakeRing(std::shared_ptr<StreamCore> stream, const std::string& tag,
+Ring MakeRing(std::shared_ptr<StreamSetup> stream, const std::string& tag,
               uint64_t start) {
   RingGeometry geo;
   geo.slot_count = 2;
@@ -214,7 +226,7 @@ Ring MakeRing(std::shared_ptr<StreamCore> stream, const std::string& tag,
 }
 
 template <typename W>
-std::shared_ptr<StreamCore> MakeStream(const std::string& name,
+std::shared_ptr<StreamSetup> MakeStream(const std::string& name,
                                        std::unique_ptr<W> workload,
                                        uint64_t g) {
   auto sampler =
@@ -222,8 +234,8 @@ std::shared_ptr<StreamCore> MakeStream(const std::string& name,
   EXPECT_TRUE(sampler.ok()) << sampler.status();
   auto layout = BatchLayout::Make(workload->tensors(), g);
   EXPECT_TRUE(layout.ok()) << layout.status();
-  return std::make_shared<StreamCore>(name, 77, std::move(workload), *sampler,
-                                      *layout);
+  return std::make_shared<StreamSetup>(name, std::move(workload), *sampler,
+                                       *layout);
 }
 
 TEST(EngineTest, FarResumeHoldsNoWorkerAndStopsPromptly) {
@@ -260,14 +272,13 @@ TEST(EngineTest, FarResumeHoldsNoWorkerAndStopsPromptly) {
 
 TEST(EngineTest, StepsBeyondWhatTheDataCanMeanAreRefused) {
   auto packed = MakeStream("huge", std::make_unique<FakePackedWorkload>(101), 8);
-  EXPECT_TRUE(packed->packed->CheckReachable(6).ok());
+  EXPECT_TRUE(packed->schedule->CheckReachable(6).ok());
   for (uint64_t step : {uint64_t(1) << 40, uint64_t(1) << 62,
                         ~uint64_t(0) - 1}) {
-    absl::Status s = packed->packed->CheckReachable(step);
+    absl::Status s = packed->schedule->CheckReachable(step);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << step;
-    absl::StatusOr<PackedSchedule::Location> loc =
-        packed->packed->TryLocate(step);
-    EXPECT_EQ(loc.status().code(), absl::StatusCode::kFailedPrecondition)
+    EXPECT_EQ(packed->schedule->Ready(step).code(),
+              absl::StatusCode::kFailedPrecondition)
         << step;
   }
 }
@@ -291,13 +302,13 @@ TEST(EngineTest, AFailedBatchTellsTheClientWhy) {
 TEST(EngineTest, LayoutProductsThatWrapAreRefused) {
   // 2^22 examples of 2^32 - 24 bytes: the product wraps to a few MiB.
   std::vector<TensorLayout> t = {
-      {"payload", shm::DTypeCode::kUInt8, {int64_t((uint64_t(1) << 32) - 24)}}};
+      {"payload", DType::kUInt8, {int64_t((uint64_t(1) << 32) - 24)}}};
   EXPECT_FALSE(BatchLayout::Make(t, uint64_t(1) << 22).ok());
-  t = {{"x", shm::DTypeCode::kInt64, {int64_t(1) << 31, int64_t(1) << 31}}};
+  t = {{"x", DType::kInt64, {int64_t(1) << 31, int64_t(1) << 31}}};
   EXPECT_FALSE(BatchLayout::Make(t, 1).ok());
-  t = {{"x", shm::DTypeCode::kInt64, {-1}}};
+  t = {{"x", DType::kInt64, {-1}}};
   EXPECT_FALSE(BatchLayout::Make(t, 1).ok());
-  t = {{"x", shm::DTypeCode::kUInt8, {1000}}};
+  t = {{"x", DType::kUInt8, {1000}}};
   auto ok = BatchLayout::Make(t, 64);
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->payload_bytes, shm::AlignUp(64000, shm::kTensorAlign));

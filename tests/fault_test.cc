@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "batchd/loader.h"
-#include "server/sampler.h"
+#include "workloads/sampler.h"
 #include "tests/test_server.h"
 
 namespace batchd {

@@ -285,12 +285,12 @@ TEST(ReadAheadTest, FailedReadAheadIsReadAgainByTheWorker) {
 }
 
 // The engine over a workload whose examples are stored bytes: example id
-// is 64 bytes derived from the id; Fill copies them into the slot.
+// is 64 bytes derived from the id; FillItem copies them into the slot.
 class StoredBytesWorkload : public Workload {
  public:
   static constexpr int kBytes = 64;
   explicit StoredBytesWorkload(uint64_t n) : n_(n) {
-    tensors_ = {{"bytes", shm::DTypeCode::kUInt8, {kBytes}}};
+    tensors_ = {{"bytes", DType::kUInt8, {kBytes}}};
   }
   uint64_t num_examples() const override { return n_; }
   bool shuffle() const override { return true; }
@@ -301,7 +301,7 @@ class StoredBytesWorkload : public Workload {
     };
   }
   void set_prefetch(ExamplePrefetch* p) override { prefetch_ = p; }
-  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+  absl::Status FillItem(const ItemRef& ex, uint8_t* const* out,
                     WorkloadCounters*) const override {
     std::string bytes;
     int64_t label;
@@ -345,8 +345,8 @@ EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
   ReadAhead ra(Budget(budget));
   EngineRun run;
   {
-    auto stream = std::make_shared<StreamCore>("s", 5, std::move(owned),
-                                               *sampler, layout);
+    auto stream = std::make_shared<StreamSetup>("s", std::move(owned),
+                                                *sampler, layout);
     Engine engine(2, &ra);
     engine.Prepare(stream.get());
     EXPECT_EQ(stream->readahead != nullptr, budget > 0);

@@ -1,6 +1,6 @@
 // The sampler's arithmetic: permutations are bijections chosen by
 // (seed, epoch), slices tile each global batch, and nothing scales with N.
-#include "server/sampler.h"
+#include "workloads/sampler.h"
 
 #include <gtest/gtest.h>
 

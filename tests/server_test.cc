@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "batchd/loader.h"
-#include "server/sampler.h"
+#include "workloads/sampler.h"
 #include "tests/test_server.h"
 #include "workloads/synthetic.h"
 
@@ -146,7 +146,7 @@ TEST(ServerTest, PayloadBytesAreTheExamplesOwn) {
   for (const GlobalBatch& gb : batches) {
     // Rank 1's payload tensor follows its ids/epochs/positions.
     for (size_t i = 0; i < gb.ids.size(); ++i) {
-      ExampleRef ex;
+      ItemRef ex;
       ex.seed = 9;
       ex.epoch = gb.epochs[i];
       ex.position = gb.positions[i];

@@ -17,7 +17,7 @@ Streams (synthetic workload, payload bytes derived from the example):
              0 when it ends
 
 The reference here is written from DESIGN.md's determinism contract and
-server/sampler.h's description, not by calling the C++ code: the epoch
+workloads/sampler.h's description, not by calling the C++ code: the epoch
 permutation is a 6-round balanced Feistel network over the smallest
 even-bit power of two >= n with cycle walking, round keys
 Mix64(Mix64(seed ^ "batchd\\0\\0") ^ Mix64(epoch) ^ r << 56) and round

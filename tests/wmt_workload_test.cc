@@ -23,6 +23,7 @@
 #include "google/protobuf/stubs/common.h"
 #endif
 #include "workloads/common/tfrecord.h"
+#include "workloads/packed_schedule.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/sentencepiece_model.h"
 #include "workloads/wmt/sentencepiece_vocab.h"
@@ -219,11 +220,25 @@ class WmtWorkloadTest : public ::testing::Test {
     return ids;
   }
 
+  // The train split's rows: the workload as its PackedSchedule sees it.
+  static const RowPacking& Rows(const Workload& w) {
+    return dynamic_cast<const RowPacking&>(w);
+  }
+
+  // Whether the workload's batches are packed rows (its schedule's items).
+  static bool PacksRows(const Workload& w) {
+    auto sampler = Sampler::Create(w.num_examples(), 1, 1, 5, w.shuffle());
+    EXPECT_TRUE(sampler.ok()) << sampler.status();
+    return dynamic_cast<PackedSchedule*>(w.MakeSchedule(*sampler).get()) !=
+           nullptr;
+  }
+
   // Every row of the epoch, as PackedRows (int32 tensors).
-  static std::vector<PackedRow> AllRows(const Workload& w,
+  static std::vector<PackedRow> AllRows(const Workload& workload,
                                         const EpochOrder& order,
                                         WorkloadCounters* counters,
                                         std::vector<RowCursor>* cursors) {
+    const RowPacking& w = Rows(workload);
     std::vector<PackedRow> rows;
     auto n = w.RowsInEpoch(order);
     EXPECT_TRUE(n.ok()) << n.status();
@@ -239,10 +254,13 @@ class WmtWorkloadTest : public ::testing::Test {
         v[k]->resize(256);
         out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
       }
-      RowCursor cursor;
-      absl::Status s = w.FillRow(order, r, out, &cursor, counters);
+      absl::Status s = w.FillRow(order, r, out, counters);
       EXPECT_TRUE(s.ok()) << s;
-      if (cursors) cursors->push_back(cursor);
+      if (cursors) {
+        absl::StatusOr<RowCursor> cursor = w.CursorOfRow(order, r);
+        EXPECT_TRUE(cursor.ok()) << cursor.status();
+        cursors->push_back(cursor.value_or(RowCursor{}));
+      }
       rows.push_back(std::move(row));
     }
     return rows;
@@ -278,7 +296,7 @@ TEST_F(WmtWorkloadTest, TrainRowsArePackStreamOfTheTokenizedEpoch) {
   WriteText(d, "train", *pairs_);
   auto w = Create(d, "train");
   ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_TRUE((*w)->packs_rows());
+  EXPECT_TRUE(PacksRows(**w));
   EXPECT_TRUE((*w)->shuffle());
   EXPECT_EQ((*w)->num_examples(), kTrainPairs);
   ASSERT_EQ((*w)->tensors().size(), 6u);
@@ -346,17 +364,19 @@ TEST_F(WmtWorkloadTest, CursorsNameWindowAndRowAndInvert) {
       row_in_window = 0;
     }
     EXPECT_EQ(cursors[r].row, row_in_window++);
-    auto back = wmt::RowAtCursor(**w, order, cursors[r]);
+    auto back = Rows(**w).RowAtCursor(order, cursors[r]);
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, r);
   }
   // (kTrainPairs - dropped) kept pairs make ceil(kept / 256) windows.
   EXPECT_EQ(window + 1, 3u);
-  EXPECT_FALSE(wmt::RowAtCursor(**w, order, {4, 99, 0}).ok());
-  EXPECT_FALSE(wmt::RowAtCursor(**w, order, {3, 0, 0}).ok());
-  EXPECT_EQ((*w)->RowsInEpoch(order).value(), rows.size());
+  EXPECT_FALSE(Rows(**w).RowAtCursor(order, {4, 99, 0}).ok());
+  EXPECT_FALSE(Rows(**w).RowAtCursor(order, {3, 0, 0}).ok());
+  EXPECT_EQ(Rows(**w).RowsInEpoch(order).value(), rows.size());
   uint8_t* none[6] = {};
-  EXPECT_EQ((*w)->FillRow(order, rows.size(), none, nullptr, nullptr).code(),
+  EXPECT_EQ(Rows(**w).FillRow(order, rows.size(), none, nullptr).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Rows(**w).CursorOfRow(order, rows.size()).status().code(),
             absl::StatusCode::kOutOfRange);
 }
 
@@ -396,7 +416,7 @@ TEST_F(WmtWorkloadTest, RowsDoNotDependOnThreadsOrCallOrder) {
             out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
           }
           EXPECT_TRUE(
-              (*fresh)->FillRow(orders[e], r, out, nullptr, nullptr).ok());
+              Rows(**fresh).FillRow(orders[e], r, out, nullptr).ok());
         }
       }
     });
@@ -413,14 +433,14 @@ TEST_F(WmtWorkloadTest, Int64RowsHoldTheSameValues) {
   auto w32 = Create(d, "train");
   auto w64 = Create(d, "train", {{"dtype", "int64"}});
   ASSERT_TRUE(w32.ok() && w64.ok());
-  EXPECT_EQ((*w64)->tensors()[0].dtype, shm::DTypeCode::kInt64);
+  EXPECT_EQ((*w64)->tensors()[0].dtype, DType::kInt64);
   const EpochOrder order = Order(Shuffled(kTrainPairs, 1), 0);
   const std::vector<PackedRow> rows = AllRows(**w32, order, nullptr, nullptr);
   std::vector<std::vector<int64_t>> out64(6, std::vector<int64_t>(256));
   uint8_t* out[6];
   for (int k = 0; k < 6; ++k)
     out[k] = reinterpret_cast<uint8_t*>(out64[k].data());
-  ASSERT_TRUE((*w64)->FillRow(order, 1, out, nullptr, nullptr).ok());
+  ASSERT_TRUE(Rows(**w64).FillRow(order, 1, out, nullptr).ok());
   EXPECT_EQ(std::vector<int32_t>(out64[0].begin(), out64[0].end()),
             rows[1].inputs);
   EXPECT_EQ(std::vector<int32_t>(out64[5].begin(), out64[5].end()),
@@ -432,11 +452,11 @@ TEST_F(WmtWorkloadTest, EvalRowsArePaddedPairsWithWeights) {
   WriteTfds(d, "validation", *eval_pairs_, 1);
   auto w = Create(d, "validation");
   ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_FALSE((*w)->packs_rows());
+  EXPECT_FALSE(PacksRows(**w));
   EXPECT_FALSE((*w)->shuffle());
   ASSERT_EQ((*w)->tensors().size(), 3u);
   EXPECT_EQ((*w)->tensors()[2].name, "weights");
-  EXPECT_EQ((*w)->tensors()[2].dtype, shm::DTypeCode::kFloat32);
+  EXPECT_EQ((*w)->tensors()[2].dtype, DType::kFloat32);
   auto tok = LoadTokenizer();
   std::vector<TokenPair> kept;
   for (const Pair& p : *eval_pairs_) {
@@ -455,9 +475,9 @@ TEST_F(WmtWorkloadTest, EvalRowsArePaddedPairsWithWeights) {
                      reinterpret_cast<uint8_t*>(targets.data()),
                      reinterpret_cast<uint8_t*>(weights.data())};
   for (uint64_t i = 0; i < kept.size(); ++i) {
-    ExampleRef ex;
+    ItemRef ex;
     ex.id = ex.position = i;
-    ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+    ASSERT_TRUE((*w)->FillItem(ex, out, &counters).ok());
     std::vector<int32_t> want_in = kept[i].inputs, want_tg = kept[i].targets;
     want_in.resize(256, 0);
     want_tg.resize(256, 0);
@@ -469,14 +489,14 @@ TEST_F(WmtWorkloadTest, EvalRowsArePaddedPairsWithWeights) {
   }
   EXPECT_EQ(counters.skipped_examples.load(),
             eval_pairs_->size() - kept.size());
-  ExampleRef pad;
+  ItemRef pad;
   pad.valid = false;
-  ASSERT_TRUE((*w)->Fill(pad, out, &counters).ok());
+  ASSERT_TRUE((*w)->FillItem(pad, out, &counters).ok());
   EXPECT_EQ(inputs, std::vector<int32_t>(256, 0));
   EXPECT_EQ(targets, std::vector<int32_t>(256, 0));
   EXPECT_EQ(weights, std::vector<float>(256, 0.0f));
   // The train path is not the eval path.
-  EXPECT_EQ((*w)->RowsInEpoch(Order({0}, 0)).status().code(),
+  EXPECT_EQ(Rows(**w).RowsInEpoch(Order({0}, 0)).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -553,9 +573,13 @@ TEST_F(WmtWorkloadTest, BadOptionsAndSplitsAreRefused) {
   EXPECT_EQ(Create(d, "test").status().code(), absl::StatusCode::kNotFound);
   auto w = Create(d, "train");
   ASSERT_TRUE(w.ok());
+  // A train item is a row of the shuffled epoch; one past its rows is
+  // refused.
   uint8_t* none[6] = {};
-  EXPECT_EQ((*w)->Fill(ExampleRef{}, none, nullptr).code(),
-            absl::StatusCode::kFailedPrecondition);
+  ItemRef past;
+  past.position = uint64_t(1) << 40;
+  EXPECT_EQ((*w)->FillItem(past, none, nullptr).code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(WmtWorkloadTest, CorruptRecordIsCountedAndDropped) {
@@ -637,9 +661,9 @@ TEST_F(WmtWorkloadTest, ExampleWithoutDeIsADecodeError) {
                      reinterpret_cast<uint8_t*>(b.data()),
                      reinterpret_cast<uint8_t*>(c.data())};
   for (uint64_t i = 0; i < 3; ++i) {
-    ExampleRef ex;
+    ItemRef ex;
     ex.id = i;
-    ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+    ASSERT_TRUE((*w)->FillItem(ex, out, &counters).ok());
   }
   EXPECT_EQ(counters.decode_errors.load(), 3u);
 }
@@ -658,16 +682,16 @@ TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
   uint8_t* out[3] = {reinterpret_cast<uint8_t*>(in.data()),
                      reinterpret_cast<uint8_t*>(tg.data()),
                      reinterpret_cast<uint8_t*>(wt.data())};
-  ExampleRef ex;
+  ItemRef ex;
   ex.id = 1;  // line 2: an empty German side is EOS alone, as in AlgoPerf
-  ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  ASSERT_TRUE((*w)->FillItem(ex, out, &counters).ok());
   EXPECT_EQ(in[0], 2);
   EXPECT_EQ(in[1], 0);
   ex.id = 2;  // line 3: "Häuser\r" reads as "Häuser"; the English is empty
-  ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  ASSERT_TRUE((*w)->FillItem(ex, out, &counters).ok());
   EXPECT_EQ(tg[0], 2);
   ex.id = 0;
-  ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+  ASSERT_TRUE((*w)->FillItem(ex, out, &counters).ok());
   EXPECT_EQ(counters.decode_errors.load(), 2u);  // lines 1 and 4
 
   auto skip =
@@ -676,7 +700,7 @@ TEST_F(WmtWorkloadTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
   EXPECT_EQ((*skip)->num_examples(), 1u);
   WorkloadCounters c2;
   ex.id = 0;
-  ASSERT_TRUE((*skip)->Fill(ex, out, &c2).ok());
+  ASSERT_TRUE((*skip)->FillItem(ex, out, &c2).ok());
   EXPECT_EQ(c2.skipped_examples.load(), 2u);
   EXPECT_EQ(c2.decode_errors.load(), 2u);
 }
@@ -700,9 +724,9 @@ TEST_F(WmtWorkloadTest, InvalidUtf8IsEncodedAsSentencePieceDoesByDefault) {
                      reinterpret_cast<uint8_t*>(tg.data()),
                      reinterpret_cast<uint8_t*>(wt.data())};
   for (uint64_t i = 0; i < 3; ++i) {
-    ExampleRef ex;
+    ItemRef ex;
     ex.id = i;
-    ASSERT_TRUE((*w)->Fill(ex, out, &counters).ok());
+    ASSERT_TRUE((*w)->FillItem(ex, out, &counters).ok());
     std::vector<int> want;
     ASSERT_TRUE(model->Encode(bad[i], &want, &error)) << error;
     want.push_back(2);

@@ -8,7 +8,7 @@
 
 namespace batchd {
 
-void SyntheticPayload(const ExampleRef& ex, uint8_t* out, uint64_t bytes) {
+void SyntheticPayload(const ItemRef& ex, uint8_t* out, uint64_t bytes) {
   // Two words from the example's random stream and the id make an
   // arithmetic sequence: cheap enough (~memory bandwidth) that benchmarks of
   // large slots measure the data plane, not a random number generator.
@@ -29,11 +29,11 @@ class SyntheticWorkload : public Workload {
  public:
   SyntheticWorkload(uint64_t n, uint64_t payload_bytes, bool train)
       : n_(n), payload_bytes_(payload_bytes), train_(train) {
-    tensors_ = {{"ids", shm::DTypeCode::kUInt64, {}},
-                {"epochs", shm::DTypeCode::kUInt64, {}},
-                {"positions", shm::DTypeCode::kUInt64, {}},
-                {"payload", shm::DTypeCode::kUInt8, {int64_t(payload_bytes)}}};
-    if (!train_) tensors_.push_back({"weights", shm::DTypeCode::kFloat32, {}});
+    tensors_ = {{"ids", DType::kUInt64, {}},
+                {"epochs", DType::kUInt64, {}},
+                {"positions", DType::kUInt64, {}},
+                {"payload", DType::kUInt8, {int64_t(payload_bytes)}}};
+    if (!train_) tensors_.push_back({"weights", DType::kFloat32, {}});
   }
 
   uint64_t num_examples() const override { return n_; }
@@ -42,7 +42,7 @@ class SyntheticWorkload : public Workload {
     return tensors_;
   }
 
-  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
+  absl::Status FillItem(const ItemRef& ex, uint8_t* const* out,
                     WorkloadCounters*) const override {
     const uint64_t id = ex.valid ? ex.id : ~uint64_t(0);
     memcpy(out[0], &id, 8);
@@ -71,9 +71,12 @@ class SyntheticWorkload : public Workload {
 
 absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
     const WorkloadConfig& config) {
-  absl::StatusOr<uint64_t> n = UintOption(config, "examples", 10000);
+  absl::StatusOr<WorkloadOptions> options = WorkloadOptions::Create(
+      "synthetic", config.options, {"examples", "payload_bytes"});
+  if (!options.ok()) return options.status();
+  absl::StatusOr<uint64_t> n = options->Uint("examples", 10000);
   if (!n.ok()) return n.status();
-  absl::StatusOr<uint64_t> bytes = UintOption(config, "payload_bytes", 1024);
+  absl::StatusOr<uint64_t> bytes = options->Uint("payload_bytes", 1024);
   if (!bytes.ok()) return bytes.status();
   if (*n == 0) {
     return absl::InvalidArgumentError("synthetic: examples must be at least 1");
@@ -81,13 +84,6 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
   if (*bytes > (uint64_t(1) << 32)) {
     return absl::InvalidArgumentError(
         absl::StrCat("synthetic: payload_bytes ", *bytes, " exceeds 4 GiB"));
-  }
-  for (const auto& [key, value] : config.options) {
-    if (key != "examples" && key != "payload_bytes") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("synthetic: unknown option '", key,
-                       "' (known: examples, payload_bytes)"));
-    }
   }
   const bool train = config.split == "train";
   if (!train && config.split != "validation" && config.split != "test" &&

@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
 
 // The payload the synthetic workload writes for one example; tests recompute
 // it to check bytes end to end.
-void SyntheticPayload(const ExampleRef& ex, uint8_t* out, uint64_t bytes);
+void SyntheticPayload(const ItemRef& ex, uint8_t* out, uint64_t bytes);
 
 }  // namespace batchd
 

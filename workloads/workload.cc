@@ -1,7 +1,6 @@
-// The table of workloads and option parsing shared by all of them.
+// The table of workloads.
 #include "workloads/workload.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "workloads/imagenet/imagenet.h"
 #include "workloads/synthetic.h"
@@ -18,18 +17,6 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
   if (name == "wmt") return CreateWmtWorkload(config);
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown workload '", name, "' (known: synthetic, imagenet, wmt)"));
-}
-
-absl::StatusOr<uint64_t> UintOption(const WorkloadConfig& config,
-                                    const std::string& key, uint64_t def) {
-  auto it = config.options.find(key);
-  if (it == config.options.end()) return def;
-  uint64_t value;
-  if (!absl::SimpleAtoi(it->second, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option ", key, "='", it->second, "' is not an unsigned integer"));
-  }
-  return value;
 }
 
 }  // namespace batchd

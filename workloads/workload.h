@@ -1,7 +1,8 @@
-// What a workload is to the server: a data set of N examples, each turned
-// into a fixed-size part of every tensor of a batch, written straight into the
-// ring slot (DALI's split: the sizes are known first, then each example is
-// written into memory it is given).
+// What a workload is to the server: a data set of N examples, a schedule
+// that makes batches of items (examples, or rows packed from them), and each
+// item turned into a fixed-size part of every tensor of a batch, written
+// straight into the ring slot (DALI's split: the sizes are known first, then
+// each item is written into memory it is given).
 //
 // Thread safety: Create() runs once; every const method may be called from
 // any number of worker threads at once.
@@ -18,13 +19,16 @@
 
 #include "absl/status/statusor.h"
 #include "client/shm_layout.h"
+#include "workloads/options.h"
+#include "workloads/sampler.h"
+#include "workloads/schedule.h"
 
 namespace batchd {
 
 // One tensor of a batch; the batch shape is [B] + example_shape.
 struct TensorLayout {
   std::string name;
-  shm::DTypeCode dtype;
+  DType dtype;
   std::vector<int64_t> example_shape;
 
   uint64_t ExampleBytes() const {
@@ -32,15 +36,6 @@ struct TensorLayout {
     for (int64_t d : example_shape) n *= uint64_t(d);
     return n;
   }
-};
-
-// Which example to write, and the key of its randomness.
-struct ExampleRef {
-  uint64_t seed = 0;
-  uint64_t epoch = 0;
-  uint64_t position = 0;  // in the epoch
-  uint64_t id = 0;        // global example id (meaningless when !valid)
-  bool valid = true;      // false: padding of the last eval batch
 };
 
 struct WorkloadConfig {
@@ -57,21 +52,6 @@ struct WorkloadConfig {
 struct WorkloadCounters {
   std::atomic<uint64_t> decode_errors{0};
   std::atomic<uint64_t> skipped_examples{0};
-};
-
-// The example order of one epoch, for workloads that pack rows.
-struct EpochOrder {
-  uint64_t seed = 0;
-  uint64_t epoch = 0;
-  uint64_t num_examples = 0;
-  std::function<uint64_t(uint64_t)> id_at;  // position in epoch -> example id
-};
-
-// Where a packed row sits: the cursor of the determinism contract.
-struct RowCursor {
-  uint64_t epoch = 0;
-  uint64_t window = 0;
-  uint64_t row = 0;  // row within the window
 };
 
 // Where a workload gets the stored bytes of the examples it decodes when the
@@ -101,30 +81,12 @@ class Workload {
  public:
   virtual ~Workload() = default;
 
-  // Row-packing workloads (WMT training) make the items of a batch from
-  // several examples each: the examples of an epoch, in the epoch's order,
-  // are packed into rows, and global batch s of the epoch is rows
-  // [sG, (s+1)G). The engine then calls RowsInEpoch and FillRow instead of
-  // Fill. Default: false.
-  virtual bool packs_rows() const { return false; }
-  // Rows the epoch packs into; deterministic in (seed, epoch). May be slow
-  // (it may have to look at every example's length): the engine calls it
-  // once per epoch and stream.
-  virtual absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const {
-    return absl::UnimplementedError("not a row-packing workload");
-  }
-  // Writes row `row` of the epoch into out[k] (one row's bytes of tensor k)
-  // and says where the row sits.
-  virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
-                               uint8_t* const* out, RowCursor* cursor,
-                               WorkloadCounters* counters) const {
-    return absl::UnimplementedError("not a row-packing workload");
-  }
-  // The row of its epoch that `cursor` names (the inverse of FillRow's
-  // cursor), for resuming from a cursor without replaying earlier epochs.
-  virtual absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
-                                               const RowCursor& cursor) const {
-    return absl::UnimplementedError("not a row-packing workload");
+  // The stream's schedule: which items make up each batch. Default: the
+  // examples of the sampler's order (ExampleSchedule). A workload that
+  // packs rows returns its own (PackedSchedule); the schedule may keep a
+  // reference to this workload, which outlives it.
+  virtual std::unique_ptr<Schedule> MakeSchedule(const Sampler& sampler) const {
+    return std::make_unique<ExampleSchedule>(sampler);
   }
 
   // Read-ahead. A workload that reads each example from storage on its own
@@ -132,31 +94,28 @@ class Workload {
   // default): the workload is not read ahead (synthetic data; WMT, whose
   // batches are packed rows, not examples of the sampler's order).
   virtual ExampleReadFn example_reader() const { return nullptr; }
-  // Fill then takes the first read of each valid example from `prefetch`
-  // (keyed by the ExampleRef's epoch and position). Set once, before the
-  // first Fill; `prefetch` outlives every Fill. Default: ignored.
+  // FillItem then takes the first read of each valid example from
+  // `prefetch` (keyed by the ItemRef's epoch and position). Set once,
+  // before the first FillItem; `prefetch` outlives every FillItem.
+  // Default: ignored.
   virtual void set_prefetch(ExamplePrefetch* prefetch) {}
 
   virtual uint64_t num_examples() const = 0;
   // Training streams shuffle and repeat; others run once in order.
   virtual bool shuffle() const = 0;
   virtual const std::vector<TensorLayout>& tensors() const = 0;
-  // Writes example `ex` into out[k], the example's bytes of tensor k (each
-  // tensors()[k].ExampleBytes() long). Called for padding too (ex.valid
-  // false), which must be written deterministically (zeros, weight 0).
-  virtual absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
-                            WorkloadCounters* counters) const = 0;
+  // Writes item `item` of the schedule (an example, or a packed row) into
+  // out[k], the item's bytes of tensor k (each tensors()[k].ExampleBytes()
+  // long). Called for padding too (item.valid false), which must be
+  // written deterministically (zeros, weight 0).
+  virtual absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
+                                WorkloadCounters* counters) const = 0;
 };
 
 // The explicit table of workloads: "synthetic" (and the ones that follow).
 // Fails with InvalidArgument naming the known ones for an unknown name.
 absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
     const std::string& name, const WorkloadConfig& config);
-
-// Option helpers: parse an unsigned option, or return the default; an
-// unparsable value is an error naming the option.
-absl::StatusOr<uint64_t> UintOption(const WorkloadConfig& config,
-                                    const std::string& key, uint64_t def);
 
 }  // namespace batchd
 

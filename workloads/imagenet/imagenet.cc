@@ -80,95 +80,55 @@ struct Options {
   uint64_t max_file_bytes = kDefaultMaxFileBytes;
 };
 
-absl::Status IntOption(const std::map<std::string, std::string>& o,
-                       const std::string& key, int lo, int hi, int* v) {
-  auto it = o.find(key);
-  if (it == o.end()) return absl::OkStatus();
-  if (!absl::SimpleAtoi(it->second, v) || *v < lo || *v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("imagenet: option ", key, "='", it->second,
-                     "' is not an integer in [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   const auto& o = config.options;
-  static const char* const kKnown[] = {
-      "image_size",       "resize_size", "layout",
-      "on_decode_error",  "progress",    "dct_headroom",
-      "debug_fixed_crop", "with_ids",    "eval_train_examples",
-      "max_file_bytes"};
-  for (const auto& entry : o) {
-    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
-    const std::string& key = entry.first;
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
-          return key == k;
-        }) == std::end(kKnown)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "imagenet: unknown option '", key,
-          "' (known: image_size, resize_size, layout, on_decode_error, "
-          "progress, dct_headroom, debug_fixed_crop, with_ids, "
-          "eval_train_examples, max_file_bytes)"));
-    }
-  }
+  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
+      "imagenet", o,
+      {"image_size", "resize_size", "layout", "on_decode_error", "progress",
+       "dct_headroom", "debug_fixed_crop", "with_ids", "eval_train_examples",
+       "max_file_bytes"});
+  if (!opts.ok()) return opts.status();
   Options opt;
-  absl::Status st = IntOption(o, "image_size", 1, 4096, &opt.image_size);
-  if (!st.ok()) return st;
-  st = IntOption(o, "resize_size", 1, 8192, &opt.resize_size);
-  if (!st.ok()) return st;
+  absl::StatusOr<int> i = opts->Int("image_size", opt.image_size, 1, 4096);
+  if (!i.ok()) return i.status();
+  opt.image_size = *i;
+  i = opts->Int("resize_size", opt.resize_size, 1, 8192);
+  if (!i.ok()) return i.status();
+  opt.resize_size = *i;
   if (opt.resize_size < opt.image_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("imagenet: resize_size ", opt.resize_size,
                      " is smaller than image_size ", opt.image_size));
   }
-  int progress = 1;
-  st = IntOption(o, "progress", 0, 1, &progress);
-  if (!st.ok()) return st;
-  opt.progress = progress == 1;
-  int with_ids = 0;
-  st = IntOption(o, "with_ids", 0, 1, &with_ids);
-  if (!st.ok()) return st;
-  opt.with_ids = with_ids == 1;
-  if (auto it = o.find("eval_train_examples"); it != o.end()) {
-    if (!absl::SimpleAtoi(it->second, &opt.eval_train_examples) ||
-        opt.eval_train_examples == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("imagenet: option eval_train_examples='", it->second,
-                       "' is not a positive integer"));
-    }
+  i = opts->Int("progress", 1, 0, 1);
+  if (!i.ok()) return i.status();
+  opt.progress = *i == 1;
+  i = opts->Int("with_ids", 0, 0, 1);
+  if (!i.ok()) return i.status();
+  opt.with_ids = *i == 1;
+  absl::StatusOr<uint64_t> u =
+      opts->Uint("eval_train_examples", opt.eval_train_examples);
+  if (!u.ok() || *u == 0) {
+    return opts->Invalid("eval_train_examples", "is not a positive integer");
   }
-  if (auto it = o.find("max_file_bytes"); it != o.end()) {
-    if (!absl::SimpleAtoi(it->second, &opt.max_file_bytes) ||
-        opt.max_file_bytes == 0 || opt.max_file_bytes > kMaxFileBytesLimit) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("imagenet: option max_file_bytes='", it->second,
-                       "' is not an integer in [1, ", kMaxFileBytesLimit, "]"));
-    }
-  }
-  if (auto it = o.find("dct_headroom"); it != o.end()) {
-    if (!absl::SimpleAtod(it->second, &opt.dct_headroom) ||
+  opt.eval_train_examples = *u;
+  u = opts->Uint("max_file_bytes", opt.max_file_bytes, 1, kMaxFileBytesLimit);
+  if (!u.ok()) return u.status();
+  opt.max_file_bytes = *u;
+  if (opts->Has("dct_headroom")) {
+    if (!absl::SimpleAtod(opts->String("dct_headroom", ""),
+                          &opt.dct_headroom) ||
         !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("imagenet: option dct_headroom='", it->second,
-                       "' is not a number in [1, 8]"));
+      return opts->Invalid("dct_headroom", "is not a number in [1, 8]");
     }
   }
-  if (auto it = o.find("layout"); it != o.end()) {
-    if (it->second != "nhwc" && it->second != "nchw") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "imagenet: layout='", it->second, "' (known: nhwc, nchw)"));
-    }
-    opt.nchw = it->second == "nchw";
-  }
-  if (auto it = o.find("on_decode_error"); it != o.end()) {
-    if (it->second != "substitute" && it->second != "fail") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("imagenet: on_decode_error='", it->second,
-                       "' (known: substitute, fail)"));
-    }
-    opt.substitute = it->second == "substitute";
-  }
+  absl::StatusOr<std::string> choice =
+      opts->Choice("layout", "nhwc", {"nhwc", "nchw"});
+  if (!choice.ok()) return choice.status();
+  opt.nchw = *choice == "nchw";
+  choice = opts->Choice("on_decode_error", "substitute", {"substitute", "fail"});
+  if (!choice.ok()) return choice.status();
+  opt.substitute = *choice == "substitute";
   if (auto it = o.find("debug_fixed_crop"); it != o.end()) {
     const char* hooks = getenv("BATCHD_TEST_HOOKS");
     if (hooks == nullptr || strcmp(hooks, "1") != 0) {
@@ -205,12 +165,12 @@ class ImageNetWorkload : public Workload {
         opt_(opt),
         subset_(std::move(subset)) {
     const int64_t s = opt_.image_size;
-    tensors_ = {{"inputs", shm::DTypeCode::kUInt8,
+    tensors_ = {{"inputs", DType::kUInt8,
                  opt_.nchw ? std::vector<int64_t>{3, s, s}
                            : std::vector<int64_t>{s, s, 3}},
-                {"targets", shm::DTypeCode::kInt64, {}}};
-    if (!train_) tensors_.push_back({"weights", shm::DTypeCode::kFloat32, {}});
-    if (opt_.with_ids) tensors_.push_back({"ids", shm::DTypeCode::kInt64, {}});
+                {"targets", DType::kInt64, {}}};
+    if (!train_) tensors_.push_back({"weights", DType::kFloat32, {}});
+    if (opt_.with_ids) tensors_.push_back({"ids", DType::kInt64, {}});
   }
 
   uint64_t num_examples() const override {
@@ -219,7 +179,7 @@ class ImageNetWorkload : public Workload {
   bool shuffle() const override { return train_; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
-  // Read-ahead: the same Read that Fill makes, by the id the engine gives.
+  // Read-ahead: the same Read that FillItem makes, by the id the engine gives.
   ExampleReadFn example_reader() const override {
     return [this](uint64_t id, std::string* bytes, int64_t* label) {
       if (!subset_.empty()) {
@@ -236,9 +196,9 @@ class ImageNetWorkload : public Workload {
     prefetch_ = prefetch;
   }
 
-  absl::Status Fill(const ExampleRef& example, uint8_t* const* out,
+  absl::Status FillItem(const ItemRef& example, uint8_t* const* out,
                     WorkloadCounters* counters) const override {
-    ExampleRef ex = example;
+    ItemRef ex = example;
     if (ex.valid && !subset_.empty()) {
       if (ex.id >= subset_.size()) {
         return absl::OutOfRangeError(
@@ -270,7 +230,7 @@ class ImageNetWorkload : public Workload {
  private:
   // `request_id`: the example's id as the engine asked for it (before the
   // eval_train subset), the key of its read-ahead.
-  absl::Status FillValid(const ExampleRef& ex, uint64_t request_id,
+  absl::Status FillValid(const ItemRef& ex, uint64_t request_id,
                          uint8_t* inputs, int64_t* label,
                          WorkloadCounters* counters) const {
     absl::Status st = FillImage(ex, ex.id, inputs, label, &request_id);
@@ -315,7 +275,7 @@ class ImageNetWorkload : public Workload {
   // the augmentation randomness of ex. With `prefetch_id` (the example
   // itself, not a substitute), the bytes come through the read-ahead, which
   // reads them as source_->Read does when they were not read ahead.
-  absl::Status FillImage(const ExampleRef& ex, uint64_t id, uint8_t* inputs,
+  absl::Status FillImage(const ItemRef& ex, uint64_t id, uint8_t* inputs,
                          int64_t* label, const uint64_t* prefetch_id) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
@@ -401,7 +361,7 @@ class ImageNetWorkload : public Workload {
   mutable std::atomic<uint64_t> logged_{0};
   // Rate-limit key of this instance's decode warnings (its address).
   const std::string log_key_ = absl::StrCat(reinterpret_cast<uintptr_t>(this));
-  ExamplePrefetch* prefetch_ = nullptr;  // set before the first Fill
+  ExamplePrefetch* prefetch_ = nullptr;  // set before the first FillItem
 };
 
 }  // namespace

@@ -128,13 +128,13 @@ TEST_F(ImageNetTest, TrainTensorsAndDeterminism) {
   WorkloadCounters counters;
   uint8_t* oa[] = {a.data(), reinterpret_cast<uint8_t*>(&ta)};
   uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&tb)};
-  ExampleRef ex{7, 2, 5, 3, true};
-  ASSERT_TRUE((*w)->Fill(ex, oa, &counters).ok());
-  ASSERT_TRUE((*w)->Fill(ex, ob, &counters).ok());
+  ItemRef ex{7, 2, 5, 3, true};
+  ASSERT_TRUE((*w)->FillItem(ex, oa, &counters).ok());
+  ASSERT_TRUE((*w)->FillItem(ex, ob, &counters).ok());
   EXPECT_EQ(a, b);
   EXPECT_EQ(ta, 1);  // n02/C.Jpg
   ex.epoch = 3;      // another epoch: another crop
-  ASSERT_TRUE((*w)->Fill(ex, ob, &counters).ok());
+  ASSERT_TRUE((*w)->FillItem(ex, ob, &counters).ok());
   EXPECT_NE(a, b);
   EXPECT_EQ(counters.decode_errors.load(), 0u);
 }
@@ -153,9 +153,9 @@ TEST_F(ImageNetTest, NchwIsTheTransposeOfNhwc) {
                    reinterpret_cast<uint8_t*>(&wt)};
   uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&t),
                    reinterpret_cast<uint8_t*>(&wt)};
-  ExampleRef ex{7, 0, 1, 1, true};
-  ASSERT_TRUE((*hwc)->Fill(ex, oa, nullptr).ok());
-  ASSERT_TRUE((*chw)->Fill(ex, ob, nullptr).ok());
+  ItemRef ex{7, 0, 1, 1, true};
+  ASSERT_TRUE((*hwc)->FillItem(ex, oa, nullptr).ok());
+  ASSERT_TRUE((*chw)->FillItem(ex, ob, nullptr).ok());
   for (int c = 0; c < 3; ++c) {
     for (int i = 0; i < 224 * 224; i += 31) {
       ASSERT_EQ(a[i * 3 + c], b[c * 224 * 224 + i]);
@@ -176,13 +176,13 @@ TEST_F(ImageNetTest, EvalSplitPadsWithZerosAndWeights) {
   float wt = 5;
   uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
                     reinterpret_cast<uint8_t*>(&wt)};
-  ExampleRef pad{7, 0, 3, 0, false};
-  ASSERT_TRUE((*w)->Fill(pad, out, nullptr).ok());
+  ItemRef pad{7, 0, 3, 0, false};
+  ASSERT_TRUE((*w)->FillItem(pad, out, nullptr).ok());
   EXPECT_EQ(wt, 0.0f);
   EXPECT_EQ(t, 0);
   EXPECT_EQ(std::count(img.begin(), img.end(), 0), long(img.size()));
-  ExampleRef real{7, 0, 2, 2, true};
-  ASSERT_TRUE((*w)->Fill(real, out, nullptr).ok());
+  ItemRef real{7, 0, 2, 2, true};
+  ASSERT_TRUE((*w)->FillItem(real, out, nullptr).ok());
   EXPECT_EQ(wt, 1.0f);
   EXPECT_EQ(t, 1);
 }
@@ -202,13 +202,13 @@ TEST_F(ImageNetTest, DecodeErrorsSubstituteOrFail) {
   uint8_t* oa[] = {a.data(), reinterpret_cast<uint8_t*>(&ta)};
   uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&tb)};
   WorkloadCounters counters;
-  ExampleRef ex{7, 0, 4, 6, true};
-  ASSERT_TRUE((*sub)->Fill(ex, oa, &counters).ok());
+  ItemRef ex{7, 0, 4, 6, true};
+  ASSERT_TRUE((*sub)->FillItem(ex, oa, &counters).ok());
   EXPECT_GE(counters.decode_errors.load(), 1u);
-  ASSERT_TRUE((*sub)->Fill(ex, ob, &counters).ok());
+  ASSERT_TRUE((*sub)->FillItem(ex, ob, &counters).ok());
   EXPECT_EQ(a, b);  // the same substitute, the same crop
   EXPECT_EQ(ta, tb);
-  absl::Status st = (*fail)->Fill(ex, oa, &counters);
+  absl::Status st = (*fail)->FillItem(ex, oa, &counters);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("n03/x.JPEG"), std::string::npos) << st;
 }
@@ -260,9 +260,9 @@ TEST_F(ImageNetTest, TFRecordShardsGiveTheSamePixels) {
   uint8_t* ob[] = {b.data(), reinterpret_cast<uint8_t*>(&tb),
                    reinterpret_cast<uint8_t*>(&wb)};
   for (uint64_t i = 0; i < 3; ++i) {
-    ExampleRef ex{0, 0, i, i, true};
-    ASSERT_TRUE((*tf)->Fill(ex, oa, nullptr).ok());
-    ASSERT_TRUE((*fw)->Fill(ex, ob, nullptr).ok());
+    ItemRef ex{0, 0, i, i, true};
+    ASSERT_TRUE((*tf)->FillItem(ex, oa, nullptr).ok());
+    ASSERT_TRUE((*fw)->FillItem(ex, ob, nullptr).ok());
     EXPECT_EQ(a, b) << i;
     EXPECT_EQ(ta, tb);
   }
@@ -303,14 +303,14 @@ TEST_F(ImageNetTest, CorruptTFRecordIsADecodeErrorNamingTheFile) {
   uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
                     reinterpret_cast<uint8_t*>(&wt)};
   WorkloadCounters counters;
-  EXPECT_TRUE((*fail)->Fill(ExampleRef{0, 0, 0, 0, true}, out, &counters).ok());
-  absl::Status st = (*fail)->Fill(ExampleRef{0, 0, 1, 1, true}, out, &counters);
+  EXPECT_TRUE((*fail)->FillItem(ItemRef{0, 0, 0, 0, true}, out, &counters).ok());
+  absl::Status st = (*fail)->FillItem(ItemRef{0, 0, 1, 1, true}, out, &counters);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find(shard), std::string::npos) << st;
   EXPECT_EQ(counters.decode_errors.load(), 1u);
   auto sub = Make("validation");
   ASSERT_TRUE(sub.ok());
-  EXPECT_TRUE((*sub)->Fill(ExampleRef{0, 0, 1, 1, true}, out, &counters).ok());
+  EXPECT_TRUE((*sub)->FillItem(ItemRef{0, 0, 1, 1, true}, out, &counters).ok());
   EXPECT_EQ(counters.decode_errors.load(), 2u);
 }
 
@@ -386,8 +386,8 @@ TEST_F(ImageNetTest, EvalTrainIsTheSeededSubsetOfTrainWithWeights) {
                     reinterpret_cast<uint8_t*>(&wt),
                     reinterpret_cast<uint8_t*>(&id)};
   for (uint64_t i = 0; i < 5; ++i) {
-    ExampleRef ex{7, 0, i, i, true};
-    ASSERT_TRUE((*w)->Fill(ex, out, nullptr).ok());
+    ItemRef ex{7, 0, i, i, true};
+    ASSERT_TRUE((*w)->FillItem(ex, out, nullptr).ok());
     EXPECT_EQ(uint64_t(id), subset[i]) << i;
     std::string bytes;
     int64_t label;
@@ -396,8 +396,8 @@ TEST_F(ImageNetTest, EvalTrainIsTheSeededSubsetOfTrainWithWeights) {
     EXPECT_EQ(wt, 1.0f);
     // The eval transform: no randomness, so another epoch is the same.
     std::vector<uint8_t> first = img;
-    ExampleRef later{7, 3, i, i, true};
-    ASSERT_TRUE((*w)->Fill(later, out, nullptr).ok());
+    ItemRef later{7, 3, i, i, true};
+    ASSERT_TRUE((*w)->FillItem(later, out, nullptr).ok());
     EXPECT_EQ(img, first) << i;
   }
   // More than the split holds: all of it.
@@ -449,8 +449,8 @@ TEST_F(ImageNetTest, TestFallsBackToImageNetV2InItsTfdsLayout) {
   uint8_t* out[] = {img.data(), reinterpret_cast<uint8_t*>(&t),
                     reinterpret_cast<uint8_t*>(&wt)};
   for (uint64_t i = 0; i < 3; ++i) {
-    ExampleRef ex{7, 0, i, i, true};
-    ASSERT_TRUE((*w)->Fill(ex, out, nullptr).ok());
+    ItemRef ex{7, 0, i, i, true};
+    ASSERT_TRUE((*w)->FillItem(ex, out, nullptr).ok());
     EXPECT_EQ(t, labels[i]) << i;
     EXPECT_EQ(wt, 1.0f);
   }

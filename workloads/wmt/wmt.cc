@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "workloads/packed_schedule.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/pair_source.h"
 #include "workloads/wmt/tokenizer.h"
@@ -33,20 +34,6 @@ constexpr size_t kEpochTables = 4;  // per-epoch tables kept (LRU)
 
 bool Dropped(const PackedLengths& l) { return l.inputs > kMaxLength; }
 
-// As UintOption (workload.h), which this library cannot link: the workload
-// table links it.
-absl::StatusOr<uint64_t> Uint(const WorkloadConfig& config,
-                              const std::string& key, uint64_t def) {
-  auto it = config.options.find(key);
-  if (it == config.options.end()) return def;
-  uint64_t value;
-  if (!absl::SimpleAtoi(it->second, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "wmt: option ", key, "='", it->second, "' is not an unsigned integer"));
-  }
-  return value;
-}
-
 struct Options {
   std::string vocab = "wmt_sentencepiece_model";
   std::string source = "auto";
@@ -61,73 +48,40 @@ struct Options {
 };
 
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
-  static const char* const kKnown[] = {"vocab",
-                                       "source",
-                                       "dtype",
-                                       "max_length",
-                                       "skip_empty",
-                                       "index_threads",
-                                       "eval_train_examples",
-                                       "invalid_utf8"};
-  for (const auto& entry : config.options) {
-    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
-    const std::string& key = entry.first;
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
-          return key == k;
-        }) == std::end(kKnown)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "wmt: unknown option '", key,
-          "' (known: vocab, source, dtype, max_length, skip_empty, "
-          "index_threads, eval_train_examples, invalid_utf8)"));
-    }
-  }
+  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
+      "wmt", config.options,
+      {"vocab", "source", "dtype", "max_length", "skip_empty", "index_threads",
+       "eval_train_examples", "invalid_utf8"});
+  if (!opts.ok()) return opts.status();
   Options o;
-  auto get = [&](const char* key, std::string* out) {
-    auto it = config.options.find(key);
-    if (it != config.options.end()) *out = it->second;
-  };
-  get("vocab", &o.vocab);
-  get("source", &o.source);
-  std::string dtype = "int32";
-  get("dtype", &dtype);
-  if (dtype != "int32" && dtype != "int64") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("wmt: dtype='", dtype, "' is not int32 or int64"));
-  }
-  o.int64 = dtype == "int64";
-  absl::StatusOr<uint64_t> v = Uint(config, "max_length", 256);
+  o.vocab = opts->String("vocab", o.vocab);
+  o.source = opts->String("source", o.source);
+  absl::StatusOr<std::string> dtype =
+      opts->Choice("dtype", "int32", {"int32", "int64"});
+  if (!dtype.ok()) return dtype.status();
+  o.int64 = *dtype == "int64";
+  absl::StatusOr<uint64_t> v = opts->Uint("max_length", 256, 1, kMaxLength);
   if (!v.ok()) return v.status();
-  if (*v == 0 || *v > kMaxLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "wmt: max_length=", *v, " is not in [1, ", kMaxLength, "]"));
-  }
   o.max_length = *v;
-  v = Uint(config, "skip_empty", 0);
+  v = opts->Uint("skip_empty", 0, 0, 1);
   if (!v.ok()) return v.status();
-  if (*v > 1) {
-    return absl::InvalidArgumentError("wmt: skip_empty must be 0 or 1");
-  }
   o.skip_empty = *v == 1;
-  v = Uint(config, "index_threads", 0);
+  v = opts->Uint("index_threads", 0);
   if (!v.ok()) return v.status();
   o.index_threads = *v;
-  v = Uint(config, "eval_train_examples", o.eval_train_examples);
-  if (!v.ok()) return v.status();
-  if (*v == 0) {
-    return absl::InvalidArgumentError("wmt: eval_train_examples must be > 0");
-  }
-  o.eval_train_examples = *v;
   if (o.index_threads == 0) {
     o.index_threads = std::max(1u, std::thread::hardware_concurrency());
   }
-  std::string invalid_utf8 = "encode";
-  get("invalid_utf8", &invalid_utf8);
-  if (invalid_utf8 != "encode" && invalid_utf8 != "drop") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "wmt: invalid_utf8='", invalid_utf8, "' is not encode or drop"));
+  v = opts->Uint("eval_train_examples", o.eval_train_examples);
+  if (!v.ok() || *v == 0) {
+    return opts->Invalid("eval_train_examples", "is not a positive integer");
   }
+  o.eval_train_examples = *v;
+  absl::StatusOr<std::string> invalid_utf8 =
+      opts->Choice("invalid_utf8", "encode", {"encode", "drop"});
+  if (!invalid_utf8.ok()) return invalid_utf8.status();
   o.invalid_utf8 =
-      invalid_utf8 == "drop" ? InvalidUtf8::kDrop : InvalidUtf8::kEncode;
+      *invalid_utf8 == "drop" ? InvalidUtf8::kDrop : InvalidUtf8::kEncode;
   return o;
 }
 
@@ -220,6 +174,12 @@ struct EpochTable {
   // First row of each window, then the epoch's row count.
   std::vector<uint64_t> first_row;
   uint64_t windows() const { return first_row.size() - 1; }
+  // The window holding `row` (< first_row.back()).
+  uint64_t WindowOfRow(uint64_t row) const {
+    return uint64_t(std::upper_bound(first_row.begin(), first_row.end(), row) -
+                    first_row.begin()) -
+           1;
+  }
 };
 
 // A pair of an eval split, with the drops just before it (to count).
@@ -231,7 +191,7 @@ struct EvalPair {
 
 }  // namespace
 
-class WmtWorkload : public Workload {
+class WmtWorkload : public Workload, public RowPacking {
  public:
   static absl::StatusOr<std::unique_ptr<Workload>> Create(
       const WorkloadConfig& config) {
@@ -277,10 +237,12 @@ class WmtWorkload : public Workload {
     return std::unique_ptr<Workload>(std::move(w));
   }
 
-  bool packs_rows() const override { return train_; }
-  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
-                                       const RowCursor& cursor) const override {
-    return RowAt(order, cursor);
+  // Train rows are packed (PackedSchedule); eval pairs are items of the
+  // sampler's order, one a row.
+  std::unique_ptr<Schedule> MakeSchedule(
+      const Sampler& sampler) const override {
+    if (!train_) return Workload::MakeSchedule(sampler);
+    return std::make_unique<PackedSchedule>(*this, sampler);
   }
   uint64_t num_examples() const override {
     return train_ ? source_->size() : eval_pairs_.size();
@@ -295,14 +257,28 @@ class WmtWorkload : public Workload {
   }
 
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
-                       uint8_t* const* out, RowCursor* cursor,
+                       uint8_t* const* out,
                        WorkloadCounters* counters) const override;
 
-  absl::Status Fill(const ExampleRef& ex, uint8_t* const* out,
-                    WorkloadCounters* counters) const override;
+  absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
+                        WorkloadCounters* counters) const override;
 
-  absl::StatusOr<uint64_t> RowAt(const EpochOrder& order,
-                                 const RowCursor& cursor) const {
+  absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
+                                        uint64_t row) const override {
+    absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
+    if (!table.ok()) return table.status();
+    const EpochTable& t = **table;
+    if (row >= t.first_row.back()) {
+      return absl::OutOfRangeError(absl::StrCat("wmt: row ", row, " of epoch ",
+                                                order.epoch, " (which has ",
+                                                t.first_row.back(), ")"));
+    }
+    const uint64_t w = t.WindowOfRow(row);
+    return RowCursor{order.epoch, w, row - t.first_row[w]};
+  }
+
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
+                                       const RowCursor& cursor) const override {
     if (!train_) {
       return absl::InvalidArgumentError("wmt: only train rows have cursors");
     }
@@ -327,8 +303,8 @@ class WmtWorkload : public Workload {
         train_(train),
         tokenizer_(std::move(tokenizer)),
         source_(std::move(source)) {
-    const shm::DTypeCode t =
-        options_.int64 ? shm::DTypeCode::kInt64 : shm::DTypeCode::kInt32;
+    const DType t =
+        options_.int64 ? DType::kInt64 : DType::kInt32;
     const std::vector<int64_t> shape = {int64_t(options_.max_length)};
     if (train_) {
       for (const char* name :
@@ -339,7 +315,7 @@ class WmtWorkload : public Workload {
     } else {
       tensors_ = {{"inputs", t, shape},
                   {"targets", t, shape},
-                  {"weights", shm::DTypeCode::kFloat32, shape}};
+                  {"weights", DType::kFloat32, shape}};
     }
   }
 
@@ -527,7 +503,7 @@ class WmtWorkload : public Workload {
 };
 
 absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
-                                  uint8_t* const* out, RowCursor* cursor,
+                                  uint8_t* const* out,
                                   WorkloadCounters* counters) const {
   absl::StatusOr<std::shared_ptr<const EpochTable>> table_or = TableFor(order);
   if (!table_or.ok()) return table_or.status();
@@ -537,10 +513,7 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
                                               order.epoch, " (which has ",
                                               table.first_row.back(), ")"));
   }
-  const uint64_t w = uint64_t(std::upper_bound(table.first_row.begin(),
-                                               table.first_row.end(), row) -
-                              table.first_row.begin()) -
-                     1;
+  const uint64_t w = table.WindowOfRow(row);
   const uint64_t r = row - table.first_row[w];
 
   // The window's kept pairs, as the table saw them.
@@ -593,16 +566,15 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
   WriteTokens(packed.inputs_segmentation, options_.int64, out[3]);
   WriteTokens(packed.targets_position, options_.int64, out[4]);
   WriteTokens(packed.targets_segmentation, options_.int64, out[5]);
-  if (cursor != nullptr) *cursor = {order.epoch, w, r};
   return absl::OkStatus();
 }
 
-absl::Status WmtWorkload::Fill(const ExampleRef& ex, uint8_t* const* out,
-                               WorkloadCounters* counters) const {
+absl::Status WmtWorkload::FillItem(const ItemRef& ex, uint8_t* const* out,
+                                   WorkloadCounters* counters) const {
   if (train_) {
-    return absl::FailedPreconditionError(
-        "wmt: train rows are packed from several pairs; call FillRow "
-        "(packs_rows() is true)");
+    // The item is row ex.position of the shuffled epoch (PackedSchedule).
+    return FillRow(ShuffledOrder(source_->size(), ex.seed, ex.epoch),
+                   ex.position, out, counters);
   }
   const size_t n = options_.max_length;
   std::vector<float> weights(n, 0.0f);
@@ -637,16 +609,6 @@ absl::Status WmtWorkload::Fill(const ExampleRef& ex, uint8_t* const* out,
   }
   memcpy(out[2], weights.data(), 4 * n);
   return absl::OkStatus();
-}
-
-absl::StatusOr<uint64_t> RowAtCursor(const Workload& workload,
-                                     const EpochOrder& order,
-                                     const RowCursor& cursor) {
-  const auto* w = dynamic_cast<const WmtWorkload*>(&workload);
-  if (w == nullptr) {
-    return absl::InvalidArgumentError("RowAtCursor: not a wmt workload");
-  }
-  return w->RowAt(order, cursor);
 }
 
 }  // namespace wmt

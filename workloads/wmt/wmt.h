@@ -48,9 +48,11 @@
 // Train epochs: the permutation of all N records (the determinism
 // contract), dropped pairs removed, then windows of max_length kept pairs.
 // Unlike AlgoPerf, whose `repeat` precedes packing, a window never spans two
-// epochs. The first call of RowsInEpoch tokenizes every pair once to learn
-// its packed lengths (4 bytes per pair, kept); after that RowsInEpoch is
-// arithmetic over lengths and FillRow tokenizes only its row's pairs.
+// epochs. The train split's schedule is a PackedSchedule (its items are
+// rows; the workload is its RowPacking, workloads/packed_schedule.h). The
+// first call of RowsInEpoch tokenizes every pair once to learn its packed
+// lengths (4 bytes per pair, kept); after that RowsInEpoch is arithmetic
+// over lengths and FillRow tokenizes only its row's pairs.
 //
 // Thread safety: as Workload; the length table and the per-epoch window
 // tables are built under a mutex.
@@ -67,16 +69,6 @@ namespace batchd {
 absl::StatusOr<std::unique_ptr<Workload>> CreateWmtWorkload(
     const WorkloadConfig& config);
 
-namespace wmt {
-
-// Row index of a cursor within its epoch (inverse of FillRow's cursor), for
-// O(1) resume; InvalidArgument if the cursor is not in the epoch. `workload`
-// must be a train-split wmt workload.
-absl::StatusOr<uint64_t> RowAtCursor(const Workload& workload,
-                                     const EpochOrder& order,
-                                     const RowCursor& cursor);
-
-}  // namespace wmt
 }  // namespace batchd
 
 #endif  // BATCHD_WORKLOADS_WMT_WMT_H_

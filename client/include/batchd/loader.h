@@ -25,18 +25,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "batchd/dtype.h"
 
 namespace batchd {
 
-enum class DType : uint32_t {
-  kUInt8 = 1,
-  kInt32 = 2,
-  kInt64 = 3,
-  kFloat32 = 4,
-  kUInt64 = 5,
-};
-const char* DTypeName(DType dtype);
-size_t DTypeSize(DType dtype);
 
 struct LoaderOptions {
   // Address of the daemon: "unix:///path/to/socket" or "tcp://host:port"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "workloads/packed_schedule.h"
 #include "workloads/wmt/wmt.h"
 
 namespace {
@@ -28,12 +29,12 @@ int Usage() {
 // Reads element i of a tensor row as int64, whatever its dtype.
 int64_t At(const batchd::TensorLayout& t, const std::vector<uint8_t>& row,
            size_t i) {
-  if (t.dtype == batchd::shm::DTypeCode::kInt64) {
+  if (t.dtype == batchd::DType::kInt64) {
     int64_t v;
     memcpy(&v, row.data() + 8 * i, 8);
     return v;
   }
-  if (t.dtype == batchd::shm::DTypeCode::kFloat32) {
+  if (t.dtype == batchd::DType::kFloat32) {
     float v;
     memcpy(&v, row.data() + 4 * i, 4);
     return int64_t(v);
@@ -103,11 +104,12 @@ int main(int argc, char** argv) {
   }
   const size_t n = size_t(tensors[0].example_shape[0]);
   batchd::WorkloadCounters counters;
-  if (w.packs_rows()) {
+  const auto* packing = dynamic_cast<const batchd::RowPacking*>(&w);
+  if (config.split == "train" && packing != nullptr) {
     batchd::EpochOrder order;
     order.num_examples = w.num_examples();
     order.id_at = [](uint64_t p) { return p; };
-    auto total = w.RowsInEpoch(order);
+    auto total = packing->RowsInEpoch(order);
     if (!total.ok()) {
       fprintf(stderr, "wmt_dump: %s\n", total.status().ToString().c_str());
       return 1;
@@ -115,8 +117,9 @@ int main(int argc, char** argv) {
     const Clock::time_point t1 = Clock::now();
     uint64_t tokens = 0;
     for (uint64_t r = 0; r < *total && r < max_rows; ++r) {
-      batchd::RowCursor cursor;
-      absl::Status s = w.FillRow(order, r, out.data(), &cursor, &counters);
+      absl::Status s = packing->FillRow(order, r, out.data(), &counters);
+      absl::StatusOr<batchd::RowCursor> cursor = packing->CursorOfRow(order, r);
+      if (s.ok()) s = cursor.status();
       if (!s.ok()) {
         fprintf(stderr, "wmt_dump: row %llu: %s\n", (unsigned long long)r,
                 s.ToString().c_str());
@@ -130,7 +133,8 @@ int main(int argc, char** argv) {
         continue;
       }
       printf("{\"window\": %llu, \"row\": %llu",
-             (unsigned long long)cursor.window, (unsigned long long)cursor.row);
+             (unsigned long long)cursor->window,
+             (unsigned long long)cursor->row);
       for (size_t k = 0; k < tensors.size(); ++k) {
         PrintArray(tensors[k].name.c_str(), tensors[k], rows[k], n, false);
       }
@@ -150,9 +154,9 @@ int main(int argc, char** argv) {
     }
   } else {
     for (uint64_t i = 0; i < w.num_examples() && i < max_rows; ++i) {
-      batchd::ExampleRef ex;
+      batchd::ItemRef ex;
       ex.id = ex.position = i;
-      absl::Status s = w.Fill(ex, out.data(), &counters);
+      absl::Status s = w.FillItem(ex, out.data(), &counters);
       if (!s.ok()) {
         fprintf(stderr, "wmt_dump: pair %llu: %s\n", (unsigned long long)i,
                 s.ToString().c_str());

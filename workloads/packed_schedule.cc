@@ -1,0 +1,190 @@
+// Packed rows' schedule; see packed_schedule.h.
+#include "workloads/packed_schedule.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace batchd {
+
+absl::Status PackedSchedule::Ready(uint64_t step) {
+  return TryLocate(step).status();
+}
+
+absl::StatusOr<StepItems> PackedSchedule::Locate(uint64_t step, uint32_t rank) {
+  absl::StatusOr<Location> loc = TryLocate(step);
+  if (!loc.ok()) return loc.status();
+  StepItems items;
+  items.epoch = loc->epoch;
+  items.first = loc->first_row + uint64_t(rank) * per_rank_;
+  items.count = per_rank_;
+  items.valid = per_rank_;
+  // The batch is where its first row is.
+  absl::StatusOr<RowCursor> cursor =
+      packer_.CursorOfRow(Order(loc->epoch), items.first);
+  if (!cursor.ok()) return cursor.status();
+  items.cursor = *cursor;
+  return items;
+}
+
+ItemRef PackedSchedule::Item(const StepItems& items, uint64_t i) const {
+  ItemRef item;
+  item.seed = seed_;
+  item.epoch = items.epoch;
+  item.position = items.first + i;
+  item.id = item.position;
+  return item;
+}
+
+absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor) {
+  absl::StatusOr<uint64_t> row =
+      packer_.RowAtCursor(Order(cursor.epoch), cursor);
+  if (!row.ok()) return row.status();
+  if (*row % g_ != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start_cursor (", cursor.epoch, ", ", cursor.window, ", ",
+                     cursor.row, ") is row ", *row,
+                     " of its epoch, not the first row of a global "
+                     "batch of ",
+                     g_, ": take the cursor of rank 0's batch"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  anchor_step_ = step;
+  anchor_epoch_ = cursor.epoch;
+  anchor_row_ = *row;
+  ends_.clear();
+  return absl::OkStatus();
+}
+
+PackedSchedule::~PackedSchedule() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    t = std::move(thread_);
+  }
+  if (t.joinable()) t.join();
+}
+
+void PackedSchedule::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  counted_.notify_all();
+}
+
+absl::Status PackedSchedule::CheckReachable(uint64_t step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Reachable(step);
+}
+
+absl::Status PackedSchedule::Reachable(uint64_t step) const {
+  if (step < anchor_step_) return absl::OkStatus();  // Find refuses it
+  // epochs >= (step - anchor) * G / N; in 128 bits, so nothing wraps.
+  const unsigned __int128 need =
+      (unsigned __int128)(step - anchor_step_) * g_ / n_;
+  if (need > kMaxReplayEpochs) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " lies more than ", kMaxReplayEpochs, " epochs of ", n_,
+        " examples past step ", anchor_step_,
+        ": batchd replays at most that many epochs to find a step; resume "
+        "from the batch's cursor (start_cursor) instead"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PackedSchedule::Location> PackedSchedule::Find(
+    uint64_t step) const {
+  if (step < anchor_step_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step, " precedes step ", anchor_step_,
+                     " where this stream was resumed from a cursor"));
+  }
+  if (ends_.empty() || ends_.back() <= step) {
+    return absl::UnavailableError(
+        absl::StrCat("step ", step, " is being prepared"));
+  }
+  // Epochs are few; a linear scan from the end is fine.
+  uint64_t i = ends_.size() - 1;
+  while (i > 0 && ends_[i - 1] > step) --i;
+  Location loc;
+  loc.epoch = anchor_epoch_ + i;
+  const uint64_t first_step = i == 0 ? anchor_step_ : ends_[i - 1];
+  loc.first_row = (i == 0 ? anchor_row_ : 0) + (step - first_step) * g_;
+  return loc;
+}
+
+absl::StatusOr<PackedSchedule::Location> PackedSchedule::TryLocate(
+    uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<Location> loc = Find(step);
+  if (loc.ok()) served_ = std::max(served_, loc->epoch - anchor_epoch_);
+  if (loc.ok()) {
+    // Count the next epoch while this one is served, so that crossing into
+    // it does not stall the stream.
+    if (loc->epoch + 1 != anchor_epoch_ + ends_.size()) return loc;
+    target_ = std::max(target_, ends_.back());
+  } else if (!absl::IsUnavailable(loc.status())) {
+    return loc;
+  } else {
+    if (!error_.ok()) return error_;
+    if (cancelled_) return absl::CancelledError("the stream is closing");
+    if (absl::Status s = Reachable(step); !s.ok()) return s;
+    target_ = std::max(target_, step);
+  }
+  if (!counting_ && !cancelled_ && error_.ok()) {
+    counting_ = true;
+    if (thread_.joinable()) thread_.join();  // it has left CountLoop
+    thread_ = std::thread([this] { CountLoop(); });
+  }
+  return loc;
+}
+
+void PackedSchedule::CountLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cancelled_ && error_.ok() &&
+         (ends_.empty() || ends_.back() <= target_)) {
+    if (ends_.size() >= served_ + kMaxReplayEpochs) {
+      // Rows hold several examples each, so the bound of CheckReachable
+      // can let through a step that lies further out still.
+      error_ = absl::FailedPreconditionError(absl::StrCat(
+          "step ", target_, " lies more than ", kMaxReplayEpochs,
+          " epochs past step ", anchor_step_,
+          ": batchd replays at most that many epochs to find a step; resume "
+          "from the batch's cursor (start_cursor) instead"));
+      break;
+    }
+    const uint64_t epoch = anchor_epoch_ + ends_.size();
+    const bool first = ends_.empty();
+    const uint64_t skipped = anchor_row_ / g_;
+    lock.unlock();
+    // The slow part, without the lock: only this thread appends to ends_.
+    absl::StatusOr<uint64_t> rows = packer_.RowsInEpoch(Order(epoch));
+    lock.lock();
+    if (!rows.ok()) {
+      error_ = rows.status();
+      break;
+    }
+    uint64_t steps = *rows / g_;
+    if (steps == 0) {
+      error_ = absl::InvalidArgumentError(
+          absl::StrCat("epoch ", epoch, " packs into ", *rows,
+                       " rows, fewer than one global batch of ", g_));
+      break;
+    }
+    if (first) {
+      if (skipped >= steps) {
+        error_ = absl::InvalidArgumentError(
+            absl::StrCat("start_cursor is at row ", anchor_row_, " but epoch ",
+                         epoch, " has only ", steps, " global batches"));
+        break;
+      }
+      steps -= skipped;
+    }
+    ends_.push_back((first ? anchor_step_ : ends_.back()) + steps);
+    counted_.notify_all();
+  }
+  counting_ = false;
+  counted_.notify_all();
+}
+
+}  // namespace batchd

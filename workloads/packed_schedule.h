@@ -1,0 +1,129 @@
+// The schedule of a workload whose items are rows packed from the examples
+// of an epoch, in the epoch's order (WMT training): global batch s of an
+// epoch is rows [sG, (s+1)G) of it, and the remainder of each epoch is
+// dropped, as for examples. How many rows an epoch holds is known only by
+// looking at every example of it, so steps map to epochs by a running sum
+// that this schedule counts, epoch by epoch, on its own thread.
+#ifndef BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
+#define BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "workloads/sampler.h"
+#include "workloads/schedule.h"
+#include "workloads/workload.h"
+
+namespace batchd {
+
+// What a row-packing workload tells its schedule: the rows of an epoch and
+// where each sits. Rows are deterministic in (seed, epoch).
+//
+// Thread safety: every method may be called from any thread at once.
+class RowPacking {
+ public:
+  virtual ~RowPacking() = default;
+  // Rows the epoch packs into. May be slow (it may have to look at every
+  // example's length): PackedSchedule calls it once per epoch, on its
+  // counting thread only. The one place that learns an epoch's size.
+  virtual absl::StatusOr<uint64_t> RowsInEpoch(
+      const EpochOrder& order) const = 0;
+  // Where row `row` of the epoch sits; OutOfRange past the epoch's rows.
+  virtual absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
+                                                uint64_t row) const = 0;
+  // The row of its epoch that `cursor` names (the inverse of CursorOfRow),
+  // for resuming from a cursor without replaying earlier epochs;
+  // InvalidArgument when the cursor is not in the epoch.
+  virtual absl::StatusOr<uint64_t> RowAtCursor(
+      const EpochOrder& order, const RowCursor& cursor) const = 0;
+  // Writes row `row` of the epoch into out[k] (one row's bytes of tensor
+  // k), counting drops into `counters` (may be null).
+  virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
+                               uint8_t* const* out,
+                               WorkloadCounters* counters) const = 0;
+};
+
+// Where the steps of a RowPacking workload fall: epoch e holds
+// RowsInEpoch(e) / G global batches, so step s maps to (epoch, first row)
+// by the running sum over epochs. Row counts are asked once per epoch and
+// kept. Items are rows: ItemRef::position and ::id are the row of the epoch.
+//
+// Counting epochs is slow, so it runs on the schedule's own thread, started
+// on demand: Ready never waits for it, and Cancel stops it between two
+// epochs. A stream resuming far ahead thus never holds a worker of the
+// shared pool, and shutdown waits at most for the epoch being counted.
+//
+// Thread safety: thread-safe. mu_ is only ever held for bookkeeping, never
+// while the workload counts. `packer` must outlive the schedule.
+class PackedSchedule : public Schedule {
+ public:
+  PackedSchedule(const RowPacking& packer, const Sampler& sampler)
+      : packer_(packer),
+        n_(sampler.num_examples()),
+        g_(sampler.global_batch_size()),
+        per_rank_(sampler.per_rank_batch()),
+        seed_(sampler.seed()) {}
+  ~PackedSchedule() override;  // cancels and joins the counting thread
+
+  // A row holds at least one example, so an epoch holds at most N / G
+  // global batches: a step needs at least (step - anchor) * G / N epochs
+  // counted first. Steps that need more than this many are refused.
+  static constexpr uint64_t kMaxReplayEpochs = 10000;
+
+  absl::Status Ready(uint64_t step) override;
+  // The rank's rows and the cursor of its first row (asked of the packer).
+  absl::StatusOr<StepItems> Locate(uint64_t step, uint32_t rank) override;
+  ItemRef Item(const StepItems& items, uint64_t i) const override;
+  uint64_t steps_per_epoch() const override { return 0; }
+  // Finds the cursor's row through the packer, without looking at earlier
+  // epochs; the row must begin a global batch (rank 0's cursor).
+  absl::Status Anchor(uint64_t step, const RowCursor& cursor) override;
+  absl::Status CheckReachable(uint64_t step) const override;
+  void Cancel() override;
+
+  struct Location {
+    uint64_t epoch = 0;
+    uint64_t first_row = 0;  // of the global batch, within its epoch
+  };
+  // The location of `step` if the epochs up to it are counted. Otherwise
+  // Unavailable ("being prepared"), and the counting thread works towards
+  // it; other errors are final.
+  absl::StatusOr<Location> TryLocate(uint64_t step);
+  // The order of an epoch's examples, as the packer sees it.
+  EpochOrder Order(uint64_t epoch) const {
+    return ShuffledOrder(n_, seed_, epoch);
+  }
+
+ private:
+  // Location of `step` from ends_, or Unavailable. Requires mu_.
+  absl::StatusOr<Location> Find(uint64_t step) const;
+  absl::Status Reachable(uint64_t step) const;  // requires mu_
+  void CountLoop();                             // the counting thread
+
+  const RowPacking& packer_;
+  const uint64_t n_, g_, per_rank_, seed_;
+  mutable std::mutex mu_;
+  std::condition_variable counted_;  // signalled after each epoch
+  // The schedule starts at (anchor_step_, anchor_epoch_, anchor_row_):
+  // (0, 0, 0) unless resumed from a cursor. Guarded by mu_.
+  uint64_t anchor_step_ = 0, anchor_epoch_ = 0, anchor_row_ = 0;
+  // ends_[i]: first step after epoch anchor_epoch_ + i. Guarded by mu_.
+  std::vector<uint64_t> ends_;
+  // Count until ends_.back() > target_. Guarded by mu_.
+  uint64_t target_ = 0;
+  // Index in ends_ of the latest epoch a step was located in: counting
+  // stops kMaxReplayEpochs past it. Guarded by mu_.
+  uint64_t served_ = 0;
+  bool counting_ = false;   // the thread runs; guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+  absl::Status error_;      // final; guarded by mu_
+  std::thread thread_;      // guarded by mu_
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_PACKED_SCHEDULE_H_

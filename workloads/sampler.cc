@@ -1,0 +1,105 @@
+// Epoch permutations and batch slicing; see sampler.h.
+#include "workloads/sampler.h"
+
+#include "absl/strings/str_cat.h"
+#include "workloads/counter_rng.h"
+
+namespace batchd {
+
+EpochPermutation::EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch)
+    : n_(n) {
+  int bits = 0;
+  while (bits < 64 && (uint64_t(1) << bits) < n) ++bits;
+  if (bits % 2) ++bits;
+  half_bits_ = bits / 2;
+  half_mask_ = half_bits_ == 0 ? 0 : (uint64_t(1) << half_bits_) - 1;
+  for (int r = 0; r < kRounds; ++r) {
+    keys_[r] = Mix64(Mix64(seed ^ 0x6261746368640000ULL) ^ Mix64(epoch) ^
+                     (uint64_t(r) << 56));
+  }
+}
+
+uint64_t EpochPermutation::Encrypt(uint64_t x) const {
+  uint64_t left = x >> half_bits_, right = x & half_mask_;
+  for (int r = 0; r < kRounds; ++r) {
+    const uint64_t f = Mix64(right ^ keys_[r]) & half_mask_;
+    const uint64_t next = left ^ f;
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+uint64_t EpochPermutation::operator()(uint64_t position) const {
+  // Cycle walking: the Feistel network permutes [0, 4^half_bits); following
+  // the cycle until it lands in [0, n) permutes [0, n). n > 4^(h-1), so the
+  // expected number of steps is below 4.
+  uint64_t x = position;
+  do {
+    x = Encrypt(x);
+  } while (x >= n_);
+  return x;
+}
+
+absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
+                                        uint64_t global_batch_size,
+                                        uint32_t world_size, uint64_t seed,
+                                        bool shuffle) {
+  if (world_size == 0) {
+    return absl::InvalidArgumentError("world_size must be at least 1");
+  }
+  if (global_batch_size == 0) {
+    return absl::InvalidArgumentError("global_batch_size must be at least 1");
+  }
+  if (global_batch_size % world_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "global_batch_size ", global_batch_size,
+        " is not divisible by world_size ", world_size,
+        ": every rank must get the same number of examples"));
+  }
+  if (num_examples == 0) {
+    return absl::InvalidArgumentError("the data set has no examples");
+  }
+  if (shuffle && num_examples < global_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data set has ", num_examples,
+        " examples, fewer than one global batch of ", global_batch_size,
+        " (training drops the remainder of each epoch)"));
+  }
+  return Sampler(num_examples, global_batch_size, world_size, seed, shuffle);
+}
+
+Sampler::Sampler(uint64_t n, uint64_t g, uint32_t w, uint64_t seed,
+                 bool shuffle)
+    : n_(n), g_(g), w_(w), seed_(seed), shuffle_(shuffle) {
+  steps_per_epoch_ = shuffle ? n / g : (n + g - 1) / g;
+}
+
+RankSlice Sampler::Slice(uint64_t step, uint32_t rank) const {
+  RankSlice s;
+  s.epoch = shuffle_ ? step / steps_per_epoch_ : 0;
+  const uint64_t in_epoch = shuffle_ ? step % steps_per_epoch_ : step;
+  s.count = g_ / w_;
+  s.first_position = in_epoch * g_ + uint64_t(rank) * s.count;
+  return s;
+}
+
+uint64_t Sampler::ExampleId(uint64_t epoch, uint64_t position) const {
+  if (!shuffle_) return position;
+  // Constructing the permutation is a handful of hashes: cheaper than
+  // caching one per epoch and sharing it between threads.
+  return EpochPermutation(n_, seed_, epoch)(position);
+}
+
+EpochOrder ShuffledOrder(uint64_t n, uint64_t seed, uint64_t epoch) {
+  EpochOrder order;
+  order.seed = seed;
+  order.epoch = epoch;
+  order.num_examples = n;
+  order.id_at = [perm = EpochPermutation(n, seed, epoch)](uint64_t p) {
+    return perm(p);
+  };
+  return order;
+}
+
+}  // namespace batchd

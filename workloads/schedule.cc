@@ -1,0 +1,53 @@
+// The example schedule and the defaults of Schedule; see schedule.h.
+#include "workloads/schedule.h"
+
+#include <algorithm>
+
+namespace batchd {
+
+absl::Status Schedule::Anchor(uint64_t step, const RowCursor& cursor) {
+  return absl::InvalidArgumentError(
+      "start_cursor is for row-packing streams (wmt train); this stream "
+      "resumes by start_step");
+}
+
+absl::Status Schedule::CheckReachable(uint64_t step) const {
+  return absl::OkStatus();
+}
+
+absl::Status ExampleSchedule::Ready(uint64_t step) {
+  if (sampler_.Finite() && step >= sampler_.steps_per_epoch()) {
+    return absl::OutOfRangeError("the evaluation pass has ended");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepItems> ExampleSchedule::Locate(uint64_t step,
+                                                  uint32_t rank) {
+  const RankSlice slice = sampler_.Slice(step, rank);
+  StepItems items;
+  items.epoch = slice.epoch;
+  items.first = slice.first_position;
+  items.count = slice.count;
+  const uint64_t n = sampler_.num_examples();
+  items.valid = sampler_.shuffle() ? slice.count
+                : slice.first_position >= n
+                    ? 0
+                    : std::min<uint64_t>(slice.count, n - slice.first_position);
+  items.cursor.epoch = slice.epoch;
+  items.cursor.window =
+      sampler_.shuffle() ? step % sampler_.steps_per_epoch() : step;
+  return items;
+}
+
+ItemRef ExampleSchedule::Item(const StepItems& items, uint64_t i) const {
+  ItemRef item;
+  item.seed = sampler_.seed();
+  item.epoch = items.epoch;
+  item.position = items.first + i;
+  item.valid = i < items.valid;
+  item.id = item.valid ? sampler_.ExampleId(items.epoch, item.position) : 0;
+  return item;
+}
+
+}  // namespace batchd

@@ -1,0 +1,101 @@
+// Where the items of every batch come from. A stream's batches are made of
+// items: examples of the sampler's order (most workloads) or rows packed
+// from several examples (WMT training). The stream's Schedule says, for
+// global step s and rank r, which items of which epoch make up rank r's
+// slice of batch s, and where the batch sits (its cursor); the engine fills
+// each item with one Workload::FillItem call. One loop serves every kind of
+// stream; only the schedule differs.
+//
+// Thread safety: every Schedule method may be called from any thread at
+// once (the engine calls Ready under its lock, Locate and Item on workers).
+#ifndef BATCHD_WORKLOADS_SCHEDULE_H_
+#define BATCHD_WORKLOADS_SCHEDULE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "workloads/sampler.h"
+
+namespace batchd {
+
+// Where a batch sits: the cursor of the determinism contract. For packed
+// rows: (epoch, window, row within the window) of the batch's first row,
+// and resuming from it is exact and O(1). For examples: (epoch, step within
+// the epoch, 0).
+struct RowCursor {
+  uint64_t epoch = 0;
+  uint64_t window = 0;
+  uint64_t row = 0;
+};
+
+// One item to write, and the key of its randomness.
+struct ItemRef {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t position = 0;  // in the epoch's item order (example or row)
+  uint64_t id = 0;        // the example id, or the row (meaningless if !valid)
+  bool valid = true;      // false: padding of the last eval batch
+};
+
+// Rank r's items of global step s: items [first, first + count) of the
+// epoch's item order, of which the first `valid` are real (the rest pads
+// the last batch of an evaluation pass).
+struct StepItems {
+  uint64_t epoch = 0;
+  uint64_t first = 0;
+  uint64_t count = 0;
+  uint64_t valid = 0;
+  RowCursor cursor;  // where the batch begins (its first item)
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+
+  // Whether `step` can be located now; never waits, and is cheap (the
+  // engine asks under its lock). OK: Locate will answer. Unavailable: the
+  // step is being prepared elsewhere (not on the caller's thread); ask
+  // again later. OutOfRange: past the end of a finite stream. Any other
+  // error is final (the data cannot reach `step`, or counting failed).
+  virtual absl::Status Ready(uint64_t step) = 0;
+  // Rank `rank`'s items of `step`, once Ready(step) said OK.
+  virtual absl::StatusOr<StepItems> Locate(uint64_t step, uint32_t rank) = 0;
+  // Item `i` (< items.count) of a located step: what FillItem is given.
+  virtual ItemRef Item(const StepItems& items, uint64_t i) const = 0;
+  // Global batches per epoch; 0 when epochs differ (packed rows).
+  virtual uint64_t steps_per_epoch() const = 0;
+
+  // Resume from a cursor: step `step` begins at `cursor`; earlier steps
+  // are then unknown. Call before the first Ready. Default: InvalidArgument
+  // (the stream resumes by step).
+  virtual absl::Status Anchor(uint64_t step, const RowCursor& cursor);
+  // FailedPrecondition when the schedule refuses to look for `step` (too
+  // far to replay); checked at OpenStream, before any work. Default: OK.
+  virtual absl::Status CheckReachable(uint64_t step) const;
+  // Stops background preparation soon (the stream is closing); Ready then
+  // fails for steps not yet prepared. Default: nothing to stop.
+  virtual void Cancel() {}
+};
+
+// Items are the examples of the sampler's order, pure arithmetic: rank r's
+// slice of step s is Sampler::Slice(s, r); the cursor is (epoch, step
+// within the epoch, 0) for training and (0, step, 0) for evaluation.
+class ExampleSchedule : public Schedule {
+ public:
+  explicit ExampleSchedule(const Sampler& sampler) : sampler_(sampler) {}
+
+  absl::Status Ready(uint64_t step) override;
+  absl::StatusOr<StepItems> Locate(uint64_t step, uint32_t rank) override;
+  ItemRef Item(const StepItems& items, uint64_t i) const override;
+  uint64_t steps_per_epoch() const override {
+    return sampler_.steps_per_epoch();
+  }
+
+ private:
+  const Sampler sampler_;
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_SCHEDULE_H_
