@@ -260,15 +260,23 @@ class ImageNetWorkload : public Workload {
                    WorkloadCounters* counters) const {
     if (counters != nullptr) counters->decode_errors.fetch_add(1);
     const uint64_t n = logged_.fetch_add(1, std::memory_order_relaxed) + 1;
-    // Folded per workload instance: a corrupt data set must not flood the
-    // log; the line after a quiet spell says how many were dropped.
-    LogKeyed(LogLevel::kWarn, absl::StrCat("imagenet_decode_error ", log_key_),
-             "decode_error",
-             {{"workload", "imagenet"},
-              {"example", source_->Describe(id)},
-              {"error", std::string(st.message())},
-              {"action", opt_.substitute ? "substituted" : "failing"},
-              {"errors", std::to_string(n)}});
+    const LogFields fields = {
+        {"workload", "imagenet"},
+        {"example", source_->Describe(id)},
+        {"error", std::string(st.message())},
+        {"action", opt_.substitute ? "substituted" : "failing"},
+        {"errors", std::to_string(n)}};
+    // The first kLoggedErrors of a stream are each logged (they name
+    // different files); after them a corrupt data set must not flood the
+    // log, so the rest are folded per stream: one line per 10 s, saying how
+    // many were dropped.
+    if (n <= kLoggedErrors) {
+      Log(LogLevel::kWarn, "decode_error", fields);
+    } else {
+      LogKeyed(LogLevel::kWarn,
+               absl::StrCat("imagenet_decode_error ", log_key_), "decode_error",
+               fields);
+    }
   }
 
   // Example `id` (the example itself or its substitute) into `inputs`, with
@@ -358,6 +366,7 @@ class ImageNetWorkload : public Workload {
   const Options opt_;
   const std::vector<uint64_t> subset_;
   std::vector<TensorLayout> tensors_;
+  static constexpr uint64_t kLoggedErrors = 10;
   mutable std::atomic<uint64_t> logged_{0};
   // Rate-limit key of this instance's decode warnings (its address).
   const std::string log_key_ = absl::StrCat(reinterpret_cast<uintptr_t>(this));
