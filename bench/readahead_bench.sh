@@ -64,7 +64,14 @@ daemon_pid=""
 fs_pid=""
 cleanup() {
   bench_kill_daemon
-  if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
+  if mountpoint -q "$mnt"; then
+    fusermount3 -u "$mnt" || fusermount3 -uz "$mnt" || true
+  fi
+  # Never remove through a mount that is still there: it is the data set.
+  if mountpoint -q "$mnt"; then
+    echo "readahead_bench: $mnt is still mounted; $work left in place" >&2
+    return
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
