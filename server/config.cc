@@ -7,12 +7,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <sstream>
-#include <toml++/toml.h>
 #include <type_traits>
 #include <vector>
 
@@ -88,22 +89,22 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
         },                                                                    \
         [](const DaemonConfig& c) { return absl::StrCat(uint64_t(c.FIELD)); } \
   }
-#define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                             \
-  Flag {                                                                  \
-    NAME, Kind::kDouble, VALUE, HELP,                                     \
-        [](DaemonConfig* c, const std::string& v) {                       \
-          return ParseDouble(NAME, v, &c->FIELD);                         \
-        },                                                                \
-        [](const DaemonConfig& c) { return absl::StrCat(c.FIELD); }       \
+#define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                       \
+  Flag {                                                            \
+    NAME, Kind::kDouble, VALUE, HELP,                               \
+        [](DaemonConfig* c, const std::string& v) {                 \
+          return ParseDouble(NAME, v, &c->FIELD);                   \
+        },                                                          \
+        [](const DaemonConfig& c) { return absl::StrCat(c.FIELD); } \
   }
-#define STRING_FLAG(NAME, FIELD, VALUE, HELP)                             \
-  Flag {                                                                  \
-    NAME, Kind::kString, VALUE, HELP,                                     \
-        [](DaemonConfig* c, const std::string& v) {                       \
-          c->FIELD = v;                                                   \
-          return absl::OkStatus();                                        \
-        },                                                                \
-        [](const DaemonConfig& c) { return c.FIELD; }                     \
+#define STRING_FLAG(NAME, FIELD, VALUE, HELP)         \
+  Flag {                                              \
+    NAME, Kind::kString, VALUE, HELP,                 \
+        [](DaemonConfig* c, const std::string& v) {   \
+          c->FIELD = v;                               \
+          return absl::OkStatus();                    \
+        },                                            \
+        [](const DaemonConfig& c) { return c.FIELD; } \
   }
 
 const std::vector<Flag>& Flags() {
@@ -116,6 +117,21 @@ const std::vector<Flag>& Flags() {
                   "data paths of stream specs are confined to DIR ('..' "
                   "and symlinks out of it are refused). Default: the "
                   "current directory"),
+      Flag{"cache-dir", Kind::kString, "DIR",
+           "persistent cache of what batchd learns about a data set "
+           "(file lists, TFRecord and line offsets, WMT token lengths), "
+           "keyed by the files' identity and the options, so that a "
+           "restart does not index or tokenize again. Created mode 0700; "
+           "refused when it is a symlink or another user could write into "
+           "it. '': no cache. Default: /var/cache/batchd for root, else "
+           "$XDG_CACHE_HOME/batchd or ~/.cache/batchd ($CACHE_DIRECTORY "
+           "under systemd)",
+           [](DaemonConfig* c, const std::string& v) {
+             c->cache_dir = v;
+             c->cache_dir_given = true;
+             return absl::OkStatus();
+           },
+           [](const DaemonConfig& c) { return c.cache_dir; }},
       U64_FLAG("threads", core.threads, 0, "N",
                "worker threads shared by every stream and rank; 0: the "
                "cores this process may use. Default: 0"),
@@ -188,8 +204,8 @@ const std::vector<Flag>& Flags() {
              const unsigned long m = strtoul(v.c_str(), &end, 8);
              if (v.empty() || *end != '\0' || m > 0777) {
                return absl::InvalidArgumentError(absl::StrCat(
-                   "--socket-mode wants an octal mode such as 0660, not '",
-                   v, "'"));
+                   "--socket-mode wants an octal mode such as 0660, not '", v,
+                   "'"));
              }
              c->socket_mode = unsigned(m);
              return absl::OkStatus();
@@ -242,6 +258,23 @@ const std::vector<Flag>& Flags() {
   };
   return *flags;
 }
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  auto absolute = [](const char* v) { return v != nullptr && v[0] == '/'; };
+  const char* systemd = getenv("CACHE_DIRECTORY");  // may list several
+  if (absolute(systemd))
+    return std::string(systemd).substr(0, std::string(systemd).find(':'));
+  if (geteuid() == 0) return "/var/cache/batchd";
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  if (absolute(xdg)) return absl::StrCat(xdg, "/batchd");
+  const char* home = getenv("HOME");
+  if (absolute(home)) return absl::StrCat(home, "/.cache/batchd");
+  return "";
+}
+
+namespace {
 
 const Flag* FindFlag(const std::string& name) {
   for (const Flag& f : Flags()) {
