@@ -6,14 +6,15 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <toml++/toml.h>
 #include <unistd.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <toml++/toml.h>
 #include <type_traits>
 #include <vector>
 
@@ -89,22 +90,22 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
         },                                                                    \
         [](const DaemonConfig& c) { return absl::StrCat(uint64_t(c.FIELD)); } \
   }
-#define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                       \
-  Flag {                                                            \
-    NAME, Kind::kDouble, VALUE, HELP,                               \
-        [](DaemonConfig* c, const std::string& v) {                 \
-          return ParseDouble(NAME, v, &c->FIELD);                   \
-        },                                                          \
-        [](const DaemonConfig& c) { return absl::StrCat(c.FIELD); } \
+#define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                             \
+  Flag {                                                                  \
+    NAME, Kind::kDouble, VALUE, HELP,                                     \
+        [](DaemonConfig* c, const std::string& v) {                       \
+          return ParseDouble(NAME, v, &c->FIELD);                         \
+        },                                                                \
+        [](const DaemonConfig& c) { return absl::StrCat(c.FIELD); }       \
   }
-#define STRING_FLAG(NAME, FIELD, VALUE, HELP)         \
-  Flag {                                              \
-    NAME, Kind::kString, VALUE, HELP,                 \
-        [](DaemonConfig* c, const std::string& v) {   \
-          c->FIELD = v;                               \
-          return absl::OkStatus();                    \
-        },                                            \
-        [](const DaemonConfig& c) { return c.FIELD; } \
+#define STRING_FLAG(NAME, FIELD, VALUE, HELP)                             \
+  Flag {                                                                  \
+    NAME, Kind::kString, VALUE, HELP,                                     \
+        [](DaemonConfig* c, const std::string& v) {                       \
+          c->FIELD = v;                                                   \
+          return absl::OkStatus();                                        \
+        },                                                                \
+        [](const DaemonConfig& c) { return c.FIELD; }                     \
   }
 
 const std::vector<Flag>& Flags() {
@@ -204,8 +205,8 @@ const std::vector<Flag>& Flags() {
              const unsigned long m = strtoul(v.c_str(), &end, 8);
              if (v.empty() || *end != '\0' || m > 0777) {
                return absl::InvalidArgumentError(absl::StrCat(
-                   "--socket-mode wants an octal mode such as 0660, not '", v,
-                   "'"));
+                   "--socket-mode wants an octal mode such as 0660, not '",
+                   v, "'"));
              }
              c->socket_mode = unsigned(m);
              return absl::OkStatus();
@@ -263,9 +264,12 @@ const std::vector<Flag>& Flags() {
 
 std::string DefaultCacheDir() {
   auto absolute = [](const char* v) { return v != nullptr && v[0] == '/'; };
-  const char* systemd = getenv("CACHE_DIRECTORY");  // may list several
-  if (absolute(systemd))
-    return std::string(systemd).substr(0, std::string(systemd).find(':'));
+  // systemd's CacheDirectory= (a list separated by ':' when it names more).
+  const char* systemd = getenv("CACHE_DIRECTORY");
+  if (absolute(systemd)) {
+    const std::string dirs = systemd;
+    return dirs.substr(0, dirs.find(':'));
+  }
   if (geteuid() == 0) return "/var/cache/batchd";
   const char* xdg = getenv("XDG_CACHE_HOME");
   if (absolute(xdg)) return absl::StrCat(xdg, "/batchd");

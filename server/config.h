@@ -29,8 +29,8 @@ struct DaemonConfig {
   // is then an error at start; the default one only a warning.
   bool cache_dir_given = false;
   std::string listen = "unix:///run/batchd/batchd.sock";
-  std::string shm_group;    // name or gid; resolved into core.shm_group
-  std::string admin_group;  // name or gid; resolved into core.admin_gid
+  std::string shm_group;       // name or gid; resolved into core.shm_group
+  std::string admin_group;     // name or gid; resolved into core.admin_gid
   unsigned socket_mode = 0660;
   std::string socket_group;
   bool allow_remote = false;

@@ -53,8 +53,8 @@ bool SocketAccepts(const std::string& path) {
   memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
   snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr),
+                          sizeof(addr)) == 0;
   close(fd);
   return ok;
 }
@@ -197,16 +197,16 @@ int main(int argc, char** argv) {
     tcp_addresses = *resolved;
     if (!loopback || !config.tls_cert.empty()) {
       if (config.tls_cert.empty() || config.tls_key.empty()) {
-        return Fail(2,
-                    "--allow-remote needs --tls-cert and --tls-key: "
-                    "batchd never serves other hosts in plain text");
+        return Fail(2, "--allow-remote needs --tls-cert and --tls-key: "
+                       "batchd never serves other hosts in plain text");
       }
       grpc::SslServerCredentialsOptions ssl;
       grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
       if (!ReadFile(config.tls_key, &pair.private_key) ||
           !ReadFile(config.tls_cert, &pair.cert_chain)) {
-        return Fail(2, absl::StrCat("cannot read --tls-cert ", config.tls_cert,
-                                    " or --tls-key ", config.tls_key));
+        return Fail(2, absl::StrCat("cannot read --tls-cert ",
+                                    config.tls_cert, " or --tls-key ",
+                                    config.tls_key));
       }
       ssl.pem_key_cert_pairs.push_back(pair);
       if (!config.tls_client_ca.empty()) {
@@ -257,8 +257,8 @@ int main(int argc, char** argv) {
                                   ") already serves ", listen));
     }
     if (SocketAccepts(socket_path)) {
-      return Fail(
-          1, absl::StrCat("another process already accepts on ", socket_path));
+      return Fail(1, absl::StrCat("another process already accepts on ",
+                                  socket_path));
     }
     const std::string pid = absl::StrCat(getpid(), "\n");
     if (ftruncate(lock_fd, 0) != 0 ||
@@ -328,8 +328,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<batchd::PeerListener> peers;
   if (!socket_path.empty()) {
     auto listener = batchd::PeerListener::Listen(socket_path);
-    if (!listener.ok())
-      return Fail(1, std::string(listener.status().message()));
+    if (!listener.ok()) return Fail(1, std::string(listener.status().message()));
     peers = std::move(*listener);
   }
   batchd::PeerListener* const peer_table = peers.get();
@@ -374,7 +373,8 @@ int main(int argc, char** argv) {
     if (socket_gid != gid_t(-1) &&
         chown(socket_path.c_str(), uid_t(-1), socket_gid) != 0) {
       return Fail(1, absl::StrCat("cannot give ", socket_path, " to group ",
-                                  config.socket_group, ": ", strerror(errno)));
+                                  config.socket_group, ": ",
+                                  strerror(errno)));
     }
   }
   std::unique_ptr<batchd::MetricsServer> metrics;
