@@ -120,8 +120,8 @@ const std::vector<Flag>& Flags() {
                   "current directory"),
       Flag{"cache-dir", Kind::kString, "DIR",
            "persistent cache of what batchd learns about a data set "
-           "(file lists, TFRecord and line offsets, WMT token lengths), "
-           "keyed by the files' identity and the options, so that a "
+           "(its indexes, such as text line offsets, and WMT token "
+           "lengths), keyed by the files' identity and the options, so that a "
            "restart does not index or tokenize again. Created mode 0700; "
            "refused when it is a symlink or another user could write into "
            "it. '': no cache. Default: /var/cache/batchd for root, else "
