@@ -36,6 +36,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/peer.h"
+#include "workloads/common/cache_dir.h"
 
 namespace {
 
@@ -298,6 +299,22 @@ int main(int argc, char** argv) {
     batchd::Log(batchd::LogLevel::kWarn, "shm_entry_ignored", {{"entry", why}});
   }
 
+  // The cache: a given directory must be usable; the default one may not be
+  // (a read-only home), and then the daemon runs without it.
+  absl::StatusOr<std::shared_ptr<const batchd::CacheDir>> cache =
+      batchd::CacheDir::Open(config.cache_dir);
+  if (!cache.ok() && config.cache_dir_given) {
+    return Fail(1, std::string(cache.status().message()));
+  }
+  if (!cache.ok()) {
+    batchd::Log(batchd::LogLevel::kWarn, "cache_off",
+                {{"dir", config.cache_dir},
+                 {"reason", std::string(cache.status().message())}});
+  } else {
+    config.core.cache = *cache;
+    batchd::Log(batchd::LogLevel::kInfo, "cache",
+                {{"dir", config.cache_dir.empty() ? "off" : config.cache_dir}});
+  }
   absl::StatusOr<std::unique_ptr<batchd::Core>> core =
       batchd::Core::Create(config.core);
   if (!core.ok()) return Fail(1, std::string(core.status().message()));
