@@ -18,6 +18,7 @@
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
+#include "workloads/workload.h"
 
 namespace batchd {
 namespace {
@@ -270,6 +271,44 @@ TEST_F(IndexCacheTest, ACorruptListingEntryIsRebuiltWithAWarning) {
     EXPECT_EQ(Cached(&stats), want) << how;
     EXPECT_TRUE(stats.listing_from_cache) << how;
   }
+}
+
+TEST_F(IndexCacheTest, TheImageNetWorkloadUsesTheDaemonsCache) {
+  MakeTree();
+  for (int s = 0; s < 2; ++s) {
+    ExampleFeatures f;
+    f.bytes["image"] = {"not decoded here"};
+    f.int64s["label"] = {s};
+    ASSERT_TRUE(WriteTFRecordFile(root_ +
+                                      "/imagenet2012-validation.tfrecord-0000" +
+                                      std::to_string(s) + "-of-00002",
+                                  {SerializeExample(f)})
+                    .ok());
+  }
+  // The workload's sources keep the default settling time (2 s).
+  usleep(2'100'000);
+  WorkloadConfig c;
+  c.data_path = data_root_->path();
+  c.data_root = data_root_->path();
+  c.seed = 1;
+  c.options = {{"progress", "1"}};
+  c.cache = cache_;
+  for (const char* split : {"train", "validation"}) {
+    c.split = split;
+    for (int open = 0; open < 2; ++open) {
+      testing::internal::CaptureStderr();
+      auto w = CreateWorkload("imagenet", c);
+      const std::string log = testing::internal::GetCapturedStderr();
+      ASSERT_TRUE(w.ok()) << w.status();
+      EXPECT_EQ((*w)->num_examples(), std::string(split) == "train" ? 10u : 2u);
+      const bool cached =
+          std::string(split) == "train"
+              ? log.find("from the cache") != std::string::npos
+              : log.find("2 from the cache") != std::string::npos;
+      EXPECT_EQ(cached, open == 1) << split << " open " << open << ": " << log;
+    }
+  }
+  EXPECT_NE(EntryPath("imagefolder"), "");
 }
 
 // --- TFRecord offsets --------------------------------------------------------
