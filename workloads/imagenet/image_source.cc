@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -168,6 +172,24 @@ int64_t NowNanos() {
 
 void Log(const char* level, const std::string& msg) {
   fprintf(stderr, "batchd: level=%s msg=\"%s\"\n", level, msg.c_str());
+}
+
+// Threads that index at Open: metadata and header reads are latency-bound
+// on network storage (a round trip each), so more threads than cores.
+constexpr size_t kIndexThreads = 16;
+
+// fn(0) ... fn(n - 1), on up to kIndexThreads threads (this one included).
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(n, kIndexThreads); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : threads) t.join();
 }
 
 // The listing cache entry's kind and the rules its key names.
@@ -327,13 +349,23 @@ class ImageFolderSource : public ImageSource {
     classes_ = top.dirs;
     Progress report(progress);
     std::vector<std::string> empty;
-    for (size_t c = 0; c < classes_.size(); ++c) {
-      const size_t before = labels_.size();
-      st = AddClass(int32_t(c), classes_[c]);
-      if (!st.ok()) return st;
-      if (labels_.size() == before) empty.push_back(classes_[c]);
-      report.Maybe("indexed ", labels_.size(), " files in ", c + 1, " of ",
-                   classes_.size(), " classes of ", dir_);
+    // Classes are listed by several threads (on network storage each
+    // listing waits for round trips), a batch at a time to bound memory.
+    constexpr size_t kBatch = 4 * kIndexThreads;
+    for (size_t first = 0; first < classes_.size(); first += kBatch) {
+      std::vector<ClassListing> batch(
+          std::min(kBatch, classes_.size() - first));
+      ParallelFor(batch.size(),
+                  [&](size_t i) { ListClass(classes_[first + i], &batch[i]); });
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const size_t c = first + i;
+        if (!batch[i].status.ok()) return batch[i].status;
+        const size_t before = labels_.size();
+        AddClass(int32_t(c), &batch[i]);
+        if (labels_.size() == before) empty.push_back(classes_[c]);
+        report.Maybe("indexed ", labels_.size(), " files in ", c + 1, " of ",
+                     classes_.size(), " classes of ", dir_);
+      }
     }
     if (!empty.empty()) {
       return absl::NotFoundError(
@@ -347,34 +379,50 @@ class ImageFolderSource : public ImageSource {
     return absl::OkStatus();
   }
 
-  // os.walk(class_dir, followlinks=True), sorted by directory path, files
-  // sorted within each directory. Each directory is listed once.
-  absl::Status AddClass(int32_t label, const std::string& cls) {
+  // What one class folder holds: os.walk(class_dir, followlinks=True),
+  // each directory listed once.
+  struct ClassListing {
+    absl::Status status;
+    std::vector<std::pair<std::string, DirEntries>> dirs;  // walked
+  };
+
+  // Lists class folder `cls`; touches no member (classes are listed by
+  // several threads at once).
+  void ListClass(const std::string& cls, ClassListing* out) const {
     std::vector<std::pair<std::string, int>> pending = {{cls, 0}};
-    std::vector<std::pair<std::string, std::vector<std::string>>> dirs;
     while (!pending.empty()) {
       auto [rel, depth] = pending.back();
       pending.pop_back();
       DirEntries e;
       absl::Status st = ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e);
       if (!st.ok()) {
-        if (depth == 0) return st;
-        Walked(rel, DirEntries());  // os.walk skips a folder it cannot list
+        if (depth == 0) {
+          out->status = st;
+          return;
+        }
+        // os.walk skips a folder it cannot list
+        out->dirs.emplace_back(std::move(rel), DirEntries());
         continue;
       }
-      Walked(rel, e);
       if (depth < kMaxDepth) {
         for (const std::string& d : e.dirs) {
           pending.push_back({absl::StrCat(rel, "/", d), depth + 1});
         }
       }
-      dirs.emplace_back(std::move(rel), std::move(e.files));
+      out->dirs.emplace_back(std::move(rel), std::move(e));
     }
+  }
+
+  // Appends a listed class: directories in sorted path order, files sorted
+  // within each directory, image extensions only.
+  void AddClass(int32_t label, ClassListing* listing) {
+    auto& dirs = listing->dirs;
     std::sort(dirs.begin(), dirs.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [rel, files] : dirs) {
-      std::sort(files.begin(), files.end());
-      for (const std::string& f : files) {
+    for (auto& [rel, e] : dirs) {
+      Walked(rel, e);
+      std::sort(e.files.begin(), e.files.end());
+      for (const std::string& f : e.files) {
         if (!HasImageExtension(f)) continue;
         if (offsets_.empty()) offsets_.push_back(0);
         names_.append(rel).append("/").append(f);
@@ -382,7 +430,6 @@ class ImageFolderSource : public ImageSource {
         labels_.push_back(label);
       }
     }
-    return absl::OkStatus();
   }
 
   // A directory walked (rel to dir_; identity empty: it could not be listed).
@@ -501,23 +548,27 @@ class ImageFolderSource : public ImageSource {
   // Every walked directory has its identity (or is still unlistable), and
   // no symlink taken as a file resolves to a directory.
   bool Unchanged() const {
-    for (const WalkedDir& w : walked_) {
-      DIR* d = OpenDir(root_.get(), DirPath(w.rel));
-      if (d == nullptr) {
-        if (w.identity.empty()) continue;
-        return false;
+    std::atomic<bool> same{true};
+    ParallelFor(walked_.size(), [&](size_t i) {
+      if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
+        same = false;
       }
-      struct stat st;
-      bool same = !w.identity.empty() && fstat(dirfd(d), &st) == 0 &&
-                  DirIdentity(st) == w.identity;
-      for (size_t i = 0; same && i < w.linked_files.size(); ++i) {
-        same = !(fstatat(dirfd(d), w.linked_files[i].c_str(), &st, 0) == 0 &&
-                 S_ISDIR(st.st_mode));
-      }
-      closedir(d);
-      if (!same) return false;
+    });
+    return same;
+  }
+
+  bool Unchanged(const WalkedDir& w) const {
+    DIR* d = OpenDir(root_.get(), DirPath(w.rel));
+    if (d == nullptr) return w.identity.empty();
+    struct stat st;
+    bool same = !w.identity.empty() && fstat(dirfd(d), &st) == 0 &&
+                DirIdentity(st) == w.identity;
+    for (size_t i = 0; same && i < w.linked_files.size(); ++i) {
+      same = !(fstatat(dirfd(d), w.linked_files[i].c_str(), &st, 0) == 0 &&
+               S_ISDIR(st.st_mode));
     }
-    return true;
+    closedir(d);
+    return same;
   }
 
   const std::string dir_;
@@ -548,22 +599,41 @@ class TFRecordImageSource : public ImageSource {
     tfr.cache_settle_ns = options.cache_settle_ns;
     ImageIndexStats unused;
     ImageIndexStats* stats = options.stats ? options.stats : &unused;
-    uint64_t total = 0;
-    for (size_t f = 0; f < files.size(); ++f) {
+    // Shards are opened (scanned, or their offsets loaded from the cache)
+    // by a few threads: on network storage every open and read waits for a
+    // round trip, and the waits overlap.
+    std::vector<std::unique_ptr<TFRecordFile>> opened(files.size());
+    std::vector<absl::Status> errors(files.size());
+    std::mutex mu;
+    size_t done = 0;
+    uint64_t records = 0;
+    ParallelFor(files.size(), [&](size_t f) {
       absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
           TFRecordFile::Open(files[f], tfr);
-      if (!file.ok()) return file.status();
-      total += (*file)->size();
-      if ((*file)->index_from_cache()) {
+      std::lock_guard<std::mutex> l(mu);
+      ++done;
+      if (file.ok()) {
+        records += (*file)->size();
+        opened[f] = std::move(*file);
+      } else {
+        errors[f] = file.status();
+      }
+      report.Maybe("indexed ", records, " records in ", done, " of ",
+                   files.size(), " shards");
+    });
+    uint64_t total = 0;
+    for (size_t f = 0; f < files.size(); ++f) {
+      if (!errors[f].ok()) return errors[f];  // the first in shard order
+      std::unique_ptr<TFRecordFile>& file = opened[f];
+      total += file->size();
+      if (file->index_from_cache()) {
         ++stats->shards_from_cache;
       } else {
         ++stats->shards_scanned;
-        if ((*file)->index_stored()) ++stats->shards_stored;
+        if (file->index_stored()) ++stats->shards_stored;
       }
-      src->files_.push_back(std::move(*file));
+      src->files_.push_back(std::move(file));
       src->first_.push_back(total - src->files_.back()->size());
-      report.Maybe("indexed ", total, " records in ", f + 1, " of ",
-                   files.size(), " shards");
     }
     src->first_.push_back(total);
     report.Done("indexed ", total, " records in ", files.size(), " shards");
