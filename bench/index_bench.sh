@@ -47,7 +47,14 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/batchd-indexbench.XXXXXX")"
 mnt="$work/mnt"
 mkdir -p "$mnt"
 cleanup() {
-  if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
+  if mountpoint -q "$mnt"; then
+    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" || true
+  fi
+  # Never remove through a mount that is still there.
+  if mountpoint -q "$mnt"; then
+    echo "index_bench: $mnt is still mounted; $work left in place" >&2
+    return
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
