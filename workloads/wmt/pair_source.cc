@@ -25,6 +25,9 @@ namespace wmt {
 namespace {
 
 constexpr const char* kBuilders[] = {"wmt17_translate", "wmt14_translate"};
+// Shards indexed at once: on network storage each open and scan waits for
+// round trips, and the waits overlap.
+constexpr size_t kOpenThreads = 16;
 
 // ---------------------------------------------------------------------------
 // TFDS shards
@@ -37,6 +40,7 @@ class TfdsSource : public PairSource {
     TFRecordOptions tfr;
     tfr.root = options.root;
     tfr.max_record_bytes = options.max_record_bytes;
+    tfr.cache = options.cache;  // the shards' offset indexes (tfrecord.h)
     std::string identity = "tfds ";
     for (const std::string& path : shards) {
       struct stat st;
@@ -45,7 +49,8 @@ class TfdsSource : public PairSource {
       close(*fd);
       absl::StrAppend(&identity, FileIdentity(path, st));
     }
-    absl::StatusOr<TFRecordShards> opened = TFRecordShards::Open(shards, tfr);
+    absl::StatusOr<TFRecordShards> opened =
+        TFRecordShards::Open(shards, tfr, nullptr, kOpenThreads);
     if (!opened.ok()) return opened.status();
     std::string describe = shards.empty() ? "" : shards.front();
     if (shards.size() > 1)
