@@ -6,8 +6,12 @@
 // concurrently and overlap as they would on a network file system: what the
 // latency costs a reader depends on how many reads it keeps in flight.
 // The kernel page cache is bypassed (direct_io), so every read pays.
+// --meta-latency-ms adds a latency to every metadata request as well
+// (getattr, opendir, readdir: a stat or a directory listing over the
+// network); the default 0 leaves metadata at local speed.
 //
-//   latency_fs SOURCE_DIR MOUNTPOINT --latency-ms=2 [-f] [FUSE options]
+//   latency_fs SOURCE_DIR MOUNTPOINT --latency-ms=2 [--meta-latency-ms=2]
+//       [-f] [FUSE options]
 //   fusermount3 -u MOUNTPOINT
 #define FUSE_USE_VERSION 31
 
@@ -27,25 +31,31 @@
 static struct {
   const char* source;
   double latency_ms;
+  double meta_latency_ms;
 } g_options;
 
 struct options_spec {
   char* latency;
+  char* meta_latency;
 };
 static struct options_spec g_spec;
 static const struct fuse_opt kOptionSpec[] = {
     {"--latency-ms=%s", offsetof(struct options_spec, latency), 0},
+    {"--meta-latency-ms=%s", offsetof(struct options_spec, meta_latency), 0},
     FUSE_OPT_END};
 
-static void Delay(void) {
-  if (g_options.latency_ms <= 0) return;
+static void Sleep(double ms) {
+  if (ms <= 0) return;
   struct timespec ts;
-  const double s = g_options.latency_ms / 1000.0;
+  const double s = ms / 1000.0;
   ts.tv_sec = (time_t)s;
   ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
+
+static void Delay(void) { Sleep(g_options.latency_ms); }
+static void MetaDelay(void) { Sleep(g_options.meta_latency_ms); }
 
 // SOURCE + path; false when it does not fit.
 static int Real(const char* path, char* out) {
@@ -57,6 +67,7 @@ static int FsGetattr(const char* path, struct stat* st,
   (void)fi;
   char real[PATH_MAX];
   if (!Real(path, real)) return -ENAMETOOLONG;
+  MetaDelay();
   return lstat(real, st) == 0 ? 0 : -errno;
 }
 
@@ -68,6 +79,7 @@ static int FsReaddir(const char* path, void* buf, fuse_fill_dir_t fill,
   (void)flags;
   char real[PATH_MAX];
   if (!Real(path, real)) return -ENAMETOOLONG;
+  MetaDelay();
   DIR* d = opendir(real);
   if (d == NULL) return -errno;
   struct dirent* e;
@@ -79,6 +91,13 @@ static int FsReaddir(const char* path, void* buf, fuse_fill_dir_t fill,
     if (fill(buf, e->d_name, &st, 0, 0)) break;
   }
   closedir(d);
+  return 0;
+}
+
+static int FsOpendir(const char* path, struct fuse_file_info* fi) {
+  (void)path;
+  (void)fi;
+  MetaDelay();
   return 0;
 }
 
@@ -131,6 +150,7 @@ static const struct fuse_operations kOps = {
     .read = FsRead,
     .statfs = FsStatfs,
     .release = FsRelease,
+    .opendir = FsOpendir,
     .readdir = FsReaddir,
     .init = FsInit,
 };
@@ -138,8 +158,8 @@ static const struct fuse_operations kOps = {
 int main(int argc, char* argv[]) {
   if (argc < 3) {
     fprintf(stderr,
-            "usage: %s SOURCE_DIR MOUNTPOINT --latency-ms=MS [-f] "
-            "[FUSE options]\n",
+            "usage: %s SOURCE_DIR MOUNTPOINT --latency-ms=MS "
+            "[--meta-latency-ms=MS] [-f] [FUSE options]\n",
             argv[0]);
     return 2;
   }
@@ -153,6 +173,8 @@ int main(int argc, char* argv[]) {
   struct fuse_args args = FUSE_ARGS_INIT(argc - 1, argv + 1);
   if (fuse_opt_parse(&args, &g_spec, kOptionSpec, NULL) != 0) return 2;
   g_options.latency_ms = g_spec.latency ? atof(g_spec.latency) : 0.0;
+  g_options.meta_latency_ms =
+      g_spec.meta_latency ? atof(g_spec.meta_latency) : 0.0;
   // Readers and the benchmark run as root; let them in whoever mounts.
   fuse_opt_add_arg(&args, "-oallow_other");
   fuse_opt_add_arg(&args, "-oro");

@@ -5,9 +5,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -116,6 +118,21 @@ const std::vector<Flag>& Flags() {
                   "data paths of stream specs are confined to DIR ('..' "
                   "and symlinks out of it are refused). Default: the "
                   "current directory"),
+      Flag{"cache-dir", Kind::kString, "DIR",
+           "persistent cache of what batchd learns about a data set "
+           "(its indexes, such as text line offsets, and WMT token "
+           "lengths), keyed by the files' identity and the options, so that a "
+           "restart does not index or tokenize again. Created mode 0700; "
+           "refused when it is a symlink or another user could write into "
+           "it. '': no cache. Default: /var/cache/batchd for root, else "
+           "$XDG_CACHE_HOME/batchd or ~/.cache/batchd ($CACHE_DIRECTORY "
+           "under systemd)",
+           [](DaemonConfig* c, const std::string& v) {
+             c->cache_dir = v;
+             c->cache_dir_given = true;
+             return absl::OkStatus();
+           },
+           [](const DaemonConfig& c) { return c.cache_dir; }},
       U64_FLAG("threads", core.threads, 0, "N",
                "worker threads shared by every stream and rank; 0: the "
                "cores this process may use. Default: 0"),
@@ -242,6 +259,26 @@ const std::vector<Flag>& Flags() {
   };
   return *flags;
 }
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  auto absolute = [](const char* v) { return v != nullptr && v[0] == '/'; };
+  // systemd's CacheDirectory= (a list separated by ':' when it names more).
+  const char* systemd = getenv("CACHE_DIRECTORY");
+  if (absolute(systemd)) {
+    const std::string dirs = systemd;
+    return dirs.substr(0, dirs.find(':'));
+  }
+  if (geteuid() == 0) return "/var/cache/batchd";
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  if (absolute(xdg)) return absl::StrCat(xdg, "/batchd");
+  const char* home = getenv("HOME");
+  if (absolute(home)) return absl::StrCat(home, "/.cache/batchd");
+  return "";
+}
+
+namespace {
 
 const Flag* FindFlag(const std::string& name) {
   for (const Flag& f : Flags()) {

@@ -15,8 +15,20 @@
 
 namespace batchd {
 
+// The cache directory used when --cache-dir is not given: systemd's
+// $CACHE_DIRECTORY (CacheDirectory=) when set; /var/cache/batchd for root;
+// else $XDG_CACHE_HOME/batchd or $HOME/.cache/batchd; "" (no cache) when
+// none of these can be named.
+std::string DefaultCacheDir();
+
 struct DaemonConfig {
   CoreOptions core;
+  // --cache-dir: indexes and token lengths persisted across restarts
+  // (workloads/common/cache_dir.h); "" turns the cache off.
+  std::string cache_dir = DefaultCacheDir();
+  // Whether cache_dir was given (flag or file): an unusable cache directory
+  // is then an error at start; the default one only a warning.
+  bool cache_dir_given = false;
   std::string listen = kDefaultServerAddress;
   std::string shm_group;       // name or gid; resolved into core.shm_group
   std::string admin_group;     // name or gid; resolved into core.admin_gid

@@ -134,6 +134,9 @@ struct ServerStatusData {
 struct CoreOptions {
   // Data paths of specs are confined to this directory. Default: cwd.
   std::string data_root = ".";
+  // The persistent cache handed to every workload (--cache-dir). Default:
+  // none.
+  std::shared_ptr<const CacheDir> cache;
   // Segment names are /<shm_prefix>.<uid>.<stream>.<rank>.<random>.
   // Default: batchd.
   std::string shm_prefix = "batchd";

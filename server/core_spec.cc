@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   WorkloadConfig config;
   config.data_path = *path;
   config.data_root = options_.data_root;
+  config.cache = options_.cache;
   config.split = spec.split;
   config.seed = spec.seed;
   config.options = spec.options;

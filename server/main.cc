@@ -39,6 +39,7 @@
 #include "server/grpc_service.h"
 #include "server/metrics.h"
 #include "server/peer.h"
+#include "workloads/common/cache_dir.h"
 
 namespace {
 
@@ -298,8 +299,25 @@ void RemoveStaleSegments(const batchd::DaemonConfig& config) {
 // stops the daemon as SIGTERM does.
 absl::StatusOr<std::unique_ptr<batchd::Core>> StartCore(
     const batchd::DaemonConfig& config) {
+  batchd::CoreOptions core_options = config.core;
+  // The cache: a given directory must be usable; the default one may not be
+  // (a read-only home), and then the daemon runs without it.
+  absl::StatusOr<std::shared_ptr<const batchd::CacheDir>> cache =
+      batchd::CacheDir::Open(config.cache_dir);
+  if (!cache.ok() && config.cache_dir_given) {
+    return cache.status();
+  }
+  if (!cache.ok()) {
+    batchd::Log(batchd::LogLevel::kWarn, "cache_off",
+                {{"dir", config.cache_dir},
+                 {"reason", std::string(cache.status().message())}});
+  } else {
+    core_options.cache = *cache;
+    batchd::Log(batchd::LogLevel::kInfo, "cache",
+                {{"dir", config.cache_dir.empty() ? "off" : config.cache_dir}});
+  }
   absl::StatusOr<std::unique_ptr<batchd::Core>> core =
-      batchd::Core::Create(config.core);
+      batchd::Core::Create(core_options);
   if (!core.ok()) return core.status();
   (*core)->SetOnDrained([] {
     batchd::Log(batchd::LogLevel::kInfo, "drained");

@@ -1,6 +1,7 @@
 // The wmt workload on tiny generated data: packed train rows equal the
 // packing rule applied to the tokenizer's output, whatever the source,
-// thread or order of calls; cursors; eval rows and weights; bad input.
+// thread or order of calls; cursors; eval rows and weights; bad input;
+// the persistent cache of lengths and line offsets.
 #include <link.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -22,8 +23,10 @@
 #include "base/files.h"
 #include "google/protobuf/stubs/common.h"
 #endif
+#include "workloads/common/cache_dir.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/packed_schedule.h"
+#include "workloads/wmt/length_cache.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/sentencepiece_model.h"
 #include "workloads/wmt/sentencepiece_vocab.h"
@@ -900,6 +903,213 @@ TEST_F(WmtWorkloadTest, MisalignedTextFilesFail) {
             absl::StatusCode::kFailedPrecondition);  // no pairs
   fs::remove(d + "/train.en");
   EXPECT_EQ(Create(d, "train").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------------------
+// The persistent cache (length table and line offsets).
+
+class WmtCacheTest : public WmtWorkloadTest {
+ protected:
+  void SetUp() override {
+    cache_path_ = *root_ + "/cache" + std::to_string(dirs_++);
+  }
+  // A workload as a freshly started daemon makes it: its own CacheDir.
+  absl::StatusOr<std::unique_ptr<Workload>> CreateCached(
+      const std::string& data, const std::string& threads = "2",
+      std::map<std::string, std::string> options = {}) {
+    auto cache = CacheDir::Open(cache_path_);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    WorkloadConfig c;
+    c.data_path = data;
+    c.split = "train";
+    c.options = std::move(options);
+    c.options["index_threads"] = threads;
+    c.cache = cache.ok() ? *cache : nullptr;
+    return CreateWmtWorkload(c);
+  }
+  // Pairs the length pass of `w` tokenizes for its first epoch, and its rows.
+  static uint64_t Tokenized(const Workload& w, const EpochOrder& order,
+                            std::vector<PackedRow>* rows) {
+    const uint64_t before = wmt::LengthPassTokenizations();
+    EXPECT_TRUE(w.RowsInEpoch(order).ok());
+    const uint64_t tokenized = wmt::LengthPassTokenizations() - before;
+    if (rows != nullptr) *rows = AllRows(w, order, nullptr, nullptr);
+    return tokenized;
+  }
+  std::string EntryOf(const std::string& kind) {
+    for (const auto& e : fs::directory_iterator(cache_path_)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(kind + "-", 0) == 0 &&
+          name.size() > 6 && name.substr(name.size() - 6) == ".entry") {
+        return e.path().string();
+      }
+    }
+    return "";
+  }
+  std::string cache_path_;
+};
+
+TEST_F(WmtCacheTest, RestartLoadsLengthsWithoutTokenizingAndRowsAreTheSame) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 21), 0);
+  auto plain = Create(d, "train");  // no cache
+  ASSERT_TRUE(plain.ok());
+  std::vector<PackedRow> expected;
+  Tokenized(**plain, order, &expected);
+  for (const char* threads : {"1", "2"}) {
+    SCOPED_TRACE(threads);
+    cache_path_ += "x";  // a cold cache for each thread count
+    std::vector<PackedRow> cold, warm;
+    auto first = CreateCached(d, threads);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(Tokenized(**first, order, &cold), kTrainPairs);
+    EXPECT_NE(EntryOf("wmt-lengths"), "");
+    EXPECT_NE(EntryOf("wmt-lines"), "");
+    first->reset();
+    auto restarted = CreateCached(d, threads);
+    ASSERT_TRUE(restarted.ok()) << restarted.status();
+    EXPECT_EQ(Tokenized(**restarted, order, &warm), 0u);
+    ExpectRowsEqual(cold, expected);
+    ExpectRowsEqual(warm, expected);
+    // Other epochs too: the table is the pairs', not the epoch's.
+    const EpochOrder other = Order(Shuffled(kTrainPairs, 22), 1);
+    std::vector<PackedRow> a, b;
+    Tokenized(**plain, other, &a);
+    EXPECT_EQ(Tokenized(**restarted, other, &b), 0u);
+    ExpectRowsEqual(b, a);
+  }
+}
+
+TEST_F(WmtCacheTest, ChangedTextFileInvalidatesTheLengths) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 23), 0);
+  auto first = CreateCached(d);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  // Same line count, one line longer: other rows.
+  std::vector<Pair> changed = *pairs_;
+  changed[3].en += " the council of europe must answer the question today.";
+  WriteText(d, "train", changed);
+  auto plain = Create(d, "train");
+  ASSERT_TRUE(plain.ok());
+  std::vector<PackedRow> expected, got;
+  Tokenized(**plain, order, &expected);
+  auto second = CreateCached(d);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Tokenized(**second, order, &got), kTrainPairs);
+  ExpectRowsEqual(got, expected);
+}
+
+TEST_F(WmtCacheTest, ChangedModelInvalidatesTheLengths) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 24), 0);
+  auto first = CreateCached(d);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  // Another model (a smaller vocabulary) at the same path.
+  std::string error;
+  ASSERT_TRUE(wmt::TrainSentencePiece(
+      "--input=" + *root_ + "/corpus.txt --model_prefix=" + d +
+          "/small --vocab_size=200 --model_type=unigram "
+          "--character_coverage=1.0 --hard_vocab_limit=false "
+          "--num_threads=1 --minloglevel=2",
+      &error))
+      << error;
+  fs::copy_file(d + "/small.model", d + "/wmt_sentencepiece_model",
+                fs::copy_options::overwrite_existing);
+  auto plain = Create(d, "train");
+  ASSERT_TRUE(plain.ok());
+  std::vector<PackedRow> expected, got;
+  Tokenized(**plain, order, &expected);
+  auto second = CreateCached(d);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Tokenized(**second, order, &got), kTrainPairs);
+  ExpectRowsEqual(got, expected);
+  // An option that changes the lengths is another entry too.
+  auto other_length = CreateCached(d, "2", {{"max_length", "128"}});
+  ASSERT_TRUE(other_length.ok());
+  EXPECT_EQ(Tokenized(**other_length, order, nullptr), kTrainPairs);
+}
+
+TEST_F(WmtCacheTest, CorruptEntriesAreRebuiltWithAWarning) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 25), 0);
+  std::vector<PackedRow> expected, got;
+  {
+    auto first = CreateCached(d);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(Tokenized(**first, order, &expected), kTrainPairs);
+  }
+  for (const char* kind : {"wmt-lengths", "wmt-lines"}) {
+    SCOPED_TRACE(kind);
+    const std::string entry = EntryOf(kind);
+    ASSERT_NE(entry, "");
+    std::string bytes = ReadFile(entry);
+    bytes[bytes.size() / 2] ^= 0x01;
+    WriteFile(entry, bytes);
+    testing::internal::CaptureStderr();
+    auto again = CreateCached(d);
+    ASSERT_TRUE(again.ok()) << again.status();
+    const uint64_t tokenized = Tokenized(**again, order, &got);
+    const std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_THAT(log, HasSubstr("event=cache_corrupt kind=" +
+                               std::string(kind)));
+    EXPECT_EQ(tokenized, std::string(kind) == "wmt-lengths" ? kTrainPairs : 0);
+    ExpectRowsEqual(got, expected);
+    EXPECT_NE(EntryOf(kind), "");  // rebuilt and stored again
+  }
+}
+
+TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 26), 0);
+  auto a = CreateCached(d);
+  auto b = CreateCached(d);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const uint64_t before = wmt::LengthPassTokenizations();
+  std::thread ta([&] { EXPECT_TRUE((*a)->RowsInEpoch(order).ok()); });
+  std::thread tb([&] { EXPECT_TRUE((*b)->RowsInEpoch(order).ok()); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(wmt::LengthPassTokenizations() - before, kTrainPairs);
+  ExpectRowsEqual(AllRows(**a, order, nullptr, nullptr),
+                  AllRows(**b, order, nullptr, nullptr));
+}
+
+TEST_F(WmtCacheTest, TfdsLengthsAreCachedByShardIdentity) {
+  const std::string d = NewDataDir();
+  WriteTfds(d, "train", *pairs_, 3);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 27), 0);
+  auto first = CreateCached(d);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  auto again = CreateCached(d);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Tokenized(**again, order, nullptr), 0u);
+  WriteTfds(d, "train", TfdsOrder(*pairs_, 3), 3);  // rewritten shards
+  auto changed = CreateCached(d);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(Tokenized(**changed, order, nullptr), kTrainPairs);
+}
+
+TEST(WmtLengthCache, EncodingRoundTripsAndRefusesWhatCannotBeALength) {
+  std::vector<wmt::PackedLengths> t = {{3, 4}, {256, 1}, {0xffff, 0xffff},
+                                       {wmt::kLengthUnknown,
+                                        wmt::kLengthUnknown}};
+  std::vector<wmt::PackedLengths> back;
+  ASSERT_TRUE(wmt::DecodeLengths(wmt::EncodeLengths(t), 4, 256, &back));
+  ASSERT_EQ(back.size(), 4u);
+  EXPECT_EQ(back[1].inputs, 256);
+  EXPECT_EQ(back[2].targets, 0xffff);
+  EXPECT_FALSE(wmt::DecodeLengths(wmt::EncodeLengths(t), 5, 256, &back));
+  EXPECT_FALSE(wmt::DecodeLengths(wmt::EncodeLengths(t), 4, 128, &back));
+  t[0] = {0xffff, 3};  // a mark on one side only
+  EXPECT_FALSE(wmt::DecodeLengths(wmt::EncodeLengths(t), 4, 256, &back));
 }
 
 }  // namespace

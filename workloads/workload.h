@@ -25,6 +25,8 @@
 
 namespace batchd {
 
+class CacheDir;  // workloads/common/cache_dir.h
+
 // One tensor of a batch; the batch shape is [B] + example_shape.
 struct TensorLayout {
   std::string name;
@@ -46,6 +48,10 @@ struct WorkloadConfig {
   std::string split;
   uint64_t seed = 0;
   std::map<std::string, std::string> options;
+  // The daemon's --cache-dir, where a workload keeps what it learnt about
+  // its data (indexes, token lengths) across restarts. Null or disabled:
+  // nothing is kept.
+  std::shared_ptr<const CacheDir> cache;
 };
 
 // Counters a workload keeps while filling (decode errors, skips).

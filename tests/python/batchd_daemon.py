@@ -27,7 +27,8 @@ def binary(name):
 class Daemon:
     """Starts batchd serving `data_root`, logging to `log_path`, and waits
     until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it;
-    `args` are more flags."""
+    `args` are more flags. Its --cache-dir is a fresh directory of its own
+    unless `args` names one."""
 
     def __init__(self, data_root, log_path, threads=2, hooks=False, args=()):
         # Not under pytest's tmp_path: a socket path must fit in 108 bytes.
@@ -38,6 +39,8 @@ class Daemon:
         self.log = open(log_path, "w")
         env = dict(os.environ)
         env.pop("BATCHD_TEST_HOOKS", None)
+        if "--cache-dir" not in args:
+            args = (*args, "--cache-dir", os.path.join(self.dir, "cache"))
         if hooks:
             env["BATCHD_TEST_HOOKS"] = "1"
         self.proc = subprocess.Popen(

@@ -7,10 +7,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "workloads/common/cache_dir.h"
 
 namespace batchd {
 
@@ -130,6 +135,159 @@ TFRecordFile::TFRecordFile(std::string path, int fd,
 
 TFRecordFile::~TFRecordFile() { close(fd_); }
 
+namespace {
+
+// One scan of the file's record headers: offsets of each record's data and
+// its length. Errors name the file and the offset.
+absl::Status ScanRecords(int fd, const std::string& path, uint64_t file_size,
+                         std::vector<uint64_t>* offsets_out,
+                         std::vector<uint64_t>* lengths_out) {
+  std::vector<uint64_t>& offsets = *offsets_out;
+  std::vector<uint64_t>& lengths = *lengths_out;
+  uint64_t pos = 0;
+  // Headers are read through a buffer: one pread per record would make
+  // opening 1024 ImageNet shards a million system calls.
+  std::vector<uint8_t> buf(1 << 16);
+  uint64_t buf_start = 0, buf_len = 0;
+  while (pos < file_size) {
+    if (file_size - pos < kHeaderBytes) {
+      return absl::DataLossError(absl::StrCat(
+          path, ": truncated record at offset ", pos, " (", file_size - pos,
+          " bytes left, the header needs ", kHeaderBytes, ")"));
+    }
+    if (pos < buf_start || pos + kHeaderBytes > buf_start + buf_len) {
+      const ssize_t r = PreadFull(fd, buf.data(), buf.size(), pos);
+      if (r < 0) {
+        return ErrnoStatus(absl::StrCat("cannot read at offset ", pos), path,
+                           errno);
+      }
+      buf_start = pos;
+      buf_len = uint64_t(r);
+      if (buf_len < kHeaderBytes) {
+        return absl::DataLossError(absl::StrCat(
+            path, ": truncated record at offset ", pos, " (file shrank)"));
+      }
+    }
+    const uint8_t* h = buf.data() + (pos - buf_start);
+    const uint64_t length = LoadLE64(h);
+    const uint32_t stored_crc = LoadLE32(h + 8);
+    if (MaskedCrc32c(h, 8) != stored_crc) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": bad length CRC in record ", offsets.size(),
+                       " at offset ", pos));
+    }
+    const uint64_t left = file_size - pos - kHeaderBytes;
+    if (length > left || left - length < kFooterBytes) {
+      return absl::DataLossError(absl::StrCat(
+          path, ": truncated record ", offsets.size(), " at offset ", pos,
+          " (length ", length, ", ", left, " bytes left in the file)"));
+    }
+    offsets.push_back(pos + kHeaderBytes);
+    lengths.push_back(length);
+    pos += kHeaderBytes + length + kFooterBytes;
+  }
+  return absl::OkStatus();
+}
+
+// The offset index's cache entry: kind, format, value layout.
+constexpr const char* kOffsetsKind = "tfrecord-offsets";
+constexpr const char* kOffsetsFormat = "tfrecord-offsets v1";
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(char(uint8_t(v) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(char(uint8_t(v)));
+}
+
+bool ReadVarint(absl::string_view* in, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
+    const uint8_t b = uint8_t(in->front());
+    in->remove_prefix(1);
+    *v |= uint64_t(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+int64_t Nanos(const struct timespec& t) {
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+// What the index depends on (see tfrecord.h): no device number.
+std::string ShardIdentity(const struct stat& st) {
+  return absl::StrCat("ino=", st.st_ino, " size=", st.st_size,
+                      " mtime_ns=", Nanos(st.st_mtim),
+                      " ctime_ns=", Nanos(st.st_ctim));
+}
+
+// Value: varint identity length, identity, varint record count, each
+// record's length as a varint (offsets follow from the framing).
+std::string EncodeOffsets(const std::string& identity,
+                          const std::vector<uint64_t>& lengths) {
+  std::string v;
+  v.reserve(identity.size() + 16 + lengths.size() * 3);
+  AppendVarint(identity.size(), &v);
+  v.append(identity);
+  AppendVarint(lengths.size(), &v);
+  for (uint64_t l : lengths) AppendVarint(l, &v);
+  return v;
+}
+
+enum class Decoded { kOk, kStale, kDamaged };
+
+Decoded DecodeOffsets(absl::string_view v, const std::string& identity,
+                      uint64_t file_size, std::vector<uint64_t>* offsets,
+                      std::vector<uint64_t>* lengths) {
+  uint64_t n;
+  if (!ReadVarint(&v, &n) || n > v.size()) return Decoded::kDamaged;
+  if (v.substr(0, n) != identity) return Decoded::kStale;
+  v.remove_prefix(n);
+  uint64_t count;
+  // Every record takes at least 16 bytes of the file.
+  if (!ReadVarint(&v, &count) || count > file_size / 16 + 1) {
+    return Decoded::kDamaged;
+  }
+  offsets->reserve(count);
+  lengths->reserve(count);
+  uint64_t pos = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t length;
+    if (!ReadVarint(&v, &length) || length > file_size ||
+        file_size - pos < kHeaderBytes + kFooterBytes + length) {
+      return Decoded::kDamaged;
+    }
+    offsets->push_back(pos + kHeaderBytes);
+    lengths->push_back(length);
+    pos += kHeaderBytes + length + kFooterBytes;
+  }
+  if (!v.empty() || pos != file_size) return Decoded::kDamaged;
+  return Decoded::kOk;
+}
+
+// `path` relative to the data root, when it lies beneath it.
+std::string RootRelative(const DataRoot* root, const std::string& path) {
+  if (root == nullptr) return path;
+  const std::string prefix = absl::StrCat(root->path(), "/");
+  if (absl::StartsWith(path, prefix)) return path.substr(prefix.size());
+  return path;
+}
+
+bool Settled(const struct stat& st, int64_t settle_ns) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return Nanos(now) - Nanos(st.st_ctim) >= settle_ns &&
+         Nanos(now) - Nanos(st.st_mtim) >= settle_ns;
+}
+
+void Warn(const std::string& msg) {
+  fprintf(stderr, "batchd: level=warn msg=\"%s\"\n", msg.c_str());
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<TFRecordFile>> TFRecordFile::Open(
     const std::string& path, const TFRecordOptions& options) {
   int fd;
@@ -155,55 +313,78 @@ absl::StatusOr<std::unique_ptr<TFRecordFile>> TFRecordFile::Open(
   }
   const uint64_t file_size = uint64_t(st.st_size);
   std::vector<uint64_t> offsets, lengths;
-  uint64_t pos = 0;
-  // Headers are read through a buffer: one pread per record would make
-  // opening 1024 ImageNet shards a million system calls.
-  std::vector<uint8_t> buf(1 << 16);
-  uint64_t buf_start = 0, buf_len = 0;
   auto fail = [&](absl::Status s) {
     close(fd);
     return s;
   };
-  while (pos < file_size) {
-    if (file_size - pos < kHeaderBytes) {
-      return fail(absl::DataLossError(absl::StrCat(
-          path, ": truncated record at offset ", pos, " (", file_size - pos,
-          " bytes left, the header needs ", kHeaderBytes, ")")));
-    }
-    if (pos < buf_start || pos + kHeaderBytes > buf_start + buf_len) {
-      const ssize_t r = PreadFull(fd, buf.data(), buf.size(), pos);
-      if (r < 0) {
-        return fail(ErrnoStatus(absl::StrCat("cannot read at offset ", pos),
-                                path, errno));
-      }
-      buf_start = pos;
-      buf_len = uint64_t(r);
-      if (buf_len < kHeaderBytes) {
-        return fail(absl::DataLossError(absl::StrCat(
-            path, ": truncated record at offset ", pos, " (file shrank)")));
-      }
-    }
-    const uint8_t* h = buf.data() + (pos - buf_start);
-    const uint64_t length = LoadLE64(h);
-    const uint32_t stored_crc = LoadLE32(h + 8);
-    if (MaskedCrc32c(h, 8) != stored_crc) {
-      return fail(absl::DataLossError(
-          absl::StrCat(path, ": bad length CRC in record ", offsets.size(),
-                       " at offset ", pos)));
-    }
-    const uint64_t left = file_size - pos - kHeaderBytes;
-    if (length > left || left - length < kFooterBytes) {
-      return fail(absl::DataLossError(absl::StrCat(
-          path, ": truncated record ", offsets.size(), " at offset ", pos,
-          " (length ", length, ", ", left, " bytes left in the file)")));
-    }
-    offsets.push_back(pos + kHeaderBytes);
-    lengths.push_back(length);
-    pos += kHeaderBytes + length + kFooterBytes;
+  const CacheDir* cache = options.cache != nullptr && options.cache->enabled()
+                              ? options.cache.get()
+                              : nullptr;
+  if (cache == nullptr) {
+    absl::Status s = ScanRecords(fd, path, file_size, &offsets, &lengths);
+    if (!s.ok()) return fail(s);
+    return std::unique_ptr<TFRecordFile>(
+        new TFRecordFile(path, fd, std::move(offsets), std::move(lengths),
+                         options.max_record_bytes));
   }
-  return std::unique_ptr<TFRecordFile>(
+  const std::string key = absl::StrCat(kOffsetsFormat, "\n",
+                                       RootRelative(options.root.get(), path));
+  const std::string identity = ShardIdentity(st);
+  // Takes the index from the cache; false on a miss (a stale or damaged
+  // value is reported and replaced by the caller's Put).
+  auto load = [&]() {
+    absl::StatusOr<std::string> v = cache->Get(kOffsetsKind, key);
+    if (!v.ok()) {
+      if (!absl::IsNotFound(v.status())) {
+        Warn(absl::StrCat("tfrecord: offset cache of ", path,
+                          " unreadable: ", v.status().message()));
+      }
+      return false;
+    }
+    offsets.clear();
+    lengths.clear();
+    switch (DecodeOffsets(*v, identity, file_size, &offsets, &lengths)) {
+      case Decoded::kOk:
+        return true;
+      case Decoded::kStale:
+        break;  // the file changed: rebuilt silently
+      case Decoded::kDamaged:
+        Warn(absl::StrCat("tfrecord: offset cache of ", path,
+                          " does not fit the file; rebuilding it"));
+        break;
+    }
+    offsets.clear();
+    lengths.clear();
+    return false;
+  };
+  bool from_cache = load();
+  bool stored = false;
+  if (!from_cache) {
+    // One build per entry across streams and daemons: the lock's holder
+    // scans and stores; a waiter then finds the entry.
+    absl::StatusOr<CacheDir::Lock> lock = cache->LockEntry(kOffsetsKind, key);
+    from_cache = lock.ok() && load();
+    if (!from_cache) {
+      absl::Status s = ScanRecords(fd, path, file_size, &offsets, &lengths);
+      if (!s.ok()) return fail(s);
+      if (Settled(st, options.cache_settle_ns)) {
+        absl::Status put =
+            cache->Put(kOffsetsKind, key, EncodeOffsets(identity, lengths));
+        if (put.ok()) {
+          stored = true;
+        } else {
+          Warn(absl::StrCat("tfrecord: cannot store the offsets of ", path,
+                            ": ", put.message()));
+        }
+      }
+    }
+  }
+  auto file = std::unique_ptr<TFRecordFile>(
       new TFRecordFile(path, fd, std::move(offsets), std::move(lengths),
                        options.max_record_bytes));
+  file->from_cache_ = from_cache;
+  file->stored_ = stored;
+  return file;
 }
 
 absl::StatusOr<std::string> TFRecordFile::Read(size_t i) const {

@@ -27,16 +27,19 @@ class TFRecordShards {
     uint64_t record = 0;  // record within that shard
   };
 
-  // Called after each shard is indexed with the number of shards opened so
-  // far and the records they hold (for progress reports).
+  // Called after each shard is indexed with the number of shards indexed
+  // so far and the records they hold (for progress reports).
   using OnShard = std::function<void(size_t shards, uint64_t records)>;
 
-  // Opens and indexes `paths` in the order given (TFRecordFile::Open with
-  // `options` for each); the first error is returned as is. An empty list
-  // is an empty set.
+  // Opens and indexes `paths` (TFRecordFile::Open with `options` for
+  // each) on up to `threads` threads: on network storage every open and
+  // read waits for a round trip, and the waits overlap. The set is in the
+  // order given whatever the threads; the first error in that order is
+  // returned as is. `on_shard` is called (serialised) as shards finish. An
+  // empty list is an empty set.
   static absl::StatusOr<TFRecordShards> Open(
       const std::vector<std::string>& paths, const TFRecordOptions& options,
-      const OnShard& on_shard = nullptr);
+      const OnShard& on_shard = nullptr, size_t threads = 1);
 
   TFRecordShards(TFRecordShards&&) = default;
   TFRecordShards& operator=(TFRecordShards&&) = default;

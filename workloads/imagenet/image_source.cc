@@ -7,17 +7,24 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "base/log.h"
+#include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
@@ -41,10 +48,39 @@ bool HasImageExtension(const std::string& name) {
 // stop instead.
 constexpr int kMaxDepth = 64;
 
+int64_t Nanos(const struct timespec& t) {
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+// What a directory's listing depends on (image_source.h): no device number.
+std::string DirIdentity(const struct stat& st) {
+  return absl::StrCat("ino=", st.st_ino, " size=", st.st_size,
+                      " mtime_ns=", Nanos(st.st_mtim),
+                      " ctime_ns=", Nanos(st.st_ctim));
+}
+
 struct DirEntries {
   std::vector<std::string> dirs;
   std::vector<std::string> files;
+  // Symbolic links among `files` (they resolved to no directory).
+  std::vector<std::string> linked_files;
+  std::string identity;    // of the directory listed
+  int64_t changed_ns = 0;  // its latest mtime or ctime
 };
+
+// Opens directory `path` through `root` (confined) or, without a root, by
+// path; nullptr with errno set on failure (a confinement refusal is EACCES).
+DIR* OpenDir(const DataRoot* root, const std::string& path) {
+  if (root == nullptr) return opendir(path.c_str());
+  absl::StatusOr<int> fd = root->OpenDirectory(path);
+  if (!fd.ok()) {
+    errno = absl::IsNotFound(fd.status()) ? ENOENT : EACCES;
+    return nullptr;
+  }
+  DIR* d = fdopendir(*fd);
+  if (d == nullptr) close(*fd);
+  return d;
+}
 
 // Lists `path` as os.scandir / os.walk classify entries: is_dir() follows
 // symlinks; everything else (files, broken links, sockets) is a file. With
@@ -64,18 +100,107 @@ absl::Status ListDir(const DataRoot* root, const std::string& path,
     return absl::NotFoundError(
         absl::StrCat("cannot list ", path, ": ", strerror(errno)));
   }
+  struct stat self;
+  if (fstat(dirfd(d), &self) == 0) {
+    out->identity = DirIdentity(self);
+    out->changed_ns = std::max(Nanos(self.st_mtim), Nanos(self.st_ctim));
+  }
   while (dirent* e = readdir(d)) {
     const char* n = e->d_name;
     if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
     bool is_dir = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+    bool is_link = e->d_type == DT_LNK;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st;
+      const bool known = fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) == 0;
+      is_link = known && S_ISLNK(st.st_mode);
+      is_dir = known && S_ISDIR(st.st_mode);
+    }
+    if (is_link) {
       struct stat st;
       is_dir = fstatat(dirfd(d), n, &st, 0) == 0 && S_ISDIR(st.st_mode);
+      if (!is_dir) out->linked_files.push_back(n);
     }
     (is_dir ? out->dirs : out->files).push_back(n);
   }
   closedir(d);
   return absl::OkStatus();
+}
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(char(uint8_t(v) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(char(uint8_t(v)));
+}
+
+void AppendString(absl::string_view s, std::string* out) {
+  AppendVarint(s.size(), out);
+  out->append(s.data(), s.size());
+}
+
+bool ReadVarint(absl::string_view* in, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
+    const uint8_t b = uint8_t(in->front());
+    in->remove_prefix(1);
+    *v |= uint64_t(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+bool ReadString(absl::string_view* in, absl::string_view* s) {
+  uint64_t n;
+  if (!ReadVarint(in, &n) || n > in->size()) return false;
+  *s = in->substr(0, n);
+  in->remove_prefix(n);
+  return true;
+}
+
+// `path` relative to the data root, when it lies beneath it.
+std::string RootRelative(const DataRoot& root, const std::string& path) {
+  const std::string prefix = absl::StrCat(root.path(), "/");
+  if (absl::StartsWith(path, prefix)) return path.substr(prefix.size());
+  return path == root.path() ? "." : path;
+}
+
+int64_t NowNanos() {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return Nanos(now);
+}
+
+// An index-cache line of the daemon's log (event index_cache).
+void LogIndex(LogLevel level, const std::string& msg) {
+  Log(level, "index_cache", {{"workload", "imagenet"}, {"msg", msg}});
+}
+
+// Threads that index at Open: metadata and header reads are latency-bound
+// on network storage (a round trip each), so more threads than cores.
+constexpr size_t kIndexThreads = 16;
+
+// fn(0) ... fn(n - 1), on up to kIndexThreads threads (this one included).
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(n, kIndexThreads); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
+// The listing cache entry's kind and the rules its key names.
+constexpr const char* kListingKind = "imagefolder";
+std::string ListingKey(const std::string& rel_dir) {
+  return absl::StrCat("imagefolder listing v1\nextensions=",
+                      absl::StrJoin(kImageExtensions, ","),
+                      "\nmax_depth=", kMaxDepth, "\ndir=", rel_dir);
 }
 
 class Progress {
@@ -126,36 +251,69 @@ class ImageFolderSource : public ImageSource {
     }
     auto src = std::unique_ptr<ImageFolderSource>(
         new ImageFolderSource(dir, std::move(root), options.max_file_bytes));
-    const bool progress = options.progress;
-    DirEntries top;
-    absl::Status st = ListDir(src->root_.get(), dir, &top);
-    if (!st.ok()) return st;
-    std::sort(top.dirs.begin(), top.dirs.end());
-    if (top.dirs.empty()) {
-      return absl::NotFoundError(absl::StrCat("no class folder in ", dir,
-                                              " (ImageFolder layout: ", dir,
-                                              "/<class>/<image>)"));
-    }
-    src->classes_ = top.dirs;
-    Progress report(progress);
-    std::vector<std::string> empty;
-    for (size_t c = 0; c < src->classes_.size(); ++c) {
-      const size_t before = src->labels_.size();
-      st = src->AddClass(int32_t(c), src->classes_[c]);
+    const CacheDir* cache = options.cache != nullptr && options.cache->enabled()
+                                ? options.cache.get()
+                                : nullptr;
+    ImageIndexStats unused;
+    ImageIndexStats* stats = options.stats ? options.stats : &unused;
+    if (cache == nullptr) {
+      absl::Status st = src->Build(options.progress);
       if (!st.ok()) return st;
-      if (src->labels_.size() == before) empty.push_back(src->classes_[c]);
-      report.Maybe("indexed ", src->labels_.size(), " files in ", c + 1, " of ",
-                   src->classes_.size(), " classes of ", dir);
+      return std::unique_ptr<ImageSource>(std::move(src));
     }
-    if (!empty.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat("Found no valid file for the classes ",
-                       absl::StrJoin(empty, ", "), " in ", dir,
-                       ". Supported extensions are: .jpg, .jpeg, .png, .ppm, "
-                       ".bmp, .pgm, .tif, .tiff, .webp"));
+    const auto start = std::chrono::steady_clock::now();
+    const std::string key = ListingKey(RootRelative(*src->root_, dir));
+    bool hit = src->Load(*cache, key);
+    absl::StatusOr<CacheDir::Lock> lock;
+    if (!hit) {
+      // One build per listing across streams and daemons: the lock's holder
+      // lists and stores; a waiter then finds the entry.
+      lock = cache->LockEntry(kListingKind, key);
+      hit = lock.ok() && src->Load(*cache, key);
     }
-    report.Done("indexed ", src->labels_.size(), " files in ",
-                src->classes_.size(), " classes of ", dir);
+    if (hit) {
+      stats->listing_from_cache = true;
+      if (options.progress) {
+        LogIndex(LogLevel::kInfo,
+                 absl::StrCat(
+                     "imagenet: listing of ", dir, " from the cache: ",
+                     src->labels_.size(), " files in ", src->classes_.size(),
+                     " classes (", src->walked_.size(), " folders checked, ",
+                     absl::StrFormat(
+                         "%.2f", std::chrono::duration<double>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count()),
+                     " s)"));
+      }
+      src->walked_.clear();
+      src->walked_.shrink_to_fit();
+      return std::unique_ptr<ImageSource>(std::move(src));
+    }
+    const int64_t begin_ns = NowNanos();
+    absl::Status st = src->Build(options.progress);
+    if (!st.ok()) return st;
+    if (begin_ns - src->latest_change_ns_ >= options.cache_settle_ns) {
+      absl::Status put = cache->Put(kListingKind, key, src->Encode());
+      if (put.ok()) {
+        stats->listing_stored = true;
+        if (options.progress) {
+          LogIndex(LogLevel::kInfo,
+                   absl::StrCat("imagenet: listing of ", dir,
+                                " stored in the cache ", cache->path()));
+        }
+      } else {
+        LogIndex(LogLevel::kWarn,
+                 absl::StrCat("imagenet: cannot store the listing of ", dir,
+                              ": ", put.message()));
+      }
+    } else if (options.progress) {
+      LogIndex(LogLevel::kInfo,
+               absl::StrCat("imagenet: listing of ", dir,
+                            " not cached: a folder changed within ",
+                            options.cache_settle_ns / 1000000, " ms"));
+    }
+    src->walked_.clear();
+    src->walked_.shrink_to_fit();
     return std::unique_ptr<ImageSource>(std::move(src));
   }
 
@@ -185,32 +343,94 @@ class ImageFolderSource : public ImageSource {
                        offsets_[i + 1] - offsets_[i]);
   }
 
-  // os.walk(class_dir, followlinks=True), sorted by directory path, files
-  // sorted within each directory.
-  absl::Status AddClass(int32_t label, const std::string& cls) {
+  // Lists the tree (torchvision's ImageFolder), recording every directory
+  // walked for the cache.
+  absl::Status Build(bool progress) {
+    DirEntries top;
+    absl::Status st = ListDir(root_.get(), dir_, &top);
+    if (!st.ok()) return st;
+    Walked(std::string(), top);
+    std::sort(top.dirs.begin(), top.dirs.end());
+    if (top.dirs.empty()) {
+      return absl::NotFoundError(absl::StrCat("no class folder in ", dir_,
+                                              " (ImageFolder layout: ", dir_,
+                                              "/<class>/<image>)"));
+    }
+    classes_ = top.dirs;
+    Progress report(progress);
+    std::vector<std::string> empty;
+    // Classes are listed by several threads (on network storage each
+    // listing waits for round trips), a batch at a time to bound memory.
+    constexpr size_t kBatch = 4 * kIndexThreads;
+    for (size_t first = 0; first < classes_.size(); first += kBatch) {
+      std::vector<ClassListing> batch(
+          std::min(kBatch, classes_.size() - first));
+      ParallelFor(batch.size(),
+                  [&](size_t i) { ListClass(classes_[first + i], &batch[i]); });
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const size_t c = first + i;
+        if (!batch[i].status.ok()) return batch[i].status;
+        const size_t before = labels_.size();
+        AddClass(int32_t(c), &batch[i]);
+        if (labels_.size() == before) empty.push_back(classes_[c]);
+        report.Maybe("indexed ", labels_.size(), " files in ", c + 1, " of ",
+                     classes_.size(), " classes of ", dir_);
+      }
+    }
+    if (!empty.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("Found no valid file for the classes ",
+                       absl::StrJoin(empty, ", "), " in ", dir_,
+                       ". Supported extensions are: .jpg, .jpeg, .png, .ppm, "
+                       ".bmp, .pgm, .tif, .tiff, .webp"));
+    }
+    report.Done("indexed ", labels_.size(), " files in ", classes_.size(),
+                " classes of ", dir_);
+    return absl::OkStatus();
+  }
+
+  // What one class folder holds: os.walk(class_dir, followlinks=True),
+  // each directory listed once.
+  struct ClassListing {
+    absl::Status status;
+    std::vector<std::pair<std::string, DirEntries>> dirs;  // walked
+  };
+
+  // Lists class folder `cls`; touches no member (classes are listed by
+  // several threads at once).
+  void ListClass(const std::string& cls, ClassListing* out) const {
     std::vector<std::pair<std::string, int>> pending = {{cls, 0}};
-    std::vector<std::string> dirs;
     while (!pending.empty()) {
       auto [rel, depth] = pending.back();
       pending.pop_back();
-      dirs.push_back(rel);
-      if (depth >= kMaxDepth) continue;
       DirEntries e;
       absl::Status st = ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e);
       if (!st.ok()) {
-        if (depth == 0) return st;
-        continue;  // os.walk skips a folder it cannot list
-      }
-      for (const std::string& d : e.dirs) {
-        pending.push_back({absl::StrCat(rel, "/", d), depth + 1});
-      }
-    }
-    std::sort(dirs.begin(), dirs.end());
-    for (const std::string& rel : dirs) {
-      DirEntries e;
-      if (!ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e).ok()) {
+        if (depth == 0) {
+          out->status = st;
+          return;
+        }
+        // os.walk skips a folder it cannot list
+        out->dirs.emplace_back(std::move(rel), DirEntries());
         continue;
       }
+      if (depth < kMaxDepth) {
+        for (const std::string& d : e.dirs) {
+          pending.push_back({absl::StrCat(rel, "/", d), depth + 1});
+        }
+      }
+      out->dirs.emplace_back(std::move(rel), std::move(e));
+    }
+  }
+
+  // Appends a listed class: directories in sorted path order, files sorted
+  // within each directory, image extensions only.
+  void AddClass(int32_t label, ClassListing* listing) {
+    auto& dirs = listing->dirs;
+    std::sort(dirs.begin(), dirs.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [rel, e] : dirs) {
+      Walked(rel, e);
       std::sort(e.files.begin(), e.files.end());
       for (const std::string& f : e.files) {
         if (!HasImageExtension(f)) continue;
@@ -220,7 +440,147 @@ class ImageFolderSource : public ImageSource {
         labels_.push_back(label);
       }
     }
-    return absl::OkStatus();
+  }
+
+  // A directory walked (rel to dir_; identity empty: it could not be listed).
+  struct WalkedDir {
+    std::string rel;
+    std::string identity;
+    std::vector<std::string> linked_files;
+  };
+
+  void Walked(const std::string& rel, const DirEntries& e) {
+    walked_.push_back({rel, e.identity, e.linked_files});
+    latest_change_ns_ = std::max(latest_change_ns_, e.changed_ns);
+  }
+
+  std::string DirPath(const std::string& rel) const {
+    return rel.empty() ? dir_ : absl::StrCat(dir_, "/", rel);
+  }
+
+  // The cache value: the directories walked, then per class its name and
+  // its files' paths after "<class>/" (labels follow from the classes).
+  std::string Encode() const {
+    std::string v;
+    v.reserve(names_.size() + 4 * labels_.size() + 64 * walked_.size());
+    AppendVarint(walked_.size(), &v);
+    for (const WalkedDir& w : walked_) {
+      AppendString(w.rel, &v);
+      AppendString(w.identity, &v);
+      AppendVarint(w.linked_files.size(), &v);
+      for (const std::string& l : w.linked_files) AppendString(l, &v);
+    }
+    AppendVarint(classes_.size(), &v);
+    size_t i = 0;
+    for (size_t c = 0; c < classes_.size(); ++c) {
+      size_t end = i;
+      while (end < labels_.size() && labels_[end] == int32_t(c)) ++end;
+      AppendString(classes_[c], &v);
+      AppendVarint(end - i, &v);
+      for (; i < end; ++i) {
+        AppendString(RelPath(i).substr(classes_[c].size() + 1), &v);
+      }
+    }
+    return v;
+  }
+
+  // Takes the listing from the cache when its entry decodes and every
+  // directory it walked is unchanged (image_source.h); false otherwise,
+  // leaving the source empty.
+  bool Load(const CacheDir& cache, const std::string& key) {
+    absl::StatusOr<std::string> v = cache.Get(kListingKind, key);
+    if (!v.ok()) {
+      if (!absl::IsNotFound(v.status())) {
+        LogIndex(LogLevel::kWarn,
+                 absl::StrCat("imagenet: listing cache of ", dir_,
+                              " unreadable: ", v.status().message()));
+      }
+      return false;
+    }
+    const bool decoded = Decode(*v);
+    if (!decoded) {
+      LogIndex(LogLevel::kWarn,
+               absl::StrCat("imagenet: listing cache of ", dir_,
+                            " does not decode; rebuilding it"));
+    }
+    if (!decoded || !Unchanged()) {
+      walked_.clear();
+      classes_.clear();
+      names_.clear();
+      offsets_.clear();
+      labels_.clear();
+      return false;
+    }
+    return true;
+  }
+
+  bool Decode(absl::string_view v) {
+    uint64_t n;
+    if (!ReadVarint(&v, &n) || n > v.size()) return false;
+    walked_.resize(n);
+    for (WalkedDir& w : walked_) {
+      absl::string_view rel, id;
+      uint64_t links;
+      if (!ReadString(&v, &rel) || !ReadString(&v, &id) ||
+          !ReadVarint(&v, &links) || links > v.size()) {
+        return false;
+      }
+      w.rel = std::string(rel);
+      w.identity = std::string(id);
+      w.linked_files.resize(links);
+      for (std::string& l : w.linked_files) {
+        absl::string_view name;
+        if (!ReadString(&v, &name)) return false;
+        l = std::string(name);
+      }
+    }
+    if (!ReadVarint(&v, &n) || n == 0 || n > v.size()) return false;
+    classes_.resize(n);
+    for (size_t c = 0; c < classes_.size(); ++c) {
+      absl::string_view cls;
+      uint64_t files;
+      if (!ReadString(&v, &cls) || !ReadVarint(&v, &files) || files == 0 ||
+          files > v.size()) {
+        return false;
+      }
+      classes_[c] = std::string(cls);
+      for (uint64_t f = 0; f < files; ++f) {
+        absl::string_view suffix;
+        if (!ReadString(&v, &suffix)) return false;
+        if (offsets_.empty()) offsets_.push_back(0);
+        names_.append(cls.data(), cls.size()).append("/");
+        names_.append(suffix.data(), suffix.size());
+        offsets_.push_back(names_.size());
+        labels_.push_back(int32_t(c));
+      }
+    }
+    return v.empty() && !walked_.empty();
+  }
+
+  // Every walked directory has its identity (or is still unlistable), and
+  // no symlink taken as a file resolves to a directory.
+  bool Unchanged() const {
+    std::atomic<bool> same{true};
+    ParallelFor(walked_.size(), [&](size_t i) {
+      if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
+        same = false;
+      }
+    });
+    return same;
+  }
+
+  bool Unchanged(const WalkedDir& w) const {
+    DIR* d = OpenDir(root_.get(), DirPath(w.rel));
+    if (d == nullptr) return w.identity.empty();
+    struct stat st;
+    bool same = !w.identity.empty() && fstat(dirfd(d), &st) == 0 &&
+                DirIdentity(st) == w.identity;
+    for (size_t i = 0; same && i < w.linked_files.size(); ++i) {
+      same = !(fstatat(dirfd(d), w.linked_files[i].c_str(), &st, 0) == 0 &&
+               S_ISDIR(st.st_mode));
+    }
+    closedir(d);
+    return same;
   }
 
   const std::string dir_;
@@ -232,6 +592,9 @@ class ImageFolderSource : public ImageSource {
   std::string names_;
   std::vector<uint64_t> offsets_;
   std::vector<int32_t> labels_;
+  // While indexing: the directories walked, and their latest change.
+  std::vector<WalkedDir> walked_;
+  int64_t latest_change_ns_ = 0;
 };
 
 class TFRecordImageSource : public ImageSource {
@@ -243,14 +606,37 @@ class TFRecordImageSource : public ImageSource {
     TFRecordOptions tfr;
     tfr.root = options.root;
     tfr.max_record_bytes = options.max_file_bytes;
-    absl::StatusOr<TFRecordShards> shards =
-        TFRecordShards::Open(files, tfr, [&](size_t opened, uint64_t records) {
+    tfr.cache = options.cache;
+    tfr.cache_settle_ns = options.cache_settle_ns;
+    ImageIndexStats unused;
+    ImageIndexStats* stats = options.stats ? options.stats : &unused;
+    absl::StatusOr<TFRecordShards> shards = TFRecordShards::Open(
+        files, tfr,
+        [&](size_t opened, uint64_t records) {
           report.Maybe("indexed ", records, " records in ", opened, " of ",
                        files.size(), " shards");
-        });
+        },
+        kIndexThreads);
     if (!shards.ok()) return shards.status();
     const uint64_t total = shards->size();
+    for (size_t f = 0; f < shards->shard_count(); ++f) {
+      const TFRecordFile& file = shards->shard(f);
+      if (file.index_from_cache()) {
+        ++stats->shards_from_cache;
+      } else {
+        ++stats->shards_scanned;
+        if (file.index_stored()) ++stats->shards_stored;
+      }
+    }
     report.Done("indexed ", total, " records in ", files.size(), " shards");
+    if (options.progress && options.cache != nullptr &&
+        options.cache->enabled()) {
+      LogIndex(LogLevel::kInfo,
+               absl::StrCat("imagenet: offsets of ", files.size(),
+                            " shards: ", stats->shards_from_cache,
+                            " from the cache, ", stats->shards_scanned,
+                            " scanned (", stats->shards_stored, " stored)"));
+    }
     if (total == 0) {
       return absl::NotFoundError(
           absl::StrCat("no records in the ", files.size(), " TFRecord shards"));

@@ -390,6 +390,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   source_options.root = *data_root;
   source_options.max_file_bytes = opt->max_file_bytes;
   source_options.progress = opt->progress;
+  // The daemon's --cache-dir: listings and TFRecord offsets are kept there.
+  source_options.cache = config.cache;
   if (split.empty() || split.find('/') != std::string::npos || split == "." ||
       split == "..") {
     return absl::InvalidArgumentError(

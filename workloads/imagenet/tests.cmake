@@ -2,7 +2,7 @@
 # GoogleTest is found and testing is enabled.
 find_package(JPEG REQUIRED)
 find_package(PNG REQUIRED)
-foreach(_t image_decoder_test transforms_test imagenet_test)
+foreach(_t image_decoder_test transforms_test imagenet_test index_cache_test)
   add_executable(${_t} ${PROJECT_SOURCE_DIR}/workloads/imagenet/${_t}.cc)
   target_link_libraries(${_t} PRIVATE GTest::gtest_main GTest::gmock
     batchd_imagenet batchd_workloads JPEG::JPEG PNG::PNG)

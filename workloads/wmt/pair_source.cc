@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -25,6 +25,9 @@ namespace wmt {
 namespace {
 
 constexpr const char* kBuilders[] = {"wmt17_translate", "wmt14_translate"};
+// Shards indexed at once: on network storage each open and scan waits for
+// round trips, and the waits overlap.
+constexpr size_t kOpenThreads = 16;
 
 // ---------------------------------------------------------------------------
 // TFDS shards
@@ -37,17 +40,28 @@ class TfdsSource : public PairSource {
     TFRecordOptions tfr;
     tfr.root = options.root;
     tfr.max_record_bytes = options.max_record_bytes;
-    absl::StatusOr<TFRecordShards> opened = TFRecordShards::Open(shards, tfr);
+    tfr.cache = options.cache;  // the shards' offset indexes (tfrecord.h)
+    std::string identity = "tfds ";
+    for (const std::string& path : shards) {
+      struct stat st;
+      absl::StatusOr<int> fd = options.root->OpenFile(path, &st);
+      if (!fd.ok()) return fd.status();
+      close(*fd);
+      absl::StrAppend(&identity, FileIdentity(path, st));
+    }
+    absl::StatusOr<TFRecordShards> opened =
+        TFRecordShards::Open(shards, tfr, nullptr, kOpenThreads);
     if (!opened.ok()) return opened.status();
     std::string describe = shards.empty() ? "" : shards.front();
     if (shards.size() > 1)
       absl::StrAppend(&describe, " (+", shards.size() - 1, " shards)");
-    return std::unique_ptr<PairSource>(
-        new TfdsSource(std::move(*opened), std::move(describe)));
+    return std::unique_ptr<PairSource>(new TfdsSource(
+        std::move(*opened), std::move(describe), std::move(identity)));
   }
 
   uint64_t size() const override { return shards_.size(); }
   std::string Describe() const override { return describe_; }
+  std::string Identity() const override { return identity_; }
 
   absl::Status Read(uint64_t i, std::string* de,
                     std::string* en) const override {
@@ -79,20 +93,23 @@ class TfdsSource : public PairSource {
   }
 
  private:
-  TfdsSource(TFRecordShards shards, std::string describe)
-      : shards_(std::move(shards)), describe_(std::move(describe)) {}
+  TfdsSource(TFRecordShards shards, std::string describe, std::string identity)
+      : shards_(std::move(shards)),
+        describe_(std::move(describe)),
+        identity_(std::move(identity)) {}
   const TFRecordShards shards_;
   const std::string describe_;
+  const std::string identity_;
 };
 
 // ---------------------------------------------------------------------------
 // Aligned text files
 
-// One read-only mapped text file and the start of each line.
+// One text file read with pread, and the start of each line. Text files
+// are big (WMT17's train side is ~1 GB): no size cap, but a line over
+// max_line_bytes is a damaged pair.
 class LineFile {
  public:
-  // Text files are big (WMT17's train side is ~1 GB) and mapped, not read:
-  // no size cap, but a line over max_line_bytes is a damaged pair.
   static absl::StatusOr<std::unique_ptr<LineFile>> Open(
       const std::string& path, const PairSourceOptions& options) {
     struct stat st;
@@ -103,61 +120,155 @@ class LineFile {
       }
       return opened.status();
     }
-    const int fd = *opened;
-    std::unique_ptr<LineFile> f(new LineFile(path, options.max_record_bytes));
+    std::unique_ptr<LineFile> f(
+        new LineFile(path, *opened, options.max_record_bytes));
     f->size_ = uint64_t(st.st_size);
-    if (f->size_ > 0) {
-      void* p = mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        close(fd);
-        return absl::UnavailableError(
-            absl::StrCat("cannot map ", path, ": ", strerror(err)));
+    f->identity_ = FileIdentity(path, st);
+    const CacheDir* cache = options.cache.get();
+    const std::string key =
+        absl::StrCat("wmt-lines v", kLinesFormat, " ", f->identity_);
+    if (cache != nullptr && f->LoadStarts(*cache, key)) return f;
+    absl::Status s = f->ScanStarts();
+    if (!s.ok()) return s;
+    if (cache != nullptr) {
+      std::string value(f->starts_.size() * 8, '\0');
+      for (size_t i = 0; i < f->starts_.size(); ++i) {
+        StoreLE64(f->starts_[i], &value[8 * i]);
       }
-      f->data_ = static_cast<const char*>(p);
-      madvise(p, f->size_, MADV_SEQUENTIAL);
+      absl::Status put = cache->Put(kLinesKind, key, value);
+      if (!put.ok()) {
+        fprintf(stderr,
+                "batchd: level=warn event=cache_put_failed kind=%s "
+                "error=\"%s\"\n",
+                kLinesKind, std::string(put.message()).c_str());
+      }
     }
-    close(fd);
-    // Line i is [starts_[i], starts_[i + 1] - 1); the sentinel is one past
-    // the end when the file does not end in '\n'.
-    uint64_t pos = 0;
-    while (pos < f->size_) {
-      f->starts_.push_back(pos);
-      const void* nl = memchr(f->data_ + pos, '\n', f->size_ - pos);
-      pos = nl == nullptr
-                ? f->size_ + 1
-                : uint64_t(static_cast<const char*>(nl) - f->data_) + 1;
-    }
-    f->starts_.push_back(std::max(pos, f->size_));
-    if (f->size_ > 0)
-      madvise(const_cast<char*>(f->data_), f->size_, MADV_RANDOM);
     return f;
   }
 
-  ~LineFile() {
-    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
-  }
+  ~LineFile() { close(fd_); }
 
   const std::string& path() const { return path_; }
+  const std::string& identity() const { return identity_; }
   uint64_t lines() const { return starts_.size() - 1; }
   absl::StatusOr<std::string> Line(uint64_t i) const {
-    uint64_t begin = starts_[i], end = starts_[i + 1] - 1;
-    if (end > begin && data_[end - 1] == '\r') --end;
-    if (end - begin > max_line_bytes_) {
+    const uint64_t begin = starts_[i];
+    uint64_t end = starts_[i + 1] - 1;
+    // One byte more to see a '\r' before the '\n'; the cap applies to the
+    // line without it.
+    if (end - begin > max_line_bytes_ + 1) {
       return absl::DataLossError(
           absl::StrCat(path_, ": line ", i + 1, " holds ", end - begin,
                        " bytes, over the limit of ", max_line_bytes_));
     }
-    return std::string(data_ + begin, end - begin);
+    std::string line(end - begin, '\0');
+    uint64_t got = 0;
+    while (got < line.size()) {
+      const ssize_t r =
+          pread(fd_, &line[got], line.size() - got, off_t(begin + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        const int err = errno;
+        return absl::UnavailableError(absl::StrCat(
+            "cannot read ", path_, " at ", begin + got, ": ", strerror(err)));
+      }
+      if (r == 0) {
+        return absl::DataLossError(absl::StrCat(
+            path_, ": line ", i + 1, " ends past the end of the file (",
+            "the file shrank since it was indexed)"));
+      }
+      got += uint64_t(r);
+    }
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.size() > max_line_bytes_) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": line ", i + 1, " holds ", line.size(),
+                       " bytes, over the limit of ", max_line_bytes_));
+    }
+    return line;
   }
 
  private:
-  LineFile(std::string path, uint64_t max_line_bytes)
-      : path_(std::move(path)), max_line_bytes_(max_line_bytes) {}
+  static constexpr const char* kLinesKind = "wmt-lines";
+  static constexpr int kLinesFormat = 1;
+  static constexpr size_t kScanBuffer = size_t(1) << 20;
+
+  static void StoreLE64(uint64_t v, char* p) {
+    for (int i = 0; i < 8; ++i) p[i] = char(uint8_t(v >> (8 * i)));
+  }
+  static uint64_t LoadLE64(const char* p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
+    return v;
+  }
+
+  LineFile(std::string path, int fd, uint64_t max_line_bytes)
+      : path_(std::move(path)), fd_(fd), max_line_bytes_(max_line_bytes) {}
+
+  // Line i is [starts_[i], starts_[i + 1] - 1); the sentinel is one past
+  // the end when the file does not end in '\n'. One sequential pass with a
+  // bounded buffer.
+  absl::Status ScanStarts() {
+    posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+    std::unique_ptr<char[]> buffer(new char[kScanBuffer]);
+    uint64_t offset = 0;
+    bool at_line_start = true;
+    while (offset < size_) {
+      const ssize_t r =
+          pread(fd_, buffer.get(),
+                std::min<uint64_t>(kScanBuffer, size_ - offset), off_t(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        const int err = errno;
+        return absl::UnavailableError(absl::StrCat(
+            "cannot read ", path_, " at ", offset, ": ", strerror(err)));
+      }
+      if (r == 0) break;  // shrank while scanning: index what is there
+      const char* p = buffer.get();
+      const char* const end = p + r;
+      while (p < end) {
+        if (at_line_start)
+          starts_.push_back(offset + uint64_t(p - buffer.get()));
+        const void* nl = memchr(p, '\n', size_t(end - p));
+        if (nl == nullptr) {
+          at_line_start = false;
+          break;
+        }
+        p = static_cast<const char*>(nl) + 1;
+        at_line_start = true;
+      }
+      offset += uint64_t(r);
+    }
+    size_ = offset;
+    starts_.push_back(at_line_start ? size_ : size_ + 1);
+    posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+    return absl::OkStatus();
+  }
+
+  // The offsets of a cache entry, checked against the file's size; false
+  // when absent or unusable.
+  bool LoadStarts(const CacheDir& cache, const std::string& key) {
+    absl::StatusOr<std::string> value = cache.Get(kLinesKind, key);
+    if (!value.ok()) return false;
+    const size_t n = value->size() / 8;
+    bool ok = value->size() % 8 == 0 && n >= 1;
+    std::vector<uint64_t> starts(n);
+    for (size_t i = 0; ok && i < n; ++i) {
+      starts[i] = LoadLE64(value->data() + 8 * i);
+      ok = i == 0 ? starts[0] == 0 : starts[i] > starts[i - 1];
+    }
+    ok =
+        ok && (starts.back() == size_ || (n > 1 && starts.back() == size_ + 1));
+    if (!ok) return false;  // the whole-key and checksum match: not expected
+    starts_ = std::move(starts);
+    return true;
+  }
+
   const std::string path_;
+  const int fd_;
   const uint64_t max_line_bytes_;
-  const char* data_ = nullptr;
   uint64_t size_ = 0;
+  std::string identity_;
   std::vector<uint64_t> starts_;
 };
 
@@ -184,6 +295,9 @@ class TextSource : public PairSource {
   uint64_t size() const override { return de_->lines(); }
   std::string Describe() const override {
     return absl::StrCat(de_->path(), " + ", en_->path());
+  }
+  std::string Identity() const override {
+    return absl::StrCat("text ", de_->identity(), en_->identity());
   }
 
   absl::Status Read(uint64_t i, std::string* de,

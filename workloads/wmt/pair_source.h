@@ -9,7 +9,11 @@
 //         tried next. Every shard 0..MMMMM-1 must be there; shards are read
 //         in order, records in file order.
 //   text  <data>/<split>.de and <data>/<split>.en, UTF-8, one sentence per
-//         line ('\n', a trailing '\r' is dropped), same line count.
+//         line ('\n', a trailing '\r' is dropped), same line count. Lines
+//         are read with pread, never mapped: memory holds the line offsets
+//         (8 bytes a line), not the text. The offsets come from one
+//         sequential pass with a bounded buffer, or from the cache (kind
+//         "wmt-lines", keyed by the file's identity) when one is given.
 //
 // Thread safety: immutable after Open; Read may be called from any number
 // of threads at once.
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
 
 namespace batchd {
@@ -38,6 +43,9 @@ class PairSource {
                             std::string* en) const = 0;
   // What was opened, for messages: a directory and a file pattern.
   virtual std::string Describe() const = 0;
+  // The identity of every file read (FileIdentity of cache_dir.h, in
+  // order), for cache keys: it changes when any file does.
+  virtual std::string Identity() const = 0;
 };
 
 // How a source opens its files.
@@ -48,6 +56,9 @@ struct PairSourceOptions {
   // A TFRecord record or a text line longer than this is a damaged pair
   // (DataLoss), refused without being read whole. Default: 64 MiB.
   uint64_t max_record_bytes = kDefaultMaxFileBytes;
+  // Where text sources keep their line offsets; null or disabled: each
+  // Open scans the files.
+  std::shared_ptr<const CacheDir> cache;
 };
 
 // kind: "auto", "tfds" or "text". NotFound names every path it tried.

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -15,7 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "workloads/common/cache_dir.h"
 #include "workloads/packed_schedule.h"
+#include "workloads/wmt/length_cache.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/pair_source.h"
 #include "workloads/wmt/tokenizer.h"
@@ -31,6 +35,10 @@ constexpr uint16_t kDroppedEmpty = 0xfffe;
 constexpr uint16_t kDroppedDamaged = 0xfffd;
 constexpr uint64_t kMaxLength = 4096;
 constexpr size_t kEpochTables = 4;  // per-epoch tables kept (LRU)
+
+static_assert(kDroppedDamaged > kLengthUnknown && kMaxLength < kFirstMark,
+              "the drop marks are marks of a persisted table "
+              "(length_cache.h)");
 
 bool Dropped(const PackedLengths& l) { return l.inputs > kMaxLength; }
 
@@ -221,7 +229,7 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     absl::StatusOr<std::unique_ptr<PairSource>> source = OpenPairSource(
         config.data_path, eval_train ? "train" : config.split, options->source,
-        PairSourceOptions{*root, kDefaultMaxFileBytes});
+        PairSourceOptions{*root, kDefaultMaxFileBytes, config.cache});
     if (!source.ok()) return source.status();
     if ((*source)->size() == 0) {
       return absl::FailedPreconditionError(
@@ -229,6 +237,22 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     std::unique_ptr<WmtWorkload> w(new WmtWorkload(
         *options, train, std::move(*tokenizer), std::move(*source)));
+    if (train && config.cache != nullptr && config.cache->enabled()) {
+      // The lengths depend on the model's bytes, not its path.
+      LengthsKeyParts key;
+      absl::Status read = ReadFileCapped(
+          **root, *model_path, kDefaultMaxFileBytes, &key.model_bytes);
+      if (!read.ok()) return read;
+      key.source_identity = w->source_->Identity();
+      key.max_length = options->max_length;
+      key.skip_empty = options->skip_empty;
+      key.invalid_utf8 =
+          options->invalid_utf8 == InvalidUtf8::kDrop ? "drop" : "encode";
+      key.source_kind = options->source;
+      key.split = config.split;
+      w->cache_ = config.cache;
+      w->lengths_key_ = LengthsKey(key);
+    }
     if (!train) {
       absl::Status s = w->IndexEvalPairs(
           eval_train ? options->eval_train_examples : UINT64_MAX);
@@ -350,22 +374,70 @@ class WmtWorkload : public Workload, public RowPacking {
     }
   }
 
+  // The lengths table: from the cache when it holds it, else built (under
+  // the entry's build lock, so that streams and daemons sharing the cache
+  // build it once: a second builder waits and then loads it) and stored.
+  // Entries still kLengthUnknown in a loaded table are tokenized.
   absl::Status EnsureLengths() const {
     if (lengths_ready_.load(std::memory_order_acquire)) return absl::OkStatus();
     std::lock_guard<std::mutex> lock(lengths_mu_);
     if (lengths_ready_.load(std::memory_order_relaxed)) return absl::OkStatus();
-    std::vector<PackedLengths> lengths(source_->size());
-    absl::Status s =
-        ParallelFor(lengths.size(), options_.index_threads, [&](uint64_t id) {
-          TokenPair pair;
-          absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
-          if (!fate.ok()) return fate.status();
-          lengths[id] = *fate == PairFate::kKept
-                            ? PackedLengthsOf(pair, options_.max_length)
-                            : DroppedMark(*fate);
-          return absl::OkStatus();
-        });
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t n = source_->size();
+    std::vector<PackedLengths> lengths;
+    CacheDir::Lock build_lock;
+    auto load = [&] {
+      absl::StatusOr<std::string> value =
+          cache_->Get(kLengthsKind, lengths_key_);
+      return value.ok() &&
+             DecodeLengths(*value, n, options_.max_length, &lengths);
+    };
+    bool loaded = false;
+    if (cache_ != nullptr) {
+      loaded = load();
+      if (!loaded) {
+        absl::StatusOr<CacheDir::Lock> locked =
+            cache_->LockEntry(kLengthsKind, lengths_key_);
+        if (!locked.ok()) return locked.status();
+        build_lock = std::move(*locked);
+        loaded = load();  // another builder may have finished meanwhile
+      }
+    }
+    if (!loaded) lengths.assign(n, {kLengthUnknown, kLengthUnknown});
+    std::atomic<uint64_t> tokenized{0};
+    absl::Status s = ParallelFor(n, options_.index_threads, [&](uint64_t id) {
+      if (lengths[id].inputs != kLengthUnknown) return absl::OkStatus();
+      TokenPair pair;
+      absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+      if (!fate.ok()) return fate.status();
+      lengths[id] = *fate == PairFate::kKept
+                        ? PackedLengthsOf(pair, options_.max_length)
+                        : DroppedMark(*fate);
+      tokenized.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
+    });
+    CountLengthPassTokenizations(tokenized.load());
     if (!s.ok()) return s;
+    if (cache_ != nullptr && tokenized.load() > 0) {
+      absl::Status put =
+          cache_->Put(kLengthsKind, lengths_key_, EncodeLengths(lengths));
+      if (!put.ok()) {
+        fprintf(stderr,
+                "batchd: level=warn event=cache_put_failed kind=%s "
+                "error=\"%s\"\n",
+                kLengthsKind, std::string(put.message()).c_str());
+      }
+    }
+    fprintf(
+        stderr,
+        "batchd: level=info event=wmt_lengths pairs=%llu tokenized=%llu "
+        "from=%s seconds=%.3f\n",
+        (unsigned long long)n, (unsigned long long)tokenized.load(),
+        cache_ == nullptr ? "pass"
+        : loaded          ? "cache"
+                          : "pass,cached",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
     lengths_ = std::move(lengths);
     lengths_ready_.store(true, std::memory_order_release);
     return absl::OkStatus();
@@ -491,6 +563,10 @@ class WmtWorkload : public Workload, public RowPacking {
   const std::unique_ptr<PairSource> source_;
   std::vector<TensorLayout> tensors_;
   std::vector<EvalPair> eval_pairs_;
+
+  // Set by Create (train split, cache on); else null and empty.
+  std::shared_ptr<const CacheDir> cache_;
+  std::string lengths_key_;
 
   // Written once under lengths_mu_, then read-only once lengths_ready_.
   mutable std::mutex lengths_mu_;

@@ -53,6 +53,12 @@
 // first call of RowsInEpoch tokenizes every pair once to learn its packed
 // lengths (4 bytes per pair, kept); after that RowsInEpoch is arithmetic
 // over lengths and FillRow tokenizes only its row's pairs.
+// With a cache (WorkloadConfig::cache) the lengths table is loaded from it
+// (kind "wmt-lengths", keyed by every input file's identity, the model's
+// bytes and the options that change lengths; length_cache.h), or built once
+// under the entry's build lock, which other streams and daemons on the
+// same cache wait for, and stored; text sources keep their line offsets
+// there too (pair_source.h). The rows are the same with and without it.
 //
 // Thread safety: as Workload; the length table and the per-epoch window
 // tables are built under a mutex.

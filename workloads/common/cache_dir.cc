@@ -1,0 +1,425 @@
+// The persistent cache directory; see cache_dir.h.
+#include "workloads/common/cache_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "workloads/common/tfrecord.h"
+
+namespace batchd {
+namespace {
+
+constexpr char kMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'C', '\x01'};
+constexpr size_t kHeaderBytes = 32;
+constexpr const char* kTempPrefix = ".tmp.";
+constexpr time_t kStaleTempSeconds = 3600;
+
+void StoreLE32(uint32_t v, char* p) {
+  for (int i = 0; i < 4; ++i) p[i] = char(uint8_t(v >> (8 * i)));
+}
+void StoreLE64(uint64_t v, char* p) {
+  for (int i = 0; i < 8; ++i) p[i] = char(uint8_t(v >> (8 * i)));
+}
+uint32_t LoadLE32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
+  return v;
+}
+uint64_t LoadLE64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
+  return v;
+}
+
+std::string Errno(int err) { return strerror(err); }
+
+absl::Status CheckKind(absl::string_view kind) {
+  bool ok = !kind.empty() && kind.size() <= 64;
+  for (char c : kind) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                c == '_');
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache: kind '", kind, "' is not 1-64 characters of [a-z0-9_-]"));
+  }
+  return absl::OkStatus();
+}
+
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out + "\"";
+}
+
+// Why `dir` (lstat'ed into st) may not hold a cache; empty when it may.
+std::string Unsafe(const struct stat& st) {
+  if (S_ISLNK(st.st_mode)) return "is a symbolic link";
+  if (!S_ISDIR(st.st_mode)) return "is not a directory";
+  if (st.st_uid != geteuid()) {
+    return absl::StrCat("is owned by uid ", st.st_uid, ", not ", geteuid());
+  }
+  if ((st.st_mode & 022) != 0) {
+    return absl::StrFormat("is writable by group or others (mode %04o)",
+                           st.st_mode & 07777);
+  }
+  return "";
+}
+
+// mkdir -p of the parents of `dir` (0755), then `dir` itself (0700).
+absl::Status MakeDirectory(const std::string& dir) {
+  for (size_t slash = dir.find('/', 1); slash != std::string::npos;
+       slash = dir.find('/', slash + 1)) {
+    const std::string parent = dir.substr(0, slash);
+    if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      const int err = errno;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cache: cannot create ", parent, " (for ", dir, "): ", Errno(err)));
+    }
+  }
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    const int err = errno;
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache: cannot create ", dir, ": ", Errno(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const char* p, size_t n,
+                      const std::string& what) {
+  while (n > 0) {
+    const ssize_t w = write(fd, p, std::min<size_t>(n, size_t(1) << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      return absl::UnavailableError(
+          absl::StrCat("cache: cannot write ", what, ": ", Errno(err)));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+  return absl::OkStatus();
+}
+
+std::string TempName(const std::string& name) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%s%s.%d.%d.%016x", kTempPrefix, name, getpid(),
+                         counter.fetch_add(1), rng());
+}
+
+}  // namespace
+
+uint64_t StableHash64(absl::string_view bytes) {
+  constexpr uint64_t kPrime = 0x100000001b3ull;
+  uint64_t h = 0xcbf29ce484222325ull;
+  const char* p = bytes.data();
+  size_t n = bytes.size();
+  for (; n >= 8; p += 8, n -= 8) h = (h ^ LoadLE64(p)) * kPrime;
+  for (; n > 0; ++p, --n) h = (h ^ uint8_t(*p)) * kPrime;
+  h ^= uint64_t(bytes.size());
+  // MurmurHash3's finaliser: every input bit reaches every output bit.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+std::string FileIdentity(const std::string& rel_path, const struct stat& st) {
+  std::string id;
+  absl::StrAppend(&id, rel_path.size(), ":", rel_path, " size=", st.st_size,
+                  " mtime_ns=",
+                  int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                  " ino=", st.st_ino, " dev=", st.st_dev, ";");
+  return id;
+}
+
+CacheDir::Lock& CacheDir::Lock::operator=(Lock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+CacheDir::Lock::~Lock() {
+  if (fd_ >= 0) close(fd_);  // closing the descriptor drops the flock
+}
+
+absl::StatusOr<std::shared_ptr<const CacheDir>> CacheDir::Open(
+    const std::string& dir) {
+  if (dir.empty()) return std::shared_ptr<const CacheDir>(new CacheDir(-1, ""));
+  if (dir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache: the cache directory '", dir, "' is not an absolute path"));
+  }
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      const int err = errno;
+      return absl::FailedPreconditionError(
+          absl::StrCat("cache: cannot stat ", dir, ": ", Errno(err)));
+    }
+    absl::Status made = MakeDirectory(dir);
+    if (!made.ok()) return made;
+  } else if (S_ISLNK(st.st_mode)) {
+    // O_NOFOLLOW | O_DIRECTORY below would say only "not a directory".
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache: refusing ", dir, ": it is a symbolic link"));
+  }
+  const int fd =
+      open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP || err == ENOTDIR) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cache: refusing ", dir, ": it ",
+          err == ELOOP ? "is a symbolic link" : "is not a directory"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache: cannot open ", dir, ": ", Errno(err)));
+  }
+  // Checked on the descriptor: what was checked is what is used.
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache: cannot stat ", dir, ": ", Errno(err)));
+  }
+  const std::string why = Unsafe(st);
+  if (!why.empty()) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cache: refusing ", dir, ": it ", why,
+        " (the cache must be a directory of the daemon's user, mode 0700)"));
+  }
+  std::shared_ptr<const CacheDir> cache(new CacheDir(fd, dir));
+  // Temporary files of writers that died mid-Put.
+  const int list_fd = dup(fd);
+  if (list_fd >= 0) {
+    if (DIR* d = fdopendir(list_fd)) {
+      const time_t now = time(nullptr);
+      while (struct dirent* e = readdir(d)) {
+        if (strncmp(e->d_name, kTempPrefix, strlen(kTempPrefix)) != 0) {
+          continue;
+        }
+        struct stat ts;
+        if (fstatat(fd, e->d_name, &ts, AT_SYMLINK_NOFOLLOW) == 0 &&
+            now - ts.st_mtime > kStaleTempSeconds) {
+          unlinkat(fd, e->d_name, 0);
+        }
+      }
+      closedir(d);
+    } else {
+      close(list_fd);
+    }
+  }
+  return cache;
+}
+
+CacheDir::~CacheDir() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::string CacheDir::EntryName(absl::string_view kind, absl::string_view key) {
+  return absl::StrFormat("%s-%016x.entry", kind, StableHash64(key));
+}
+
+void CacheDir::Discard(const std::string& name, const struct stat& st,
+                       absl::string_view kind, const std::string& why) const {
+  // Remove it only if it is still the file that was read: a writer may
+  // have renamed a good entry over it since.
+  struct stat now;
+  if (fstatat(fd_, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+      now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+    unlinkat(fd_, name.c_str(), 0);
+  }
+  fprintf(stderr,
+          "batchd: level=warn event=cache_corrupt kind=%s path=%s "
+          "reason=%s action=rebuild\n",
+          std::string(kind).c_str(), Quoted(path_ + "/" + name).c_str(),
+          Quoted(why).c_str());
+}
+
+absl::StatusOr<std::string> CacheDir::Get(absl::string_view kind,
+                                          absl::string_view key) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return absl::NotFoundError("cache: off");
+  const std::string name = EntryName(kind, key);
+  const int fd =
+      openat(fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("cache: no entry ", name));
+    }
+    struct stat st;
+    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISREG(st.st_mode)) {
+      Discard(name, st, kind, "not a regular file");
+      return absl::NotFoundError(absl::StrCat("cache: discarded ", name));
+    }
+    return absl::UnavailableError(absl::StrCat("cache: cannot open ", path_,
+                                               "/", name, ": ", Errno(err)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cache: cannot stat ", path_,
+                                               "/", name, ": ", Errno(err)));
+  }
+  auto discard = [&](const std::string& why) {
+    close(fd);
+    Discard(name, st, kind, why);
+    return absl::NotFoundError(
+        absl::StrCat("cache: discarded ", name, ": ", why));
+  };
+  if (!S_ISREG(st.st_mode)) return discard("not a regular file");
+  if (st.st_uid != geteuid()) {
+    return discard(absl::StrCat("owned by uid ", st.st_uid));
+  }
+  const uint64_t size = uint64_t(st.st_size);
+  const uint64_t least = kHeaderBytes + kind.size() + key.size() + 4;
+  if (size < least) {
+    return discard(absl::StrCat("truncated: ", size, " bytes"));
+  }
+  std::string bytes(size, '\0');
+  uint64_t got = 0;
+  while (got < size) {
+    const ssize_t r = pread(fd, &bytes[got], size - got, off_t(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("cache: cannot read ", path_,
+                                                 "/", name, ": ", Errno(err)));
+    }
+    if (r == 0) break;
+    got += uint64_t(r);
+  }
+  if (got != size) return discard("shorter than its size");
+  const char* p = bytes.data();
+  if (memcmp(p, kMagic, sizeof(kMagic)) != 0) return discard("bad magic");
+  if (LoadLE32(p + 8) != kEntryFormatVersion) {
+    return discard(absl::StrCat("format version ", LoadLE32(p + 8), ", not ",
+                                kEntryFormatVersion));
+  }
+  const uint64_t kind_len = LoadLE32(p + 12);
+  const uint64_t key_len = LoadLE64(p + 16);
+  const uint64_t value_len = LoadLE64(p + 24);
+  if (kind_len != kind.size() || key_len != key.size() || value_len > size ||
+      kHeaderBytes + kind_len + key_len + value_len + 4 != size) {
+    return discard("lengths disagree with the file size (truncated?)");
+  }
+  const uint32_t stored_crc = LoadLE32(p + size - 4);
+  if (Crc32c(p, size - 4) != stored_crc) return discard("checksum mismatch");
+  if (absl::string_view(p + kHeaderBytes, kind_len) != kind ||
+      absl::string_view(p + kHeaderBytes + kind_len, key_len) != key) {
+    return discard("holds another key");
+  }
+  close(fd);
+  // The value, in place: shift it to the front instead of copying it.
+  const size_t value_at = kHeaderBytes + kind_len + key_len;
+  bytes.erase(0, value_at);
+  bytes.resize(value_len);
+  return bytes;
+}
+
+absl::Status CacheDir::Put(absl::string_view kind, absl::string_view key,
+                           absl::string_view value) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return absl::OkStatus();
+  const std::string name = EntryName(kind, key);
+  const std::string temp = TempName(name);
+  const int fd =
+      openat(fd_, temp.c_str(),
+             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::UnavailableError(absl::StrCat("cache: cannot create ", path_,
+                                               "/", temp, ": ", Errno(err)));
+  }
+  char header[kHeaderBytes];
+  memcpy(header, kMagic, sizeof(kMagic));
+  StoreLE32(kEntryFormatVersion, header + 8);
+  StoreLE32(uint32_t(kind.size()), header + 12);
+  StoreLE64(key.size(), header + 16);
+  StoreLE64(value.size(), header + 24);
+  uint32_t crc = Crc32c(header, kHeaderBytes);
+  crc = Crc32c(kind.data(), kind.size(), crc);
+  crc = Crc32c(key.data(), key.size(), crc);
+  crc = Crc32c(value.data(), value.size(), crc);
+  char trailer[4];
+  StoreLE32(crc, trailer);
+  const std::string what = absl::StrCat(path_, "/", temp);
+  absl::Status s = WriteAll(fd, header, kHeaderBytes, what);
+  if (s.ok()) s = WriteAll(fd, kind.data(), kind.size(), what);
+  if (s.ok()) s = WriteAll(fd, key.data(), key.size(), what);
+  if (s.ok()) s = WriteAll(fd, value.data(), value.size(), what);
+  if (s.ok()) s = WriteAll(fd, trailer, 4, what);
+  if (s.ok() && fsync(fd) != 0) {
+    const int err = errno;
+    s = absl::UnavailableError(
+        absl::StrCat("cache: cannot sync ", what, ": ", Errno(err)));
+  }
+  close(fd);
+  if (s.ok() && renameat(fd_, temp.c_str(), fd_, name.c_str()) != 0) {
+    const int err = errno;
+    s = absl::UnavailableError(absl::StrCat("cache: cannot rename ", what,
+                                            " to ", name, ": ", Errno(err)));
+  }
+  if (!s.ok()) {
+    unlinkat(fd_, temp.c_str(), 0);
+    return s;
+  }
+  fsync(fd_);  // the rename itself survives a crash
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CacheDir::Lock> CacheDir::LockEntry(
+    absl::string_view kind, absl::string_view key) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return Lock();
+  std::string name = EntryName(kind, key);
+  name.replace(name.size() - strlen(".entry"), std::string::npos, ".lock");
+  const int fd = openat(fd_, name.c_str(),
+                        O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::UnavailableError(absl::StrCat(
+        "cache: cannot open the lock ", path_, "/", name, ": ", Errno(err)));
+  }
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cache: cannot lock ", path_,
+                                               "/", name, ": ", Errno(err)));
+  }
+  return Lock(fd);
+}
+
+}  // namespace batchd

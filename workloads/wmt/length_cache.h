@@ -1,0 +1,61 @@
+// The WMT train split's per-pair packed lengths, persisted in the cache
+// (workloads/common/cache_dir.h, kind "wmt-lengths") so that the one-time
+// length pass, which tokenizes every pair, runs once per data set and not
+// once per daemon start.
+//
+// Value: for each pair id in order, uint16 inputs then uint16 targets
+// (little endian): a packed length (<= max_length), one of the workload's
+// drop marks (>= kFirstMark), or kLengthUnknown for a pair not yet
+// tokenized, so that a table can be filled and persisted piece by piece.
+//
+// Key: everything the lengths depend on: every input file's identity (path,
+// size, mtime, inode, device), a hash of the SentencePiece model's bytes,
+// max_length, skip_empty, invalid_utf8, the source kind, the split, and
+// kLengthsFormat (bump it when tokenization or packed lengths change).
+//
+// Thread safety: functions only; the counter is atomic.
+#ifndef BATCHD_WORKLOADS_WMT_LENGTH_CACHE_H_
+#define BATCHD_WORKLOADS_WMT_LENGTH_CACHE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "workloads/wmt/packing.h"
+
+namespace batchd {
+namespace wmt {
+
+constexpr const char* kLengthsKind = "wmt-lengths";
+constexpr uint32_t kLengthsFormat = 1;
+// Marks are at or above kFirstMark; kLengthUnknown is "not tokenized yet".
+constexpr uint16_t kFirstMark = 0xfffc;
+constexpr uint16_t kLengthUnknown = 0xfffc;
+
+struct LengthsKeyParts {
+  std::string source_identity;  // PairSource::Identity()
+  std::string model_bytes;      // the SentencePiece model file (hashed)
+  uint64_t max_length = 0;
+  bool skip_empty = false;
+  std::string invalid_utf8;  // "encode" or "drop"
+  std::string source_kind;   // the source option: auto, tfds, text
+  std::string split;
+};
+std::string LengthsKey(const LengthsKeyParts& parts);
+
+std::string EncodeLengths(const std::vector<PackedLengths>& lengths);
+// The table of a cache value: false when it does not hold `n` entries or
+// holds a value that is neither a length up to max_length nor a mark.
+bool DecodeLengths(absl::string_view value, uint64_t n, uint64_t max_length,
+                   std::vector<PackedLengths>* lengths);
+
+// Pairs tokenized by length passes in this process (tests prove with it
+// that a cached table tokenizes nothing).
+uint64_t LengthPassTokenizations();
+void CountLengthPassTokenizations(uint64_t n);
+
+}  // namespace wmt
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_WMT_LENGTH_CACHE_H_
