@@ -931,7 +931,7 @@ class WmtCacheTest : public WmtWorkloadTest {
   static uint64_t Tokenized(const Workload& w, const EpochOrder& order,
                             std::vector<PackedRow>* rows) {
     const uint64_t before = wmt::LengthPassTokenizations();
-    EXPECT_TRUE(w.RowsInEpoch(order).ok());
+    EXPECT_TRUE(Rows(w).RowsInEpoch(order).ok());
     const uint64_t tokenized = wmt::LengthPassTokenizations() - before;
     if (rows != nullptr) *rows = AllRows(w, order, nullptr, nullptr);
     return tokenized;
@@ -1072,8 +1072,8 @@ TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
   auto b = CreateCached(d);
   ASSERT_TRUE(a.ok() && b.ok());
   const uint64_t before = wmt::LengthPassTokenizations();
-  std::thread ta([&] { EXPECT_TRUE((*a)->RowsInEpoch(order).ok()); });
-  std::thread tb([&] { EXPECT_TRUE((*b)->RowsInEpoch(order).ok()); });
+  std::thread ta([&] { EXPECT_TRUE(Rows(**a).RowsInEpoch(order).ok()); });
+  std::thread tb([&] { EXPECT_TRUE(Rows(**b).RowsInEpoch(order).ok()); });
   ta.join();
   tb.join();
   EXPECT_EQ(wmt::LengthPassTokenizations() - before, kTrainPairs);
