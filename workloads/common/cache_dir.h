@@ -112,6 +112,16 @@ class CacheDir {
   const std::string path_;
 };
 
+// The encoding cache values use: LEB128 varints and length-prefixed
+// strings. The Read functions consume from *in and return false on a value
+// cut short (a damaged entry, which the caller rebuilds).
+void AppendVarint(uint64_t v, std::string* out);
+void AppendString(absl::string_view s, std::string* out);
+bool ReadVarint(absl::string_view* in, uint64_t* v);
+bool ReadString(absl::string_view* in, absl::string_view* s);
+// A timestamp of struct stat in nanoseconds, for identities.
+int64_t Nanos(const struct timespec& t);
+
 // A stable 64-bit hash of bytes (FNV-1a over 64-bit lanes; not
 // cryptographic): the same in every process and release, for keys and
 // entry names.

@@ -193,29 +193,6 @@ absl::Status ScanRecords(int fd, const std::string& path, uint64_t file_size,
 constexpr const char* kOffsetsKind = "tfrecord-offsets";
 constexpr const char* kOffsetsFormat = "tfrecord-offsets v1";
 
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(char(uint8_t(v)));
-}
-
-bool ReadVarint(absl::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    const uint8_t b = uint8_t(in->front());
-    in->remove_prefix(1);
-    *v |= uint64_t(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-int64_t Nanos(const struct timespec& t) {
-  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
-
 // What the index depends on (see tfrecord.h): no device number.
 std::string ShardIdentity(const struct stat& st) {
   return absl::StrCat("ino=", st.st_ino, " size=", st.st_size,

@@ -48,10 +48,6 @@ bool HasImageExtension(const std::string& name) {
 // stop instead.
 constexpr int kMaxDepth = 64;
 
-int64_t Nanos(const struct timespec& t) {
-  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
-
 // What a directory's listing depends on (image_source.h): no device number.
 std::string DirIdentity(const struct stat& st) {
   return absl::StrCat("ino=", st.st_ino, " size=", st.st_size,
@@ -125,38 +121,6 @@ absl::Status ListDir(const DataRoot* root, const std::string& path,
   }
   closedir(d);
   return absl::OkStatus();
-}
-
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(char(uint8_t(v)));
-}
-
-void AppendString(absl::string_view s, std::string* out) {
-  AppendVarint(s.size(), out);
-  out->append(s.data(), s.size());
-}
-
-bool ReadVarint(absl::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    const uint8_t b = uint8_t(in->front());
-    in->remove_prefix(1);
-    *v |= uint64_t(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-bool ReadString(absl::string_view* in, absl::string_view* s) {
-  uint64_t n;
-  if (!ReadVarint(in, &n) || n > in->size()) return false;
-  *s = in->substr(0, n);
-  in->remove_prefix(n);
-  return true;
 }
 
 // `path` relative to the data root, when it lies beneath it.
