@@ -134,7 +134,8 @@ class WmtReadAheadTest : public ::testing::Test {
   // Rank 0's batches of steps [0, steps), filled item by item as the
   // engine fills them. With `ra`, the workload reads through a read-ahead
   // stream over `read` (default: its own reader); before each step the
-  // lane is told that the step is decoded and the stage runs until idle.
+  // stage runs until idle, the lane is told that the step is decoded, and
+  // the stage runs until idle again.
   // The lane begins at step 1, so that step 0 is read by the worker alone
   // and every later step is read ahead first.
   // `before_decoding` runs once step 0 is located, before anything is read.
@@ -175,6 +176,8 @@ class WmtReadAheadTest : public ::testing::Test {
       EXPECT_TRUE(schedule->ExamplesOf(step, 0, &keys));
       (step == 0 ? run.pairs_of_step0 : run.pairs_after) += keys.size();
       if (ra != nullptr) {
+        // What was read ahead while step - 1 was decoded lands first.
+        ra->WaitIdleForTest();
         ra->Decoding(lane, step);
         ra->WaitIdleForTest();
       }

@@ -421,14 +421,8 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     absl::Status s = EnsureLengths();
     if (!s.ok()) return s;
-    {
-      std::lock_guard<std::mutex> lock(tables_mu_);
-      for (CachedTable& c : tables_) {
-        if (c.table->seed == order.seed && c.table->epoch == order.epoch) {
-          c.last_use = ++use_clock_;
-          return c.table;
-        }
-      }
+    if (std::shared_ptr<const EpochTable> cached = CachedTableFor(order)) {
+      return cached;
     }
     // Built outside the lock: two threads may both build one (same result).
     auto table = std::make_shared<EpochTable>();
