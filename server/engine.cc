@@ -52,14 +52,7 @@ RankProducer::RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
 
 bool ExamplesOfStep(const StreamSetup& s, uint32_t rank, uint64_t step,
                     std::vector<ReadAheadKey>* keys) {
-  if (!s.schedule->Ready(step).ok()) return false;
-  absl::StatusOr<StepItems> items = s.schedule->Locate(step, rank);
-  if (!items.ok()) return false;
-  for (uint64_t i = 0; i < items->valid; ++i) {
-    const ItemRef item = s.schedule->Item(*items, i);
-    keys->push_back({item.epoch, item.position, item.id});
-  }
-  return true;
+  return s.schedule->ExamplesOf(step, rank, keys);
 }
 
 Engine::Engine(int threads, ReadAhead* readahead)

@@ -81,10 +81,10 @@ struct StreamSetup {
   void Cancel() { schedule->Cancel(); }
 };
 
-// The examples rank `rank` decodes for global batch `step`, in RunTask's
-// order, padding left out; false when the schedule has no such step yet
-// (past the end of a finite stream). For read-ahead streams, whose items
-// are examples.
+// The examples rank `rank` reads for global batch `step`, in RunTask's
+// order, padding left out (the schedule's ExamplesOf: the examples
+// themselves, or the pairs of packed rows); false when they are not known
+// now (past the end of a finite stream, or the step is not located yet).
 bool ExamplesOfStep(const StreamSetup& s, uint32_t rank, uint64_t step,
                     std::vector<ReadAheadKey>* keys);
 

@@ -172,6 +172,9 @@ void ReadAhead::Decoding(LaneId id, uint64_t step) {
     Lane& lane = it->second;
     if (!lane.any_decoding || step > lane.decoding) lane.decoding = step;
     lane.any_decoding = true;
+    // A step the order did not know may be known now (a packed stream's
+    // epoch counted since).
+    lane.at_end = false;
   }
   work_cv_.notify_all();
 }

@@ -55,14 +55,11 @@ namespace batchd {
 class ReadAhead;
 
 // One example of a lane's order.
-struct ReadAheadKey {
-  uint64_t epoch = 0;
-  uint64_t position = 0;
-  uint64_t id = 0;
-};
+using ReadAheadKey = ExampleKey;
 
 // The examples of `step` of one lane, in decode order; false when the lane
-// has no such step (a finite stream ended).
+// has no such step now (a finite stream ended, or the step is not located
+// yet): the lane then asks again after its next Decoding.
 using LaneOrderFn =
     std::function<bool(uint64_t step, std::vector<ReadAheadKey>* keys)>;
 
@@ -170,7 +167,7 @@ class ReadAhead {
     size_t next_index = 0;    // within keys
     std::vector<ReadAheadKey> keys;
     bool have_keys = false;
-    bool at_end = false;
+    bool at_end = false;  // order said false; cleared by Decoding
     uint64_t held = 0;  // bytes buffered + estimated in flight
   };
 

@@ -36,6 +36,20 @@ ItemRef PackedSchedule::Item(const StepItems& items, uint64_t i) const {
   return item;
 }
 
+bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
+                                std::vector<ExampleKey>* keys) {
+  Location loc;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<Location> found = Find(step);
+    if (!found.ok()) return false;
+    loc = *found;
+  }
+  return packer_.ExamplesOfRows(Order(loc.epoch),
+                                loc.first_row + uint64_t(rank) * per_rank_,
+                                per_rank_, keys);
+}
+
 absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor) {
   absl::StatusOr<uint64_t> row =
       packer_.RowAtCursor(Order(cursor.epoch), cursor);

@@ -45,6 +45,16 @@ class RowPacking {
   virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
                                uint8_t* const* out,
                                WorkloadCounters* counters) const = 0;
+  // Read-ahead: appends the examples that FillRow reads for rows
+  // [first_row, first_row + count) of the epoch, in its order, keyed by
+  // (epoch, position in the epoch's order, id). False when they are not
+  // known without waiting (the epoch's layout is not at hand). Never waits
+  // for I/O or for a pass over the data. Default: false (not read ahead).
+  virtual bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
+                              uint64_t count,
+                              std::vector<ExampleKey>* keys) const {
+    return false;
+  }
 };
 
 // Where the steps of a RowPacking workload fall: epoch e holds
@@ -84,6 +94,10 @@ class PackedSchedule : public Schedule {
   absl::Status Anchor(uint64_t step, const RowCursor& cursor) override;
   absl::Status CheckReachable(uint64_t step) const override;
   void Cancel() override;
+  // The pairs of the rank's rows, from the packer, when the step is
+  // located (its epoch counted); never starts counting.
+  bool ExamplesOf(uint64_t step, uint32_t rank,
+                  std::vector<ExampleKey>* keys) override;
 
   struct Location {
     uint64_t epoch = 0;

@@ -15,6 +15,18 @@ absl::Status Schedule::CheckReachable(uint64_t step) const {
   return absl::OkStatus();
 }
 
+bool Schedule::ExamplesOf(uint64_t step, uint32_t rank,
+                          std::vector<ExampleKey>* keys) {
+  if (!Ready(step).ok()) return false;
+  absl::StatusOr<StepItems> items = Locate(step, rank);
+  if (!items.ok()) return false;
+  for (uint64_t i = 0; i < items->valid; ++i) {
+    const ItemRef item = Item(*items, i);
+    keys->push_back({item.epoch, item.position, item.id});
+  }
+  return true;
+}
+
 absl::Status ExampleSchedule::Ready(uint64_t step) {
   if (sampler_.Finite() && step >= sampler_.steps_per_epoch()) {
     return absl::OutOfRangeError("the evaluation pass has ended");

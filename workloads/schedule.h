@@ -12,6 +12,7 @@
 #define BATCHD_WORKLOADS_SCHEDULE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +50,15 @@ struct StepItems {
   RowCursor cursor;  // where the batch begins (its first item)
 };
 
+// An example that a step's items read from storage, for read-ahead: unique
+// per (epoch, position) within a stream, and `id` is what the workload's
+// ExampleReadFn reads.
+struct ExampleKey {
+  uint64_t epoch = 0;
+  uint64_t position = 0;
+  uint64_t id = 0;
+};
+
 class Schedule {
  public:
   virtual ~Schedule() = default;
@@ -76,6 +86,15 @@ class Schedule {
   // Stops background preparation soon (the stream is closing); Ready then
   // fails for steps not yet prepared. Default: nothing to stop.
   virtual void Cancel() {}
+
+  // Read-ahead: appends the examples rank `rank`'s items of `step` read,
+  // in the order FillItem reads them (padding left out). False when they
+  // are not known now: the step is past the end of a finite stream, or not
+  // located yet (ask again later). Never waits and is cheap: the read-ahead
+  // stage asks under its lock. Default: the items' own (epoch, position,
+  // id), once Ready(step) is OK (items that are examples).
+  virtual bool ExamplesOf(uint64_t step, uint32_t rank,
+                          std::vector<ExampleKey>* keys);
 };
 
 // Items are the examples of the sampler's order, pure arithmetic: rank r's

@@ -96,12 +96,14 @@ class Workload {
   }
 
   // Read-ahead. A workload that reads each example from storage on its own
-  // (ImageNet's files and records) returns that read here; empty (the
-  // default): the workload is not read ahead (synthetic data; WMT, whose
-  // batches are packed rows, not examples of the sampler's order).
+  // (ImageNet's files and records, WMT's TFDS records) returns that read
+  // here; empty (the default): the workload is not read ahead (synthetic
+  // data, WMT text files). Which examples a step reads, and their keys, is
+  // the schedule's ExamplesOf.
   virtual ExampleReadFn example_reader() const { return nullptr; }
-  // FillItem then takes the first read of each valid example from
-  // `prefetch` (keyed by the ItemRef's epoch and position). Set once,
+  // FillItem then takes the first read of each example it reads from
+  // `prefetch`, keyed as the schedule's ExamplesOf keys it (the ItemRef's
+  // epoch and position for items that are examples). Set once,
   // before the first FillItem; `prefetch` outlives every FillItem.
   // Default: ignored.
   virtual void set_prefetch(ExamplePrefetch* prefetch) {}

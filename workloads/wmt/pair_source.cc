@@ -65,6 +65,29 @@ class TfdsSource : public PairSource {
 
   absl::Status Read(uint64_t i, std::string* de,
                     std::string* en) const override {
+    std::string bytes;
+    absl::Status s = ReadRecord(i, &bytes);
+    if (!s.ok()) return s;
+    return ParseRecord(i, bytes, de, en);
+  }
+
+  bool has_records() const override { return true; }
+
+  absl::Status ReadRecord(uint64_t i, std::string* bytes) const override {
+    if (i >= size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("pair ", i, " out of range (", size(), ")"));
+    }
+    const TFRecordShards::Location at = shards_.Locate(i);
+    absl::StatusOr<std::string> read =
+        shards_.shard(at.shard).Read(size_t(at.record));
+    if (!read.ok()) return read.status();
+    *bytes = std::move(*read);
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseRecord(uint64_t i, const std::string& bytes,
+                           std::string* de, std::string* en) const override {
     if (i >= size()) {
       return absl::OutOfRangeError(
           absl::StrCat("pair ", i, " out of range (", size(), ")"));
@@ -72,9 +95,7 @@ class TfdsSource : public PairSource {
     const TFRecordShards::Location at = shards_.Locate(i);
     const TFRecordFile& file = shards_.shard(at.shard);
     const size_t record = size_t(at.record);
-    absl::StatusOr<std::string> bytes = file.Read(record);
-    if (!bytes.ok()) return bytes.status();
-    absl::StatusOr<ExampleFeatures> ex = ParseExample(*bytes);
+    absl::StatusOr<ExampleFeatures> ex = ParseExample(bytes);
     if (!ex.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           file.path(), ": record ", record, ": ", ex.status().message()));

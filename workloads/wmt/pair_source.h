@@ -46,6 +46,23 @@ class PairSource {
   // The identity of every file read (FileIdentity of cache_dir.h, in
   // order), for cache keys: it changes when any file does.
   virtual std::string Identity() const = 0;
+
+  // Whether pair i is one stored record (TFDS) that can be read and parsed
+  // apart, for read-ahead: Read(i) is then ReadRecord(i) followed by
+  // ParseRecord(i, bytes), with the same results and errors. Default:
+  // false (text files; both then return Unimplemented).
+  virtual bool has_records() const { return false; }
+  // The stored bytes of pair i: I/O errors, and DataLoss for a damaged
+  // record, as Read reports them.
+  virtual absl::Status ReadRecord(uint64_t i, std::string* bytes) const {
+    return absl::UnimplementedError("pairs of this source are not records");
+  }
+  // Pair i from its stored bytes: InvalidArgument (naming file and record)
+  // when they do not hold a pair.
+  virtual absl::Status ParseRecord(uint64_t i, const std::string& bytes,
+                                   std::string* de, std::string* en) const {
+    return absl::UnimplementedError("pairs of this source are not records");
+  }
 };
 
 // How a source opens its files.

@@ -287,6 +287,32 @@ class WmtWorkload : public Workload, public RowPacking {
   absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
                         WorkloadCounters* counters) const override;
 
+  // Read-ahead reads the stored record of a pair (TFDS sources; text lines
+  // are not read ahead). The id is a pair of the source for train rows
+  // (ExamplesOfRows) and an eval example (an index of eval_pairs_) for the
+  // eval splits, as their schedules' keys say.
+  ExampleReadFn example_reader() const override {
+    if (!source_->has_records()) return nullptr;
+    return [this](uint64_t id, std::string* bytes, int64_t* label) {
+      *label = 0;
+      if (!train_) {
+        if (id >= eval_pairs_.size()) {
+          return absl::OutOfRangeError(
+              absl::StrCat("wmt: example ", id, " of ", eval_pairs_.size()));
+        }
+        id = eval_pairs_[id].id;
+      }
+      return source_->ReadRecord(id, bytes);
+    };
+  }
+  void set_prefetch(ExamplePrefetch* prefetch) override {
+    prefetch_ = prefetch;
+  }
+
+  bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
+                      uint64_t count,
+                      std::vector<ExampleKey>* keys) const override;
+
   absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
                                         uint64_t row) const override {
     absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
@@ -344,10 +370,21 @@ class WmtWorkload : public Workload, public RowPacking {
   }
 
   // Reads and tokenizes pair `id`. Damaged records are a fate, not an
-  // error; I/O failures are errors.
-  absl::StatusOr<PairFate> LoadPair(uint64_t id, TokenPair* pair) const {
+  // error; I/O failures are errors. With `key` (the pair's read-ahead key)
+  // and a prefetch, the record's bytes come through the prefetch, whose
+  // errors are those of the source's own read.
+  absl::StatusOr<PairFate> LoadPair(uint64_t id, TokenPair* pair,
+                                    const ExampleKey* key = nullptr) const {
     std::string de, en;
-    absl::Status s = source_->Read(id, &de, &en);
+    absl::Status s;
+    if (key != nullptr && prefetch_ != nullptr && source_->has_records()) {
+      std::string bytes;
+      int64_t label = 0;
+      s = prefetch_->Read(key->epoch, key->position, key->id, &bytes, &label);
+      if (s.ok()) s = source_->ParseRecord(id, bytes, &de, &en);
+    } else {
+      s = source_->Read(id, &de, &en);
+    }
     if (s.code() == absl::StatusCode::kDataLoss ||
         s.code() == absl::StatusCode::kInvalidArgument) {
       return PairFate::kDamaged;
@@ -456,14 +493,8 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     absl::Status s = EnsureLengths();
     if (!s.ok()) return s;
-    {
-      std::lock_guard<std::mutex> lock(tables_mu_);
-      for (CachedTable& c : tables_) {
-        if (c.table->seed == order.seed && c.table->epoch == order.epoch) {
-          c.last_use = ++use_clock_;
-          return c.table;
-        }
-      }
+    if (std::shared_ptr<const EpochTable> cached = CachedTableFor(order)) {
+      return cached;
     }
     // Built outside the lock: two threads may both build one (same result).
     auto table = std::make_shared<EpochTable>();
@@ -508,6 +539,50 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     tables_.push_back({table, ++use_clock_});
     return std::shared_ptr<const EpochTable>(table);
+  }
+
+  // The epoch's table if it is built already (never builds one), else null.
+  std::shared_ptr<const EpochTable> CachedTableFor(
+      const EpochOrder& order) const {
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    for (CachedTable& c : tables_) {
+      if (c.table->seed == order.seed && c.table->epoch == order.epoch) {
+        c.last_use = ++use_clock_;
+        return c.table;
+      }
+    }
+    return nullptr;
+  }
+
+  // The kept pairs of window `w` as the table saw them: their ids,
+  // positions in the epoch's order and lengths. Drops are counted into
+  // `counters` (may be null), up to the next window's start.
+  absl::Status WindowPairs(const EpochOrder& order, const EpochTable& table,
+                           uint64_t w, WorkloadCounters* counters,
+                           std::vector<uint64_t>* ids,
+                           std::vector<uint64_t>* positions,
+                           std::vector<PackedLengths>* lengths) const {
+    for (uint64_t p = table.window_start[w]; p < table.window_start[w + 1];
+         ++p) {
+      const uint64_t id = order.id_at(p);
+      if (id >= lengths_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "wmt: the epoch order gives id ", id, " at position ", p));
+      }
+      const PackedLengths& l = lengths_[id];
+      if (Dropped(l)) {
+        CountDrop(l, counters);
+        continue;
+      }
+      if (ids->size() == options_.max_length) {
+        if (counters != nullptr) continue;  // still counting the drops
+        break;
+      }
+      ids->push_back(id);
+      positions->push_back(p);
+      lengths->push_back(l);
+    }
+    return absl::OkStatus();
   }
 
   // Tokenizes the pairs of an eval split once, in file order, to know
@@ -563,6 +638,7 @@ class WmtWorkload : public Workload, public RowPacking {
   const std::unique_ptr<PairSource> source_;
   std::vector<TensorLayout> tensors_;
   std::vector<EvalPair> eval_pairs_;
+  ExamplePrefetch* prefetch_ = nullptr;  // set before the first FillItem
 
   // Set by Create (train split, cache on); else null and empty.
   std::shared_ptr<const CacheDir> cache_;
@@ -592,27 +668,13 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
   const uint64_t w = table.WindowOfRow(row);
   const uint64_t r = row - table.first_row[w];
 
-  // The window's kept pairs, as the table saw them.
-  std::vector<uint64_t> ids;
+  // The window's kept pairs, as the table saw them; its first row counts
+  // its drops.
+  std::vector<uint64_t> ids, positions;
   std::vector<PackedLengths> lengths;
-  for (uint64_t p = table.window_start[w]; p < table.window_start[w + 1]; ++p) {
-    const uint64_t id = order.id_at(p);
-    if (id >= lengths_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "wmt: the epoch order gives id ", id, " at position ", p));
-    }
-    const PackedLengths& l = lengths_[id];
-    if (Dropped(l)) {
-      if (r == 0) CountDrop(l, counters);
-      continue;
-    }
-    if (ids.size() == options_.max_length) {
-      if (r == 0) continue;  // still counting the drops after the window
-      break;
-    }
-    ids.push_back(id);
-    lengths.push_back(l);
-  }
+  absl::Status listed = WindowPairs(order, table, w, r == 0 ? counters : nullptr,
+                                    &ids, &positions, &lengths);
+  if (!listed.ok()) return listed;
   const std::vector<uint32_t> starts = PlanWindow(lengths, options_.max_length);
   if (r >= starts.size()) {
     return absl::InternalError("wmt: window plan disagrees with its table");
@@ -623,7 +685,8 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
   std::vector<const TokenPair*> members;
   for (size_t i = starts[r]; i < end; ++i) {
     TokenPair& pair = pairs[i - starts[r]];
-    absl::StatusOr<PairFate> fate = LoadPair(ids[i], &pair);
+    const ExampleKey key{order.epoch, positions[i], ids[i]};
+    absl::StatusOr<PairFate> fate = LoadPair(ids[i], &pair, &key);
     if (!fate.ok()) return fate.status();
     const PackedLengths now = PackedLengthsOf(pair, options_.max_length);
     if (*fate != PairFate::kKept || now.inputs != lengths[i].inputs ||
@@ -643,6 +706,48 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
   WriteTokens(packed.targets_position, options_.int64, out[4]);
   WriteTokens(packed.targets_segmentation, options_.int64, out[5]);
   return absl::OkStatus();
+}
+
+bool WmtWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
+                                 uint64_t count,
+                                 std::vector<ExampleKey>* keys) const {
+  // Only what is at hand: the lengths once indexed, the epoch's table once
+  // built (by the counting thread or a worker).
+  if (!train_ || !lengths_ready_.load(std::memory_order_acquire) ||
+      order.num_examples != source_->size() || !order.id_at) {
+    return false;
+  }
+  const std::shared_ptr<const EpochTable> table = CachedTableFor(order);
+  if (table == nullptr || first_row + count > table->first_row.back()) {
+    return false;
+  }
+  std::vector<ExampleKey> found;
+  uint64_t window = UINT64_MAX;
+  std::vector<uint64_t> ids, positions;
+  std::vector<PackedLengths> lengths;
+  std::vector<uint32_t> starts;
+  for (uint64_t row = first_row; row < first_row + count; ++row) {
+    const uint64_t w = table->WindowOfRow(row);
+    if (w != window) {
+      window = w;
+      ids.clear();
+      positions.clear();
+      lengths.clear();
+      if (!WindowPairs(order, *table, w, nullptr, &ids, &positions, &lengths)
+               .ok()) {
+        return false;
+      }
+      starts = PlanWindow(lengths, options_.max_length);
+    }
+    const uint64_t r = row - table->first_row[w];
+    if (r >= starts.size()) return false;
+    const size_t end = r + 1 < starts.size() ? starts[r + 1] : ids.size();
+    for (size_t i = starts[r]; i < end; ++i) {
+      found.push_back({order.epoch, positions[i], ids[i]});
+    }
+  }
+  keys->insert(keys->end(), found.begin(), found.end());
+  return true;
 }
 
 absl::Status WmtWorkload::FillItem(const ItemRef& ex, uint8_t* const* out,
@@ -665,7 +770,8 @@ absl::Status WmtWorkload::FillItem(const ItemRef& ex, uint8_t* const* out,
   }
   const EvalPair& e = eval_pairs_[ex.id];
   TokenPair pair;
-  absl::StatusOr<PairFate> fate = LoadPair(e.id, &pair);
+  const ExampleKey key{ex.epoch, ex.position, ex.id};
+  absl::StatusOr<PairFate> fate = LoadPair(e.id, &pair, &key);
   if (!fate.ok()) return fate.status();
   if (*fate != PairFate::kKept) {
     return absl::DataLossError(absl::StrCat("wmt: pair ", e.id, " of ",

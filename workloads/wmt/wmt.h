@@ -60,6 +60,13 @@
 // same cache wait for, and stored; text sources keep their line offsets
 // there too (pair_source.h). The rows are the same with and without it.
 //
+// Read-ahead (server/readahead.h): with TFDS shards, the records of the
+// pairs a step reads are read ahead, keyed by the pair's position in the
+// epoch's order (train rows: PackedSchedule::ExamplesOf asks
+// ExamplesOfRows, which answers from the epoch's table once it is built)
+// or by the eval example; FillItem parses what was read ahead. Text files
+// are not read ahead.
+//
 // Thread safety: as Workload; the length table and the per-epoch window
 // tables are built under a mutex.
 #ifndef BATCHD_WORKLOADS_WMT_WMT_H_

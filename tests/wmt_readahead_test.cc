@@ -1,0 +1,364 @@
+// Read-ahead of WMT TFDS records: packed train rows and eval pairs are the
+// same with and without it; the pairs of steps after the one being decoded
+// are read ahead (every one of them, with room in the budget); a read ahead
+// that fails is read again, and a damaged shard fails a step exactly as
+// without read-ahead. No test depends on timing: WaitIdleForTest waits
+// until no read can be issued.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/readahead.h"
+#include "workloads/common/tfrecord.h"
+#include "workloads/wmt/sentencepiece_model.h"
+#include "workloads/wmt/wmt.h"
+
+namespace batchd {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kTrainPairs = 600;
+constexpr uint64_t kGlobalBatch = 4;  // rows or pairs; 2 ranks of 2
+constexpr int kShards = 3;
+
+struct Pair {
+  std::string de, en;
+};
+
+std::vector<Pair> MakePairs(size_t n, uint64_t seed) {
+  static const char* const kDe[] = {"der",    "die",     "das",      "und",
+                                    "nicht",  "Straße",  "Mädchen",  "schön",
+                                    "Europa", "Bürger",  "Frage",    "Rat"};
+  static const char* const kEn[] = {"the",    "and",      "not",    "street",
+                                    "girl",   "beautiful", "Europe", "citizens",
+                                    "question", "council", "of",     "to"};
+  std::mt19937_64 rng(seed);
+  std::vector<Pair> pairs(n);
+  for (size_t i = 0; i < n; ++i) {
+    // Mostly short; a few too long for a row (dropped pairs).
+    const int w = i % 97 == 13 ? 300 : 1 + int(rng() % 25);
+    for (int k = 0; k < w; ++k) {
+      pairs[i].de += std::string(k ? " " : "") + kDe[rng() % 12];
+      pairs[i].en += std::string(k ? " " : "") + kEn[rng() % 12];
+    }
+    pairs[i].en += ".";
+  }
+  return pairs;
+}
+
+void WriteTfds(const std::string& dir, const std::string& split,
+               const std::vector<Pair>& pairs) {
+  const std::string builder =
+      split == "train" ? "wmt17_translate" : "wmt14_translate";
+  const std::string d = dir + "/" + builder + "/de-en/1.0.0";
+  fs::create_directories(d);
+  for (int s = 0; s < kShards; ++s) {
+    std::vector<std::string> records;
+    for (size_t i = s; i < pairs.size(); i += kShards) {
+      ExampleFeatures f;
+      f.bytes["de"] = {pairs[i].de};
+      f.bytes["en"] = {pairs[i].en};
+      records.push_back(SerializeExample(f));
+    }
+    char name[128];
+    snprintf(name, sizeof(name), "/%s-%s.tfrecord-%05d-of-%05d",
+             builder.c_str(), split.c_str(), s, kShards);
+    ASSERT_TRUE(WriteTFRecordFile(d + name, records).ok());
+  }
+}
+
+// What one run of rank 0's batches gave.
+struct StreamRun {
+  std::vector<std::string> batches;  // every tensor's bytes, per step
+  absl::Status status;               // the first failure
+  uint64_t failed_step = 0;
+  ReadAheadStats stats;
+  uint64_t pairs_of_step0 = 0;  // ExamplesOf's keys: read by the workers
+  uint64_t pairs_after = 0;     // ... of the later steps
+};
+
+class WmtReadAheadTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/batchd-wmtra-XXXXXX";
+    root_ = new std::string(mkdtemp(tmpl));
+    const std::vector<Pair> pairs = MakePairs(kTrainPairs, 1);
+    std::string corpus;
+    for (const Pair& p : pairs) corpus += p.de + "\n" + p.en + "\n";
+    FILE* f = fopen((*root_ + "/corpus.txt").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fwrite(corpus.data(), 1, corpus.size(), f);
+    fclose(f);
+    std::string error;
+    ASSERT_TRUE(wmt::TrainSentencePiece(
+        "--input=" + *root_ + "/corpus.txt --model_prefix=" + *root_ +
+            "/spm --vocab_size=60 --model_type=unigram "
+            "--character_coverage=1.0 --hard_vocab_limit=false "
+            "--num_threads=1 --minloglevel=2",
+        &error))
+        << error;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*root_, ec);
+  }
+
+  // A fresh data directory: the model, train and validation shards.
+  static std::string NewDataDir() {
+    const std::string d = *root_ + "/data" + std::to_string(dirs_++);
+    fs::create_directories(d);
+    fs::copy_file(*root_ + "/spm.model", d + "/wmt_sentencepiece_model");
+    WriteTfds(d, "train", MakePairs(kTrainPairs, 1));
+    WriteTfds(d, "validation", MakePairs(90, 2));
+    return d;
+  }
+
+  static std::unique_ptr<Workload> Create(const std::string& data,
+                                          const std::string& split) {
+    WorkloadConfig c;
+    c.data_path = data;
+    c.split = split;
+    c.options.emplace("index_threads", "2");
+    auto w = CreateWmtWorkload(c);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? std::move(*w) : nullptr;
+  }
+
+  // Rank 0's batches of steps [0, steps), filled item by item as the
+  // engine fills them. With `ra`, the workload reads through a read-ahead
+  // stream over `read` (default: its own reader); before each step the
+  // stage runs until idle, the lane is told that the step is decoded, and
+  // the stage runs until idle again.
+  // The lane begins at step 1, so that step 0 is read by the worker alone
+  // and every later step is read ahead first.
+  // `before_decoding` runs once step 0 is located, before anything is read.
+  static StreamRun Fill(Workload& w, uint64_t steps, ReadAhead* ra,
+                  ExampleReadFn read = nullptr,
+                  std::function<void()> before_decoding = nullptr) {
+    StreamRun run;
+    auto sampler = Sampler::Create(w.num_examples(), kGlobalBatch, 2, 7,
+                                   w.shuffle());
+    EXPECT_TRUE(sampler.ok()) << sampler.status();
+    std::unique_ptr<Schedule> schedule = w.MakeSchedule(*sampler);
+    std::shared_ptr<ReadAheadStream> stream;
+    ReadAhead::LaneId lane = 0;
+    if (ra != nullptr) {
+      stream = ra->AddStream("wmt", read ? read : w.example_reader());
+      EXPECT_TRUE(stream != nullptr);
+      w.set_prefetch(stream.get());
+      lane = ra->AddLane(
+          stream,
+          [&schedule](uint64_t step, std::vector<ReadAheadKey>* keys) {
+            return schedule->ExamplesOf(step, 0, keys);
+          },
+          1);
+    }
+    const std::vector<TensorLayout>& tensors = w.tensors();
+    for (uint64_t step = 0; step < steps; ++step) {
+      absl::Status ready;
+      while (absl::IsUnavailable(ready = schedule->Ready(step))) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (absl::IsOutOfRange(ready)) break;  // the eval pass ended
+      if (!ready.ok()) {
+        ADD_FAILURE() << ready;
+        break;
+      }
+      if (step == 0 && before_decoding) before_decoding();
+      std::vector<ReadAheadKey> keys;
+      EXPECT_TRUE(schedule->ExamplesOf(step, 0, &keys));
+      (step == 0 ? run.pairs_of_step0 : run.pairs_after) += keys.size();
+      if (ra != nullptr) {
+        // What was read ahead while step - 1 was decoded lands first.
+        ra->WaitIdleForTest();
+        ra->Decoding(lane, step);
+        ra->WaitIdleForTest();
+      }
+      absl::StatusOr<StepItems> items = schedule->Locate(step, 0);
+      if (!items.ok()) {
+        ADD_FAILURE() << items.status();
+        break;
+      }
+      std::vector<std::string> out(tensors.size());
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        out[k].resize(tensors[k].ExampleBytes() * items->count);
+      }
+      std::vector<uint8_t*> ptrs(tensors.size());
+      WorkloadCounters counters;
+      for (uint64_t i = 0; i < items->count && run.status.ok(); ++i) {
+        for (size_t k = 0; k < tensors.size(); ++k) {
+          ptrs[k] = reinterpret_cast<uint8_t*>(out[k].data()) +
+                    i * tensors[k].ExampleBytes();
+        }
+        run.status = w.FillItem(schedule->Item(*items, i), ptrs.data(),
+                                &counters);
+      }
+      if (!run.status.ok()) {
+        run.failed_step = step;
+        break;
+      }
+      std::string batch;
+      for (const std::string& t : out) batch += t;
+      run.batches.push_back(std::move(batch));
+    }
+    if (ra != nullptr) {
+      run.stats = stream->stats();
+      ra->RemoveLane(lane);
+    }
+    return run;
+  }
+
+  static ReadAhead::Options Budget(uint64_t bytes) {
+    ReadAhead::Options o;
+    o.budget_bytes = bytes;
+    o.io_threads = 2;
+    return o;
+  }
+
+  static std::string* root_;
+  static int dirs_;
+};
+
+std::string* WmtReadAheadTest::root_;
+int WmtReadAheadTest::dirs_ = 0;
+
+TEST_F(WmtReadAheadTest, TextSourcesAreNotReadAhead) {
+  const std::string d = *root_ + "/text";
+  fs::create_directories(d);
+  fs::copy_file(*root_ + "/spm.model", d + "/wmt_sentencepiece_model");
+  for (const char* side : {"de", "en"}) {
+    FILE* f = fopen((d + "/train." + side).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("ein Satz\nnoch einer\n", f);
+    fclose(f);
+  }
+  std::unique_ptr<Workload> w = Create(d, "train");
+  ASSERT_NE(w, nullptr);
+  EXPECT_TRUE(w->example_reader() == nullptr);
+}
+
+TEST_F(WmtReadAheadTest, TrainRowsReadAheadAreTheRowsReadSynchronously) {
+  const std::string d = NewDataDir();
+  std::unique_ptr<Workload> plain = Create(d, "train");
+  std::unique_ptr<Workload> ahead = Create(d, "train");
+  ASSERT_TRUE(plain && ahead);
+  ASSERT_TRUE(ahead->example_reader() != nullptr);
+  constexpr uint64_t kSteps = 6;
+  const StreamRun want = Fill(*plain, kSteps, nullptr);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ASSERT_EQ(want.batches.size(), kSteps);
+
+  ReadAhead ra(Budget(8 << 20));
+  const StreamRun got = Fill(*ahead, kSteps, &ra);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.batches, want.batches);
+  // Reads were issued only for steps after the one decoded, and with room
+  // in the budget every pair of the later steps came from them: the
+  // schedule named exactly the pairs FillRow reads.
+  EXPECT_GT(got.stats.reads_issued, 0u);
+  EXPECT_GE(got.stats.min_steps_ahead, 1u);
+  EXPECT_GT(got.pairs_after, kSteps);  // several pairs a row
+  EXPECT_EQ(got.stats.hits, got.pairs_after);
+  EXPECT_EQ(got.stats.sync_reads, got.pairs_of_step0);
+  EXPECT_EQ(got.stats.failed_reads, 0u);
+  EXPECT_LE(ra.max_total_held_bytes(), uint64_t(8) << 20);
+}
+
+TEST_F(WmtReadAheadTest, TheBudgetBoundsTheDepthAndKeepsTheRows) {
+  const std::string d = NewDataDir();
+  std::unique_ptr<Workload> plain = Create(d, "train");
+  std::unique_ptr<Workload> ahead = Create(d, "train");
+  ASSERT_TRUE(plain && ahead);
+  constexpr uint64_t kSteps = 6;
+  const StreamRun want = Fill(*plain, kSteps, nullptr);
+  // A budget of one byte holds one pair at a time (a lane may always hold
+  // one): the first pair of the step after the one decoded, no more.
+  ReadAhead ra(Budget(1));
+  const StreamRun got = Fill(*ahead, kSteps, &ra);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.batches, want.batches);
+  EXPECT_EQ(got.stats.hits, kSteps - 1);
+  EXPECT_EQ(got.stats.hits + got.stats.sync_reads,
+            got.pairs_of_step0 + got.pairs_after);
+  EXPECT_EQ(got.stats.min_steps_ahead, 1u);
+  EXPECT_EQ(got.stats.max_steps_ahead, 1u);
+}
+
+TEST_F(WmtReadAheadTest, EvalPairsReadAheadAreThePairsReadSynchronously) {
+  const std::string d = NewDataDir();
+  std::unique_ptr<Workload> plain = Create(d, "validation");
+  std::unique_ptr<Workload> ahead = Create(d, "validation");
+  ASSERT_TRUE(plain && ahead);
+  const StreamRun want = Fill(*plain, 1000, nullptr);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ReadAhead ra(Budget(8 << 20));
+  const StreamRun got = Fill(*ahead, 1000, &ra);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.batches.size(), want.batches.size());
+  EXPECT_EQ(got.batches, want.batches);
+  EXPECT_EQ(got.stats.hits, got.pairs_after);
+  EXPECT_EQ(got.stats.sync_reads, got.pairs_of_step0);
+  EXPECT_GE(got.stats.min_steps_ahead, 1u);
+}
+
+TEST_F(WmtReadAheadTest, AFailedReadAheadIsReadAgainByTheWorker) {
+  const std::string d = NewDataDir();
+  std::unique_ptr<Workload> plain = Create(d, "train");
+  std::unique_ptr<Workload> ahead = Create(d, "train");
+  ASSERT_TRUE(plain && ahead);
+  const StreamRun want = Fill(*plain, 4, nullptr);
+  // Every read ahead (on an I/O thread) fails; the worker's (this
+  // thread's) succeed.
+  const std::thread::id worker = std::this_thread::get_id();
+  const ExampleReadFn reader = ahead->example_reader();
+  ExampleReadFn flaky = [&](uint64_t id, std::string* bytes, int64_t* label) {
+    if (std::this_thread::get_id() != worker) {
+      return absl::UnavailableError("the storage hiccuped");
+    }
+    return reader(id, bytes, label);
+  };
+  ReadAhead ra(Budget(8 << 20));
+  const StreamRun got = Fill(*ahead, 4, &ra, flaky);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.batches, want.batches);
+  EXPECT_EQ(got.stats.hits, 0u);
+  EXPECT_GE(got.stats.failed_reads, got.pairs_after);
+  EXPECT_EQ(got.stats.sync_reads, got.pairs_of_step0 + got.pairs_after);
+}
+
+TEST_F(WmtReadAheadTest, ATruncatedShardFailsTheStepAsWithoutReadAhead) {
+  const std::string d = NewDataDir();
+  std::unique_ptr<Workload> plain = Create(d, "train");
+  ASSERT_TRUE(plain);
+  // Once the pairs are indexed (step 0 located), a shard loses its tail:
+  // the reads of its records fail, ahead and again in the worker.
+  const std::string shard =
+      d + "/wmt17_translate/de-en/1.0.0/"
+          "wmt17_translate-train.tfrecord-00001-of-00003";
+  const uint64_t size = fs::file_size(shard);
+  const std::string copy = d + "/shard.bak";
+  fs::copy_file(shard, copy);
+  auto truncate_shard = [&] { fs::resize_file(shard, size / 3); };
+  const StreamRun want = Fill(*plain, 6, nullptr, nullptr, truncate_shard);
+  ASSERT_FALSE(want.status.ok());
+  fs::copy_file(copy, shard, fs::copy_options::overwrite_existing);
+  ASSERT_EQ(fs::file_size(shard), size);
+  std::unique_ptr<Workload> ahead = Create(d, "train");
+  ASSERT_TRUE(ahead);
+  ReadAhead ra(Budget(8 << 20));
+  const StreamRun got = Fill(*ahead, 6, &ra, nullptr, truncate_shard);
+  EXPECT_EQ(got.status, want.status);
+  EXPECT_EQ(got.failed_step, want.failed_step);
+  EXPECT_EQ(got.batches, want.batches);
+  EXPECT_GT(got.stats.failed_reads, 0u);
+}
+
+}  // namespace
+}  // namespace batchd
