@@ -931,7 +931,7 @@ class WmtCacheTest : public WmtWorkloadTest {
   static uint64_t Tokenized(const Workload& w, const EpochOrder& order,
                             std::vector<PackedRow>* rows) {
     const uint64_t before = wmt::LengthPassTokenizations();
-    EXPECT_TRUE(w.RowsInEpoch(order).ok());
+    EXPECT_TRUE(Rows(w).RowsInEpoch(order).ok());
     const uint64_t tokenized = wmt::LengthPassTokenizations() - before;
     if (rows != nullptr) *rows = AllRows(w, order, nullptr, nullptr);
     return tokenized;
@@ -979,6 +979,44 @@ TEST_F(WmtCacheTest, RestartLoadsLengthsWithoutTokenizingAndRowsAreTheSame) {
     EXPECT_EQ(Tokenized(**restarted, other, &b), 0u);
     ExpectRowsEqual(b, a);
   }
+}
+
+TEST_F(WmtCacheTest, RestartReadsEpochRowCountsWithoutPackingTheEpochs) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto plain = Create(d, "train");  // no cache
+  ASSERT_TRUE(plain.ok());
+  const RowPacking& uncached = dynamic_cast<const RowPacking&>(**plain);
+  std::vector<EpochOrder> orders;
+  std::vector<uint64_t> expected;
+  for (uint64_t e = 0; e < 3; ++e) {
+    orders.push_back(Order(Shuffled(kTrainPairs, 30 + e), e));
+    absl::StatusOr<uint64_t> rows = uncached.RowsInEpoch(orders.back());
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    expected.push_back(*rows);
+  }
+  auto first = CreateCached(d);
+  ASSERT_TRUE(first.ok()) << first.status();
+  uint64_t before = wmt::EpochsCounted();
+  for (uint64_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(*dynamic_cast<const RowPacking&>(**first).RowsInEpoch(orders[e]),
+              expected[e]);
+  }
+  EXPECT_EQ(wmt::EpochsCounted() - before, 3u);
+  EXPECT_NE(EntryOf("wmt-epoch-rows"), "");
+  first->reset();
+  // A restarted daemon resuming far ahead: every earlier epoch's count is
+  // read, none is packed again, and the rows are those of the uncached run.
+  auto restarted = CreateCached(d);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  const RowPacking& warm = dynamic_cast<const RowPacking&>(**restarted);
+  before = wmt::EpochsCounted();
+  for (uint64_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(*warm.RowsInEpoch(orders[e]), expected[e]);
+  }
+  EXPECT_EQ(wmt::EpochsCounted() - before, 0u);
+  ExpectRowsEqual(AllRows(**restarted, orders[2], nullptr, nullptr),
+                  AllRows(**plain, orders[2], nullptr, nullptr));
 }
 
 TEST_F(WmtCacheTest, ChangedTextFileInvalidatesTheLengths) {
@@ -1072,8 +1110,8 @@ TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
   auto b = CreateCached(d);
   ASSERT_TRUE(a.ok() && b.ok());
   const uint64_t before = wmt::LengthPassTokenizations();
-  std::thread ta([&] { EXPECT_TRUE((*a)->RowsInEpoch(order).ok()); });
-  std::thread tb([&] { EXPECT_TRUE((*b)->RowsInEpoch(order).ok()); });
+  std::thread ta([&] { EXPECT_TRUE(Rows(**a).RowsInEpoch(order).ok()); });
+  std::thread tb([&] { EXPECT_TRUE(Rows(**b).RowsInEpoch(order).ok()); });
   ta.join();
   tb.join();
   EXPECT_EQ(wmt::LengthPassTokenizations() - before, kTrainPairs);

@@ -280,9 +280,39 @@ class WmtWorkload : public Workload, public RowPacking {
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
+    // An epoch's order is ShuffledOrder(N, seed, epoch); its first ids are
+    // in the key too, so that an order made otherwise never meets the count
+    // of another.
+    std::string key = absl::StrCat(lengths_key_, "\nseed ", order.seed,
+                                   " epoch ", order.epoch, " n ",
+                                   order.num_examples, " ids");
+    if (order.id_at) {
+      for (uint64_t p = 0; p < std::min<uint64_t>(order.num_examples, 16);
+           ++p) {
+        absl::StrAppend(&key, " ", order.id_at(p));
+      }
+    }
+    if (cache_ != nullptr && train_) {
+      // The lengths first (loaded once, from the cache when it holds them):
+      // filling needs them, and the first count is where they are learnt.
+      if (absl::Status s = EnsureLengths(); !s.ok()) return s;
+      absl::StatusOr<std::string> v = cache_->Get(kEpochRowsKind, key);
+      if (v.ok() && v->size() == 8) {
+        uint64_t rows = 0;
+        for (int i = 7; i >= 0; --i) rows = rows << 8 | uint8_t((*v)[i]);
+        return rows;
+      }
+    }
     absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
     if (!table.ok()) return table.status();
-    return (*table)->first_row.back();
+    const uint64_t rows = (*table)->first_row.back();
+    CountEpochCounted();
+    if (cache_ != nullptr) {
+      std::string value(8, '\0');
+      for (int i = 0; i < 8; ++i) value[i] = char((rows >> (8 * i)) & 0xff);
+      (void)cache_->Put(kEpochRowsKind, key, value);  // best effort
+    }
+    return rows;
   }
 
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
