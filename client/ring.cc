@@ -10,6 +10,7 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -238,6 +239,19 @@ void RingWriter::Close(const std::string& reason) {
   SetState(shm::kStateClosed);
 }
 
+void RingWriter::SetWaitReason(const std::string& reason) {
+  const size_t n = std::min<size_t>(reason.size(),
+                                    sizeof(header_->wait_reason) - 1);
+  if (reason.compare(0, n, wait_reason_) == 0 && n == wait_reason_.size()) {
+    return;
+  }
+  wait_reason_ = reason.substr(0, n);
+  for (size_t i = 0; i < n; ++i) {
+    header_->wait_reason[i].store(reason[i], std::memory_order_relaxed);
+  }
+  header_->wait_reason[n].store('\0', std::memory_order_release);
+}
+
 void RingWriter::Heartbeat(uint64_t now_ns) {
   header_->server_heartbeat_ns.store(now_ns, std::memory_order_release);
 }
@@ -409,9 +423,17 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
       if (now - start >= limit) {
         header_->client_wait_ns.fetch_add(now - start,
                                           std::memory_order_relaxed);
+        std::string why;
+        for (size_t i = 0; i + 1 < sizeof(header_->wait_reason); ++i) {
+          const char c =
+              header_->wait_reason[i].load(std::memory_order_acquire);
+          if (c == '\0') break;
+          why.push_back(c);
+        }
         return absl::DeadlineExceededError(absl::StrFormat(
-            "no batch from batchd (pid %u) for %.1f s (server alive)",
-            header_->server_pid, double(now - start) / 1e9));
+            "no batch from batchd (pid %u) for %.1f s (server alive)%s%s",
+            header_->server_pid, double(now - start) / 1e9,
+            why.empty() ? "" : "; the server says: ", why));
       }
       wait = std::min(wait, limit - (now - start));
     }

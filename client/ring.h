@@ -83,6 +83,10 @@ class RingWriter {
   // not be made); the reason is written before the state.
   void Close(const std::string& reason);
   void Heartbeat(uint64_t now_ns);
+  // Sets the header's wait reason (shm_layout.h), cut to 255 bytes; ""
+  // clears it. Writes only when it differs from what was set last. Called
+  // from one thread at a time.
+  void SetWaitReason(const std::string& reason);
 
   uint64_t published() const;
   uint64_t released() const;
@@ -109,6 +113,7 @@ class RingWriter {
   shm::RingHeader* const header_;
   uint64_t claimed_ = 0;
   bool unlinked_ = false;
+  std::string wait_reason_;  // as last set; SetWaitReason's thread only
 };
 
 // One tensor of a slot, as the client sees it.

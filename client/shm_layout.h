@@ -40,7 +40,10 @@
 //   384..512 reserved (zero)
 //   512    +-- close reason, char[256], NUL-terminated: why the server closed  +
 //          |   the ring (a failed batch, ...); written before state = Closed |
-//   768..4096 reserved (zero)
+//   768    +-- wait reason, atomic char[256], NUL-terminated: what the      +
+//          |   server is doing while the stream's first steps are not ready |
+//          |   ("indexing wmt lengths 1200/5900 pairs ..."); "" otherwise   |
+//   1024..4096 reserved (zero)
 //   4096   +-- slot 0: SlotHeader (4096 B), then tensors at offsets ≥ 4096 ---+
 //          +-- slot 1 ... slot_count-1, each slot_bytes apart (4096-aligned) --+
 //
@@ -136,6 +139,12 @@ struct RingHeader {
   // Written before state is set to kStateClosed (release), read after the
   // client acquires that state; "" when the stream was closed normally.
   char close_reason[256];
+  // Written by the server while the stream prepares, cleared ("") once
+  // batches flow; read by a client whose wait times out, to say why. Byte
+  // by byte (relaxed): a reader racing a rewrite may see a mixed text,
+  // never an unterminated one (the last byte is always NUL). Readers that
+  // ignore it (zero in older servers) are unaffected.
+  std::atomic<char> wait_reason[256];
 };
 
 struct TensorDesc {
@@ -165,6 +174,8 @@ struct SlotHeader {
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<char>::is_always_lock_free);
+static_assert(sizeof(std::atomic<char>) == 1);
 static_assert(sizeof(std::atomic<uint64_t>) == 8);
 static_assert(sizeof(std::atomic<uint32_t>) == 4);
 
@@ -194,7 +205,8 @@ static_assert(offsetof(RingHeader, client_wait_ns) == 288);
 static_assert(offsetof(RingHeader, client_detached) == 296);
 static_assert(offsetof(RingHeader, stream_name) == 320);
 static_assert(offsetof(RingHeader, close_reason) == 512);
-static_assert(sizeof(RingHeader) == 768);
+static_assert(offsetof(RingHeader, wait_reason) == 768);
+static_assert(sizeof(RingHeader) == 1024);
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 
 static_assert(offsetof(TensorDesc, dtype) == 48);

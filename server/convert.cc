@@ -138,6 +138,15 @@ void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p) {
     sp->set_decode_errors(st.decode_errors);
     sp->set_skipped_examples(st.skipped_examples);
     sp->set_steps_per_epoch(st.steps_per_epoch);
+    if (st.indexing.has_value()) {
+      v1::IndexingStatus* ip = sp->mutable_indexing();
+      ip->set_what(st.indexing->what);
+      ip->set_unit(st.indexing->unit);
+      ip->set_done(st.indexing->done);
+      ip->set_total(st.indexing->total);
+      ip->set_rate(st.indexing->rate);
+      ip->set_eta_seconds(st.indexing->eta_seconds);
+    }
     if (st.readahead.reads_issued + st.readahead.sync_reads > 0) {
       const ReadAheadStats& ra = st.readahead;
       v1::ReadAheadStatus* rp = sp->mutable_readahead();

@@ -166,8 +166,55 @@ void Core::SupervisorLoop() {
             uint64_t(options_.throughput_log_seconds * 1e9)) {
       LogThroughput(now);
     }
+    ReportIndexing(now);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+namespace {
+
+constexpr double kIndexingLogSeconds = 5;
+
+// "indexing wmt lengths 1200/5900 pairs (20%), 300/s, ETA 16 s".
+std::string IndexingText(const IndexProgress& p) {
+  std::string text = absl::StrCat("indexing ", p.what, " ", p.done, "/",
+                                  p.total, " ", p.unit);
+  if (p.total > 0) {
+    absl::StrAppend(&text, " (", p.done * 100 / p.total, "%)");
+  }
+  if (p.rate > 0) {
+    absl::StrAppend(&text, ", ", uint64_t(p.rate), "/s, ETA ",
+                    uint64_t(p.eta_seconds + 0.5), " s");
+  }
+  return text;
+}
+
+}  // namespace
+
+void Core::ReportIndexing(uint64_t now) {
+  const bool log_now =
+      now - last_indexing_log_ns_ >= uint64_t(kIndexingLogSeconds * 1e9);
+  bool logged = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, stream] : streams_) {
+    const std::optional<IndexProgress> p = stream->setup->workload->progress();
+    const std::string text = p.has_value() ? IndexingText(*p) : "";
+    for (const RankSeat& rs : stream->ranks) {
+      if (rs.producer != nullptr) rs.producer->ring().SetWaitReason(text);
+    }
+    if (p.has_value() && log_now) {
+      Log(LogLevel::kInfo, "indexing",
+          {{"stream", name},
+           {"what", p->what},
+           {"done", std::to_string(p->done)},
+           {"total", std::to_string(p->total)},
+           {"unit", p->unit},
+           {"rate", absl::StrCat(uint64_t(p->rate))},
+           {"eta_s", absl::StrCat(uint64_t(p->eta_seconds + 0.5))}});
+      logged = true;
+    }
+  }
+  if (logged) last_indexing_log_ns_ = now;
 }
 
 void Core::LogThroughput(uint64_t now) {
@@ -558,6 +605,7 @@ ServerStatusData Core::GetStatus() {
     st.steps_per_epoch = stream->setup->schedule->steps_per_epoch();
     st.decode_errors = stream->setup->counters.decode_errors.load();
     st.skipped_examples = stream->setup->counters.skipped_examples.load();
+    st.indexing = stream->setup->workload->progress();
     if (stream->setup->readahead != nullptr) {
       st.readahead = stream->setup->readahead->stats();
     }

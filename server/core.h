@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +116,8 @@ struct StreamStatusData {
   uint64_t skipped_examples = 0;
   uint64_t steps_per_epoch = 0;
   ReadAheadStats readahead;  // zeros when the stream is not read ahead
+  // The workload's indexing in progress (Workload::progress()).
+  std::optional<IndexProgress> indexing;
 };
 
 struct ServerStatusData {
@@ -232,6 +235,10 @@ class Core {
   void HeartbeatLoop();
   void SupervisorLoop();
   void LogThroughput(uint64_t now);  // supervisor thread only
+  // Each stream's indexing in progress: written into its rings' wait reason
+  // (cleared once done), and logged (event indexing) every
+  // kIndexingLogSeconds. Supervisor thread only.
+  void ReportIndexing(uint64_t now);
 
   // A rank's seat in its stream: who holds it, its producer while
   // attached, and figures kept across attachments.
@@ -280,6 +287,7 @@ class Core {
 
   // Supervisor thread only.
   uint64_t last_throughput_ns_;
+  uint64_t last_indexing_log_ns_ = 0;  // supervisor thread only
   std::map<std::string, std::pair<uint64_t, uint64_t>> last_totals_;
 
   std::atomic<bool> stop_{false};

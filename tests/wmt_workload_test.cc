@@ -981,6 +981,44 @@ TEST_F(WmtCacheTest, RestartLoadsLengthsWithoutTokenizingAndRowsAreTheSame) {
   }
 }
 
+TEST_F(WmtCacheTest, RestartReadsEpochRowCountsWithoutPackingTheEpochs) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  auto plain = Create(d, "train");  // no cache
+  ASSERT_TRUE(plain.ok());
+  const RowPacking& uncached = dynamic_cast<const RowPacking&>(**plain);
+  std::vector<EpochOrder> orders;
+  std::vector<uint64_t> expected;
+  for (uint64_t e = 0; e < 3; ++e) {
+    orders.push_back(Order(Shuffled(kTrainPairs, 30 + e), e));
+    absl::StatusOr<uint64_t> rows = uncached.RowsInEpoch(orders.back());
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    expected.push_back(*rows);
+  }
+  auto first = CreateCached(d);
+  ASSERT_TRUE(first.ok()) << first.status();
+  uint64_t before = wmt::EpochsCounted();
+  for (uint64_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(*dynamic_cast<const RowPacking&>(**first).RowsInEpoch(orders[e]),
+              expected[e]);
+  }
+  EXPECT_EQ(wmt::EpochsCounted() - before, 3u);
+  EXPECT_NE(EntryOf("wmt-epoch-rows"), "");
+  first->reset();
+  // A restarted daemon resuming far ahead: every earlier epoch's count is
+  // read, none is packed again, and the rows are those of the uncached run.
+  auto restarted = CreateCached(d);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  const RowPacking& warm = dynamic_cast<const RowPacking&>(**restarted);
+  before = wmt::EpochsCounted();
+  for (uint64_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(*warm.RowsInEpoch(orders[e]), expected[e]);
+  }
+  EXPECT_EQ(wmt::EpochsCounted() - before, 0u);
+  ExpectRowsEqual(AllRows(**restarted, orders[2], nullptr, nullptr),
+                  AllRows(**plain, orders[2], nullptr, nullptr));
+}
+
 TEST_F(WmtCacheTest, ChangedTextFileInvalidatesTheLengths) {
   const std::string d = NewDataDir();
   WriteText(d, "train", *pairs_);

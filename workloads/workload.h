@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,19 @@ struct WorkloadConfig {
 struct WorkloadCounters {
   std::atomic<uint64_t> decode_errors{0};
   std::atomic<uint64_t> skipped_examples{0};
+};
+
+// What a workload is indexing while a stream prepares (WMT's length pass):
+// `done` of `total` units of `what` (e.g. "wmt lengths", in pairs), at
+// `rate` units per second, `eta_seconds` to go (0 while the rate is
+// unknown).
+struct IndexProgress {
+  std::string what;
+  std::string unit;  // what done/total count ("pairs")
+  uint64_t done = 0;
+  uint64_t total = 0;
+  double rate = 0;
+  double eta_seconds = 0;
 };
 
 // Where a workload gets the stored bytes of the examples it decodes when the
@@ -107,6 +121,13 @@ class Workload {
   // before the first FillItem; `prefetch` outlives every FillItem.
   // Default: ignored.
   virtual void set_prefetch(ExamplePrefetch* prefetch) {}
+
+  // The indexing in progress, if any; nullopt when none runs (the
+  // default). Cheap (a few atomic loads); callable from any thread while
+  // another thread indexes.
+  virtual std::optional<IndexProgress> progress() const {
+    return std::nullopt;
+  }
 
   virtual uint64_t num_examples() const = 0;
   // Training streams shuffle and repeat; others run once in order.

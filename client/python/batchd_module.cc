@@ -284,9 +284,15 @@ class PyLoader {
       const double waited =
           std::chrono::duration<double>(Clock::now() - start).count();
       if (timeout_seconds_ >= 0 && waited >= timeout_seconds_) {
+        // What the server says it is doing (RingReader::Acquire's message
+        // ends with it when the ring names one), e.g. indexing.
+        const absl::string_view wait = batch.status().message();
+        constexpr absl::string_view kSays = "; the server says: ";
+        const size_t says = wait.find(kSays);
         Raise(absl::DeadlineExceededError(absl::StrFormat(
-            "no batch from batchd (pid %u) within %.3g s: stream %s, rank %u",
-            info_.server_pid, timeout_seconds_, stream_, info_.rank)));
+            "no batch from batchd (pid %u) within %.3g s: stream %s, rank %u%s",
+            info_.server_pid, timeout_seconds_, stream_, info_.rank,
+            says == absl::string_view::npos ? "" : wait.substr(says))));
       }
     }
   }

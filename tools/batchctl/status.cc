@@ -269,6 +269,20 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
                             rates != nullptr ? " since open" : "",
                             s.decode_errors(), s.skipped_examples());
     }
+    if (s.has_indexing()) {
+      // "  indexing wmt lengths 1200/5900 pairs (20%) 300/s ETA 16 s"
+      const v1::IndexingStatus& ix = s.indexing();
+      absl::StrAppendFormat(&out, "  indexing %s %u/%u %s", ix.what(),
+                            ix.done(), ix.total(), ix.unit());
+      if (ix.total() > 0) {
+        absl::StrAppendFormat(&out, " (%u%%)", ix.done() * 100 / ix.total());
+      }
+      if (ix.rate() > 0) {
+        absl::StrAppendFormat(&out, " %.0f/s ETA %.0f s", ix.rate(),
+                              ix.eta_seconds());
+      }
+      out += "\n";
+    }
     if (s.has_readahead()) out += FormatReadAhead(s.readahead());
     std::vector<std::string> header = {
         "RANK",          "ATTACHED",      "PID",       "PRODUCED",

@@ -151,6 +151,27 @@ TEST(FormatStatus, ShowsTheReadAheadBudgetAndEachReadAheadStream) {
   EXPECT_THAT(FormatStatus(plain), Not(HasSubstr("read-ahead")));
 }
 
+TEST(FormatStatus, ShowsWhatAStreamIsIndexingAndHowFar) {
+  v1::GetStatusResponse st = Answer(42, 75, "train", {{0, 0}});
+  v1::GetStatusResponse plain = st;
+  v1::IndexingStatus* ix = st.mutable_streams(0)->mutable_indexing();
+  ix->set_what("wmt lengths");
+  ix->set_unit("pairs");
+  ix->set_done(1200);
+  ix->set_total(6000);
+  ix->set_rate(300);
+  ix->set_eta_seconds(16);
+  EXPECT_THAT(FormatStatus(st),
+              HasSubstr("\n  indexing wmt lengths 1200/6000 pairs (20%) "
+                        "300/s ETA 16 s\n"));
+  // Before the rate is known: no rate, no ETA.
+  ix->set_rate(0);
+  ix->set_eta_seconds(0);
+  EXPECT_THAT(FormatStatus(st),
+              HasSubstr("  indexing wmt lengths 1200/6000 pairs (20%)\n"));
+  EXPECT_THAT(FormatStatus(plain), Not(HasSubstr("indexing")));
+}
+
 TEST(RatesToJson, ListsStreamsWithTheirRanks) {
   const std::optional<Rates> rates =
       CurrentRates(Answer(7, 10, "s", {{0, 0}, {0, 0}}),

@@ -58,6 +58,16 @@ uint64_t LengthPassTokenizations() {
   return length_pass_tokenizations.load(std::memory_order_relaxed);
 }
 
+std::atomic<uint64_t> epochs_counted{0};
+
+uint64_t EpochsCounted() {
+  return epochs_counted.load(std::memory_order_relaxed);
+}
+
+void CountEpochCounted() {
+  epochs_counted.fetch_add(1, std::memory_order_relaxed);
+}
+
 void CountLengthPassTokenizations(uint64_t n) {
   length_pass_tokenizations.fetch_add(n, std::memory_order_relaxed);
 }

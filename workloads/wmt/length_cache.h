@@ -28,6 +28,10 @@ namespace batchd {
 namespace wmt {
 
 constexpr const char* kLengthsKind = "wmt-lengths";
+// The row count of one train epoch (8 bytes, little-endian), keyed by the
+// length table's key, the seed, the epoch and N: a resume by step far ahead
+// reads each earlier epoch's count instead of packing the epoch again.
+constexpr const char* kEpochRowsKind = "wmt-epoch-rows";
 constexpr uint32_t kLengthsFormat = 1;
 // Marks are at or above kFirstMark; kLengthUnknown is "not tokenized yet".
 constexpr uint16_t kFirstMark = 0xfffc;
@@ -54,6 +58,10 @@ bool DecodeLengths(absl::string_view value, uint64_t n, uint64_t max_length,
 // that a cached table tokenizes nothing).
 uint64_t LengthPassTokenizations();
 void CountLengthPassTokenizations(uint64_t n);
+// Epochs whose rows were counted by packing them in this process (not read
+// from the cache); tests prove with it that a resume reads the counts.
+uint64_t EpochsCounted();
+void CountEpochCounted();
 
 }  // namespace wmt
 }  // namespace batchd

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -237,6 +238,10 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     std::unique_ptr<WmtWorkload> w(new WmtWorkload(
         *options, train, std::move(*tokenizer), std::move(*source)));
+    if (const char* delay = getenv("BATCHD_TEST_WMT_INDEX_DELAY_US")) {
+      uint64_t us = 0;
+      if (absl::SimpleAtoi(delay, &us)) w->index_delay_us_ = us;
+    }
     if (train && config.cache != nullptr && config.cache->enabled()) {
       // The lengths depend on the model's bytes, not its path.
       LengthsKeyParts key;
@@ -275,9 +280,39 @@ class WmtWorkload : public Workload, public RowPacking {
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
+    // An epoch's order is ShuffledOrder(N, seed, epoch); its first ids are
+    // in the key too, so that an order made otherwise never meets the count
+    // of another.
+    std::string key = absl::StrCat(lengths_key_, "\nseed ", order.seed,
+                                   " epoch ", order.epoch, " n ",
+                                   order.num_examples, " ids");
+    if (order.id_at) {
+      for (uint64_t p = 0; p < std::min<uint64_t>(order.num_examples, 16);
+           ++p) {
+        absl::StrAppend(&key, " ", order.id_at(p));
+      }
+    }
+    if (cache_ != nullptr && train_) {
+      // The lengths first (loaded once, from the cache when it holds them):
+      // filling needs them, and the first count is where they are learnt.
+      if (absl::Status s = EnsureLengths(); !s.ok()) return s;
+      absl::StatusOr<std::string> v = cache_->Get(kEpochRowsKind, key);
+      if (v.ok() && v->size() == 8) {
+        uint64_t rows = 0;
+        for (int i = 7; i >= 0; --i) rows = rows << 8 | uint8_t((*v)[i]);
+        return rows;
+      }
+    }
     absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
     if (!table.ok()) return table.status();
-    return (*table)->first_row.back();
+    const uint64_t rows = (*table)->first_row.back();
+    CountEpochCounted();
+    if (cache_ != nullptr) {
+      std::string value(8, '\0');
+      for (int i = 0; i < 8; ++i) value[i] = char((rows >> (8 * i)) & 0xff);
+      (void)cache_->Put(kEpochRowsKind, key, value);  // best effort
+    }
+    return rows;
   }
 
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
@@ -395,6 +430,31 @@ class WmtWorkload : public Workload, public RowPacking {
                                     options_.invalid_utf8);
   }
 
+  static int64_t SteadyNanos() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+ public:
+  std::optional<IndexProgress> progress() const override {
+    if (!indexing_.load(std::memory_order_acquire)) return std::nullopt;
+    IndexProgress p;
+    p.what = "wmt lengths";
+    p.unit = "pairs";
+    p.total = index_total_.load(std::memory_order_relaxed);
+    p.done = std::min(index_done_.load(std::memory_order_relaxed), p.total);
+    const double elapsed =
+        double(SteadyNanos() - index_start_ns_.load(std::memory_order_relaxed)) /
+        1e9;
+    if (elapsed > 0 && p.done > 0) {
+      p.rate = double(p.done) / elapsed;
+      p.eta_seconds = double(p.total - p.done) / p.rate;
+    }
+    return p;
+  }
+
+ private:
   static PackedLengths DroppedMark(PairFate fate) {
     const uint16_t mark = fate == PairFate::kTooLong ? kDroppedTooLong
                           : fate == PairFate::kEmpty ? kDroppedEmpty
@@ -442,8 +502,20 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     if (!loaded) lengths.assign(n, {kLengthUnknown, kLengthUnknown});
     std::atomic<uint64_t> tokenized{0};
+    index_done_.store(0, std::memory_order_relaxed);
+    index_total_.store(n, std::memory_order_relaxed);
+    index_start_ns_.store(SteadyNanos(), std::memory_order_relaxed);
+    indexing_.store(true, std::memory_order_release);
+    struct ClearOnExit {
+      std::atomic<bool>* flag;
+      ~ClearOnExit() { flag->store(false, std::memory_order_release); }
+    } clear_indexing{&indexing_};
     absl::Status s = ParallelFor(n, options_.index_threads, [&](uint64_t id) {
+      index_done_.fetch_add(1, std::memory_order_relaxed);
       if (lengths[id].inputs != kLengthUnknown) return absl::OkStatus();
+      if (index_delay_us_ > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(index_delay_us_));
+      }
       TokenPair pair;
       absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
       if (!fate.ok()) return fate.status();
@@ -643,6 +715,15 @@ class WmtWorkload : public Workload, public RowPacking {
   // Set by Create (train split, cache on); else null and empty.
   std::shared_ptr<const CacheDir> cache_;
   std::string lengths_key_;
+
+  // The length pass's progress (progress()): set while it runs.
+  mutable std::atomic<bool> indexing_{false};
+  mutable std::atomic<uint64_t> index_done_{0};
+  mutable std::atomic<uint64_t> index_total_{0};
+  mutable std::atomic<int64_t> index_start_ns_{0};
+  // Test hook: microseconds slept per pair the length pass tokenizes
+  // ($BATCHD_TEST_WMT_INDEX_DELAY_US, read at Create); 0 otherwise.
+  uint64_t index_delay_us_ = 0;
 
   // Written once under lengths_mu_, then read-only once lengths_ready_.
   mutable std::mutex lengths_mu_;

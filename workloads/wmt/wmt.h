@@ -58,7 +58,10 @@
 // bytes and the options that change lengths; length_cache.h), or built once
 // under the entry's build lock, which other streams and daemons on the
 // same cache wait for, and stored; text sources keep their line offsets
-// there too (pair_source.h). The rows are the same with and without it.
+// there too (pair_source.h), and each train epoch's row count once it is
+// counted (kind "wmt-epoch-rows"), which RowsInEpoch reads before packing
+// the epoch: a restarted daemon resuming far ahead packs no earlier epoch.
+// The rows are the same with and without it.
 //
 // Read-ahead (server/readahead.h): with TFDS shards, the records of the
 // pairs a step reads are read ahead, keyed by the pair's position in the
