@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/format.h"
 #include "client/process.h"
 
 namespace batchd {
@@ -87,17 +88,6 @@ std::string Bare(const std::string& name) {
   return name.empty() || name[0] != '/' ? name : name.substr(1);
 }
 
-std::string HumanBytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return absl::StrFormat("%.1f %s", v, units[u]);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- RingWriter
@@ -110,8 +100,8 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
   auto exhausted = [&](const std::string& why) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "shared memory too small for ring ", name, ": needs ", bytes,
-        " bytes (", HumanBytes(bytes), "), /dev/shm has ", free_bytes,
-        " bytes (", HumanBytes(free_bytes), ") free", why,
+        " bytes (", HumanBytes(double(bytes)), "), /dev/shm has ", free_bytes,
+        " bytes (", HumanBytes(double(free_bytes)), ") free", why,
         "; give /dev/shm more room (docker run --shm-size) or use fewer "
         "slots or smaller batches"));
   };

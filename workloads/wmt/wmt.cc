@@ -1,4 +1,5 @@
 // The WMT workload; see wmt.h.
+#include "base/paths.h"
 #include "workloads/wmt/wmt.h"
 
 #include <limits.h>
@@ -113,8 +114,7 @@ absl::StatusOr<std::string> ModelPath(const std::string& data,
   if (realpath(data.c_str(), resolved_data) != nullptr &&
       realpath(path.c_str(), resolved_model) != nullptr) {
     const std::string d = resolved_data, m = resolved_model;
-    if (m.compare(0, d.size(), d) != 0 || m.size() <= d.size() ||
-        (d != "/" && m[d.size()] != '/')) {
+    if (m == d || !PathIsWithin(m, d)) {
       return absl::InvalidArgumentError(
           absl::StrCat("wmt: the SentencePiece model ", path, " resolves to ",
                        m, ", outside the data path ", d));
