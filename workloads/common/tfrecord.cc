@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/log.h"
 #include "workloads/common/cache_dir.h"
 
 namespace batchd {
@@ -260,7 +261,7 @@ bool Settled(const struct stat& st, int64_t settle_ns) {
 }
 
 void Warn(const std::string& msg) {
-  fprintf(stderr, "batchd: level=warn msg=\"%s\"\n", msg.c_str());
+  Log(LogLevel::kWarn, "index_cache", {{"msg", msg}});
 }
 
 }  // namespace
