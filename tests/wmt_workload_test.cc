@@ -19,8 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#ifdef BATCHD_TEST_WITH_PROTOBUF
 #include "base/files.h"
+#ifdef BATCHD_TEST_WITH_PROTOBUF
 #include "google/protobuf/stubs/common.h"
 #endif
 #include "workloads/common/cache_dir.h"
