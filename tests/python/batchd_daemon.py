@@ -11,9 +11,28 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 
 import pytest
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(port):
+    """{name{labels}: value} of the Prometheus endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                  timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
 
 
 def binary(name):

@@ -8,10 +8,8 @@ reads made ahead. Speed is measured in bench/readahead_bench.sh, not here.
 """
 
 import os
-import socket
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -20,7 +18,7 @@ pytest.importorskip("PIL")
 pytest.importorskip("skimage")  # the generator's photos
 
 import batchd  # noqa: E402
-from batchd_daemon import Daemon  # noqa: E402
+from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
@@ -38,24 +36,6 @@ def data_root(tmp_path_factory):
                         "--classes", "4", "--per-class", "6", *extra],
                        check=True, capture_output=True)
     return root
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def metrics(port):
-    """{name{labels}: value} of the Prometheus endpoint."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                  timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
 
 
 def run(data_root, tmp_path, budget, data, split, steps, world=2, start=0,

@@ -7,10 +7,8 @@ without read-ahead, and the metrics show that pairs were read ahead.
 """
 
 import os
-import socket
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -19,28 +17,10 @@ pytest.importorskip("torch")
 pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
-from batchd_daemon import Daemon  # noqa: E402
+from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
 from test_wmt_tools import TOOLS  # noqa: E402
 
 DEFAULT_BUDGET = 256 << 20
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def metrics(port):
-    """{name{labels}: value} of the Prometheus endpoint."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                  timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
 
 
 @pytest.fixture(scope="module")
