@@ -1,8 +1,12 @@
 #!/usr/bin/python3
 """WMT at full size with the persistent cache: the time from OpenStream to
 the first 20 train batches on a never-seen text set (cold: an empty
---cache-dir) and after a daemon restart with the cache (warm), the daemon's
-peak RSS (VmHWM) in each run, and the cache's size on disk.
+--cache-dir; the length pass then goes on in the background, and the run
+waits for it to end) and after a daemon restart with the cache (warm), the
+steady rows/s of the warm stream (against the memcpy speed of its bytes),
+the time to the first batch of a stream resumed at step 100 000 after a
+restart (twice: before and after the epochs' row counts are cached), the
+daemon's peak RSS (VmHWM) in each run, and the cache's size on disk.
 
 The data set is bench/make_wmt_scale.py's (5.9 M pairs, ~2 GB of text, a
 long tail of words; generated when missing) with a SentencePiece model
@@ -10,7 +14,8 @@ trained by workloads/wmt/tools/train_sentencepiece.py (when missing).
 
     PYTHONPATH=build/python bench/wmt_cache_bench.py [--build build]
         [--data /tmp/batchd-wmt-scale] [--pairs 5900000] [--threads 2]
-        [--vocab 16000] [--batches 20] [--global-batch 128] [--json FILE]
+        [--vocab 16000] [--batches 20] [--global-batch 128]
+        [--steady-batches 300] [--resume-step 100000] [--json FILE]
 
 --pairs picks a smaller scale (a fresh --data directory per scale).
 """
@@ -109,14 +114,20 @@ class Daemon:
         return hwm
 
 
-def first_batches(daemon, args, name):
+def open_loader(daemon, args, name, start_step=0):
     import batchd
-    t0 = time.monotonic()
-    loader = batchd.Loader(
+    return batchd.Loader(
         name, args.global_batch, workload="wmt",
         data=os.path.basename(args.data), split="train", seed=0,
-        server=daemon.address, format="numpy", options={"source": "text"},
-        connect_timeout=30.0, timeout=3600.0)
+        start_step=start_step, server=daemon.address, format="numpy",
+        options={"source": "text"}, connect_timeout=600.0, timeout=3600.0)
+
+
+def first_batches(daemon, args, name, steady=0):
+    """Seconds to the first batch and to the first args.batches; with
+    `steady`, also the rows/s of the next `steady` batches."""
+    t0 = time.monotonic()
+    loader = open_loader(daemon, args, name)
     first = None
     for i in range(args.batches):
         batch = next(loader)
@@ -124,8 +135,50 @@ def first_batches(daemon, args, name):
             first = time.monotonic() - t0
         del batch
     total = time.monotonic() - t0
+    rows_per_s = None
+    if steady:
+        t1 = time.monotonic()
+        for _ in range(steady):
+            batch = next(loader)
+            rows = len(batch["inputs"])
+            del batch
+        rows_per_s = steady * rows / (time.monotonic() - t1)
     loader.close()
-    return first, total
+    return first, total, rows_per_s
+
+
+def resume_seconds(daemon, args, name):
+    t0 = time.monotonic()
+    loader = open_loader(daemon, args, name, start_step=args.resume_step)
+    info = loader.next_batch()[1]
+    took = time.monotonic() - t0
+    loader.close()
+    assert info.step == args.resume_step, info.step
+    return took
+
+
+def wait_for_length_pass(log_path, offset, t0, limit=7200):
+    """Seconds from t0 until the daemon logs the end of its length pass."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with open(log_path) as f:
+            f.seek(offset)
+            if "event=wmt_lengths" in f.read():
+                return time.monotonic() - t0
+        time.sleep(1)
+    sys.exit("the length pass did not end")
+
+
+def memcpy_rows_per_s(row_bytes):
+    import numpy as np
+    src = np.ones(64 << 20, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = 0.0
+    for _ in range(5):
+        t = time.monotonic()
+        np.copyto(dst, src)
+        best = max(best, src.nbytes / (time.monotonic() - t))
+    return best / row_bytes
 
 
 def main():
@@ -139,6 +192,8 @@ def main():
     ap.add_argument("--model-chars", type=int, default=10**7)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--global-batch", type=int, default=128)
+    ap.add_argument("--steady-batches", type=int, default=300)
+    ap.add_argument("--resume-step", type=int, default=100_000)
     ap.add_argument("--json")
     args = ap.parse_args()
     args.data = os.path.abspath(args.data)
@@ -153,16 +208,39 @@ def main():
                "batches": args.batches}
     try:
         for run in ("cold", "warm"):
+            offset = os.path.getsize(log) if os.path.exists(log) else 0
             daemon = Daemon(args.build, os.path.dirname(args.data), cache,
                             args.threads, log)
-            first, total = first_batches(daemon, args, f"wmtcache-{run}")
+            t0 = time.monotonic()
+            first, total, rows_per_s = first_batches(
+                daemon, args, f"wmtcache-{run}",
+                steady=args.steady_batches if run == "warm" else 0)
+            r = {"first_batch_s": round(first, 2),
+                 f"first_{args.batches}_batches_s": round(total, 2)}
+            if run == "cold":
+                # The pass goes on in the background; its end is logged.
+                r["length_pass_done_s"] = round(
+                    wait_for_length_pass(log, offset, t0), 1)
+            else:
+                r["steady_rows_per_s"] = round(rows_per_s)
             hwm = daemon.stop()
-            results[run] = {"first_batch_s": round(first, 2),
-                            f"first_{args.batches}_batches_s": round(total, 2),
+            r["daemon_vmhwm_mib"] = round(hwm / 1024, 1)
+            results[run] = r
+            print(f"{run}: {r}", file=sys.stderr)
+        # Resume far ahead after a restart: first with the row counts of
+        # the epochs before the step still to count (from the cached
+        # lengths), then again with them cached too.
+        for run in ("resume", "resume_counted"):
+            daemon = Daemon(args.build, os.path.dirname(args.data), cache,
+                            args.threads, log)
+            took = resume_seconds(daemon, args, f"wmtcache-{run}")
+            hwm = daemon.stop()
+            results[run] = {"step": args.resume_step,
+                            "first_batch_s": round(took, 2),
                             "daemon_vmhwm_mib": round(hwm / 1024, 1)}
-            print(f"{run}: first batch {first:.1f} s, {args.batches} batches "
-                  f"{total:.1f} s, daemon VmHWM {hwm / 1024:.0f} MiB",
-                  file=sys.stderr)
+            print(f"{run}: {results[run]}", file=sys.stderr)
+        row_bytes = 6 * 256 * 4  # six int32 tensors of max_length 256
+        results["memcpy_rows_per_s"] = round(memcpy_rows_per_s(row_bytes))
         results["cache_bytes"] = du_bytes(cache)
         results["cache_files"] = sorted(os.listdir(cache))
     finally:

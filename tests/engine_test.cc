@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -94,15 +96,59 @@ class FakePackedWorkload : public Workload, public RowPacking {
   std::vector<TensorLayout> tensors_;
 };
 
+// A workload that learns an epoch's rows as it goes, as WMT does while its
+// length pass runs: RowsUpTo knows two rows past what is asked (the whole
+// epoch once that reaches its end), and filling a row it has not said it
+// knows is an error.
+class ProgressiveWorkload : public FakePackedWorkload {
+ public:
+  using FakePackedWorkload::FakePackedWorkload;
+  absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& o,
+                                     uint64_t want) const override {
+    const uint64_t total = PlainRows(o).size();
+    const uint64_t rows = std::min(total, want + 2);
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t& k = known_[o.epoch];
+    k = std::max(k, rows);
+    if (rows < total) ++partial_answers_;
+    return KnownRows{rows, rows == total};
+  }
+  absl::Status FillRow(const EpochOrder& o, uint64_t row, uint8_t* const* out,
+                       WorkloadCounters* c) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (row >= known_[o.epoch]) {
+        return absl::InternalError("a row of the epoch not known yet");
+      }
+    }
+    return FakePackedWorkload::FillRow(o, row, out, c);
+  }
+  uint64_t partial_answers() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return partial_answers_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::map<uint64_t, uint64_t> known_;  // epoch -> rows known
+  mutable uint64_t partial_answers_ = 0;
+};
+
 // Runs the engine for `steps` global batches of W ranks and returns each
-// global batch's rows (rank order), plus each batch's epoch.
-std::vector<std::vector<std::vector<int64_t>>> RunEngine(int threads, uint32_t w,
-                                                   uint64_t start,
-                                                   int steps) {
+// global batch's rows (rank order), plus each batch's epoch. `progressive`:
+// the workload is a ProgressiveWorkload, whose partial answers are counted
+// into *partial_answers.
+std::vector<std::vector<std::vector<int64_t>>> RunEngine(
+    int threads, uint32_t w, uint64_t start, int steps,
+    bool progressive = false, uint64_t* partial_answers = nullptr) {
   const uint64_t g = 8, n = 101;
   auto sampler = Sampler::Create(n, g, w, 77, true);
   EXPECT_TRUE(sampler.ok());
-  auto workload = std::make_unique<FakePackedWorkload>(n);
+  std::unique_ptr<FakePackedWorkload> workload =
+      progressive ? std::make_unique<ProgressiveWorkload>(n)
+                  : std::make_unique<FakePackedWorkload>(n);
+  const auto* as_progressive =
+      dynamic_cast<const ProgressiveWorkload*>(workload.get());
   BatchLayout layout = *BatchLayout::Make(workload->tensors(), g / w);
   auto stream = std::make_shared<StreamSetup>("packed", std::move(workload),
                                               *sampler, layout);
@@ -139,6 +185,9 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(int threads, uint32_t w
   }
   for (auto& p : producers) engine.Retire(p);
   engine.Stop();
+  if (partial_answers != nullptr && as_progressive != nullptr) {
+    *partial_answers = as_progressive->partial_answers();
+  }
   return out;
 }
 
@@ -176,6 +225,23 @@ TEST(EngineTest, PackedBatchesIndependentOfThreadsWorldAndStart) {
   ASSERT_EQ(one.size(), 15u);
   EXPECT_EQ(one, four);
   for (int s = 0; s < 9; ++s) EXPECT_EQ(resumed[s], one[s + 6]);
+}
+
+TEST(EngineTest, StepsOfAPartlyKnownEpochAreServedWhereTheFullCountPutsThem) {
+  // Epochs of ~7 steps: 30 steps cross four epochs, each served while
+  // only its first rows are known.
+  const auto full = RunEngine(1, 1, 0, 30);
+  for (int threads : {1, 3}) {
+    for (uint32_t w : {1u, 2u}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, W=" << w);
+      uint64_t partial = 0;
+      EXPECT_EQ(RunEngine(threads, w, 0, 30, true, &partial), full);
+      EXPECT_GT(partial, 4u);  // every epoch was served partly known
+      const auto resumed = RunEngine(threads, w, 9, 12, true, &partial);
+      ASSERT_EQ(resumed.size(), 12u);
+      for (int s = 0; s < 12; ++s) EXPECT_EQ(resumed[s], full[s + 9]);
+    }
+  }
 }
 
 // Counting an epoch takes a while, as it does for WMT at full size.

@@ -1119,6 +1119,110 @@ TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
                   AllRows(**b, order, nullptr, nullptr));
 }
 
+// One row of an epoch, as FillRow writes it.
+PackedRow FillOne(const RowPacking& w, const EpochOrder& order, uint64_t r) {
+  PackedRow row;
+  std::vector<int32_t>* v[] = {&row.inputs,           &row.targets,
+                               &row.inputs_position,  &row.inputs_segmentation,
+                               &row.targets_position, &row.targets_segmentation};
+  uint8_t* out[6];
+  for (int k = 0; k < 6; ++k) {
+    v[k]->resize(256);
+    out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
+  }
+  absl::Status s = w.FillRow(order, r, out, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  return row;
+}
+
+// Slows every tokenization for a length (test hook) while in scope.
+struct SlowLengths {
+  explicit SlowLengths(const char* us) {
+    setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", us, 1);
+  }
+  ~SlowLengths() { unsetenv("BATCHD_TEST_WMT_INDEX_DELAY_US"); }
+};
+
+TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  // Windows of 64 pairs: the first rows need ~70 pairs' lengths, the pass
+  // all 700 (at 4 ms each: 2.8 s with one thread).
+  const std::map<std::string, std::string> opts = {{"max_length", "64"}};
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 31), 0);
+  auto plain = Create(d, "train", opts);
+  ASSERT_TRUE(plain.ok());
+  const std::vector<PackedRow> expected =
+      AllRows(**plain, order, nullptr, nullptr);
+  ASSERT_GT(expected.size(), 40u);
+  SlowLengths slow("4000");
+  for (const char* threads : {"1", "2"}) {
+    for (bool cached : {false, true}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, cache "
+                                      << cached);
+      cache_path_ += "x";  // a cold cache each time
+      std::map<std::string, std::string> o = opts;
+      o["index_threads"] = threads;
+      auto w = cached ? CreateCached(d, threads, opts) : Create(d, "train", o);
+      ASSERT_TRUE(w.ok()) << w.status();
+      const RowPacking& rows = Rows(**w);
+      const uint64_t before = wmt::LengthPassTokenizations();
+      absl::StatusOr<RowPacking::KnownRows> known = rows.RowsUpTo(order, 4);
+      ASSERT_TRUE(known.ok()) << known.status();
+      EXPECT_FALSE(known->complete);
+      EXPECT_GE(known->rows, 4u);
+      EXPECT_LT(known->rows, expected.size());
+      EXPECT_LT(wmt::LengthPassTokenizations() - before, kTrainPairs / 2);
+      // Before the pass ends: the rows known are the complete table's.
+      for (uint64_t r = 0; r < known->rows; ++r) {
+        ExpectRowsEqual({FillOne(rows, order, r)}, {expected[r]});
+        EXPECT_TRUE(rows.CursorOfRow(order, r).ok());
+      }
+      std::vector<ExampleKey> keys;
+      EXPECT_TRUE(rows.ExamplesOfRows(order, 0, known->rows, &keys));
+      EXPECT_FALSE(rows.ExamplesOfRows(order, 0, known->rows + 64, &keys));
+      // After it: all of them.
+      absl::StatusOr<uint64_t> total = rows.RowsInEpoch(order);
+      ASSERT_TRUE(total.ok()) << total.status();
+      EXPECT_EQ(*total, expected.size());
+      ExpectRowsEqual(AllRows(**w, order, nullptr, nullptr), expected);
+      absl::StatusOr<RowPacking::KnownRows> all = rows.RowsUpTo(order, 4);
+      ASSERT_TRUE(all.ok());
+      EXPECT_TRUE(all->complete);
+      EXPECT_EQ(all->rows, expected.size());
+    }
+  }
+}
+
+TEST_F(WmtCacheTest, AStoppedLengthPassKeepsWhatItLearnt) {
+  const std::string d = NewDataDir();
+  WriteText(d, "train", *pairs_);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 32), 0);
+  const std::map<std::string, std::string> opts = {{"max_length", "64"}};
+  auto plain = Create(d, "train", opts);
+  ASSERT_TRUE(plain.ok());
+  const std::vector<PackedRow> expected =
+      AllRows(**plain, order, nullptr, nullptr);
+  {
+    SlowLengths slow("10000");  // 7 s for the pass with one thread
+    auto w = CreateCached(d, "1", opts);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }  // the daemon stops: the pass is stopped and stores what it has
+  ASSERT_NE(EntryOf("wmt-lengths"), "");
+  auto again = CreateCached(d, "1", opts);
+  ASSERT_TRUE(again.ok());
+  std::vector<PackedRow> got;
+  const uint64_t tokenized = Tokenized(**again, order, &got);
+  EXPECT_GT(tokenized, 0u);
+  EXPECT_LT(tokenized, kTrainPairs - 100);
+  ExpectRowsEqual(got, expected);
+  auto third = CreateCached(d, "1", opts);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(Tokenized(**third, order, nullptr), 0u);
+}
+
 TEST_F(WmtCacheTest, TfdsLengthsAreCachedByShardIdentity) {
   const std::string d = NewDataDir();
   WriteTfds(d, "train", *pairs_, 3);

@@ -67,6 +67,7 @@ absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor) {
   anchor_epoch_ = cursor.epoch;
   anchor_row_ = *row;
   ends_.clear();
+  partial_rows_ = 0;
   return absl::OkStatus();
 }
 
@@ -114,6 +115,16 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::Find(
                      " where this stream was resumed from a cursor"));
   }
   if (ends_.empty() || ends_.back() <= step) {
+    // In the epoch being counted: located if its rows are known already.
+    const uint64_t first_step = ends_.empty() ? anchor_step_ : ends_.back();
+    const uint64_t first_row = ends_.empty() ? anchor_row_ : 0;
+    if (partial_rows_ > first_row &&
+        (partial_rows_ - first_row) / g_ > step - first_step) {
+      Location loc;
+      loc.epoch = anchor_epoch_ + ends_.size();
+      loc.first_row = first_row + (step - first_step) * g_;
+      return loc;
+    }
     return absl::UnavailableError(
         absl::StrCat("step ", step, " is being prepared"));
   }
@@ -133,10 +144,17 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::TryLocate(
   absl::StatusOr<Location> loc = Find(step);
   if (loc.ok()) served_ = std::max(served_, loc->epoch - anchor_epoch_);
   if (loc.ok()) {
-    // Count the next epoch while this one is served, so that crossing into
-    // it does not stall the stream.
-    if (loc->epoch + 1 != anchor_epoch_ + ends_.size()) return loc;
-    target_ = std::max(target_, ends_.back());
+    const uint64_t counting = anchor_epoch_ + ends_.size();
+    if (loc->epoch == counting) {
+      // A partly known epoch: learn its next steps while this one is served.
+      target_ = std::max(target_, step + kLookaheadSteps);
+    } else if (loc->epoch + 1 == counting) {
+      // Count the next epoch while this one is served, so that crossing into
+      // it does not stall the stream.
+      target_ = std::max(target_, ends_.back());
+    } else {
+      return loc;
+    }
   } else if (!absl::IsUnavailable(loc.status())) {
     return loc;
   } else {
@@ -170,14 +188,33 @@ void PackedSchedule::CountLoop() {
     const uint64_t epoch = anchor_epoch_ + ends_.size();
     const bool first = ends_.empty();
     const uint64_t skipped = anchor_row_ / g_;
+    // The rows up to target_ in this epoch (all of it if target_ is later;
+    // the packer stops at the epoch's end). No overflow: Reachable bounds
+    // target_ - first step by N * kMaxReplayEpochs / G.
+    const uint64_t first_step = first ? anchor_step_ : ends_.back();
+    const uint64_t want = (first ? anchor_row_ : 0) +
+                          (target_ - first_step + 1) * g_;
     lock.unlock();
     // The slow part, without the lock: only this thread appends to ends_.
-    absl::StatusOr<uint64_t> rows = packer_.RowsInEpoch(Order(epoch));
+    absl::StatusOr<RowPacking::KnownRows> known = packer_.RowsUpTo(Order(epoch), want);
     lock.lock();
-    if (!rows.ok()) {
-      error_ = rows.status();
+    if (!known.ok()) {
+      error_ = known.status();
       break;
     }
+    if (!known->complete) {
+      partial_rows_ = std::max(partial_rows_, known->rows);
+      counted_.notify_all();
+      // Learnt as far as asked: go on only if a later step was asked for
+      // meanwhile; otherwise the next TryLocate beyond these rows restarts
+      // this thread.
+      const uint64_t want_now = (first ? anchor_row_ : 0) +
+                                (target_ - first_step + 1) * g_;
+      if (known->rows < want || known->rows >= want_now) break;
+      continue;
+    }
+    partial_rows_ = 0;
+    const absl::StatusOr<uint64_t> rows = known->rows;
     uint64_t steps = *rows / g_;
     if (steps == 0) {
       error_ = absl::InvalidArgumentError(

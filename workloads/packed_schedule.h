@@ -32,6 +32,25 @@ class RowPacking {
   // counting thread only. The one place that learns an epoch's size.
   virtual absl::StatusOr<uint64_t> RowsInEpoch(
       const EpochOrder& order) const = 0;
+  // What is known of an epoch's rows so far, for serving its first steps
+  // before its size is: a workload that learns lengths progressively knows
+  // a prefix of the epoch's rows (the rows it has, which never change) long
+  // before the last. `complete`: rows is the epoch's row count.
+  struct KnownRows {
+    uint64_t rows = 0;
+    bool complete = false;
+  };
+  // Learns the epoch's rows at least up to `want_rows` (or its end, if
+  // fewer) and says what is known. Called on the counting thread only; may
+  // be slow, but should only do work in proportion to `want_rows` while the
+  // epoch's size is unknown. CursorOfRow, FillRow and ExamplesOfRows must
+  // then work for every row below `rows`. Default: RowsInEpoch, complete.
+  virtual absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
+                                             uint64_t want_rows) const {
+    absl::StatusOr<uint64_t> rows = RowsInEpoch(order);
+    if (!rows.ok()) return rows.status();
+    return KnownRows{*rows, true};
+  }
   // Where row `row` of the epoch sits; OutOfRange past the epoch's rows.
   virtual absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
                                                 uint64_t row) const = 0;
@@ -67,6 +86,14 @@ class RowPacking {
 // epochs. A stream resuming far ahead thus never holds a worker of the
 // shared pool, and shutdown waits at most for the epoch being counted.
 //
+// The epoch being counted may be served before its count is known: the
+// thread asks the packer for its rows up to the steps asked for
+// (RowsUpTo), and a step whose rows are all known is located. Every step
+// located this way is where the full count puts it: a step's place depends
+// only on the rows before it. Once such a step is served, the thread learns
+// kLookaheadSteps further, so a stream reading its first epoch while its
+// data is still being indexed does not wait at every step.
+//
 // Thread safety: thread-safe. mu_ is only ever held for bookkeeping, never
 // while the workload counts. `packer` must outlive the schedule.
 class PackedSchedule : public Schedule {
@@ -83,6 +110,8 @@ class PackedSchedule : public Schedule {
   // global batches: a step needs at least (step - anchor) * G / N epochs
   // counted first. Steps that need more than this many are refused.
   static constexpr uint64_t kMaxReplayEpochs = 10000;
+  // Steps learnt ahead of the latest one served in a partly known epoch.
+  static constexpr uint64_t kLookaheadSteps = 16;
 
   absl::Status Ready(uint64_t step) override;
   // The rank's rows and the cursor of its first row (asked of the packer).
@@ -129,6 +158,9 @@ class PackedSchedule : public Schedule {
   std::vector<uint64_t> ends_;
   // Count until ends_.back() > target_. Guarded by mu_.
   uint64_t target_ = 0;
+  // Rows known so far of the epoch being counted (anchor_epoch_ +
+  // ends_.size()), from RowsUpTo; 0 once it is counted. Guarded by mu_.
+  uint64_t partial_rows_ = 0;
   // Index in ends_ of the latest epoch a step was located in: counting
   // stops kMaxReplayEpochs past it. Guarded by mu_.
   uint64_t served_ = 0;

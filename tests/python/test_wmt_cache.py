@@ -54,11 +54,15 @@ def train_rows(daemon, stream, steps=6, threads=1):
     return rows
 
 
+LENGTHS = re.compile(r"event=wmt_lengths pairs=\d+ tokenized=(\d+) "
+                     r"first_windows=(\d+) from=(\S+)")
+
+
 def tokenized(log_path):
-    """Pairs tokenized by each length pass the daemon logged."""
-    text = open(log_path).read()
-    return [int(n) for n in
-            re.findall(r"event=wmt_lengths pairs=\d+ tokenized=(\d+)", text)]
+    """Pairs each workload that ended its length pass tokenized for their
+    lengths (its pass's and those of the first windows it served before)."""
+    return [int(a) + int(b) for a, b, _ in
+            LENGTHS.findall(open(log_path).read())]
 
 
 def run(data_root, tmp_path, name, cache, threads=1):
@@ -123,8 +127,15 @@ def test_two_daemons_on_one_cache_build_once(data_root, tmp_path):
         for d in daemons:
             d.stop()
     assert results[0] is not None and results[0] == results[1]
-    passes = tokenized(logs[0]) + tokenized(logs[1])
-    assert sorted(passes) == [0, PAIRS]
+    # One length pass tokenized the set; the other daemon's waited for it
+    # and loaded what it stored (having tokenized only the pairs of the
+    # first windows it served meanwhile).
+    ends = [LENGTHS.findall(open(log).read()) for log in logs]
+    assert [len(e) for e in ends] == [1, 1], ends
+    by_from = {end[0][2]: (int(end[0][0]), int(end[0][1])) for end in ends}
+    assert sorted(by_from) == ["cache", "pass,cached"], ends
+    assert by_from["cache"][0] == 0  # its pass tokenized nothing
+    assert sum(by_from["pass,cached"]) == PAIRS
 
 
 def test_unsafe_cache_dir_is_refused_at_start(data_root, tmp_path):

@@ -96,3 +96,46 @@ def test_an_indexing_stream_says_what_it_indexes(data_root, tmp_path,
             time.sleep(0.1)
     finally:
         daemon.stop()
+
+
+def rows_of(daemon, name, steps, timeout):
+    loader = batchd.Loader(name, 16, workload="wmt", data="wmt",
+                           split="train", seed=3, server=daemon.address,
+                           format="numpy", connect_timeout=10.0,
+                           timeout=timeout,
+                           options={"index_threads": 1, "source": "text",
+                                    "max_length": 32})
+    try:
+        rows = []
+        for _ in range(steps):
+            batch, info = loader.next_batch()
+            rows.append((info.step, batch["inputs"].tolist(),
+                         batch["targets_segmentation"].tolist()))
+            del batch
+        return rows
+    finally:
+        loader.close()
+
+
+def test_first_batches_come_while_the_length_pass_runs(data_root, tmp_path,
+                                                       monkeypatch):
+    # Windows of 32 pairs: the first batch needs a window's lengths (~1 s
+    # at DELAY_US a pair), the pass all 300 (~9 s).
+    monkeypatch.setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", str(DELAY_US))
+    daemon = Daemon(data_root, tmp_path / "slow.log",
+                    args=("--cache-dir", str(tmp_path / "cache")))
+    try:
+        early = rows_of(daemon, "early", 2, timeout=60.0)
+        streams = {s["spec"]["name"]: s for s in daemon.status()["streams"]}
+        indexing = streams["early"].get("indexing")
+        assert indexing, "the first batches came only after the pass"
+        assert int(indexing["done"]) < PAIRS
+    finally:
+        daemon.stop()
+    # The same rows from a daemon that indexes first (no cache, no delay).
+    monkeypatch.delenv("BATCHD_TEST_WMT_INDEX_DELAY_US")
+    plain = Daemon(data_root, tmp_path / "plain.log")
+    try:
+        assert rows_of(plain, "plain", 2, timeout=60.0) == early
+    finally:
+        plain.stop()

@@ -400,6 +400,17 @@ absl::Status CacheDir::Put(absl::string_view kind, absl::string_view key,
 
 absl::StatusOr<CacheDir::Lock> CacheDir::LockEntry(
     absl::string_view kind, absl::string_view key) const {
+  return LockEntryImpl(kind, key, /*wait=*/true);
+}
+
+absl::StatusOr<CacheDir::Lock> CacheDir::TryLockEntry(
+    absl::string_view kind, absl::string_view key) const {
+  return LockEntryImpl(kind, key, /*wait=*/false);
+}
+
+absl::StatusOr<CacheDir::Lock> CacheDir::LockEntryImpl(absl::string_view kind,
+                                                       absl::string_view key,
+                                                       bool wait) const {
   absl::Status valid = CheckKind(kind);
   if (!valid.ok()) return valid;
   if (!enabled()) return Lock();
@@ -412,9 +423,13 @@ absl::StatusOr<CacheDir::Lock> CacheDir::LockEntry(
     return absl::UnavailableError(absl::StrCat(
         "cache: cannot open the lock ", path_, "/", name, ": ", Errno(err)));
   }
-  while (flock(fd, LOCK_EX) != 0) {
+  while (flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     const int err = errno;
+    if (!wait && err == EWOULDBLOCK) {
+      close(fd);
+      return Lock();  // another builder holds it
+    }
     close(fd);
     return absl::UnavailableError(absl::StrCat("cache: cannot lock ", path_,
                                                "/", name, ": ", Errno(err)));

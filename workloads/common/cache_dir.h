@@ -99,12 +99,19 @@ class CacheDir {
   //   finished), build, Put, release.
   absl::StatusOr<Lock> LockEntry(absl::string_view kind,
                                  absl::string_view key) const;
+  // LockEntry without waiting: a Lock that is not held() when another
+  // builder holds it (or when the cache is off), so that a builder can
+  // wait for it in steps and still give up when asked to stop.
+  absl::StatusOr<Lock> TryLockEntry(absl::string_view kind,
+                                    absl::string_view key) const;
 
   // The entry's file name within path() (tests corrupt it on purpose).
   static std::string EntryName(absl::string_view kind, absl::string_view key);
 
  private:
   CacheDir(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  absl::StatusOr<Lock> LockEntryImpl(absl::string_view kind,
+                                     absl::string_view key, bool wait) const;
   void Discard(const std::string& name, const struct stat& st,
                absl::string_view kind, const std::string& why) const;
 

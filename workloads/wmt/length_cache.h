@@ -54,8 +54,9 @@ std::string EncodeLengths(const std::vector<PackedLengths>& lengths);
 bool DecodeLengths(absl::string_view value, uint64_t n, uint64_t max_length,
                    std::vector<PackedLengths>* lengths);
 
-// Pairs tokenized by length passes in this process (tests prove with it
-// that a cached table tokenizes nothing).
+// Pairs whose lengths were learnt by tokenizing them in this process (by a
+// length pass or for an epoch's first windows; a pair both tokenize counts
+// once): tests prove with it that a cached table tokenizes nothing.
 uint64_t LengthPassTokenizations();
 void CountLengthPassTokenizations(uint64_t n);
 // Epochs whose rows were counted by packing them in this process (not read

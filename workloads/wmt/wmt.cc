@@ -5,9 +5,14 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -132,12 +137,14 @@ absl::Status ParallelFor(uint64_t n, uint64_t threads,
   std::atomic<bool> failed{false};
   std::mutex mu;
   absl::Status first_error;
+  // Chunks of up to 256, small enough for every thread to get some.
+  const uint64_t chunk =
+      std::max<uint64_t>(1, std::min<uint64_t>(256, n / (4 * threads)));
   auto work = [&] {
-    constexpr uint64_t kChunk = 256;
     while (!failed.load(std::memory_order_relaxed)) {
-      const uint64_t begin = next.fetch_add(kChunk);
+      const uint64_t begin = next.fetch_add(chunk);
       if (begin >= n) return;
-      for (uint64_t i = begin; i < std::min(n, begin + kChunk); ++i) {
+      for (uint64_t i = begin; i < std::min(n, begin + chunk); ++i) {
         absl::Status s = fn(i);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
@@ -174,13 +181,18 @@ void WritePadded(const std::vector<int32_t>& tokens, size_t max_length,
   WriteTokens(row, int64, out);
 }
 
-// Where each window of one epoch starts, and its first row.
+// Where each window of one epoch starts, and its first row. A table that is
+// not `complete` holds the epoch's first windows only (those whose pairs'
+// lengths were known when it was made), exactly as the complete table
+// holds them.
 struct EpochTable {
   uint64_t seed = 0, epoch = 0, num_examples = 0;
+  bool complete = true;
   // Position of the first pair each window considers (the one after the
-  // previous window's last kept pair), then num_examples.
+  // previous window's last kept pair), then num_examples (complete) or the
+  // position after the last window's last kept pair (not complete).
   std::vector<uint64_t> window_start;
-  // First row of each window, then the epoch's row count.
+  // First row of each window, then the rows of these windows.
   std::vector<uint64_t> first_row;
   uint64_t windows() const { return first_row.size() - 1; }
   // The window holding `row` (< first_row.back()).
@@ -189,6 +201,68 @@ struct EpochTable {
                     first_row.begin()) -
            1;
   }
+};
+
+// Makes an epoch's table from its pairs' lengths, in the epoch's order: a
+// window is `window` consecutive kept pairs; its rows are PlanWindow's. The
+// one place windows are cut, for complete tables and for the first windows
+// of an epoch still being indexed alike.
+class EpochTableBuilder {
+ public:
+  EpochTableBuilder(const EpochOrder& order, uint64_t max_length)
+      : max_length_(max_length) {
+    table_.seed = order.seed;
+    table_.epoch = order.epoch;
+    table_.num_examples = order.num_examples;
+    in_window_.reserve(max_length);
+  }
+  // The next position's lengths (positions come in order, from 0).
+  void Add(const PackedLengths& l) {
+    const uint64_t p = next_position_++;
+    if (Dropped(l)) return;
+    if (in_window_.empty()) table_.window_start.push_back(next_start_);
+    in_window_.push_back(l);
+    if (in_window_.size() == max_length_) {
+      CloseWindow();
+      next_start_ = p + 1;
+    }
+  }
+  // After the epoch's last position: the last window, even if short.
+  void Finish() {
+    if (!in_window_.empty()) CloseWindow();
+    finished_ = true;
+  }
+  uint64_t next_position() const { return next_position_; }
+  bool finished() const { return finished_; }
+  uint64_t rows() const { return rows_; }
+  uint64_t closed_windows() const { return table_.first_row.size(); }
+  // The table so far: the closed windows (all of them once finished).
+  std::shared_ptr<EpochTable> Table() const {
+    auto t = std::make_shared<EpochTable>();
+    t->seed = table_.seed;
+    t->epoch = table_.epoch;
+    t->num_examples = table_.num_examples;
+    t->complete = finished_;
+    t->first_row = table_.first_row;
+    t->first_row.push_back(rows_);
+    t->window_start.assign(table_.window_start.begin(),
+                           table_.window_start.begin() + closed_windows());
+    t->window_start.push_back(finished_ ? table_.num_examples : next_start_);
+    return t;
+  }
+
+ private:
+  void CloseWindow() {
+    table_.first_row.push_back(rows_);
+    rows_ += PlanWindow(in_window_, max_length_).size();
+    in_window_.clear();
+  }
+
+  const uint64_t max_length_;
+  EpochTable table_;  // window_start may hold the open window's start too
+  std::vector<PackedLengths> in_window_;
+  uint64_t next_position_ = 0, next_start_ = 0, rows_ = 0;
+  bool finished_ = false;
 };
 
 // A pair of an eval split, with the drops just before it (to count).
@@ -202,6 +276,16 @@ struct EvalPair {
 
 class WmtWorkload : public Workload, public RowPacking {
  public:
+  ~WmtWorkload() override {
+    stopping_.store(true);
+    std::thread pass;
+    {
+      std::lock_guard<std::mutex> lock(lengths_mu_);
+      pass = std::move(pass_thread_);
+    }
+    if (pass.joinable()) pass.join();
+  }
+
   static absl::StatusOr<std::unique_ptr<Workload>> Create(
       const WorkloadConfig& config) {
     absl::StatusOr<Options> options = ParseOptions(config);
@@ -292,10 +376,12 @@ class WmtWorkload : public Workload, public RowPacking {
         absl::StrAppend(&key, " ", order.id_at(p));
       }
     }
+    if (train_) {
+      // All lengths first (from the cache when it holds them, else from the
+      // length pass, which this starts if need be and waits for).
+      if (absl::Status s = WaitLengths(); !s.ok()) return s;
+    }
     if (cache_ != nullptr && train_) {
-      // The lengths first (loaded once, from the cache when it holds them):
-      // filling needs them, and the first count is where they are learnt.
-      if (absl::Status s = EnsureLengths(); !s.ok()) return s;
       absl::StatusOr<std::string> v = cache_->Get(kEpochRowsKind, key);
       if (v.ok() && v->size() == 8) {
         uint64_t rows = 0;
@@ -313,6 +399,24 @@ class WmtWorkload : public Workload, public RowPacking {
       (void)cache_->Put(kEpochRowsKind, key, value);  // best effort
     }
     return rows;
+  }
+
+  // While the length pass runs, the epoch's first windows are learnt here,
+  // as far as `want_rows` asks: the lengths of their pairs, in the epoch's
+  // order, are tokenized on index_threads threads (those the pass has
+  // done already are not), and the windows cut from them as the complete
+  // table cuts them. Once the pass is done: RowsInEpoch.
+  absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
+                                     uint64_t want_rows) const override {
+    if (absl::Status s = CheckOrder(order); !s.ok()) return s;
+    StartLengths();
+    if (absl::Status s = PassError(); !s.ok()) return s;
+    if (!lengths_ready_.load(std::memory_order_acquire)) {
+      return Extend(order, want_rows, 0);
+    }
+    absl::StatusOr<uint64_t> rows = RowsInEpoch(order);
+    if (!rows.ok()) return rows.status();
+    return KnownRows{*rows, true};
   }
 
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
@@ -367,6 +471,14 @@ class WmtWorkload : public Workload, public RowPacking {
     if (!train_) {
       return absl::InvalidArgumentError("wmt: only train rows have cursors");
     }
+    if (absl::Status s = CheckOrder(order); !s.ok()) return s;
+    StartLengths();
+    if (!lengths_ready_.load(std::memory_order_acquire)) {
+      // Learn the epoch as far as the cursor's window (and one past it).
+      absl::StatusOr<KnownRows> known =
+          Extend(order, 0, cursor.window + 1);
+      if (!known.ok()) return known.status();
+    }
     absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
     if (!table.ok()) return table.status();
     const EpochTable& t = **table;
@@ -388,6 +500,13 @@ class WmtWorkload : public Workload, public RowPacking {
         train_(train),
         tokenizer_(std::move(tokenizer)),
         source_(std::move(source)) {
+    if (train_) {
+      const uint64_t n = source_->size();
+      lengths_.reset(new std::atomic<uint32_t>[n]);
+      for (uint64_t id = 0; id < n; ++id) {
+        StoreLength(id, {kLengthUnknown, kLengthUnknown});
+      }
+    }
     const DType t =
         options_.int64 ? DType::kInt64 : DType::kInt32;
     const std::vector<int64_t> shape = {int64_t(options_.max_length)};
@@ -471,65 +590,141 @@ class WmtWorkload : public Workload, public RowPacking {
     }
   }
 
-  // The lengths table: from the cache when it holds it, else built (under
-  // the entry's build lock, so that streams and daemons sharing the cache
-  // build it once: a second builder waits and then loads it) and stored.
-  // Entries still kLengthUnknown in a loaded table are tokenized.
-  absl::Status EnsureLengths() const {
-    if (lengths_ready_.load(std::memory_order_acquire)) return absl::OkStatus();
-    std::lock_guard<std::mutex> lock(lengths_mu_);
-    if (lengths_ready_.load(std::memory_order_relaxed)) return absl::OkStatus();
-    const auto start = std::chrono::steady_clock::now();
+  // Lengths are one atomic word per pair (inputs | targets << 16), each
+  // written once, with its final value, by whichever of the length pass
+  // and Extend tokenizes the pair first (they compute the same), so
+  // readers need no lock; a reader reaches a pair only through a table
+  // made after its length was known.
+  PackedLengths LengthAt(uint64_t id) const {
+    const uint32_t v = lengths_[id].load(std::memory_order_relaxed);
+    return {uint16_t(v & 0xffff), uint16_t(v >> 16)};
+  }
+  static uint32_t Word(const PackedLengths& l) {
+    return uint32_t(l.inputs) | uint32_t(l.targets) << 16;
+  }
+  void StoreLength(uint64_t id, const PackedLengths& l) const {
+    lengths_[id].store(Word(l), std::memory_order_relaxed);
+  }
+  // Stores a length learnt by tokenizing; true if it was not known yet
+  // (the pass and Extend may both tokenize a pair; one of them learns it).
+  bool LearntLength(uint64_t id, const PackedLengths& l) const {
+    uint32_t unknown = Word({kLengthUnknown, kLengthUnknown});
+    return lengths_[id].compare_exchange_strong(unknown, Word(l),
+                                                std::memory_order_relaxed);
+  }
+  bool Known(uint64_t id) const {
+    return LengthAt(id).inputs != kLengthUnknown;
+  }
+
+  // Tokenizes pair `id` for its length and stores it, counting it into
+  // *learnt (and LengthPassTokenizations) if it was not known yet.
+  absl::Status LearnLength(uint64_t id, std::atomic<uint64_t>* learnt) const {
+    if (index_delay_us_ > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(index_delay_us_));
+    }
+    TokenPair pair;
+    absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+    if (!fate.ok()) return fate.status();
+    if (LearntLength(id, *fate == PairFate::kKept
+                             ? PackedLengthsOf(pair, options_.max_length)
+                             : DroppedMark(*fate))) {
+      learnt->fetch_add(1, std::memory_order_relaxed);
+      CountLengthPassTokenizations(1);
+    }
+    return absl::OkStatus();
+  }
+
+  // Takes the lengths the cache holds that are not known here yet; returns
+  // how many pairs are still unknown.
+  uint64_t LoadCachedLengths() const {
     const uint64_t n = source_->size();
-    std::vector<PackedLengths> lengths;
-    CacheDir::Lock build_lock;
-    auto load = [&] {
-      absl::StatusOr<std::string> value =
-          cache_->Get(kLengthsKind, lengths_key_);
-      return value.ok() &&
-             DecodeLengths(*value, n, options_.max_length, &lengths);
-    };
-    bool loaded = false;
-    if (cache_ != nullptr) {
-      loaded = load();
-      if (!loaded) {
-        absl::StatusOr<CacheDir::Lock> locked =
-            cache_->LockEntry(kLengthsKind, lengths_key_);
-        if (!locked.ok()) return locked.status();
-        build_lock = std::move(*locked);
-        loaded = load();  // another builder may have finished meanwhile
+    std::vector<PackedLengths> cached;
+    absl::StatusOr<std::string> value = cache_->Get(kLengthsKind, lengths_key_);
+    if (value.ok() &&
+        DecodeLengths(*value, n, options_.max_length, &cached)) {
+      for (uint64_t id = 0; id < n; ++id) {
+        if (cached[id].inputs != kLengthUnknown && !Known(id)) {
+          StoreLength(id, cached[id]);
+        }
       }
     }
-    if (!loaded) lengths.assign(n, {kLengthUnknown, kLengthUnknown});
+    uint64_t unknown = 0;
+    for (uint64_t id = 0; id < n; ++id) unknown += !Known(id);
+    return unknown;
+  }
+
+  // Starts learning every pair's length, once: from the cache when it holds
+  // them all (then they are ready on return), else on the length pass's
+  // thread (LengthPass).
+  void StartLengths() const {
+    std::lock_guard<std::mutex> lock(lengths_mu_);
+    if (pass_started_) return;
+    pass_started_ = true;
+    lengths_start_ = std::chrono::steady_clock::now();
+    if (cache_ != nullptr && LoadCachedLengths() == 0) {
+      LogLengths(0, "cache");
+      lengths_ready_.store(true, std::memory_order_release);
+      return;
+    }
+    pass_thread_ = std::thread([this] { LengthPass(); });
+  }
+
+  // The length pass: every pair not known yet, in file order (sequential
+  // reads), on index_threads threads at a lower CPU priority (nice +10), so
+  // that serving the first windows (Extend, at normal priority) comes
+  // first. With a cache, under the entry's build lock, so that streams and
+  // daemons sharing the cache tokenize the data once: a second builder
+  // waits for the lock (in steps, to stop when asked) and then loads what
+  // the first stored. Stopped early, it stores what it has learnt (unknown
+  // pairs marked), which the next start takes up.
+  void LengthPass() const {
+    setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);  // best effort
+    const uint64_t n = source_->size();
+    auto finish = [this](const absl::Status& error) {
+      std::lock_guard<std::mutex> lock(lengths_mu_);
+      if (error.ok()) {
+        lengths_ready_.store(true, std::memory_order_release);
+      } else {
+        pass_error_ = error;
+      }
+      lengths_cv_.notify_all();
+    };
+    CacheDir::Lock build_lock;
+    if (cache_ != nullptr) {
+      while (true) {
+        absl::StatusOr<CacheDir::Lock> locked =
+            cache_->TryLockEntry(kLengthsKind, lengths_key_);
+        if (!locked.ok()) return finish(locked.status());
+        if (locked->held()) {
+          build_lock = std::move(*locked);
+          break;
+        }
+        if (stopping_.load()) return finish(Stopping());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      // Another builder may have stored them meanwhile.
+      if (LoadCachedLengths() == 0) {
+        LogLengths(0, "cache");
+        return finish(absl::OkStatus());
+      }
+    }
     std::atomic<uint64_t> tokenized{0};
     index_done_.store(0, std::memory_order_relaxed);
     index_total_.store(n, std::memory_order_relaxed);
     index_start_ns_.store(SteadyNanos(), std::memory_order_relaxed);
     indexing_.store(true, std::memory_order_release);
-    struct ClearOnExit {
-      std::atomic<bool>* flag;
-      ~ClearOnExit() { flag->store(false, std::memory_order_release); }
-    } clear_indexing{&indexing_};
     absl::Status s = ParallelFor(n, options_.index_threads, [&](uint64_t id) {
+      if (stopping_.load(std::memory_order_relaxed)) return Stopping();
       index_done_.fetch_add(1, std::memory_order_relaxed);
-      if (lengths[id].inputs != kLengthUnknown) return absl::OkStatus();
-      if (index_delay_us_ > 0) {
-        std::this_thread::sleep_for(std::chrono::microseconds(index_delay_us_));
-      }
-      TokenPair pair;
-      absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
-      if (!fate.ok()) return fate.status();
-      lengths[id] = *fate == PairFate::kKept
-                        ? PackedLengthsOf(pair, options_.max_length)
-                        : DroppedMark(*fate);
-      tokenized.fetch_add(1, std::memory_order_relaxed);
-      return absl::OkStatus();
+      if (Known(id)) return absl::OkStatus();
+      return LearnLength(id, &tokenized);
     });
-    CountLengthPassTokenizations(tokenized.load());
-    if (!s.ok()) return s;
-    if (cache_ != nullptr && tokenized.load() > 0) {
+    indexing_.store(false, std::memory_order_release);
+    if (cache_ != nullptr && (s.ok() || stopping_.load())) {
+      std::vector<PackedLengths> table(n);
+      for (uint64_t id = 0; id < n; ++id) table[id] = LengthAt(id);
       absl::Status put =
-          cache_->Put(kLengthsKind, lengths_key_, EncodeLengths(lengths));
+          cache_->Put(kLengthsKind, lengths_key_, EncodeLengths(table));
       if (!put.ok()) {
         fprintf(stderr,
                 "batchd: level=warn event=cache_put_failed kind=%s "
@@ -537,23 +732,47 @@ class WmtWorkload : public Workload, public RowPacking {
                 kLengthsKind, std::string(put.message()).c_str());
       }
     }
-    fprintf(
-        stderr,
-        "batchd: level=info event=wmt_lengths pairs=%llu tokenized=%llu "
-        "from=%s seconds=%.3f\n",
-        (unsigned long long)n, (unsigned long long)tokenized.load(),
-        cache_ == nullptr ? "pass"
-        : loaded          ? "cache"
-                          : "pass,cached",
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count());
-    lengths_ = std::move(lengths);
-    lengths_ready_.store(true, std::memory_order_release);
-    return absl::OkStatus();
+    if (s.ok()) {
+      LogLengths(tokenized.load(), cache_ == nullptr ? "pass" : "pass,cached");
+    }
+    finish(s);
   }
 
-  absl::StatusOr<std::shared_ptr<const EpochTable>> TableFor(
-      const EpochOrder& order) const {
+  static absl::Status Stopping() {
+    return absl::CancelledError("wmt: the workload is closing");
+  }
+
+  // The end of the length pass: `tokenized` pairs by the pass itself,
+  // first_windows by Extend before the pass reached them.
+  void LogLengths(uint64_t tokenized, const char* from) const {
+    fprintf(stderr,
+            "batchd: level=info event=wmt_lengths pairs=%llu tokenized=%llu "
+            "first_windows=%llu from=%s seconds=%.3f\n",
+            (unsigned long long)source_->size(),
+            (unsigned long long)tokenized,
+            (unsigned long long)first_windows_.load(), from,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          lengths_start_)
+                .count());
+  }
+
+  absl::Status PassError() const {
+    std::lock_guard<std::mutex> lock(lengths_mu_);
+    return pass_error_;
+  }
+
+  // Every pair's length: starts the pass if need be and waits for it.
+  absl::Status WaitLengths() const {
+    StartLengths();
+    std::unique_lock<std::mutex> lock(lengths_mu_);
+    lengths_cv_.wait(lock, [this] {
+      return lengths_ready_.load(std::memory_order_relaxed) ||
+             !pass_error_.ok();
+    });
+    return pass_error_;
+  }
+
+  absl::Status CheckOrder(const EpochOrder& order) const {
     if (!train_) {
       return absl::FailedPreconditionError(
           "wmt: eval splits are not packed into rows");
@@ -563,45 +782,83 @@ class WmtWorkload : public Workload, public RowPacking {
           absl::StrCat("wmt: the epoch order covers ", order.num_examples,
                        " examples, the data has ", source_->size()));
     }
-    absl::Status s = EnsureLengths();
-    if (!s.ok()) return s;
-    if (std::shared_ptr<const EpochTable> cached = CachedTableFor(order)) {
-      return cached;
-    }
-    // Built outside the lock: two threads may both build one (same result).
-    auto table = std::make_shared<EpochTable>();
-    table->seed = order.seed;
-    table->epoch = order.epoch;
-    table->num_examples = order.num_examples;
-    const uint64_t window = options_.max_length;
-    std::vector<PackedLengths> in_window;
-    in_window.reserve(window);
-    uint64_t next_start = 0, rows = 0;
-    auto close_window = [&] {
-      table->first_row.push_back(rows);
-      rows += PlanWindow(in_window, options_.max_length).size();
-      in_window.clear();
-    };
-    for (uint64_t p = 0; p < order.num_examples; ++p) {
-      const uint64_t id = order.id_at(p);
-      if (id >= lengths_.size()) {
-        return absl::InternalError(absl::StrCat(
-            "wmt: the epoch order gives id ", id, " at position ", p));
-      }
-      const PackedLengths& l = lengths_[id];
-      if (Dropped(l)) continue;
-      if (in_window.empty()) table->window_start.push_back(next_start);
-      in_window.push_back(l);
-      if (in_window.size() == window) {
-        close_window();
-        next_start = p + 1;
-      }
-    }
-    if (!in_window.empty()) close_window();
-    table->window_start.push_back(order.num_examples);
-    table->first_row.push_back(rows);
+    return absl::OkStatus();
+  }
 
-    std::lock_guard<std::mutex> lock(tables_mu_);
+  // An epoch's table as it grows while the length pass runs.
+  struct GrowingTable {
+    GrowingTable(const EpochOrder& order, uint64_t max_length)
+        : order(order), builder(order, max_length) {}
+    std::mutex mu;  // held while it grows
+    const EpochOrder order;
+    EpochTableBuilder builder;  // guarded by mu
+  };
+
+  // Learns the epoch's first windows until they hold want_rows rows and
+  // want_windows windows (or the epoch ends), tokenizing their pairs in
+  // blocks of positions, and publishes the table so far (CachedTableFor).
+  absl::StatusOr<KnownRows> Extend(const EpochOrder& order, uint64_t want_rows,
+                                   uint64_t want_windows) const {
+    std::shared_ptr<GrowingTable> g;
+    {
+      std::lock_guard<std::mutex> lock(tables_mu_);
+      for (const std::shared_ptr<GrowingTable>& x : growing_) {
+        if (x->order.seed == order.seed && x->order.epoch == order.epoch) g = x;
+      }
+      if (g == nullptr) {
+        if (growing_.size() >= kEpochTables) growing_.erase(growing_.begin());
+        g = std::make_shared<GrowingTable>(order, options_.max_length);
+        growing_.push_back(g);
+      }
+    }
+    // Positions tokenized at once: a window's worth, which makes at least
+    // a row.
+    const uint64_t block = options_.max_length;
+    const uint64_t n = order.num_examples;
+    std::lock_guard<std::mutex> lock(g->mu);
+    EpochTableBuilder& b = g->builder;
+    const uint64_t before = b.closed_windows();
+    std::vector<uint64_t> ids, todo;
+    while (!b.finished() &&
+           (b.rows() < want_rows || b.closed_windows() < want_windows)) {
+      if (stopping_.load()) return Stopping();
+      const uint64_t p0 = b.next_position(), p1 = std::min(n, p0 + block);
+      ids.clear();
+      todo.clear();
+      for (uint64_t p = p0; p < p1; ++p) {
+        ids.push_back(order.id_at(p));
+        if (ids.back() >= source_->size()) {
+          return absl::InternalError(absl::StrCat(
+              "wmt: the epoch order gives id ", ids.back(), " at position ",
+              p));
+        }
+        if (!Known(ids.back())) todo.push_back(ids.back());
+      }
+      absl::Status s = ParallelFor(
+          todo.size(), options_.index_threads,
+          [&](uint64_t i) { return LearnLength(todo[i], &first_windows_); });
+      if (!s.ok()) return s;
+      for (uint64_t id : ids) b.Add(LengthAt(id));
+      if (b.next_position() == n) b.Finish();
+    }
+    if (b.closed_windows() != before || b.finished() ||
+        CachedTableFor(order) == nullptr) {
+      std::shared_ptr<EpochTable> table = b.Table();
+      std::lock_guard<std::mutex> tables_lock(tables_mu_);
+      Remember(std::move(table));
+    }
+    return KnownRows{b.rows(), b.finished()};
+  }
+
+  // Keeps `table` (replacing the epoch's earlier one), dropping the least
+  // recently used beyond kEpochTables. Requires tables_mu_.
+  void Remember(std::shared_ptr<const EpochTable> table) const {
+    for (CachedTable& c : tables_) {
+      if (c.table->seed == table->seed && c.table->epoch == table->epoch) {
+        c = {std::move(table), ++use_clock_};
+        return;
+      }
+    }
     if (tables_.size() >= kEpochTables) {
       tables_.erase(
           std::min_element(tables_.begin(), tables_.end(),
@@ -609,8 +866,37 @@ class WmtWorkload : public Workload, public RowPacking {
                              return a.last_use < b.last_use;
                            }));
     }
-    tables_.push_back({table, ++use_clock_});
-    return std::shared_ptr<const EpochTable>(table);
+    tables_.push_back({std::move(table), ++use_clock_});
+  }
+
+  // The epoch's table: the complete one once every length is known (built
+  // here if need be); before that, what Extend has learnt of it, which
+  // holds every row the schedule located.
+  absl::StatusOr<std::shared_ptr<const EpochTable>> TableFor(
+      const EpochOrder& order) const {
+    if (absl::Status s = CheckOrder(order); !s.ok()) return s;
+    std::shared_ptr<const EpochTable> cached = CachedTableFor(order);
+    if (!lengths_ready_.load(std::memory_order_acquire)) {
+      if (cached != nullptr) return cached;
+      // Not served by a schedule (a tool, a test): all lengths first.
+      if (absl::Status s = WaitLengths(); !s.ok()) return s;
+    }
+    if (cached != nullptr && cached->complete) return cached;
+    // Built outside the lock: two threads may both build one (same result).
+    EpochTableBuilder b(order, options_.max_length);
+    for (uint64_t p = 0; p < order.num_examples; ++p) {
+      const uint64_t id = order.id_at(p);
+      if (id >= source_->size()) {
+        return absl::InternalError(absl::StrCat(
+            "wmt: the epoch order gives id ", id, " at position ", p));
+      }
+      b.Add(LengthAt(id));
+    }
+    b.Finish();
+    std::shared_ptr<const EpochTable> table = b.Table();
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    Remember(table);
+    return table;
   }
 
   // The epoch's table if it is built already (never builds one), else null.
@@ -637,11 +923,11 @@ class WmtWorkload : public Workload, public RowPacking {
     for (uint64_t p = table.window_start[w]; p < table.window_start[w + 1];
          ++p) {
       const uint64_t id = order.id_at(p);
-      if (id >= lengths_.size()) {
+      if (id >= source_->size()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "wmt: the epoch order gives id ", id, " at position ", p));
       }
-      const PackedLengths& l = lengths_[id];
+      const PackedLengths l = LengthAt(id);
       if (Dropped(l)) {
         CountDrop(l, counters);
         continue;
@@ -725,14 +1011,26 @@ class WmtWorkload : public Workload, public RowPacking {
   // ($BATCHD_TEST_WMT_INDEX_DELAY_US, read at Create); 0 otherwise.
   uint64_t index_delay_us_ = 0;
 
-  // Written once under lengths_mu_, then read-only once lengths_ready_.
-  mutable std::mutex lengths_mu_;
+  // Every train pair's length (LengthAt), kLengthUnknown until learnt.
+  std::unique_ptr<std::atomic<uint32_t>[]> lengths_;
+  // All of them are known (set once, with release).
   mutable std::atomic<bool> lengths_ready_{false};
-  mutable std::vector<PackedLengths> lengths_;
+  // Asks the length pass and Extend to stop (the destructor).
+  mutable std::atomic<bool> stopping_{false};
+  mutable std::mutex lengths_mu_;
+  mutable std::condition_variable lengths_cv_;  // lengths ready, or error
+  mutable bool pass_started_ = false;            // guarded by lengths_mu_
+  mutable absl::Status pass_error_;              // guarded by lengths_mu_
+  mutable std::thread pass_thread_;              // guarded by lengths_mu_
+  mutable std::chrono::steady_clock::time_point lengths_start_;
+  // Pairs whose lengths Extend learnt (the pass had not yet).
+  mutable std::atomic<uint64_t> first_windows_{0};
 
   mutable std::mutex tables_mu_;
   mutable std::vector<CachedTable> tables_;  // guarded by tables_mu_
   mutable uint64_t use_clock_ = 0;           // guarded by tables_mu_
+  // Tables of epochs served while the pass runs; guarded by tables_mu_.
+  mutable std::vector<std::shared_ptr<GrowingTable>> growing_;
 };
 
 absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
@@ -792,10 +1090,9 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
 bool WmtWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                                  uint64_t count,
                                  std::vector<ExampleKey>* keys) const {
-  // Only what is at hand: the lengths once indexed, the epoch's table once
-  // built (by the counting thread or a worker).
-  if (!train_ || !lengths_ready_.load(std::memory_order_acquire) ||
-      order.num_examples != source_->size() || !order.id_at) {
+  // Only what is at hand: the epoch's table once built (by the counting
+  // thread, Extend, or a worker).
+  if (!train_ || order.num_examples != source_->size() || !order.id_at) {
     return false;
   }
   const std::shared_ptr<const EpochTable> table = CachedTableFor(order);
