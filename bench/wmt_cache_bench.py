@@ -16,8 +16,11 @@ trained by workloads/wmt/tools/train_sentencepiece.py (when missing).
         [--data /tmp/batchd-wmt-scale] [--pairs 5900000] [--threads 2]
         [--vocab 16000] [--batches 20] [--global-batch 128]
         [--steady-batches 300] [--resume-step 100000] [--json FILE]
+        [--cache DIR] [--runs cold,warm,resume,resume_counted]
 
 --pairs picks a smaller scale (a fresh --data directory per scale).
+--cache keeps the cache directory (default: a fresh one, removed after);
+with --runs, later runs can be measured again on it alone.
 """
 
 import argparse
@@ -195,19 +198,25 @@ def main():
     ap.add_argument("--steady-batches", type=int, default=300)
     ap.add_argument("--resume-step", type=int, default=100_000)
     ap.add_argument("--json")
+    ap.add_argument("--cache", help="cache directory to use and keep")
+    ap.add_argument("--runs", default="cold,warm,resume,resume_counted")
     args = ap.parse_args()
     args.data = os.path.abspath(args.data)
     prepare(args)
     text_bytes = sum(os.path.getsize(os.path.join(args.data, f"train.{l}"))
                      for l in ("de", "en"))
-    cache = tempfile.mkdtemp(prefix="batchd-wmtcache-dir-", dir="/tmp")
-    os.rmdir(cache)  # batchd creates it, mode 0700
+    runs = args.runs.split(",")
+    if args.cache:
+        cache = os.path.abspath(args.cache)
+    else:
+        cache = tempfile.mkdtemp(prefix="batchd-wmtcache-dir-", dir="/tmp")
+        os.rmdir(cache)  # batchd creates it, mode 0700
     log = os.path.join(tempfile.gettempdir(), "wmt_cache_bench.log")
     results = {"pairs": args.pairs, "text_bytes": text_bytes,
                "threads": args.threads, "global_batch": args.global_batch,
                "batches": args.batches}
     try:
-        for run in ("cold", "warm"):
+        for run in [r for r in ("cold", "warm") if r in runs]:
             offset = os.path.getsize(log) if os.path.exists(log) else 0
             daemon = Daemon(args.build, os.path.dirname(args.data), cache,
                             args.threads, log)
@@ -230,7 +239,7 @@ def main():
         # Resume far ahead after a restart: first with the row counts of
         # the epochs before the step still to count (from the cached
         # lengths), then again with them cached too.
-        for run in ("resume", "resume_counted"):
+        for run in [r for r in ("resume", "resume_counted") if r in runs]:
             daemon = Daemon(args.build, os.path.dirname(args.data), cache,
                             args.threads, log)
             took = resume_seconds(daemon, args, f"wmtcache-{run}")
@@ -244,7 +253,8 @@ def main():
         results["cache_bytes"] = du_bytes(cache)
         results["cache_files"] = sorted(os.listdir(cache))
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if not args.cache:
+            shutil.rmtree(cache, ignore_errors=True)
     print(json.dumps(results, indent=1))
     if args.json:
         with open(args.json, "w") as f:

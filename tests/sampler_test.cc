@@ -27,6 +27,37 @@ TEST(EpochPermutationTest, IsABijectionForManySizes) {
   }
 }
 
+TEST(EpochPermutationTest, FillIsTheSameFunction) {
+  for (uint64_t n : {1, 2, 3, 5, 16, 17, 255, 256, 1000, 4097, 65537}) {
+    for (uint64_t seed : {0, 9}) {
+      EpochPermutation perm(n, seed, 4);
+      // Every range shape: empty, shorter and longer than the lanes, and
+      // starting anywhere.
+      for (uint64_t first : {uint64_t(0), n / 3, n - 1}) {
+        for (uint64_t count : {0, 1, 7, 8, 9, 100, 100000}) {
+          count = std::min(count, n - first);
+          std::vector<uint64_t> got(count + 1, ~uint64_t(0));
+          perm.Fill(first, count, got.data());
+          for (uint64_t i = 0; i < count; ++i) {
+            ASSERT_EQ(got[i], perm(first + i))
+                << "n=" << n << " first " << first << " i " << i;
+          }
+          EXPECT_EQ(got[count], ~uint64_t(0));  // nothing past the range
+        }
+      }
+    }
+  }
+  const EpochOrder order = ShuffledOrder(1000, 5, 2);
+  std::vector<uint64_t> ids(1000);
+  EpochIds(order, 0, 1000, ids.data());
+  for (uint64_t p = 0; p < 1000; ++p) EXPECT_EQ(ids[p], order.id_at(p));
+  EpochOrder plain = order;
+  plain.ids_at = nullptr;  // id_at alone
+  std::vector<uint64_t> again(1000);
+  EpochIds(plain, 0, 1000, again.data());
+  EXPECT_EQ(again, ids);
+}
+
 TEST(EpochPermutationTest, DependsOnSeedAndEpochOnly) {
   const uint64_t n = 5000;
   auto order = [&](uint64_t seed, uint64_t epoch) {

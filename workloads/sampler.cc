@@ -41,6 +41,59 @@ uint64_t EpochPermutation::operator()(uint64_t position) const {
   return x;
 }
 
+void EpochPermutation::Fill(uint64_t first, uint64_t count,
+                            uint64_t* out) const {
+  // Lanes: the positions in flight and where each goes. Every round is run
+  // on all lanes at once (independent chains the CPU overlaps); a lane
+  // whose value landed in [0, n) is written out and takes the next
+  // position, the others walk their cycle on.
+  constexpr int kLanes = 8;
+  uint64_t x[kLanes] = {}, slot[kLanes] = {};
+  int active = 0;
+  uint64_t next = first;
+  const uint64_t end = first + count;
+  for (; active < kLanes && next < end; ++active, ++next) {
+    x[active] = next;
+    slot[active] = next - first;
+  }
+  while (active > 0) {
+    uint64_t left[kLanes], right[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      left[l] = x[l] >> half_bits_;
+      right[l] = x[l] & half_mask_;
+    }
+    for (int r = 0; r < kRounds; ++r) {
+      for (int l = 0; l < kLanes; ++l) {
+        const uint64_t f = Mix64(right[l] ^ keys_[r]) & half_mask_;
+        const uint64_t next_right = left[l] ^ f;
+        left[l] = right[l];
+        right[l] = next_right;
+      }
+    }
+    for (int l = 0; l < kLanes; ++l) x[l] = (left[l] << half_bits_) | right[l];
+    for (int l = 0; l < active; ++l) {
+      if (x[l] >= n_) continue;  // walks on
+      out[slot[l]] = x[l];
+      if (next < end) {
+        x[l] = next;
+        slot[l] = next - first;
+        ++next;
+      } else {  // the last lane takes this one's place
+        --active;
+        x[l] = x[active];
+        slot[l] = slot[active];
+        --l;
+      }
+    }
+  }
+}
+
+void EpochIds(const EpochOrder& order, uint64_t first, uint64_t count,
+              uint64_t* out) {
+  if (order.ids_at) return order.ids_at(first, count, out);
+  for (uint64_t i = 0; i < count; ++i) out[i] = order.id_at(first + i);
+}
+
 absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
                                         uint64_t global_batch_size,
                                         uint32_t world_size, uint64_t seed,
@@ -96,8 +149,10 @@ EpochOrder ShuffledOrder(uint64_t n, uint64_t seed, uint64_t epoch) {
   order.seed = seed;
   order.epoch = epoch;
   order.num_examples = n;
-  order.id_at = [perm = EpochPermutation(n, seed, epoch)](uint64_t p) {
-    return perm(p);
+  const EpochPermutation perm(n, seed, epoch);
+  order.id_at = [perm](uint64_t p) { return perm(p); };
+  order.ids_at = [perm](uint64_t first, uint64_t count, uint64_t* out) {
+    perm.Fill(first, count, out);
   };
   return order;
 }

@@ -22,6 +22,10 @@ class EpochPermutation {
   EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch);
   // The example id at `position` (< n).
   uint64_t operator()(uint64_t position) const;
+  // out[i] = (*this)(first + i) for i < count (first + count <= n): the same
+  // function, with eight positions in flight at once, about twice as fast
+  // for long ranges.
+  void Fill(uint64_t first, uint64_t count, uint64_t* out) const;
   uint64_t size() const { return n_; }
 
  private:
@@ -83,7 +87,13 @@ struct EpochOrder {
   uint64_t epoch = 0;
   uint64_t num_examples = 0;
   std::function<uint64_t(uint64_t)> id_at;  // position in epoch -> example id
+  // Optional: out[i] = id_at(first + i) for i < count, faster (EpochIds).
+  std::function<void(uint64_t first, uint64_t count, uint64_t* out)> ids_at;
 };
+
+// out[i] = order.id_at(first + i) for i < count, through ids_at if set.
+void EpochIds(const EpochOrder& order, uint64_t first, uint64_t count,
+              uint64_t* out);
 
 // Epoch `epoch`'s order of n examples under `seed`: EpochPermutation's.
 EpochOrder ShuffledOrder(uint64_t n, uint64_t seed, uint64_t epoch);

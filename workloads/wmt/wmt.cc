@@ -823,16 +823,16 @@ class WmtWorkload : public Workload, public RowPacking {
            (b.rows() < want_rows || b.closed_windows() < want_windows)) {
       if (stopping_.load()) return Stopping();
       const uint64_t p0 = b.next_position(), p1 = std::min(n, p0 + block);
-      ids.clear();
+      ids.resize(p1 - p0);
+      EpochIds(order, p0, p1 - p0, ids.data());
       todo.clear();
-      for (uint64_t p = p0; p < p1; ++p) {
-        ids.push_back(order.id_at(p));
-        if (ids.back() >= source_->size()) {
+      for (uint64_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] >= source_->size()) {
           return absl::InternalError(absl::StrCat(
-              "wmt: the epoch order gives id ", ids.back(), " at position ",
-              p));
+              "wmt: the epoch order gives id ", ids[i], " at position ",
+              p0 + i));
         }
-        if (!Known(ids.back())) todo.push_back(ids.back());
+        if (!Known(ids[i])) todo.push_back(ids[i]);
       }
       absl::Status s = ParallelFor(
           todo.size(), options_.index_threads,
@@ -883,14 +883,31 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     if (cached != nullptr && cached->complete) return cached;
     // Built outside the lock: two threads may both build one (same result).
+    // The pairs' lengths in the epoch's order are gathered on index_threads
+    // threads (the permutation and the scattered reads are what costs),
+    // then cut into windows in order.
+    const uint64_t n = order.num_examples;
+    std::vector<uint32_t> words(n);
+    constexpr uint64_t kSpan = 8192;
+    absl::Status gathered = ParallelFor(
+        (n + kSpan - 1) / kSpan, options_.index_threads, [&](uint64_t k) {
+          const uint64_t p0 = k * kSpan, count = std::min(kSpan, n - p0);
+          std::vector<uint64_t> ids(count);
+          EpochIds(order, p0, count, ids.data());
+          for (uint64_t i = 0; i < count; ++i) {
+            if (ids[i] >= source_->size()) {
+              return absl::InternalError(
+                  absl::StrCat("wmt: the epoch order gives id ", ids[i],
+                               " at position ", p0 + i));
+            }
+            words[p0 + i] = lengths_[ids[i]].load(std::memory_order_relaxed);
+          }
+          return absl::OkStatus();
+        });
+    if (!gathered.ok()) return gathered;
     EpochTableBuilder b(order, options_.max_length);
-    for (uint64_t p = 0; p < order.num_examples; ++p) {
-      const uint64_t id = order.id_at(p);
-      if (id >= source_->size()) {
-        return absl::InternalError(absl::StrCat(
-            "wmt: the epoch order gives id ", id, " at position ", p));
-      }
-      b.Add(LengthAt(id));
+    for (uint64_t p = 0; p < n; ++p) {
+      b.Add({uint16_t(words[p] & 0xffff), uint16_t(words[p] >> 16)});
     }
     b.Finish();
     std::shared_ptr<const EpochTable> table = b.Table();
