@@ -24,6 +24,9 @@
 #   BENCH_THREADS     daemon worker threads (default: nproc)
 #   BENCH_TV_WORKERS  torchvision num_workers a rank (default 2; "" skips it)
 #   BENCH_READAHEAD_BYTES  --readahead-bytes (default: the daemon's)
+#   BENCH_COLD_PAIRS  cold runs, each followed by a warm one (default 1); the
+#                     median of the cold/warm ratios is printed (on a shared
+#                     machine single runs vary by +-10%)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,6 +50,7 @@ global_batch="${BENCH_GLOBAL_BATCH:-32}"
 epochs="${BENCH_EPOCHS:-2}"
 threads="${BENCH_THREADS:-$(nproc)}"
 tv_workers="${BENCH_TV_WORKERS-2}"
+cold_pairs="${BENCH_COLD_PAIRS:-1}"
 ra_flags=()
 [[ -n "${BENCH_READAHEAD_BYTES:-}" ]] &&
   ra_flags=(--readahead-bytes "$BENCH_READAHEAD_BYTES")
@@ -111,12 +115,14 @@ echo "local, warm page cache ..." >&2
 warm
 run_batchd batchd_local_warm "$data"
 if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
-  echo "local, cold page cache ..." >&2
-  sync
-  echo 3 >/proc/sys/vm/drop_caches
-  run_batchd batchd_local_cold "$data"
-  warm
-  run_batchd batchd_local_warm2 "$data"
+  for i in $(seq "$cold_pairs"); do
+    echo "local, cold page cache, then warm ($i/$cold_pairs) ..." >&2
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    run_batchd "batchd_local_cold$i" "$data"
+    warm
+    run_batchd "batchd_local_warm_after$i" "$data"
+  done
 else
   echo "  (cannot write /proc/sys/vm/drop_caches here: cold run skipped)" >&2
 fi
@@ -141,6 +147,14 @@ print()
 print(f"{'run':<28}{'images/s':>10}{'x local':>9}")
 for name, v in rows:
     print(f"{name:<28}{float(v):>10.1f}{float(v) / local:>9.2f}")
+pairs = [(ips[k], ips["batchd_local_warm_after" + k[len("batchd_local_cold"):]])
+         for k in ips if k.startswith("batchd_local_cold")]
+if pairs:
+    ratios = sorted(c / w for c, w in pairs)
+    print()
+    print("cold / the warm run after it: " +
+          " ".join(f"{r:.2f}" for r in ratios) +
+          f"; median {ratios[len(ratios) // 2]:.2f}")
 print()
 print("x local: over the best batchd_local_warm* (batchd, local files, warm")
 print("page cache). Targets: fuse_2ms >= 0.8, fuse_10ms >= 0.5, local_cold")

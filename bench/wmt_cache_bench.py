@@ -2,7 +2,7 @@
 """WMT at full size with the persistent cache: the time from OpenStream to
 the first 20 train batches on a never-seen text set (cold: an empty
 --cache-dir; the length pass then goes on in the background, and the run
-waits for it to end) and after a daemon restart with the cache (warm), the
+waits for it to end and to store the token ids) and after a daemon restart with the cache (warm), the
 steady rows/s of the warm stream (against the memcpy speed of its bytes),
 the time to the first batch of a stream resumed at step 100 000 after a
 restart (twice: before and after the epochs' row counts are cached), the
@@ -160,16 +160,16 @@ def resume_seconds(daemon, args, name):
     return took
 
 
-def wait_for_length_pass(log_path, offset, t0, limit=7200):
-    """Seconds from t0 until the daemon logs the end of its length pass."""
+def wait_for_log(log_path, offset, t0, event, limit=7200):
+    """Seconds from t0 until the daemon logs `event`."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         with open(log_path) as f:
             f.seek(offset)
-            if "event=wmt_lengths" in f.read():
+            if f"event={event} " in f.read():
                 return time.monotonic() - t0
-        time.sleep(1)
-    sys.exit("the length pass did not end")
+        time.sleep(0.5)
+    sys.exit(f"batchd did not log {event}")
 
 
 def memcpy_rows_per_s(row_bytes):
@@ -227,9 +227,12 @@ def main():
             r = {"first_batch_s": round(first, 2),
                  f"first_{args.batches}_batches_s": round(total, 2)}
             if run == "cold":
-                # The pass goes on in the background; its end is logged.
-                r["length_pass_done_s"] = round(
-                    wait_for_length_pass(log, offset, t0), 1)
+                # The pass goes on in the background: first every pair's
+                # length is known, then the token ids are stored.
+                r["lengths_done_s"] = round(
+                    wait_for_log(log, offset, t0, "wmt_lengths"), 1)
+                r["token_ids_stored_s"] = round(
+                    wait_for_log(log, offset, t0, "wmt_tokens"), 1)
             else:
                 r["steady_rows_per_s"] = round(rows_per_s)
             hwm = daemon.stop()

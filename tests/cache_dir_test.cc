@@ -172,6 +172,99 @@ TEST_F(CacheDirTest, EntryOfAnotherKeyIsRebuiltWithAWarning) {
   EXPECT_EQ(*cache->Get("wmt-lengths", "key A"), "value of A");
 }
 
+// A blob of `n` bytes written in pieces of every size up to 3 MiB.
+std::string WriteBlob(const CacheDir& cache, const std::string& key,
+                      size_t n) {
+  std::string value(n, '\0');
+  for (size_t i = 0; i < n; ++i) value[i] = char((i * 131 + i / 7) & 0xff);
+  auto writer = cache.BeginBlob("wmt-tokens", key);
+  EXPECT_TRUE(writer.ok() && *writer != nullptr);
+  size_t at = 0, piece = 1;
+  while (at < n) {
+    const size_t take = std::min(piece, n - at);
+    EXPECT_TRUE((*writer)->Append(value.data() + at, take).ok());
+    at += take;
+    piece = piece * 3 + 1;
+  }
+  EXPECT_EQ((*writer)->size(), n);
+  EXPECT_TRUE((*writer)->Commit().ok());
+  return value;
+}
+
+TEST_F(CacheDirTest, BlobRoundTripsInPieces) {
+  auto cache = OpenCache();
+  for (size_t n : {size_t(0), size_t(1), size_t(5000), size_t(3) << 20}) {
+    SCOPED_TRACE(n);
+    const std::string key = "tokens " + std::to_string(n);
+    const std::string value = WriteBlob(*cache, key, n);
+    auto blob = cache->OpenBlob("wmt-tokens", key);
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    ASSERT_EQ((*blob)->size(), n);
+    for (uint64_t at : {uint64_t(0), uint64_t(n / 3), uint64_t(n)}) {
+      const size_t len = std::min<size_t>(1000, n - at);
+      std::string got(len, '\0');
+      ASSERT_TRUE((*blob)->Read(at, len, &got[0]).ok());
+      EXPECT_EQ(got, value.substr(at, len));
+    }
+    char c;
+    EXPECT_EQ((*blob)->Read(n, 1, &c).code(), absl::StatusCode::kOutOfRange);
+  }
+  EXPECT_TRUE(absl::IsNotFound(cache->OpenBlob("wmt-tokens", "never").status()));
+}
+
+TEST_F(CacheDirTest, UncommittedBlobLeavesNothing) {
+  auto cache = OpenCache();
+  {
+    auto writer = cache->BeginBlob("wmt-tokens", "key");
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Append("abc", 3).ok());
+  }  // dropped: the daemon stopped mid-pass
+  EXPECT_TRUE(absl::IsNotFound(cache->OpenBlob("wmt-tokens", "key").status()));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
+TEST_F(CacheDirTest, DamagedBlobIsDiscardedWithAWarning) {
+  auto cache = OpenCache();
+  const std::string path = dir_ + "/" + CacheDir::BlobName("wmt-tokens", "key");
+  auto expect_discarded = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    testing::internal::CaptureStderr();
+    auto blob = cache->OpenBlob("wmt-tokens", "key");
+    const std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(absl::IsNotFound(blob.status())) << blob.status();
+    EXPECT_NE(log.find("level=warn event=cache_corrupt kind=wmt-tokens"),
+              std::string::npos)
+        << log;
+    EXPECT_FALSE(std::filesystem::exists(path));
+  };
+  const std::string value = WriteBlob(*cache, "key", 10000);
+  const std::string whole = ReadFile(path);
+  // A flipped byte anywhere: value, kind, key, description, checksum.
+  for (size_t at = 0; at < whole.size(); at += 997) {
+    std::string bytes = whole;
+    bytes[at] ^= 0x04;
+    WriteFile(path, bytes);
+    expect_discarded("flipped byte " + std::to_string(at));
+  }
+  std::string bytes = whole;
+  bytes[whole.size() - 1] ^= 0x04;
+  WriteFile(path, bytes);
+  expect_discarded("flipped checksum");
+  for (size_t keep : {size_t(0), size_t(20), whole.size() - 1}) {
+    WriteFile(path, whole.substr(0, keep));
+    expect_discarded("truncated to " + std::to_string(keep));
+  }
+  // A whole blob of another key under this key's name.
+  WriteBlob(*cache, "other", 100);
+  std::filesystem::copy_file(
+      dir_ + "/" + CacheDir::BlobName("wmt-tokens", "other"), path);
+  expect_discarded("another key");
+  WriteFile(path, whole);
+  auto blob = cache->OpenBlob("wmt-tokens", "key");
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_EQ((*blob)->size(), value.size());
+}
+
 TEST_F(CacheDirTest, SymlinkedEntryIsNotFollowed) {
   auto cache = OpenCache();
   const std::string target = dir_ + "/../elsewhere";

@@ -936,11 +936,12 @@ class WmtCacheTest : public WmtWorkloadTest {
     if (rows != nullptr) *rows = AllRows(w, order, nullptr, nullptr);
     return tokenized;
   }
-  std::string EntryOf(const std::string& kind) {
+  std::string EntryOf(const std::string& kind,
+                      const std::string& suffix = ".entry") {
     for (const auto& e : fs::directory_iterator(cache_path_)) {
       const std::string name = e.path().filename().string();
-      if (name.rfind(kind + "-", 0) == 0 &&
-          name.size() > 6 && name.substr(name.size() - 6) == ".entry") {
+      if (name.rfind(kind + "-", 0) == 0 && name.size() > suffix.size() &&
+          name.substr(name.size() - suffix.size()) == suffix) {
         return e.path().string();
       }
     }
@@ -1221,6 +1222,69 @@ TEST_F(WmtCacheTest, AStoppedLengthPassKeepsWhatItLearnt) {
   auto third = CreateCached(d, "1", opts);
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(Tokenized(**third, order, nullptr), 0u);
+}
+
+TEST_F(WmtCacheTest, StoredTokenIdsServeTheSameRowsWithoutTokenizing) {
+  const std::string d = NewDataDir();
+  std::vector<Pair> pairs = *pairs_;
+  // Unknown pieces (id 0) inside kept sequences: packing cuts a sequence by
+  // its count of non-zero ids, and the stored ids must be cut alike.
+  pairs[5].de += " \u6f22\u5b57 \u2603 \u2708";
+  pairs[9].en = "\u2603 \u2708 " + pairs[9].en;
+  auto tok = LoadTokenizer();
+  ASSERT_NE(tok, nullptr);
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(tok->Encode(pairs[9].en, &ids).ok());
+  ASSERT_NE(std::find(ids.begin(), ids.end(), 0), ids.end());
+  WriteText(d, "train", pairs);
+  const EpochOrder order = Order(Shuffled(kTrainPairs, 33), 0);
+  auto plain = Create(d, "train");
+  ASSERT_TRUE(plain.ok());
+  const std::vector<PackedRow> expected =
+      AllRows(**plain, order, nullptr, nullptr);
+  {
+    auto first = CreateCached(d);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  }  // its pass has stored the token ids
+  const std::string blob = EntryOf("wmt-tokens", ".blob");
+  ASSERT_NE(blob, "");
+  auto restarted = CreateCached(d);
+  ASSERT_TRUE(restarted.ok());
+  const uint64_t before = wmt::RowsFromStoredTokens();
+  std::vector<PackedRow> got;
+  EXPECT_EQ(Tokenized(**restarted, order, &got), 0u);
+  EXPECT_EQ(wmt::RowsFromStoredTokens() - before, expected.size());
+  ExpectRowsEqual(got, expected);
+  // Nothing to read ahead: the rows read no text.
+  std::vector<ExampleKey> keys;
+  EXPECT_TRUE(Rows(**restarted).ExamplesOfRows(order, 0, 4, &keys));
+  EXPECT_TRUE(keys.empty());
+  restarted->reset();
+
+  // A damaged blob is discarded with a warning, rows are tokenized the
+  // while, and the pass stores the ids again.
+  std::string bytes = ReadFile(blob);
+  bytes[bytes.size() / 3] ^= 0x01;
+  WriteFile(blob, bytes);
+  testing::internal::CaptureStderr();
+  auto again = CreateCached(d);
+  ASSERT_TRUE(again.ok());
+  const uint64_t from_before = wmt::RowsFromStoredTokens();
+  ExpectRowsEqual(AllRows(**again, order, nullptr, nullptr), expected);
+  EXPECT_LT(wmt::RowsFromStoredTokens() - from_before, expected.size());
+  for (int i = 0; i < 300 && EntryOf("wmt-tokens", ".blob").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("event=cache_corrupt kind=wmt-tokens"));
+  EXPECT_NE(EntryOf("wmt-tokens", ".blob"), "");
+  again->reset();
+  auto third = CreateCached(d);
+  ASSERT_TRUE(third.ok());
+  const uint64_t third_before = wmt::RowsFromStoredTokens();
+  ExpectRowsEqual(AllRows(**third, order, nullptr, nullptr), expected);
+  EXPECT_EQ(wmt::RowsFromStoredTokens() - third_before, expected.size());
 }
 
 TEST_F(WmtCacheTest, TfdsLengthsAreCachedByShardIdentity) {

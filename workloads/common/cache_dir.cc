@@ -437,6 +437,213 @@ absl::StatusOr<CacheDir::Lock> CacheDir::LockEntryImpl(absl::string_view kind,
   return Lock(fd);
 }
 
+std::string CacheDir::BlobName(absl::string_view kind, absl::string_view key) {
+  return absl::StrFormat("%s-%016x.blob", kind, StableHash64(key));
+}
+
+namespace {
+constexpr char kBlobMagic[8] = {'B', 'A', 'T', 'C', 'H', 'D', 'B', '\x01'};
+constexpr size_t kBlobTrailerBytes = 8 + 4 + 4 + 8 + 8 + 4;
+constexpr size_t kBlobBuffer = size_t(1) << 20;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CacheDir::BlobWriter>> CacheDir::BeginBlob(
+    absl::string_view kind, absl::string_view key) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return std::unique_ptr<BlobWriter>();
+  const std::string temp = TempName(BlobName(kind, key));
+  const int fd =
+      openat(fd_, temp.c_str(),
+             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    return absl::UnavailableError(absl::StrCat("cache: cannot create ", path_,
+                                               "/", temp, ": ", Errno(err)));
+  }
+  return std::unique_ptr<BlobWriter>(new BlobWriter(
+      this, std::string(kind), std::string(key), temp, fd));
+}
+
+CacheDir::BlobWriter::~BlobWriter() {
+  if (fd_ >= 0) {
+    close(fd_);
+    unlinkat(dir_->fd_, temp_.c_str(), 0);
+  }
+}
+
+absl::Status CacheDir::BlobWriter::Flush() {
+  if (error_.ok() && !buffer_.empty()) {
+    error_ = WriteAll(fd_, buffer_.data(), buffer_.size(),
+                      absl::StrCat(dir_->path_, "/", temp_));
+  }
+  buffer_.clear();
+  return error_;
+}
+
+absl::Status CacheDir::BlobWriter::Append(const void* data, size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError("cache: blob committed");
+  crc_ = Crc32c(data, n, crc_);
+  value_bytes_ += n;
+  buffer_.append(static_cast<const char*>(data), n);
+  if (buffer_.size() >= kBlobBuffer) return Flush();
+  return error_;
+}
+
+absl::Status CacheDir::BlobWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError("cache: blob committed");
+  buffer_ += kind_;
+  buffer_ += key_;
+  char trailer[kBlobTrailerBytes];
+  memcpy(trailer, kBlobMagic, 8);
+  StoreLE32(kEntryFormatVersion, trailer + 8);
+  StoreLE32(uint32_t(kind_.size()), trailer + 12);
+  StoreLE64(key_.size(), trailer + 16);
+  StoreLE64(value_bytes_, trailer + 24);
+  crc_ = Crc32c(kind_.data(), kind_.size(), crc_);
+  crc_ = Crc32c(key_.data(), key_.size(), crc_);
+  crc_ = Crc32c(trailer, kBlobTrailerBytes - 4, crc_);
+  StoreLE32(crc_, trailer + kBlobTrailerBytes - 4);
+  buffer_.append(trailer, kBlobTrailerBytes);
+  absl::Status s = Flush();
+  const std::string what = absl::StrCat(dir_->path_, "/", temp_);
+  if (s.ok() && fsync(fd_) != 0) {
+    const int err = errno;
+    s = absl::UnavailableError(
+        absl::StrCat("cache: cannot sync ", what, ": ", Errno(err)));
+  }
+  close(fd_);
+  fd_ = -1;
+  const std::string name = BlobName(kind_, key_);
+  if (s.ok() &&
+      renameat(dir_->fd_, temp_.c_str(), dir_->fd_, name.c_str()) != 0) {
+    const int err = errno;
+    s = absl::UnavailableError(absl::StrCat("cache: cannot rename ", what,
+                                            " to ", name, ": ", Errno(err)));
+  }
+  if (!s.ok()) {
+    unlinkat(dir_->fd_, temp_.c_str(), 0);
+    return s;
+  }
+  fsync(dir_->fd_);
+  return absl::OkStatus();
+}
+
+CacheDir::Blob::~Blob() { close(fd_); }
+
+absl::Status CacheDir::Blob::Read(uint64_t offset, size_t n, void* out) const {
+  if (offset > size_ || n > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "cache: bytes [", offset, ", ", offset + n, ") of ", what_,
+        ", whose value holds ", size_));
+  }
+  char* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t r = pread(fd_, p, n, off_t(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      return absl::UnavailableError(
+          absl::StrCat("cache: cannot read ", what_, ": ", Errno(err)));
+    }
+    p += r;
+    n -= size_t(r);
+    offset += uint64_t(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
+    absl::string_view kind, absl::string_view key) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return absl::NotFoundError("cache: off");
+  const std::string name = BlobName(kind, key);
+  const int fd =
+      openat(fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("cache: no blob ", name));
+    }
+    struct stat st;
+    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISREG(st.st_mode)) {
+      Discard(name, st, kind, "not a regular file");
+      return absl::NotFoundError(absl::StrCat("cache: discarded ", name));
+    }
+    return absl::UnavailableError(absl::StrCat("cache: cannot open ", path_,
+                                               "/", name, ": ", Errno(err)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cache: cannot stat ", path_,
+                                               "/", name, ": ", Errno(err)));
+  }
+  auto discard = [&](const std::string& why) {
+    close(fd);
+    Discard(name, st, kind, why);
+    return absl::NotFoundError(
+        absl::StrCat("cache: discarded ", name, ": ", why));
+  };
+  if (!S_ISREG(st.st_mode)) return discard("not a regular file");
+  if (st.st_uid != geteuid()) {
+    return discard(absl::StrCat("owned by uid ", st.st_uid));
+  }
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < kBlobTrailerBytes + kind.size() + key.size()) {
+    return discard(absl::StrCat("truncated: ", size, " bytes"));
+  }
+  // One pass over the whole file: the checksum, then the description.
+  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::string chunk(kBlobBuffer, '\0');
+  uint32_t crc = 0;
+  const uint64_t covered = size - 4;
+  for (uint64_t at = 0; at < covered;) {
+    const size_t n = size_t(std::min<uint64_t>(chunk.size(), covered - at));
+    const ssize_t r = pread(fd, &chunk[0], n, off_t(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("cache: cannot read ", path_,
+                                                 "/", name, ": ", Errno(err)));
+    }
+    if (r == 0) return discard("shorter than its size");
+    crc = Crc32c(chunk.data(), size_t(r), crc);
+    at += uint64_t(r);
+  }
+  const uint64_t tail_bytes = kBlobTrailerBytes + kind.size() + key.size();
+  std::string tail(tail_bytes, '\0');
+  if (pread(fd, &tail[0], tail_bytes, off_t(size - tail_bytes)) !=
+      ssize_t(tail_bytes)) {
+    return discard("shorter than its size");
+  }
+  const char* t = tail.data() + kind.size() + key.size();
+  if (memcmp(t, kBlobMagic, 8) != 0) return discard("bad magic");
+  if (LoadLE32(t + 8) != kEntryFormatVersion) {
+    return discard(absl::StrCat("format version ", LoadLE32(t + 8), ", not ",
+                                kEntryFormatVersion));
+  }
+  const uint64_t value_len = LoadLE64(t + 24);
+  if (LoadLE32(t + 12) != kind.size() || LoadLE64(t + 16) != key.size() ||
+      value_len != size - tail_bytes) {
+    return discard("lengths disagree with the file size (truncated?)");
+  }
+  if (crc != LoadLE32(t + kBlobTrailerBytes - 4)) {
+    return discard("checksum mismatch");
+  }
+  if (absl::string_view(tail.data(), kind.size()) != kind ||
+      absl::string_view(tail.data() + kind.size(), key.size()) != key) {
+    return discard("holds another key");
+  }
+  posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  return std::shared_ptr<const Blob>(
+      new Blob(fd, value_len, absl::StrCat(path_, "/", name)));
+}
+
 void AppendVarint(uint64_t v, std::string* out) {
   while (v >= 0x80) {
     out->push_back(char(uint8_t(v) | 0x80));

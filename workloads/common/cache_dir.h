@@ -21,6 +21,17 @@
 // Builds are serialised across processes by LockEntry (flock(2) on
 // <kind>-<hash>.lock, which stays in place).
 //
+// Blobs are entries too large to hold in memory (WMT's token ids): written
+// as a stream (BeginBlob) and read in pieces (OpenBlob), with the same
+// guarantees. Blob file <dir>/<kind>-<hash>.blob:
+//   byte     value[], kind[], key[]
+//   char[8]  magic "BATCHDB\x01"
+//   uint32   format version, uint32 kind length
+//   uint64   key length, uint64 value length
+//   uint32   CRC32C of every byte before it
+// (the description follows the value, whose length is known only at the
+// end). OpenBlob checks all of it, reading the file once.
+//
 // The directory may be shared by daemons of one user; it is refused when
 // another user could write into it: it must be a real directory (not a
 // symbolic link), owned by the effective uid and not writable by group or
@@ -107,6 +118,55 @@ class CacheDir {
 
   // The entry's file name within path() (tests corrupt it on purpose).
   static std::string EntryName(absl::string_view kind, absl::string_view key);
+  static std::string BlobName(absl::string_view kind, absl::string_view key);
+
+  // A blob being written: Append the value in pieces, then Commit, which
+  // makes it the entry of (kind, key) atomically. Destroyed uncommitted, it
+  // leaves nothing. Not thread-safe.
+  class BlobWriter {
+   public:
+    ~BlobWriter();
+    absl::Status Append(const void* data, size_t n);
+    absl::Status Commit();
+    uint64_t size() const { return value_bytes_; }
+
+   private:
+    friend class CacheDir;
+    BlobWriter(const CacheDir* dir, std::string kind, std::string key,
+               std::string temp, int fd)
+        : dir_(dir), kind_(std::move(kind)), key_(std::move(key)),
+          temp_(std::move(temp)), fd_(fd) {}
+    absl::Status Flush();
+    const CacheDir* dir_;
+    const std::string kind_, key_, temp_;
+    int fd_;
+    std::string buffer_;
+    uint32_t crc_ = 0;
+    uint64_t value_bytes_ = 0;
+    absl::Status error_;
+  };
+  // A blob's value, checked whole at open, read in pieces. Thread-safe.
+  class Blob {
+   public:
+    ~Blob();
+    uint64_t size() const { return size_; }
+    // Bytes [offset, offset + n) of the value (within size()).
+    absl::Status Read(uint64_t offset, size_t n, void* out) const;
+
+   private:
+    friend class CacheDir;
+    Blob(int fd, uint64_t size, std::string what)
+        : fd_(fd), size_(size), what_(std::move(what)) {}
+    const int fd_;
+    const uint64_t size_;
+    const std::string what_;
+  };
+  // Null (and Ok) when the cache is off.
+  absl::StatusOr<std::unique_ptr<BlobWriter>> BeginBlob(
+      absl::string_view kind, absl::string_view key) const;
+  // As Get: NotFound when absent, off or damaged (removed, warned).
+  absl::StatusOr<std::shared_ptr<const Blob>> OpenBlob(
+      absl::string_view kind, absl::string_view key) const;
 
  private:
   CacheDir(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

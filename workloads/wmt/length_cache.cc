@@ -59,6 +59,7 @@ uint64_t LengthPassTokenizations() {
 }
 
 std::atomic<uint64_t> epochs_counted{0};
+std::atomic<uint64_t> stored_token_rows{0};
 
 uint64_t EpochsCounted() {
   return epochs_counted.load(std::memory_order_relaxed);
@@ -66,6 +67,14 @@ uint64_t EpochsCounted() {
 
 void CountEpochCounted() {
   epochs_counted.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t RowsFromStoredTokens() {
+  return stored_token_rows.load(std::memory_order_relaxed);
+}
+
+void CountRowFromStoredTokens() {
+  stored_token_rows.fetch_add(1, std::memory_order_relaxed);
 }
 
 void CountLengthPassTokenizations(uint64_t n) {

@@ -32,6 +32,12 @@ constexpr const char* kLengthsKind = "wmt-lengths";
 // length table's key, the seed, the epoch and N: a resume by step far ahead
 // reads each earlier epoch's count instead of packing the epoch again.
 constexpr const char* kEpochRowsKind = "wmt-epoch-rows";
+// The token ids of every kept train pair (a CacheDir blob), in pair order:
+// each side's first PackedLength tokens (the ones a row takes), inputs then
+// targets, in the key's number of bytes each (2 when the vocabulary fits,
+// else 4; little endian). Keyed by the length table's key and that width:
+// where a pair's ids start follows from the lengths.
+constexpr const char* kTokensKind = "wmt-tokens";
 constexpr uint32_t kLengthsFormat = 1;
 // Marks are at or above kFirstMark; kLengthUnknown is "not tokenized yet".
 constexpr uint16_t kFirstMark = 0xfffc;
@@ -63,6 +69,9 @@ void CountLengthPassTokenizations(uint64_t n);
 // from the cache); tests prove with it that a resume reads the counts.
 uint64_t EpochsCounted();
 void CountEpochCounted();
+// Train rows filled from stored token ids (kTokensKind) in this process.
+uint64_t RowsFromStoredTokens();
+void CountRowFromStoredTokens();
 
 }  // namespace wmt
 }  // namespace batchd

@@ -41,11 +41,12 @@ std::vector<uint32_t> PlanWindow(const std::vector<PackedLengths>& lengths,
 
 namespace {
 
-// Appends one sequence (cut as PackedLength cuts it) with its positions.
+// Appends one sequence (cut as PackedLength cuts it, unless `cut` says it
+// is already) with its positions.
 void AppendSequence(const std::vector<int32_t>& tokens, size_t max_length,
-                    std::vector<int32_t>* out, std::vector<int32_t>* positions,
-                    size_t* used) {
-  const size_t n = PackedLength(tokens, max_length);
+                    bool cut, std::vector<int32_t>* out,
+                    std::vector<int32_t>* positions, size_t* used) {
+  const size_t n = cut ? PackedLength(tokens, max_length) : tokens.size();
   for (size_t i = 0; i < n && *used < max_length; ++i, ++*used) {
     (*out)[*used] = tokens[i];
     (*positions)[*used] = int32_t(i);
@@ -65,10 +66,8 @@ void Segment(const std::vector<int32_t>& tokens,
   }
 }
 
-}  // namespace
-
-void FillPackedRow(const std::vector<const TokenPair*>& examples,
-                   size_t max_length, PackedRow* row) {
+void FillRow(const std::vector<const TokenPair*>& examples, size_t max_length,
+             bool cut, PackedRow* row) {
   for (std::vector<int32_t>* v :
        {&row->inputs, &row->targets, &row->inputs_position,
         &row->inputs_segmentation, &row->targets_position,
@@ -77,13 +76,25 @@ void FillPackedRow(const std::vector<const TokenPair*>& examples,
   }
   size_t used_inputs = 0, used_targets = 0;
   for (const TokenPair* p : examples) {
-    AppendSequence(p->inputs, max_length, &row->inputs, &row->inputs_position,
-                   &used_inputs);
-    AppendSequence(p->targets, max_length, &row->targets,
+    AppendSequence(p->inputs, max_length, cut, &row->inputs,
+                   &row->inputs_position, &used_inputs);
+    AppendSequence(p->targets, max_length, cut, &row->targets,
                    &row->targets_position, &used_targets);
   }
   Segment(row->inputs, row->inputs_position, &row->inputs_segmentation);
   Segment(row->targets, row->targets_position, &row->targets_segmentation);
+}
+
+}  // namespace
+
+void FillPackedRow(const std::vector<const TokenPair*>& examples,
+                   size_t max_length, PackedRow* row) {
+  FillRow(examples, max_length, /*cut=*/true, row);
+}
+
+void FillCutRow(const std::vector<const TokenPair*>& examples,
+                size_t max_length, PackedRow* row) {
+  FillRow(examples, max_length, /*cut=*/false, row);
 }
 
 std::vector<PackedRow> PackStream(const std::vector<TokenPair>& examples,

@@ -74,6 +74,12 @@ struct PackedRow {
 void FillPackedRow(const std::vector<const TokenPair*>& examples,
                    size_t max_length, PackedRow* row);
 
+// As FillPackedRow, for examples whose sequences are already cut as
+// PackedLength cuts them (each is copied whole): the rows of stored token
+// ids (WMT's token cache) are FillPackedRow's rows.
+void FillCutRow(const std::vector<const TokenPair*>& examples,
+                size_t max_length, PackedRow* row);
+
 // The whole rule over a stream: windows of `window` examples, each planned
 // and filled. For tests and tools; the workload plans and fills row by row.
 std::vector<PackedRow> PackStream(const std::vector<TokenPair>& examples,

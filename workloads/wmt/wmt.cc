@@ -42,6 +42,8 @@ constexpr uint16_t kDroppedEmpty = 0xfffe;
 constexpr uint16_t kDroppedDamaged = 0xfffd;
 constexpr uint64_t kMaxLength = 4096;
 constexpr size_t kEpochTables = 4;  // per-epoch tables kept (LRU)
+// Pairs per entry of the index of where stored token ids start.
+constexpr uint64_t kTokenStride = 8;
 
 static_assert(kDroppedDamaged > kLengthUnknown && kMaxLength < kFirstMark,
               "the drop marks are marks of a persisted table "
@@ -265,6 +267,16 @@ class EpochTableBuilder {
   bool finished_ = false;
 };
 
+// The kept pairs of one window of a table and the window's rows (FillRow).
+struct WindowPlan {
+  std::shared_ptr<const EpochTable> table;  // null: none yet
+  uint64_t window = 0;
+  std::vector<uint64_t> ids, positions;
+  std::vector<PackedLengths> lengths;
+  std::vector<uint32_t> starts;  // PlanWindow(lengths)
+  uint64_t skipped = 0, damaged = 0;  // drops in the window's range
+};
+
 // A pair of an eval split, with the drops just before it (to count).
 struct EvalPair {
   uint64_t id;
@@ -341,6 +353,9 @@ class WmtWorkload : public Workload, public RowPacking {
       key.split = config.split;
       w->cache_ = config.cache;
       w->lengths_key_ = LengthsKey(key);
+      w->token_width_ = w->tokenizer_->vocab_size() <= 65536 ? 2 : 4;
+      w->tokens_key_ = absl::StrCat(w->lengths_key_, "\ntoken bytes ",
+                                    w->token_width_);
     }
     if (!train) {
       absl::Status s = w->IndexEvalPairs(
@@ -422,6 +437,7 @@ class WmtWorkload : public Workload, public RowPacking {
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
                        uint8_t* const* out,
                        WorkloadCounters* counters) const override;
+  absl::Status WriteRow(const PackedRow& packed, uint8_t* const* out) const;
 
   absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
                         WorkloadCounters* counters) const override;
@@ -559,7 +575,8 @@ class WmtWorkload : public Workload, public RowPacking {
   std::optional<IndexProgress> progress() const override {
     if (!indexing_.load(std::memory_order_acquire)) return std::nullopt;
     IndexProgress p;
-    p.what = "wmt lengths";
+    p.what = tokens_only_.load(std::memory_order_relaxed) ? "wmt tokens"
+                                                          : "wmt lengths";
     p.unit = "pairs";
     p.total = index_total_.load(std::memory_order_relaxed);
     p.done = std::min(index_done_.load(std::memory_order_relaxed), p.total);
@@ -664,7 +681,8 @@ class WmtWorkload : public Workload, public RowPacking {
     if (cache_ != nullptr && LoadCachedLengths() == 0) {
       LogLengths(0, "cache");
       lengths_ready_.store(true, std::memory_order_release);
-      return;
+      if (OpenTokens()) return;
+      tokens_only_.store(true);  // the pass stores the token ids alone
     }
     pass_thread_ = std::thread([this] { LengthPass(); });
   }
@@ -679,48 +697,139 @@ class WmtWorkload : public Workload, public RowPacking {
   // pairs marked), which the next start takes up.
   void LengthPass() const {
     setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);  // best effort
-    const uint64_t n = source_->size();
-    auto finish = [this](const absl::Status& error) {
-      std::lock_guard<std::mutex> lock(lengths_mu_);
-      if (error.ok()) {
-        lengths_ready_.store(true, std::memory_order_release);
-      } else {
-        pass_error_ = error;
-      }
-      lengths_cv_.notify_all();
-    };
-    CacheDir::Lock build_lock;
-    if (cache_ != nullptr) {
-      while (true) {
-        absl::StatusOr<CacheDir::Lock> locked =
-            cache_->TryLockEntry(kLengthsKind, lengths_key_);
-        if (!locked.ok()) return finish(locked.status());
-        if (locked->held()) {
-          build_lock = std::move(*locked);
-          break;
-        }
-        if (stopping_.load()) return finish(Stopping());
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      // Another builder may have stored them meanwhile.
-      if (LoadCachedLengths() == 0) {
-        LogLengths(0, "cache");
-        return finish(absl::OkStatus());
-      }
+    if (cache_ == nullptr) {
+      absl::Status s = PlainPass();
+      if (s.ok()) LogLengths(pass_tokenized_.load(), "pass");
+      return FinishLengths(s);
     }
-    std::atomic<uint64_t> tokenized{0};
+    CacheDir::Lock build_lock;
+    while (true) {
+      absl::StatusOr<CacheDir::Lock> locked =
+          cache_->TryLockEntry(kLengthsKind, lengths_key_);
+      if (!locked.ok()) return FinishLengths(locked.status());
+      if (locked->held()) {
+        build_lock = std::move(*locked);
+        break;
+      }
+      if (stopping_.load()) return FinishLengths(Stopping());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    // Another builder may have stored them meanwhile.
+    if (!lengths_ready_.load() && LoadCachedLengths() == 0) {
+      LogLengths(0, "cache");
+      FinishLengths(absl::OkStatus());
+    }
+    if (lengths_ready_.load() && OpenTokens()) return;
+    absl::Status s = TokenPass();
+    if (!s.ok() && lengths_ready_.load() && !stopping_.load()) {
+      fprintf(stderr,
+              "batchd: level=warn event=wmt_tokens_failed error=\"%s\" "
+              "action=\"rows are tokenized as they are served\"\n",
+              std::string(s.message()).c_str());
+    }
+    FinishLengths(s);  // an error only counts while lengths are missing
+  }
+
+  // Marks the lengths ready, or failed with `error`.
+  void FinishLengths(const absl::Status& error) const {
+    std::lock_guard<std::mutex> lock(lengths_mu_);
+    if (error.ok()) {
+      lengths_ready_.store(true, std::memory_order_release);
+    } else if (!lengths_ready_.load()) {
+      pass_error_ = error;
+    }
+    lengths_cv_.notify_all();
+  }
+
+  void StartProgress(uint64_t total) const {
     index_done_.store(0, std::memory_order_relaxed);
-    index_total_.store(n, std::memory_order_relaxed);
+    index_total_.store(total, std::memory_order_relaxed);
     index_start_ns_.store(SteadyNanos(), std::memory_order_relaxed);
     indexing_.store(true, std::memory_order_release);
-    absl::Status s = ParallelFor(n, options_.index_threads, [&](uint64_t id) {
-      if (stopping_.load(std::memory_order_relaxed)) return Stopping();
-      index_done_.fetch_add(1, std::memory_order_relaxed);
-      if (Known(id)) return absl::OkStatus();
-      return LearnLength(id, &tokenized);
-    });
+  }
+
+  // The length pass without a cache: every pair not known yet.
+  absl::Status PlainPass() const {
+    StartProgress(source_->size());
+    absl::Status s =
+        ParallelFor(source_->size(), options_.index_threads, [&](uint64_t id) {
+          if (stopping_.load(std::memory_order_relaxed)) return Stopping();
+          index_done_.fetch_add(1, std::memory_order_relaxed);
+          if (Known(id)) return absl::OkStatus();
+          return LearnLength(id, &pass_tokenized_);
+        });
     indexing_.store(false, std::memory_order_release);
-    if (cache_ != nullptr && (s.ok() || stopping_.load())) {
+    return s;
+  }
+
+  // The pass with a cache: every pair is tokenized, in file order and in
+  // blocks, for the lengths not known yet (stored, and marked ready, at the
+  // end) and for the token ids of every kept pair, streamed in order into
+  // the "wmt-tokens" blob (its first max-length-cut tokens of each side,
+  // as packing takes them), which later rows are read from (OpenTokens).
+  // Stopped early, it stores the lengths it learnt.
+  absl::Status TokenPass() const {
+    const uint64_t n = source_->size();
+    const bool had_lengths = lengths_ready_.load();
+    tokens_only_.store(had_lengths);
+    absl::StatusOr<std::unique_ptr<CacheDir::BlobWriter>> writer =
+        cache_->BeginBlob(kTokensKind, tokens_key_);
+    if (!writer.ok()) {
+      fprintf(stderr, "batchd: level=warn event=cache_put_failed kind=%s "
+              "error=\"%s\"\n", kTokensKind,
+              std::string(writer.status().message()).c_str());
+    }
+    constexpr uint64_t kBlock = 16384;
+    std::vector<TokenPair> pairs(kBlock);
+    std::vector<uint8_t> kept(kBlock);
+    std::string bytes;
+    StartProgress(n);
+    absl::Status s;
+    for (uint64_t lo = 0; lo < n && s.ok(); lo += kBlock) {
+      const uint64_t hi = std::min(n, lo + kBlock);
+      s = ParallelFor(hi - lo, options_.index_threads, [&](uint64_t i) {
+        if (stopping_.load(std::memory_order_relaxed)) return Stopping();
+        index_done_.fetch_add(1, std::memory_order_relaxed);
+        const uint64_t id = lo + i;
+        if (index_delay_us_ > 0) {
+          std::this_thread::sleep_for(
+              std::chrono::microseconds(index_delay_us_));
+        }
+        TokenPair& pair = pairs[i];
+        absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+        if (!fate.ok()) return fate.status();
+        kept[i] = *fate == PairFate::kKept;
+        const PackedLengths l = kept[i]
+                                    ? PackedLengthsOf(pair, options_.max_length)
+                                    : DroppedMark(*fate);
+        if (LearntLength(id, l)) {
+          pass_tokenized_.fetch_add(1, std::memory_order_relaxed);
+          CountLengthPassTokenizations(1);
+        } else if (Word(LengthAt(id)) != Word(l)) {
+          return absl::DataLossError(
+              absl::StrCat("wmt: pair ", id, " of ", source_->Describe(),
+                           " changed since it was indexed"));
+        }
+        return absl::OkStatus();
+      });
+      if (!s.ok() || *writer == nullptr) continue;
+      bytes.clear();
+      for (uint64_t i = 0; i < hi - lo; ++i) {
+        if (!kept[i]) continue;
+        const PackedLengths l = LengthAt(lo + i);
+        AppendTokens(pairs[i].inputs, l.inputs, &bytes);
+        AppendTokens(pairs[i].targets, l.targets, &bytes);
+      }
+      absl::Status put = (*writer)->Append(bytes.data(), bytes.size());
+      if (!put.ok()) {
+        fprintf(stderr, "batchd: level=warn event=cache_put_failed kind=%s "
+                "error=\"%s\"\n", kTokensKind,
+                std::string(put.message()).c_str());
+        writer->reset();  // the lengths go on
+      }
+    }
+    indexing_.store(false, std::memory_order_release);
+    if (!had_lengths && (s.ok() || stopping_.load())) {
       std::vector<PackedLengths> table(n);
       for (uint64_t id = 0; id < n; ++id) table[id] = LengthAt(id);
       absl::Status put =
@@ -732,10 +841,99 @@ class WmtWorkload : public Workload, public RowPacking {
                 kLengthsKind, std::string(put.message()).c_str());
       }
     }
-    if (s.ok()) {
-      LogLengths(tokenized.load(), cache_ == nullptr ? "pass" : "pass,cached");
+    if (!s.ok()) return s;
+    if (!had_lengths) {
+      LogLengths(pass_tokenized_.load(), "pass,cached");
+      FinishLengths(absl::OkStatus());
     }
-    finish(s);
+    if (*writer != nullptr) {
+      absl::Status committed = (*writer)->Commit();
+      if (!committed.ok()) return committed;
+      if (!OpenTokens()) {
+        return absl::DataLossError("wmt: the stored token ids do not open");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Appends the first `count` of `tokens` in token_width_ bytes each
+  // (little endian).
+  void AppendTokens(const std::vector<int32_t>& tokens, uint16_t count,
+                    std::string* out) const {
+    for (uint16_t i = 0; i < count; ++i) {
+      const uint32_t t = uint32_t(tokens[i]);
+      for (uint32_t b = 0; b < token_width_; ++b) {
+        out->push_back(char((t >> (8 * b)) & 0xff));
+      }
+    }
+  }
+
+  // Serves rows from the stored token ids if the cache holds them for every
+  // kept pair (lengths known): indexes where each pair's ids start.
+  bool OpenTokens() const {
+    if (cache_ == nullptr || !lengths_ready_.load()) return false;
+    if (tokens_ready_.load(std::memory_order_acquire)) return true;
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> blob =
+        cache_->OpenBlob(kTokensKind, tokens_key_);
+    if (!blob.ok()) return false;
+    const uint64_t n = source_->size();
+    std::vector<uint64_t> starts;
+    starts.reserve(n / kTokenStride + 2);
+    uint64_t at = 0;
+    for (uint64_t id = 0; id < n; ++id) {
+      if (id % kTokenStride == 0) starts.push_back(at);
+      const PackedLengths l = LengthAt(id);
+      if (!Dropped(l)) at += uint64_t(l.inputs) + l.targets;
+    }
+    if (at * token_width_ != (*blob)->size()) {
+      fprintf(stderr,
+              "batchd: level=warn event=cache_corrupt kind=%s reason=\"%llu "
+              "bytes, the lengths say %llu\" action=\"tokenize rows\"\n",
+              kTokensKind, (unsigned long long)(*blob)->size(),
+              (unsigned long long)(at * token_width_));
+      return false;
+    }
+    token_starts_ = std::move(starts);
+    tokens_ = *blob;
+    tokens_ready_.store(true, std::memory_order_release);
+    fprintf(stderr,
+            "batchd: level=info event=wmt_tokens pairs=%llu bytes=%llu "
+            "seconds=%.3f\n",
+            (unsigned long long)n, (unsigned long long)(*blob)->size(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                          start)
+                .count());
+    return true;
+  }
+
+  // Pair `id`'s token ids, as packing takes them, from the stored ones.
+  absl::Status StoredPair(uint64_t id, const PackedLengths& l,
+                          TokenPair* pair) const {
+    uint64_t at = token_starts_[id / kTokenStride];
+    for (uint64_t j = id - id % kTokenStride; j < id; ++j) {
+      const PackedLengths before = LengthAt(j);
+      if (!Dropped(before)) at += uint64_t(before.inputs) + before.targets;
+    }
+    const size_t count = size_t(l.inputs) + l.targets;
+    uint8_t buf[2 * kMaxLength * 4];
+    absl::Status s =
+        tokens_->Read(at * token_width_, count * token_width_, buf);
+    if (!s.ok()) return s;
+    auto token = [&](size_t i) {
+      const uint8_t* b = buf + i * token_width_;
+      return token_width_ == 2 ? int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8)
+                               : int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8 |
+                                         uint32_t(b[2]) << 16 |
+                                         uint32_t(b[3]) << 24);
+    };
+    pair->inputs.resize(l.inputs);
+    pair->targets.resize(l.targets);
+    for (size_t i = 0; i < l.inputs; ++i) pair->inputs[i] = token(i);
+    for (size_t i = 0; i < l.targets; ++i) {
+      pair->targets[i] = token(l.inputs + i);
+    }
+    return absl::OkStatus();
   }
 
   static absl::Status Stopping() {
@@ -1040,8 +1238,23 @@ class WmtWorkload : public Workload, public RowPacking {
   mutable absl::Status pass_error_;              // guarded by lengths_mu_
   mutable std::thread pass_thread_;              // guarded by lengths_mu_
   mutable std::chrono::steady_clock::time_point lengths_start_;
-  // Pairs whose lengths Extend learnt (the pass had not yet).
+  // Pairs whose lengths Extend learnt (the pass had not yet), and those the
+  // pass learnt.
   mutable std::atomic<uint64_t> first_windows_{0};
+  mutable std::atomic<uint64_t> pass_tokenized_{0};
+
+  // The stored token ids (OpenTokens): tokens_ and token_starts_ (where
+  // the ids of pair k * kTokenStride start, in tokens) are written once,
+  // before tokens_ready_ (release). Set at Create: the blob's key and the
+  // bytes of one token.
+  std::string tokens_key_;
+  uint32_t token_width_ = 4;
+  mutable std::atomic<bool> tokens_ready_{false};
+  mutable std::shared_ptr<const CacheDir::Blob> tokens_;
+  mutable std::vector<uint64_t> token_starts_;
+  // The pass stores token ids only (the lengths were cached): progress
+  // says so.
+  mutable std::atomic<bool> tokens_only_{false};
 
   mutable std::mutex tables_mu_;
   mutable std::vector<CachedTable> tables_;  // guarded by tables_mu_
@@ -1064,14 +1277,37 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
   const uint64_t w = table.WindowOfRow(row);
   const uint64_t r = row - table.first_row[w];
 
-  // The window's kept pairs, as the table saw them; its first row counts
-  // its drops.
-  std::vector<uint64_t> ids, positions;
-  std::vector<PackedLengths> lengths;
-  absl::Status listed = WindowPairs(order, table, w, r == 0 ? counters : nullptr,
-                                    &ids, &positions, &lengths);
-  if (!listed.ok()) return listed;
-  const std::vector<uint32_t> starts = PlanWindow(lengths, options_.max_length);
+  // The window's kept pairs, as the table saw them, and its plan: the last
+  // window this thread planned, if it is this one (a window's rows are
+  // mostly filled one after another by one worker), else planned now. It
+  // is kept with the table it came from, whose object it holds, so it is
+  // never taken for a window of another table.
+  thread_local WindowPlan plan;
+  if (plan.table.get() != &table || plan.window != w) {
+    plan.table.reset();
+    plan.ids.clear();
+    plan.positions.clear();
+    plan.lengths.clear();
+    WorkloadCounters drops;
+    absl::Status listed = WindowPairs(order, table, w, &drops, &plan.ids,
+                                      &plan.positions, &plan.lengths);
+    if (!listed.ok()) return listed;
+    plan.starts = PlanWindow(plan.lengths, options_.max_length);
+    plan.skipped = drops.skipped_examples.load();
+    plan.damaged = drops.decode_errors.load();
+    plan.window = w;
+    plan.table = *table_or;
+  }
+  // Its first row counts its drops.
+  if (r == 0 && counters != nullptr) {
+    counters->skipped_examples.fetch_add(plan.skipped,
+                                         std::memory_order_relaxed);
+    counters->decode_errors.fetch_add(plan.damaged, std::memory_order_relaxed);
+  }
+  const std::vector<uint64_t>& ids = plan.ids;
+  const std::vector<uint64_t>& positions = plan.positions;
+  const std::vector<PackedLengths>& lengths = plan.lengths;
+  const std::vector<uint32_t>& starts = plan.starts;
   if (r >= starts.size()) {
     return absl::InternalError("wmt: window plan disagrees with its table");
   }
@@ -1079,6 +1315,19 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
 
   std::vector<TokenPair> pairs(end - starts[r]);
   std::vector<const TokenPair*> members;
+  PackedRow packed;
+  if (tokens_ready_.load(std::memory_order_acquire)) {
+    // From the stored token ids: no reading of the text, no tokenizing.
+    for (size_t i = starts[r]; i < end; ++i) {
+      TokenPair& pair = pairs[i - starts[r]];
+      absl::Status s = StoredPair(ids[i], lengths[i], &pair);
+      if (!s.ok()) return s;
+      members.push_back(&pair);
+    }
+    FillCutRow(members, options_.max_length, &packed);
+    CountRowFromStoredTokens();
+    return WriteRow(packed, out);
+  }
   for (size_t i = starts[r]; i < end; ++i) {
     TokenPair& pair = pairs[i - starts[r]];
     const ExampleKey key{order.epoch, positions[i], ids[i]};
@@ -1093,8 +1342,12 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
     }
     members.push_back(&pair);
   }
-  PackedRow packed;
   FillPackedRow(members, options_.max_length, &packed);
+  return WriteRow(packed, out);
+}
+
+absl::Status WmtWorkload::WriteRow(const PackedRow& packed,
+                                   uint8_t* const* out) const {
   WriteTokens(packed.inputs, options_.int64, out[0]);
   WriteTokens(packed.targets, options_.int64, out[1]);
   WriteTokens(packed.inputs_position, options_.int64, out[2]);
@@ -1112,6 +1365,8 @@ bool WmtWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
   if (!train_ || order.num_examples != source_->size() || !order.id_at) {
     return false;
   }
+  // Rows made from stored token ids read nothing from the source.
+  if (tokens_ready_.load(std::memory_order_acquire)) return true;
   const std::shared_ptr<const EpochTable> table = CachedTableFor(order);
   if (table == nullptr || first_row + count > table->first_row.back()) {
     return false;

@@ -49,26 +49,35 @@
 // contract), dropped pairs removed, then windows of max_length kept pairs.
 // Unlike AlgoPerf, whose `repeat` precedes packing, a window never spans two
 // epochs. The train split's schedule is a PackedSchedule (its items are
-// rows; the workload is its RowPacking, workloads/packed_schedule.h). The
-// first call of RowsInEpoch tokenizes every pair once to learn its packed
-// lengths (4 bytes per pair, kept); after that RowsInEpoch is arithmetic
-// over lengths and FillRow tokenizes only its row's pairs.
+// rows; the workload is its RowPacking, workloads/packed_schedule.h).
+// Packing needs every pair's packed length (4 bytes per pair, kept): the
+// first use starts a length pass over every pair, in file order, on its own
+// thread at nice +10 (index_threads threads). While it runs, the schedule
+// asks RowsUpTo for the epoch's first rows only: the pairs of those windows
+// are tokenized then (in the epoch's order, at normal priority), so the
+// first batches of a never-seen set come in seconds; the windows are cut by
+// the same code as once every length is known, so the rows are the same.
+// After the pass RowsInEpoch is arithmetic over lengths, and FillRow
+// tokenizes only its row's pairs.
 // With a cache (WorkloadConfig::cache) the lengths table is loaded from it
 // (kind "wmt-lengths", keyed by every input file's identity, the model's
 // bytes and the options that change lengths; length_cache.h), or built once
 // under the entry's build lock, which other streams and daemons on the
-// same cache wait for, and stored; text sources keep their line offsets
-// there too (pair_source.h), and each train epoch's row count once it is
-// counted (kind "wmt-epoch-rows"), which RowsInEpoch reads before packing
-// the epoch: a restarted daemon resuming far ahead packs no earlier epoch.
-// The rows are the same with and without it.
+// same cache wait for (serving their own first windows meanwhile), and
+// stored; a pass stopped early stores what it learnt. The pass also stores
+// every kept pair's token ids (kind "wmt-tokens", a blob), from which rows
+// are then made without reading the text or tokenizing. Text sources keep
+// their line offsets there too (pair_source.h), and each train epoch's row
+// count once it is counted (kind "wmt-epoch-rows"), which RowsInEpoch reads
+// before packing the epoch: a restarted daemon resuming far ahead packs no
+// earlier epoch. The rows are the same with and without any of it.
 //
 // Read-ahead (server/readahead.h): with TFDS shards, the records of the
 // pairs a step reads are read ahead, keyed by the pair's position in the
 // epoch's order (train rows: PackedSchedule::ExamplesOf asks
 // ExamplesOfRows, which answers from the epoch's table once it is built)
 // or by the eval example; FillItem parses what was read ahead. Text files
-// are not read ahead.
+// are not read ahead, nor rows made from stored token ids.
 //
 // Thread safety: as Workload; the length table and the per-epoch window
 // tables are built under a mutex.
