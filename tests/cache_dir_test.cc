@@ -209,7 +209,8 @@ TEST_F(CacheDirTest, BlobRoundTripsInPieces) {
     char c;
     EXPECT_EQ((*blob)->Read(n, 1, &c).code(), absl::StatusCode::kOutOfRange);
   }
-  EXPECT_TRUE(absl::IsNotFound(cache->OpenBlob("wmt-tokens", "never").status()));
+  EXPECT_TRUE(
+      absl::IsNotFound(cache->OpenBlob("wmt-tokens", "never").status()));
 }
 
 TEST_F(CacheDirTest, UncommittedBlobLeavesNothing) {

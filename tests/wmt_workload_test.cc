@@ -1123,9 +1123,10 @@ TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
 // One row of an epoch, as FillRow writes it.
 PackedRow FillOne(const RowPacking& w, const EpochOrder& order, uint64_t r) {
   PackedRow row;
-  std::vector<int32_t>* v[] = {&row.inputs,           &row.targets,
-                               &row.inputs_position,  &row.inputs_segmentation,
-                               &row.targets_position, &row.targets_segmentation};
+  std::vector<int32_t>* v[] = {
+      &row.inputs,           &row.targets,
+      &row.inputs_position,  &row.inputs_segmentation,
+      &row.targets_position, &row.targets_segmentation};
   uint8_t* out[6];
   for (int k = 0; k < 6; ++k) {
     v[k]->resize(256);

@@ -196,7 +196,8 @@ void PackedSchedule::CountLoop() {
                           (target_ - first_step + 1) * g_;
     lock.unlock();
     // The slow part, without the lock: only this thread appends to ends_.
-    absl::StatusOr<RowPacking::KnownRows> known = packer_.RowsUpTo(Order(epoch), want);
+    absl::StatusOr<RowPacking::KnownRows> known =
+        packer_.RowsUpTo(Order(epoch), want);
     lock.lock();
     if (!known.ok()) {
       error_ = known.status();
