@@ -295,6 +295,10 @@ def _worker(mode, address, stream, *args):
             "shapes": {name: list(t.shape) for name, t in batch.items()},
         }, sys.stdout)
     elif mode == "block":
+        # A shell without job control starts background jobs with SIGINT
+        # ignored, and Python keeps an inherited SIG_IGN; a trainer run from a
+        # terminal has Python's own handler, which is what this checks.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         loader = batchd.Loader(stream, GLOBAL_BATCH, options=SYNTHETIC,
                                server=address, slots=2)
         # Holding every slot, no batch can come: next() waits for ever.
