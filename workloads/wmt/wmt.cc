@@ -131,17 +131,19 @@ absl::StatusOr<std::string> ModelPath(const std::string& data,
 }
 
 // Runs fn(i) for i in [0, n) on `threads` threads; the first error stops
-// the others and is returned.
+// the others and is returned. A thread takes up to `max_chunk` items at a
+// time: 1 where an item is long work, so that the threads end together.
 absl::Status ParallelFor(uint64_t n, uint64_t threads,
-                         const std::function<absl::Status(uint64_t)>& fn) {
+                         const std::function<absl::Status(uint64_t)>& fn,
+                         uint64_t max_chunk = 256) {
   threads = std::max<uint64_t>(1, std::min<uint64_t>(threads, n / 64 + 1));
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
   absl::Status first_error;
-  // Chunks of up to 256, small enough for every thread to get some.
+  // Chunks small enough for every thread to get some.
   const uint64_t chunk =
-      std::max<uint64_t>(1, std::min<uint64_t>(256, n / (4 * threads)));
+      std::max<uint64_t>(1, std::min<uint64_t>(max_chunk, n / (4 * threads)));
   auto work = [&] {
     while (!failed.load(std::memory_order_relaxed)) {
       const uint64_t begin = next.fetch_add(chunk);
@@ -1084,7 +1086,7 @@ class WmtWorkload : public Workload, public RowPacking {
     // The pairs' lengths in the epoch's order are gathered on index_threads
     // threads (the permutation and the scattered reads are what costs),
     // then cut into windows in order.
-    const uint64_t n = order.num_examples;
+    const uint64_t n = order.num_examples, pairs = source_->size();
     std::vector<uint32_t> words(n);
     constexpr uint64_t kSpan = 8192;
     absl::Status gathered = ParallelFor(
@@ -1093,7 +1095,7 @@ class WmtWorkload : public Workload, public RowPacking {
           std::vector<uint64_t> ids(count);
           EpochIds(order, p0, count, ids.data());
           for (uint64_t i = 0; i < count; ++i) {
-            if (ids[i] >= source_->size()) {
+            if (ids[i] >= pairs) {
               return absl::InternalError(
                   absl::StrCat("wmt: the epoch order gives id ", ids[i],
                                " at position ", p0 + i));
@@ -1101,7 +1103,8 @@ class WmtWorkload : public Workload, public RowPacking {
             words[p0 + i] = lengths_[ids[i]].load(std::memory_order_relaxed);
           }
           return absl::OkStatus();
-        });
+        },
+        /*max_chunk=*/1);
     if (!gathered.ok()) return gathered;
     EpochTableBuilder b(order, options_.max_length);
     for (uint64_t p = 0; p < n; ++p) {
