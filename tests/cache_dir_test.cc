@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -278,6 +279,61 @@ TEST_F(CacheDirTest, SymlinkedEntryIsNotFollowed) {
   ASSERT_TRUE(cache->Put("wmt-lengths", "key", "v").ok());
   EXPECT_EQ(ReadFile(target), "not an entry");
   EXPECT_EQ(*cache->Get("wmt-lengths", "key"), "v");
+}
+
+// What another process of this user (or root) may leave in place of an
+// entry or a blob is never read: a FIFO (the open must not block), a
+// symbolic link to a good entry, a good entry owned by another user. Each
+// is discarded with a warning, and a link's target is left alone.
+TEST_F(CacheDirTest, PlantedFilesInPlaceOfEntriesAndBlobsAreNotRead) {
+  auto cache = OpenCache();
+  ASSERT_TRUE(cache->Put("wmt-lengths", "key", "value").ok());
+  WriteBlob(*cache, "key", 5000);
+  const std::string outside = std::filesystem::path(dir_).parent_path();
+  struct Case {
+    const char* what;
+    std::string path;
+    std::function<bool()> opens;
+  };
+  const std::vector<Case> cases = {
+      {"entry", EntryPath("wmt-lengths", "key"),
+       [&] { return cache->Get("wmt-lengths", "key").ok(); }},
+      {"blob", dir_ + "/" + CacheDir::BlobName("wmt-tokens", "key"),
+       [&] { return cache->OpenBlob("wmt-tokens", "key").ok(); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    // The real file's bytes, which every planted file below carries.
+    const std::string real = ReadFile(c.path);
+    ASSERT_FALSE(real.empty());
+    auto expect_discarded = [&](const std::string& reason) {
+      testing::internal::CaptureStderr();
+      EXPECT_FALSE(c.opens());
+      const std::string log = testing::internal::GetCapturedStderr();
+      EXPECT_NE(log.find("event=cache_corrupt"), std::string::npos) << log;
+      EXPECT_NE(log.find(reason), std::string::npos) << log;
+      struct stat st;
+      EXPECT_NE(lstat(c.path.c_str(), &st), 0) << "not removed";
+    };
+    ASSERT_EQ(unlink(c.path.c_str()), 0);
+    ASSERT_EQ(mkfifo(c.path.c_str(), 0600), 0);
+    expect_discarded("not a regular file");
+
+    const std::string target = outside + "/planted-" + c.what;
+    WriteFile(target, real);
+    ASSERT_EQ(symlink(target.c_str(), c.path.c_str()), 0);
+    expect_discarded("not a regular file");
+    EXPECT_EQ(ReadFile(target), real) << "the link's target was touched";
+
+    if (geteuid() == 0) {
+      WriteFile(c.path, real);
+      ASSERT_EQ(chown(c.path.c_str(), 65534, 65534), 0);
+      expect_discarded("owned by uid 65534");
+    }
+    // The same bytes in a file of this user's: they are read.
+    WriteFile(c.path, real);
+    EXPECT_TRUE(c.opens());
+  }
 }
 
 // Two processes Put different large values to one entry, many times, while

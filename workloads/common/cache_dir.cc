@@ -260,18 +260,16 @@ void CacheDir::Discard(const std::string& name, const struct stat& st,
           Quoted(why).c_str());
 }
 
-absl::StatusOr<std::string> CacheDir::Get(absl::string_view kind,
-                                          absl::string_view key) const {
-  absl::Status valid = CheckKind(kind);
-  if (!valid.ok()) return valid;
-  if (!enabled()) return absl::NotFoundError("cache: off");
-  const std::string name = EntryName(kind, key);
+absl::StatusOr<CacheDir::EntryFile> CacheDir::OpenEntryFile(
+    const std::string& name, absl::string_view kind,
+    absl::string_view what) const {
+  // O_NONBLOCK: a FIFO planted in its place must not hang the open.
   const int fd =
       openat(fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("cache: no entry ", name));
+      return absl::NotFoundError(absl::StrCat("cache: no ", what, " ", name));
     }
     struct stat st;
     if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -282,23 +280,45 @@ absl::StatusOr<std::string> CacheDir::Get(absl::string_view kind,
     return absl::UnavailableError(absl::StrCat("cache: cannot open ", path_,
                                                "/", name, ": ", Errno(err)));
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
+  EntryFile file;
+  file.fd = fd;
+  if (fstat(fd, &file.st) != 0) {
     const int err = errno;
     close(fd);
     return absl::UnavailableError(absl::StrCat("cache: cannot stat ", path_,
                                                "/", name, ": ", Errno(err)));
   }
+  std::string why;
+  if (!S_ISREG(file.st.st_mode)) {
+    why = "not a regular file";
+  } else if (file.st.st_uid != geteuid()) {
+    why = absl::StrCat("owned by uid ", file.st.st_uid);
+  }
+  if (!why.empty()) {
+    close(fd);
+    Discard(name, file.st, kind, why);
+    return absl::NotFoundError(
+        absl::StrCat("cache: discarded ", name, ": ", why));
+  }
+  return file;
+}
+
+absl::StatusOr<std::string> CacheDir::Get(absl::string_view kind,
+                                          absl::string_view key) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return absl::NotFoundError("cache: off");
+  const std::string name = EntryName(kind, key);
+  absl::StatusOr<EntryFile> file = OpenEntryFile(name, kind, "entry");
+  if (!file.ok()) return file.status();
+  const int fd = file->fd;
+  const struct stat st = file->st;
   auto discard = [&](const std::string& why) {
     close(fd);
     Discard(name, st, kind, why);
     return absl::NotFoundError(
         absl::StrCat("cache: discarded ", name, ": ", why));
   };
-  if (!S_ISREG(st.st_mode)) return discard("not a regular file");
-  if (st.st_uid != geteuid()) {
-    return discard(absl::StrCat("owned by uid ", st.st_uid));
-  }
   const uint64_t size = uint64_t(st.st_size);
   const uint64_t least = kHeaderBytes + kind.size() + key.size() + 4;
   if (size < least) {
@@ -559,39 +579,16 @@ absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
   if (!valid.ok()) return valid;
   if (!enabled()) return absl::NotFoundError("cache: off");
   const std::string name = BlobName(kind, key);
-  const int fd =
-      openat(fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("cache: no blob ", name));
-    }
-    struct stat st;
-    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        !S_ISREG(st.st_mode)) {
-      Discard(name, st, kind, "not a regular file");
-      return absl::NotFoundError(absl::StrCat("cache: discarded ", name));
-    }
-    return absl::UnavailableError(absl::StrCat("cache: cannot open ", path_,
-                                               "/", name, ": ", Errno(err)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cache: cannot stat ", path_,
-                                               "/", name, ": ", Errno(err)));
-  }
+  absl::StatusOr<EntryFile> file = OpenEntryFile(name, kind, "blob");
+  if (!file.ok()) return file.status();
+  const int fd = file->fd;
+  const struct stat st = file->st;
   auto discard = [&](const std::string& why) {
     close(fd);
     Discard(name, st, kind, why);
     return absl::NotFoundError(
         absl::StrCat("cache: discarded ", name, ": ", why));
   };
-  if (!S_ISREG(st.st_mode)) return discard("not a regular file");
-  if (st.st_uid != geteuid()) {
-    return discard(absl::StrCat("owned by uid ", st.st_uid));
-  }
   const uint64_t size = uint64_t(st.st_size);
   if (size < kBlobTrailerBytes + kind.size() + key.size()) {
     return discard(absl::StrCat("truncated: ", size, " bytes"));

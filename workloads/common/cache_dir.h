@@ -172,6 +172,16 @@ class CacheDir {
   CacheDir(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   absl::StatusOr<Lock> LockEntryImpl(absl::string_view kind,
                                      absl::string_view key, bool wait) const;
+  // An entry's or blob's file, open for reading, checked to be a regular
+  // file of this user (discarded, with a warning, if not).
+  struct EntryFile {
+    int fd = -1;
+    struct stat st;
+  };
+  // NotFound when absent or discarded; `what` names it in the message.
+  absl::StatusOr<EntryFile> OpenEntryFile(const std::string& name,
+                                          absl::string_view kind,
+                                          absl::string_view what) const;
   void Discard(const std::string& name, const struct stat& st,
                absl::string_view kind, const std::string& why) const;
 
