@@ -134,6 +134,25 @@ std::vector<Pair> TfdsOrder(const std::vector<Pair>& pairs, int shards) {
   return out;
 }
 
+// One row of an epoch, as FillRow writes it (drops counted into
+// `counters`, if given).
+PackedRow FillOne(const RowPacking& w, const EpochOrder& order, uint64_t r,
+                  WorkloadCounters* counters = nullptr) {
+  PackedRow row;
+  std::vector<int32_t>* v[] = {
+      &row.inputs,           &row.targets,
+      &row.inputs_position,  &row.inputs_segmentation,
+      &row.targets_position, &row.targets_segmentation};
+  uint8_t* out[6];
+  for (int k = 0; k < 6; ++k) {
+    v[k]->resize(256);
+    out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
+  }
+  absl::Status s = w.FillRow(order, r, out, counters);
+  EXPECT_TRUE(s.ok()) << s;
+  return row;
+}
+
 class WmtWorkloadTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -247,18 +266,7 @@ class WmtWorkloadTest : public ::testing::Test {
     EXPECT_TRUE(n.ok()) << n.status();
     if (!n.ok()) return rows;
     for (uint64_t r = 0; r < *n; ++r) {
-      PackedRow row;
-      std::vector<int32_t>* v[] = {
-          &row.inputs,           &row.targets,
-          &row.inputs_position,  &row.inputs_segmentation,
-          &row.targets_position, &row.targets_segmentation};
-      uint8_t* out[6];
-      for (int k = 0; k < 6; ++k) {
-        v[k]->resize(256);
-        out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
-      }
-      absl::Status s = w.FillRow(order, r, out, counters);
-      EXPECT_TRUE(s.ok()) << s;
+      PackedRow row = FillOne(w, order, r, counters);
       if (cursors) {
         absl::StatusOr<RowCursor> cursor = w.CursorOfRow(order, r);
         EXPECT_TRUE(cursor.ok()) << cursor.status();
@@ -1118,23 +1126,6 @@ TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
   EXPECT_EQ(wmt::LengthPassTokenizations() - before, kTrainPairs);
   ExpectRowsEqual(AllRows(**a, order, nullptr, nullptr),
                   AllRows(**b, order, nullptr, nullptr));
-}
-
-// One row of an epoch, as FillRow writes it.
-PackedRow FillOne(const RowPacking& w, const EpochOrder& order, uint64_t r) {
-  PackedRow row;
-  std::vector<int32_t>* v[] = {
-      &row.inputs,           &row.targets,
-      &row.inputs_position,  &row.inputs_segmentation,
-      &row.targets_position, &row.targets_segmentation};
-  uint8_t* out[6];
-  for (int k = 0; k < 6; ++k) {
-    v[k]->resize(256);
-    out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
-  }
-  absl::Status s = w.FillRow(order, r, out, nullptr);
-  EXPECT_TRUE(s.ok()) << s;
-  return row;
 }
 
 // Slows every tokenization for a length (test hook) while in scope.
