@@ -416,18 +416,7 @@ TEST_F(WmtWorkloadTest, RowsDoNotDependOnThreadsOrCallOrder) {
         const size_t n = parallel[e].size();
         for (size_t i = t; i < n; i += 4) {
           const size_t r = n - 1 - i;  // backwards, interleaved
-          PackedRow& row = parallel[e][r];
-          std::vector<int32_t>* v[] = {
-              &row.inputs,           &row.targets,
-              &row.inputs_position,  &row.inputs_segmentation,
-              &row.targets_position, &row.targets_segmentation};
-          uint8_t* out[6];
-          for (int k = 0; k < 6; ++k) {
-            v[k]->resize(256);
-            out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
-          }
-          EXPECT_TRUE(
-              Rows(**fresh).FillRow(orders[e], r, out, nullptr).ok());
+          parallel[e][r] = FillOne(Rows(**fresh), orders[e], r);
         }
       }
     });

@@ -263,6 +263,9 @@ void CacheDir::Discard(const std::string& name, const struct stat& st,
 absl::StatusOr<CacheDir::EntryFile> CacheDir::OpenEntryFile(
     const std::string& name, absl::string_view kind,
     absl::string_view what) const {
+  absl::Status valid = CheckKind(kind);
+  if (!valid.ok()) return valid;
+  if (!enabled()) return absl::NotFoundError("cache: off");
   // O_NONBLOCK: a FIFO planted in its place must not hang the open.
   const int fd =
       openat(fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -294,30 +297,28 @@ absl::StatusOr<CacheDir::EntryFile> CacheDir::OpenEntryFile(
   } else if (file.st.st_uid != geteuid()) {
     why = absl::StrCat("owned by uid ", file.st.st_uid);
   }
-  if (!why.empty()) {
-    close(fd);
-    Discard(name, file.st, kind, why);
-    return absl::NotFoundError(
-        absl::StrCat("cache: discarded ", name, ": ", why));
-  }
+  if (!why.empty()) return Reject(fd, name, file.st, kind, why);
   return file;
+}
+
+absl::Status CacheDir::Reject(int fd, const std::string& name,
+                              const struct stat& st, absl::string_view kind,
+                              const std::string& why) const {
+  close(fd);
+  Discard(name, st, kind, why);
+  return absl::NotFoundError(
+      absl::StrCat("cache: discarded ", name, ": ", why));
 }
 
 absl::StatusOr<std::string> CacheDir::Get(absl::string_view kind,
                                           absl::string_view key) const {
-  absl::Status valid = CheckKind(kind);
-  if (!valid.ok()) return valid;
-  if (!enabled()) return absl::NotFoundError("cache: off");
   const std::string name = EntryName(kind, key);
   absl::StatusOr<EntryFile> file = OpenEntryFile(name, kind, "entry");
   if (!file.ok()) return file.status();
   const int fd = file->fd;
   const struct stat st = file->st;
   auto discard = [&](const std::string& why) {
-    close(fd);
-    Discard(name, st, kind, why);
-    return absl::NotFoundError(
-        absl::StrCat("cache: discarded ", name, ": ", why));
+    return Reject(fd, name, st, kind, why);
   };
   const uint64_t size = uint64_t(st.st_size);
   const uint64_t least = kHeaderBytes + kind.size() + key.size() + 4;
@@ -575,19 +576,13 @@ absl::Status CacheDir::Blob::Read(uint64_t offset, size_t n, void* out) const {
 
 absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
     absl::string_view kind, absl::string_view key) const {
-  absl::Status valid = CheckKind(kind);
-  if (!valid.ok()) return valid;
-  if (!enabled()) return absl::NotFoundError("cache: off");
   const std::string name = BlobName(kind, key);
   absl::StatusOr<EntryFile> file = OpenEntryFile(name, kind, "blob");
   if (!file.ok()) return file.status();
   const int fd = file->fd;
   const struct stat st = file->st;
   auto discard = [&](const std::string& why) {
-    close(fd);
-    Discard(name, st, kind, why);
-    return absl::NotFoundError(
-        absl::StrCat("cache: discarded ", name, ": ", why));
+    return Reject(fd, name, st, kind, why);
   };
   const uint64_t size = uint64_t(st.st_size);
   if (size < kBlobTrailerBytes + kind.size() + key.size()) {

@@ -178,10 +178,14 @@ class CacheDir {
     int fd = -1;
     struct stat st;
   };
-  // NotFound when absent or discarded; `what` names it in the message.
+  // NotFound when absent, discarded or the cache is off; `what` names it
+  // in the message.
   absl::StatusOr<EntryFile> OpenEntryFile(const std::string& name,
                                           absl::string_view kind,
                                           absl::string_view what) const;
+  // Closes fd, discards the file (Discard) and says NotFound, why.
+  absl::Status Reject(int fd, const std::string& name, const struct stat& st,
+                      absl::string_view kind, const std::string& why) const;
   void Discard(const std::string& name, const struct stat& st,
                absl::string_view kind, const std::string& why) const;
 
