@@ -469,7 +469,9 @@ TEST(DataTree, HostileFilesAreDecodeErrorsAndTheStreamCompletes) {
   absl::StatusOr<Batch> b = (*l)->Next();
   ASSERT_TRUE(b.ok()) << b.status() << " (a worker blocked on the FIFO?)";
   const std::string metrics = testing::HttpGet(port, "/metrics");
-  const std::string key = "batchd_decode_errors_total{stream=\"tree\"} ";
+  const std::string key =
+      "batchd_decode_errors_total{stream=\"tree\",owner=\"" +
+      std::to_string(getuid()) + "\"} ";
   const size_t at = metrics.find(key);
   ASSERT_NE(at, std::string::npos) << metrics;
   const uint64_t errors =
