@@ -185,7 +185,7 @@ const std::vector<Flag>& Flags() {
                   "OpenStream asked for it, so that requests for rings "
                   "nobody maps cannot hold --max-streams or a drain. "
                   "Default: 60"),
-      // Quotas per uid.
+      // Quotas per uid and the socket directory rule.
       U64_FLAG("max-streams-per-uid", core.max_streams_per_uid, 0, "N",
                "streams one uid may own at once (TCP callers share one "
                "quota; administrators are exempt); 0: no limit. Default: 16"),
@@ -217,6 +217,18 @@ const std::vector<Flag>& Flags() {
                "resident bytes of the models (SentencePiece) of one uid's "
                "streams (TCP callers share one quota; administrators are "
                "exempt); 0: no limit. Default: 1073741824 (1 GiB)"),
+      Flag{"allow-shared-socket-dir", Kind::kBool, "BOOL",
+           "accept a socket directory that others may write with the "
+           "sticky bit set (/tmp): refused by default, since another user "
+           "can bind the socket's name there first and pass for batchd to "
+           "every trainer. Default: false",
+           [](DaemonConfig* c, const std::string& v) {
+             return ParseBool("allow-shared-socket-dir", v,
+                              &c->allow_shared_socket_dir);
+           },
+           [](const DaemonConfig& c) {
+             return std::string(c.allow_shared_socket_dir ? "true" : "false");
+           }},
       STRING_FLAG("admin-group", admin_group, "GROUP",
                   "members of this group (name or gid) may drain, shut "
                   "down, and join or close another uid's stream by naming "
