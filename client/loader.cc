@@ -124,6 +124,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   spec->set_slots(o.slots);
   for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
   req.set_rank(uint32_t(o.rank));
+  if (o.owner_uid >= 0) {
+    if (o.owner_uid > int64_t(UINT32_MAX)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LoaderOptions.owner_uid ", o.owner_uid, " is not a uid"));
+    }
+    req.set_owner_uid(uint32_t(o.owner_uid));
+  }
   req.set_protocol_version(kProtocolVersion);
   req.set_client_version(kBatchdVersion);
 

@@ -21,14 +21,14 @@ grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        v1::OpenStreamResponse* resp) {
   if (absl::Status s = CheckClientProtocol(*req); !s.ok()) return ToGrpc(s);
   return Reply(core_.OpenStream(FromProto(req->spec()), req->rank(),
-                                CallerOf(ctx)),
+                                CallerOf(ctx), OwnerOf(*req)),
                resp);
 }
 
 grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
                                         const v1::CloseStreamRequest* req,
                                         v1::CloseStreamResponse*) {
-  return ToGrpc(core_.CloseStream(req->name(), CallerOf(ctx)));
+  return ToGrpc(core_.CloseStream(req->name(), CallerOf(ctx), OwnerOf(*req)));
 }
 
 grpc::Status BatchdService::GetStatus(grpc::ServerContext*,

@@ -162,8 +162,9 @@ TEST(DaemonTest, MetricsAreScrapedAndParse) {
     std::smatch m;
     ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
     ++samples;
-    if (line.rfind("batchd_examples_total{stream=\"scraped\",rank=\"0\"}", 0) ==
-        0) {
+    if (line.rfind("batchd_examples_total{stream=\"scraped\",owner=\"" +
+                       std::to_string(getuid()) + "\",rank=\"0\"}",
+                   0) == 0) {
       examples = std::stod(m[4]);
     }
     if (m[1] == "batchd_threads") threads = std::stod(m[4]);

@@ -204,12 +204,21 @@ TEST(HardeningTest, NamingAnotherProcessPidDoesNotEvictItsRank) {
   Caller victim(server.address(), {"open", "job", "0", "--hold"});
   ASSERT_EQ(victim.Line(), "attached");
   const std::string pid = std::to_string(victim.pid());
-  // The same user, then another one, each naming the victim's pid.
+  // The same user, then another one, each naming the victim's pid; the
+  // other user reaches the victim's stream only by naming its owner.
   Caller same(server.address(), {"open", "job", "0", "--client-pid", pid});
   EXPECT_EQ(same.Wait(), kAlreadyExists);
-  Caller other(server.address(), {"open", "job", "0", "--client-pid", pid},
+  Caller other(server.address(),
+               {"open", "job", "0", "--client-pid", pid, "--owner",
+                std::to_string(geteuid())},
                Caller::As::kNobody);
   EXPECT_EQ(other.Wait(), kPermissionDenied);
+  // Without owner_uid its `job` is a stream of its own.
+  Caller own(server.address(), {"open", "job", "0", "--client-pid", pid},
+             Caller::As::kNobody);
+  EXPECT_EQ(own.Line().rfind("opened ", 0), 0u);
+  own.CloseStdin();
+  EXPECT_EQ(own.Wait(), kOk);
   victim.CloseStdin();
   EXPECT_EQ(victim.Wait(), kOk) << victim.Line();
 }

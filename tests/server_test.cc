@@ -248,12 +248,13 @@ TEST(ServerTest, ClosedLoaderFreesItsRingAndTheRankReattaches) {
     auto l = Loader::Open(Options(server, "d", 8, 2, 1));
     ASSERT_TRUE(l.ok()) << l.status();
     ASSERT_EQ(server.Segments().size(), 1u);
-    // <prefix>.<uid>.<stream>.<rank>.<64 random bits>: unguessable, so
-    // that another user cannot take the name first.
+    // <prefix>.<daemon uid>.<owner uid>.<stream>.<rank>.<64 random bits>:
+    // unguessable, so that another user cannot take the name first, and
+    // apart from another owner's stream of the same name.
     EXPECT_TRUE(std::regex_match(
         server.Segments()[0],
-        std::regex(server.prefix() + "\\." + std::to_string(getuid()) +
-                   "\\.d\\.1\\.[0-9a-f]{16}")))
+        std::regex(server.prefix() + "\\." + std::to_string(getuid()) + "\\." +
+                   std::to_string(getuid()) + "\\.d\\.1\\.[0-9a-f]{16}")))
         << server.Segments()[0];
     EXPECT_EQ("/" + server.Segments()[0], (*l)->info().segment);
   }

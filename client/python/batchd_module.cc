@@ -459,27 +459,32 @@ void DefineModule(py::module_& m) {
                       std::string workload, std::string data, std::string split,
                       py::object world_size, py::object rank, uint64_t seed,
                       uint64_t start_step, py::object start_cursor,
-                      uint32_t slots, py::object options,
-                      py::object server, py::object timeout,
-                      double server_stale_seconds, double connect_timeout) {
-            return std::make_unique<PyLoader>(MakeOptions(
+                      uint32_t slots, py::object options, py::object server,
+                      py::object timeout, double server_stale_seconds,
+                      double connect_timeout, py::object owner) {
+            LoaderOptions o = MakeOptions(
                 std::move(stream), global_batch_size, std::move(workload),
                 std::move(data), std::move(split), std::move(world_size),
                 std::move(rank), seed, start_step, std::move(start_cursor),
-                slots, std::move(options),
-                std::move(server), std::move(timeout), server_stale_seconds,
-                connect_timeout));
+                slots, std::move(options), std::move(server),
+                std::move(timeout), server_stale_seconds, connect_timeout);
+            if (!owner.is_none()) {
+              o.owner_uid = owner.cast<int64_t>();
+              if (o.owner_uid < 0 || o.owner_uid > int64_t(UINT32_MAX)) {
+                throw py::value_error("owner must be a uid (0..4294967295)");
+              }
+            }
+            return std::make_unique<PyLoader>(o);
           }),
           py::arg("stream"), py::arg("global_batch_size"), py::kw_only(),
           py::arg("workload") = "synthetic", py::arg("data") = "",
           py::arg("split") = "train", py::arg("world_size") = py::none(),
           py::arg("rank") = py::none(), py::arg("seed") = 0,
           py::arg("start_step") = 0, py::arg("start_cursor") = py::none(),
-          py::arg("slots") = 0,
-          py::arg("options") = py::none(), py::arg("server") = py::none(),
-          py::arg("timeout") = py::none(),
+          py::arg("slots") = 0, py::arg("options") = py::none(),
+          py::arg("server") = py::none(), py::arg("timeout") = py::none(),
           py::arg("server_stale_seconds") = 3.0,
-          py::arg("connect_timeout") = 30.0)
+          py::arg("connect_timeout") = 30.0, py::arg("owner") = py::none())
       .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true)
       .def("_info", &PyLoader::Info)
       .def("_mapping", &PyLoader::Mapping)

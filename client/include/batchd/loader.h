@@ -53,6 +53,10 @@ struct LoaderOptions {
   uint64_t start_cursor[3] = {0, 0, 0};  // epoch, window, row
   uint32_t slots = 0;        // ring slots per rank; 0 = server default
   std::map<std::string, std::string> options;  // workload options
+  // Whose stream to join: -1, the caller's own stream named `stream`
+  // (created when missing); another uid joins that uid's existing stream,
+  // which the server allows administrators only. Default: -1.
+  int64_t owner_uid = -1;
 
   // Longest wait of Next() for one batch while the server is alive;
   // < 0 waits for ever. Default: -1 (a dead server is noticed regardless).

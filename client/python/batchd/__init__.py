@@ -151,14 +151,16 @@ class Loader(_batchd.Loader):
            data="", split="train", world_size=None, rank=None, seed=0,
            start_step=0, start_cursor=None, slots=0, options=None,
            server=None, timeout=None, server_stale_seconds=3.0,
-           connect_timeout=30.0)
+           connect_timeout=30.0, owner=None)
 
     Opens (or joins) `stream` on the server; every rank of a job passes the
     same spec (workload, data, split, global_batch_size, world_size, seed,
     start_step, slots, options), and the server refuses a spec that differs,
     naming the field.
 
-    stream: name of the stream, unique per server, [A-Za-z0-9_-]{1,64}.
+    stream: name of the stream, [A-Za-z0-9_-]{1,64}: unique per owner (the
+        uid that opened it), so two users' streams of one name are two
+        streams.
     format: "torch", "numpy" or "jax", what batches are made of; default
         "torch" when torch is installed, else "numpy". See the module's
         documentation for when JAX copies.
@@ -181,6 +183,10 @@ class Loader(_batchd.Loader):
         server is noticed regardless (ServerUnavailableError naming its pid).
     server_stale_seconds: a server heartbeat older than this means stopped.
     connect_timeout: deadline of the OpenStream call.
+    owner: None, your own stream named `stream` (opened when missing); a
+        uid, that uid's existing stream, which the server lets only its
+        administrators join (others get batchd.Error, code
+        "PERMISSION_DENIED").
 
     Iterating yields dicts {name: array of `format`}; the metadata of the batch
     last returned is `last_batch_info` (a BatchInfo), and next_batch()
