@@ -317,9 +317,37 @@ bool Core::HolderAlive(const RankSeat& rs, uint64_t now) const {
   return true;
 }
 
+absl::StatusOr<std::shared_ptr<Schedule>> Core::ScheduleFor(
+    const Stream& stream, const RankResume* resume) const {
+  if (resume == nullptr) return SharedSchedule(stream.setup);
+  std::shared_ptr<Schedule> schedule;
+  if (resume->has_cursor) {
+    if (resume->cursor_step > resume->step) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resume at step ", resume->step, " names the cursor of step ",
+          resume->cursor_step, ", a later one"));
+    }
+    // Anchored where this rank resumes, so that ranks a step or two apart
+    // each find their own batches without replaying earlier epochs.
+    schedule = OwnSchedule(stream.setup);
+    if (absl::Status s =
+            schedule->Anchor(resume->cursor_step, resume->cursor, true);
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    schedule = SharedSchedule(stream.setup);
+  }
+  if (absl::Status s = schedule->CheckReachable(resume->step); !s.ok()) {
+    return s;
+  }
+  return schedule;
+}
+
 absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
                                             uint32_t rank,
-                                            const Caller& caller) {
+                                            const Caller& caller,
+                                            const RankResume* resume) {
   StreamSpec spec = in;
   if (spec.slots == 0) spec.slots = options_.default_slots;
   if (spec.split.empty()) spec.split = "train";
@@ -377,6 +405,13 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     if (created) streams_.erase(it);
     return s;
   }
+  absl::StatusOr<std::shared_ptr<Schedule>> schedule =
+      ScheduleFor(stream, resume);
+  if (!schedule.ok()) {
+    if (created) streams_.erase(it);
+    return schedule.status();
+  }
+  const uint64_t start_step = resume != nullptr ? resume->step : spec.start_step;
   if (rs.producer != nullptr) {
     // Only the process that holds the rank may take it again while it
     // lives; who the caller is comes from the kernel, not the request.
@@ -437,9 +472,8 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   rs.holder = caller;
   rs.attached_ns = MonotonicNanos();
   stream.idle_since_ns = 0;
-  rs.producer = std::make_shared<RankProducer>(stream.setup, rank,
-                                               spec.start_step,
-                                               std::move(*ring));
+  rs.producer = std::make_shared<RankProducer>(
+      stream.setup, rank, start_step, std::move(*ring), *std::move(schedule));
   {
     std::lock_guard<std::mutex> beat(beat_mu_);
     beating_.push_back(rs.producer);
@@ -461,7 +495,8 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     r.tensors.push_back(std::move(t));
   }
   r.server_pid = uint32_t(getpid());
-  r.start_step = spec.start_step;
+  r.start_step = start_step;
+  r.cursor_resume = rs.producer->schedule().resumes_by_cursor();
   return r;
 }
 
@@ -578,7 +613,13 @@ void Core::CloseAll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [name, stream] : streams_) {
-      for (RankSeat& rs : stream->ranks) Detach(*stream, rs);
+      for (RankSeat& rs : stream->ranks) {
+        // Not closed: the stream goes on, on the daemon that follows.
+        if (rs.producer != nullptr) {
+          rs.producer->ring().SetState(shm::kStateExiting);
+        }
+        Detach(*stream, rs);
+      }
       stream->setup->Cancel();
     }
     closed.swap(streams_);

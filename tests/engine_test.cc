@@ -164,8 +164,8 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(
     auto ring = RingWriter::Create(name, geo);
     EXPECT_TRUE(ring.ok()) << ring.status();
     readers.push_back(std::move(*RingReader::Attach(name)));
-    producers.push_back(std::make_shared<RankProducer>(stream, r, start,
-                                                       std::move(*ring)));
+    producers.push_back(std::make_shared<RankProducer>(
+        stream, r, start, std::move(*ring), SharedSchedule(stream)));
     engine.Add(producers.back());
   }
   std::vector<std::vector<std::vector<int64_t>>> out(steps);
@@ -287,7 +287,8 @@ Ring MakeRing(std::shared_ptr<StreamSetup> stream, const std::string& tag,
   Ring r;
   r.reader = std::move(*RingReader::Attach(RingName(tag)));
   r.producer =
-      std::make_shared<RankProducer>(stream, 0, start, std::move(*ring));
+      std::make_shared<RankProducer>(stream, 0, start, std::move(*ring),
+                                     SharedSchedule(stream));
   return r;
 }
 
