@@ -25,6 +25,7 @@
 
 #include "base/address.h"
 #include "batchd/loader.h"
+#include "batchd/version.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 
 namespace {
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
     (*spec->mutable_options())["payload_bytes"] = "64";
     req.set_rank(uint32_t(rank));
     req.set_client_pid(client_pid);
+    req.set_protocol_version(batchd::kProtocolVersion);
     batchd::v1::OpenStreamResponse resp;
     const int code = Code(stub->OpenStream(context().get(), req, &resp));
     if (code == 0) {
