@@ -60,7 +60,22 @@ StreamSpec FromProto(const v1::StreamSpec& p) {
   s.start_cursor.epoch = p.start_cursor().epoch();
   s.start_cursor.window = p.start_cursor().window();
   s.start_cursor.row = p.start_cursor().row();
+  s.has_start_cursor_step = p.start_cursor().has_step();
+  s.start_cursor_step = p.start_cursor().step();
   return s;
+}
+
+std::optional<RankResume> FromProto(const v1::OpenStreamRequest& req) {
+  if (!req.has_resume()) return std::nullopt;
+  RankResume r;
+  r.step = req.resume().step();
+  r.has_cursor = req.resume().has_cursor();
+  const v1::Cursor& c = req.resume().cursor();
+  r.cursor.epoch = c.epoch();
+  r.cursor.window = c.window();
+  r.cursor.row = c.row();
+  r.cursor_step = c.has_step() ? c.step() : r.step;
+  return r;
 }
 
 void ToProto(const StreamSpec& s, v1::StreamSpec* p) {
@@ -78,6 +93,9 @@ void ToProto(const StreamSpec& s, v1::StreamSpec* p) {
     p->mutable_start_cursor()->set_epoch(s.start_cursor.epoch);
     p->mutable_start_cursor()->set_window(s.start_cursor.window);
     p->mutable_start_cursor()->set_row(s.start_cursor.row);
+    if (s.has_start_cursor_step) {
+      p->mutable_start_cursor()->set_step(s.start_cursor_step);
+    }
   }
 }
 
@@ -125,6 +143,7 @@ void ToProto(const OpenResult& r, v1::OpenStreamResponse* p) {
   TensorsToProto(r.tensors, p->mutable_tensors());
   p->set_server_pid(r.server_pid);
   p->set_start_step(r.start_step);
+  p->set_cursor_resume(r.cursor_resume);
   p->set_protocol_version(ServerProtocolVersion());
   p->set_server_version(kBatchdVersion);
 }

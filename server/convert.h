@@ -15,6 +15,8 @@ namespace batchd {
 
 grpc::Status ToGrpc(const absl::Status& status);
 StreamSpec FromProto(const v1::StreamSpec& p);
+// The request's resume of its rank, if it names one.
+std::optional<RankResume> FromProto(const v1::OpenStreamRequest& req);
 void ToProto(const StreamSpec& s, v1::StreamSpec* p);
 void ToProto(const OpenResult& r, v1::OpenStreamResponse* p);
 void ToProto(const ServerStatusData& s, v1::GetStatusResponse* p);

@@ -300,12 +300,40 @@ bool Core::HolderAlive(const RankSeat& rs, uint64_t now) const {
   return true;
 }
 
+absl::StatusOr<std::shared_ptr<Schedule>> Core::ScheduleFor(
+    const Stream& stream, const RankResume* resume) const {
+  if (resume == nullptr) return SharedSchedule(stream.setup);
+  std::shared_ptr<Schedule> schedule;
+  if (resume->has_cursor) {
+    if (resume->cursor_step > resume->step) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resume at step ", resume->step, " names the cursor of step ",
+          resume->cursor_step, ", a later one"));
+    }
+    // Anchored where this rank resumes, so that ranks a step or two apart
+    // each find their own batches without replaying earlier epochs.
+    schedule = OwnSchedule(stream.setup);
+    if (absl::Status s =
+            schedule->Anchor(resume->cursor_step, resume->cursor, true);
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    schedule = SharedSchedule(stream.setup);
+  }
+  if (absl::Status s = schedule->CheckReachable(resume->step); !s.ok()) {
+    return s;
+  }
+  return schedule;
+}
+
 // OpenStream's steps: check the spec, find whose stream it is, find or
 // create it (within the limits and the owner's quotas), then the rank: its
 // seat, its ring's limits, its ring.
 absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in, uint32_t rank,
                                             const Caller& caller,
-                                            std::optional<uint32_t> owner_uid) {
+                                            std::optional<uint32_t> owner_uid,
+                                            const RankResume* resume) {
   absl::StatusOr<StreamSpec> spec = CheckedSpec(in, rank);
   if (!spec.ok()) return spec.status();
   std::lock_guard<std::mutex> lock(mu_);
@@ -316,7 +344,7 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in, uint32_t rank,
       FindOrCreateStream(*key, *spec, caller, &created);
   if (!stream.ok()) return stream.status();
   absl::StatusOr<OpenResult> opened =
-      OpenRank(*key, **stream, *spec, rank, caller);
+      OpenRank(*key, **stream, *spec, rank, caller, resume);
   // A stream this call created and could not open a rank of is not kept.
   if (!opened.ok() && created) streams_.erase(*key);
   return opened;
@@ -376,8 +404,13 @@ absl::StatusOr<Core::Stream*> Core::FindOrCreateStream(const StreamKey& key,
 
 absl::StatusOr<OpenResult> Core::OpenRank(const StreamKey& key, Stream& stream,
                                           const StreamSpec& spec, uint32_t rank,
-                                          const Caller& caller) {
+                                          const Caller& caller,
+                                          const RankResume* resume) {
   if (absl::Status s = TakeSeat(stream, spec, rank, caller); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<Schedule>> schedule =
+      ScheduleFor(stream, resume);
+  if (!schedule.ok()) return schedule.status();
+  const uint64_t start_step = resume != nullptr ? resume->step : spec.start_step;
   const StreamSetup& sc = *stream.setup;
   RingGeometry geometry;
   geometry.slot_count = spec.slots;
@@ -399,9 +432,8 @@ absl::StatusOr<OpenResult> Core::OpenRank(const StreamKey& key, Stream& stream,
   rs.holder = caller;
   rs.attached_ns = MonotonicNanos();
   stream.idle_since_ns = 0;
-  rs.producer = std::make_shared<RankProducer>(stream.setup, rank,
-                                               spec.start_step,
-                                               std::move(*ring));
+  rs.producer = std::make_shared<RankProducer>(
+      stream.setup, rank, start_step, std::move(*ring), *std::move(schedule));
   {
     std::lock_guard<std::mutex> beat(beat_mu_);
     beating_.push_back(rs.producer);
@@ -423,7 +455,8 @@ absl::StatusOr<OpenResult> Core::OpenRank(const StreamKey& key, Stream& stream,
     r.tensors.push_back(std::move(t));
   }
   r.server_pid = uint32_t(getpid());
-  r.start_step = spec.start_step;
+  r.start_step = start_step;
+  r.cursor_resume = rs.producer->schedule().resumes_by_cursor();
   return r;
 }
 
@@ -566,7 +599,13 @@ void Core::CloseAll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, stream] : streams_) {
-      for (RankSeat& rs : stream->ranks) Detach(*stream, rs);
+      for (RankSeat& rs : stream->ranks) {
+        // Not closed: the stream goes on, on the daemon that follows.
+        if (rs.producer != nullptr) {
+          rs.producer->ring().SetState(shm::kStateExiting);
+        }
+        Detach(*stream, rs);
+      }
       stream->setup->Cancel();
     }
     closed.swap(streams_);

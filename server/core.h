@@ -37,9 +37,23 @@ struct StreamSpec {
   uint64_t start_step = 0;
   uint32_t slots = 0;
   std::map<std::string, std::string> options;
-  // Resume from a cursor (packed rows): batch start_step begins here.
+  // Resume from a cursor (packed rows): a row of the batch of step
+  // start_cursor_step (any rank's), or, without has_start_cursor_step, rank
+  // 0's first row of batch start_step.
   bool has_start_cursor = false;
   RowCursor start_cursor;
+  bool has_start_cursor_step = false;
+  uint64_t start_cursor_step = 0;
+};
+
+// Where one rank's ring begins when it is reopened (a restarted daemon, a
+// checkpoint loaded into an open Loader): its own next step and, for
+// packed rows, a row of the batch of step cursor_step (<= step).
+struct RankResume {
+  uint64_t step = 0;
+  bool has_cursor = false;
+  RowCursor cursor;
+  uint64_t cursor_step = 0;
 };
 
 // The first field in which `b` differs from `a` (start_step only when
@@ -82,6 +96,7 @@ struct OpenResult {
   std::vector<TensorLayout> tensors;  // with the batch dimension first
   uint32_t server_pid = 0;
   uint64_t start_step = 0;
+  bool cursor_resume = false;  // batches carry packing cursors
 };
 
 struct PlanResult {
@@ -246,9 +261,12 @@ class Core {
   // `owner_uid` unset: the caller's own stream named spec.name (created
   // when missing); set to another uid: that uid's existing stream, for
   // administrators only (PermissionDenied naming the owner otherwise).
+  // `resume` (may be null): this rank begins there instead of at the
+  // spec's start_step.
   absl::StatusOr<OpenResult> OpenStream(
       const StreamSpec& spec, uint32_t rank, const Caller& caller,
-      std::optional<uint32_t> owner_uid = std::nullopt);
+      std::optional<uint32_t> owner_uid = std::nullopt,
+      const RankResume* resume = nullptr);
   // For callers in this process: Caller::Process(client_pid).
   absl::StatusOr<OpenResult> OpenStream(const StreamSpec& spec, uint32_t rank,
                                         uint32_t client_pid) {
@@ -276,7 +294,8 @@ class Core {
   // streams idle for idle_stream_seconds; called ~10x/s by the supervisor
   // thread. Returns the segments freed.
   std::vector<std::string> ReapDeadClients();
-  // Closes every stream (clients see "closed"), unlinks every segment.
+  // The daemon exits: ends every ring with kStateExiting (clients reopen
+  // their streams on the daemon that follows) and unlinks every segment.
   void CloseAll();
 
   const CoreOptions& options() const { return options_; }
@@ -331,6 +350,10 @@ class Core {
   bool HolderAlive(const RankSeat& rs, uint64_t now) const;
   uint64_t RingBytesInUse() const;  // requires mu_
   absl::StatusOr<std::unique_ptr<Stream>> MakeStream(const StreamSpec& spec);
+  // The schedule rank `resume` reads from: the stream's, or one of its own
+  // anchored at the resume's cursor; checked to reach resume->step.
+  absl::StatusOr<std::shared_ptr<Schedule>> ScheduleFor(
+      const Stream& stream, const RankResume* resume) const;
   void Detach(Stream& stream, RankSeat& rank);  // requires mu_
 
   // OpenStream's steps, in order (each but the first requires mu_).
@@ -352,7 +375,8 @@ class Core {
   // the caller's again), the ring fits the limits; then made and filled.
   absl::StatusOr<OpenResult> OpenRank(const StreamKey& key, Stream& stream,
                                       const StreamSpec& spec, uint32_t rank,
-                                      const Caller& caller);
+                                      const Caller& caller,
+                                      const RankResume* resume);
   absl::Status TakeSeat(Stream& stream, const StreamSpec& spec, uint32_t rank,
                         const Caller& caller);
   absl::Status CheckRingLimits(const StreamKey& key, const Stream& stream,

@@ -20,8 +20,10 @@ grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
   if (absl::Status s = CheckClientProtocol(*req); !s.ok()) return ToGrpc(s);
+  const std::optional<RankResume> resume = FromProto(*req);
   return Reply(core_.OpenStream(FromProto(req->spec()), req->rank(),
-                                CallerOf(ctx), OwnerOf(*req)),
+                                CallerOf(ctx), OwnerOf(*req),
+                                resume ? &*resume : nullptr),
                resp);
 }
 

@@ -490,7 +490,7 @@ TEST(HardeningTest, GeometryProductsSaturateAndAreRefused) {
   g.slot_count = 4;
   g.payload_bytes = 1000;
   EXPECT_TRUE(g.Check().ok());
-  EXPECT_EQ(g.SegmentBytes(), 4096u + 4 * 8192u);
+  EXPECT_EQ(g.SegmentBytes(), shm::kHeaderBytes + 4 * 8192u);
 }
 
 TEST(HardeningTest, AClosedRingTellsItsClientWhy) {

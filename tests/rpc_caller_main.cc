@@ -27,6 +27,7 @@
 
 #include "base/address.h"
 #include "batchd/loader.h"
+#include "batchd/version.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 
 namespace {
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
     req.set_rank(uint32_t(rank));
     req.set_client_pid(client_pid);
     if (owner >= 0) req.set_owner_uid(uint32_t(owner));
+    req.set_protocol_version(batchd::kProtocolVersion);
     batchd::v1::OpenStreamResponse resp;
     const int code = Code(stub->OpenStream(context().get(), req, &resp));
     if (code == 0) {
