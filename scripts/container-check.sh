@@ -56,7 +56,7 @@ NOHC=--no-healthcheck
 cleanup() {
   local c
   for c in $(pm ps -a --format '{{.Names}}' | grep "^$N" || true); do
-    pm rm -f -t 0 "$c" > /dev/null 2>&1 || true
+    pm rm -f -v -t 0 "$c" > /dev/null 2>&1 || true
   done
   for c in $(pm pod ps --format '{{.Name}}' | grep "^$N" || true); do
     pm pod rm -f "$c" > /dev/null 2>&1 || true
@@ -121,7 +121,16 @@ fi
 ok "base image $BASE from $base_tar"
 [ "$mode" != base ] || exit 0
 
-# 2. The sidecar image.
+# 2. The sidecar image. The images this run replaces are removed after it
+#    (their layers stay cached while the new ones use them).
+old_images=$(pm image inspect -f '{{.Id}}' "$IMAGE" "$TRAINER" 2>/dev/null || true)
+drop_old_images() {
+  local id now
+  now=$(pm image inspect -f '{{.Id}}' "$IMAGE" "$TRAINER")
+  for id in $old_images; do
+    grep -q "$id" <<< "$now" || pm rmi "$id" > /dev/null 2>&1 || true
+  done
+}
 build_args=(--runtime runc build --format docker --pull=never --network host
             --build-arg "BASE=$BASE" -f "$REPO/docker/Dockerfile")
 if [ "$mode" = full ]; then
@@ -165,6 +174,7 @@ pm build --format docker --pull=never --network host --build-arg "BASE=$BASE" \
 if pm run --rm --network none "$TRAINER" sh -c 'ldconfig -p | grep -E "libgrpc|libprotobuf|libabsl|libcares|libre2"'; then
   die "the trainer image has a library the wheel should bring"
 fi
+drop_old_images
 ok "trainer image $TRAINER with $(basename "$wheel")"
 
 # 4. The sidecar and its trainers.
@@ -211,8 +221,8 @@ grep -q '"error": "StreamClosedError"' <<< "$result" \
 pm exec "$N-trainer" python3 /usr/local/bin/trainer_check.py no-rings \
   || die "rings left after podman stop"
 ok "podman stop: exit 0, the trainer's stream closed ($(grep -o '"message": "[^"]*' <<< "$result" | cut -c13-80)), no ring left"
-pm rm -f -t 0 "$N-trainer" > /dev/null  # first: it joined batchd's IPC namespace
-pm rm -f -t 0 "$N-batchd" > /dev/null
+pm rm -f -v -t 0 "$N-trainer" > /dev/null  # first: it joined batchd's IPC namespace
+pm rm -f -v -t 0 "$N-batchd" > /dev/null
 
 # 6. A /dev/shm smaller than the job's rings, then batchctl plan's size.
 spec=(--world-size 2 --global-batch-size 64 --payload-bytes 131072 --slots 4 --examples 256)
@@ -228,13 +238,13 @@ plan_rc=$?
 set -e
 [ "$plan_rc" = 3 ] || die "batchctl plan exited $plan_rc in an 8 MiB /dev/shm, not 3"
 shm=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["docker_shm_size"])' "$WORK/plan.json")
-pm rm -f -t 0 "$N-small" > /dev/null
+pm rm -f -v -t 0 "$N-small" > /dev/null
 start_sidecar "$N-planned" "$shm"
 pm run --rm --ipc "container:$N-planned" -v "$N-planned-run:/run/batchd" \
   "${trainer_flags[@]}" "$TRAINER" python3 /usr/local/bin/trainer_check.py epoch \
   --stream ctr-planned "${spec[@]}" > "$WORK/planned.log" 2>&1 \
   || { cat "$WORK/planned.log"; die "the stream in batchctl plan's --shm-size $shm"; }
-pm rm -f -t 0 "$N-planned" > /dev/null
+pm rm -f -v -t 0 "$N-planned" > /dev/null
 ok "8 MiB /dev/shm: $(grep -o 'shared memory too small.*' "$WORK/small.log" | cut -c1-120)...; plan's --shm-size=$shm runs it"
 
 # 7. The Kubernetes manifests, as podman kube play runs them.

@@ -239,7 +239,17 @@ def main():
         daemonset(args)
     finally:
         for pod in PODS:
+            # The image's VOLUMEs that no pod volume covers are anonymous
+            # volumes under podman (Kubernetes has none): removed with it.
+            ids = pm("ps", "-a", "-q", "--filter", f"pod={pod}", check=False).stdout.split()
+            anon = []
+            for c in ids:
+                out = pm("inspect", "-f", "{{range .Mounts}}{{.Name}} {{end}}", c,
+                         check=False).stdout.split()
+                anon += [v for v in out if len(v) == 64]
             pm("pod", "rm", "-f", "-t", "0", pod, check=False)
+            for v in anon:
+                pm("volume", "rm", "-f", v, check=False)
         for path in reversed(MOUNTS):
             subprocess.run(["umount", "-l", path], check=False)
 
