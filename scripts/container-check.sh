@@ -214,6 +214,8 @@ pm stop -t 60 "$N-batchd" > /dev/null
 code=$(pm inspect -f '{{.State.ExitCode}}' "$N-batchd")
 pm logs "$N-batchd" > "$WORK/batchd.log" 2>&1
 [ "$code" = 0 ] || { tail -20 "$WORK/batchd.log"; die "batchd exited $code on SIGTERM"; }
+grep -q 'event=shutdown signal=SIGTERM' "$WORK/batchd.log" && grep -q 'event=stopped' "$WORK/batchd.log" \
+  || { tail -20 "$WORK/batchd.log"; die "batchd's log has no SIGTERM shutdown and stop"; }
 wait_for 60 pm exec "$N-trainer" test -s /tmp/result || die "the trainer did not see the stop"
 result=$(pm exec "$N-trainer" cat /tmp/result)
 grep -q '"error": "StreamClosedError"' <<< "$result" \
