@@ -10,8 +10,9 @@
 #   4. batchd run from its image as its user (uid 10001) with the socket
 #      volume and a shareable IPC namespace; trainer containers that join
 #      it (another uid, in the group batchd) read one epoch on 2 ranks,
-#      checking every step's slices disjoint and complete (Python), and
-#      batchctl bench's C++ ranks read through batchd::Loader;
+#      checking every step's slices disjoint and complete (Python; and C++
+#      ranks, tests/consumer_main.cc), and batchctl bench's C++ ranks read
+#      through batchd::Loader;
 #   5. `podman stop` (SIGTERM) with a stream open: exit status 0, the
 #      trainer told its stream was closed, no ring left in /dev/shm;
 #   6. a /dev/shm smaller than the rings: the error with the sizes, no Bus
@@ -203,6 +204,23 @@ pm run --rm --ipc "container:$N-batchd" -v "$N-batchd-run:/run/batchd" \
   --option payload_bytes=4096 --stream ctr-bench > "$WORK/bench.log" 2>&1 \
   || { cat "$WORK/bench.log"; die "batchctl bench's C++ ranks"; }
 ok "C++ ranks (batchctl bench, batchd::Loader) in a trainer container"
+# C++ ranks whose batches are checked: tests/consumer_main.cc (1000
+# synthetic examples) in a container of the batchd image, which holds the
+# libraries it links; the host checks one epoch of both ranks.
+mkdir -p "$WORK/cxx"
+chmod 0777 "$WORK/cxx"
+install -m 0755 "$BUILD/tests/test_consumer" "$WORK/cxx/"
+pm run --rm --ipc "container:$N-batchd" -v "$N-batchd-run:/run/batchd" -v "$WORK/cxx:/cxx" \
+  "${trainer_flags[@]}" $NOHC --entrypoint sh "$IMAGE" -ec '
+    for r in 0 1; do
+      /cxx/test_consumer unix:///run/batchd/batchd.sock ctr-cxx 100 2 $r 0 10 0 > /cxx/rank$r.out &
+      eval "pid$r=\$!"
+    done
+    wait $pid0; wait $pid1' > "$WORK/cxx.log" 2>&1 || { cat "$WORK/cxx.log"; die "the C++ ranks"; }
+PYTHONPATH="$BUILD/python" /usr/bin/python3 tests/container/trainer_check.py cxx-outputs \
+  --outputs "$WORK/cxx/rank0.out" "$WORK/cxx/rank1.out" --global-batch-size 100 \
+  --examples 1000 || die "the C++ ranks' batches"
+ok "C++ trainer ranks (batchd::Loader) in a container: one epoch, disjoint and complete"
 
 # 5. podman stop with a stream open and a batch held.
 pm exec -d "$N-trainer" python3 /usr/local/bin/trainer_check.py hold --stream ctr-hold \

@@ -7,6 +7,7 @@ daemon on the host (scripts/container-check.sh, tests/container/wheel_check.sh).
     trainer_check.py hold    --stream S --ready FILE --result FILE
     trainer_check.py too-big --stream S --world-size W --global-batch-size G --payload-bytes B
     trainer_check.py no-rings
+    trainer_check.py cxx-outputs --outputs F0 F1 --global-batch-size G --examples N
 
 epoch: W rank processes each read one epoch of a synthetic stream; every
   step's slices must be disjoint, hold the positions the determinism
@@ -17,6 +18,8 @@ hold: opens a stream, keeps one batch and reads on, writing FILE once the
 too-big: opens a stream whose rings do not fit this /dev/shm: the error
   must name the bytes needed and free and the --shm-size remedy.
 no-rings: no batchd ring is left in /dev/shm.
+cxx-outputs --outputs F0 F1 ...: the same checks as epoch over the outputs
+  of C++ ranks (tests/consumer_main.cc), one file a rank.
 Exit status 0 when the check holds; the reason on stderr otherwise.
 """
 
@@ -74,20 +77,32 @@ def check_epoch(args):
         if p.returncode != 0:
             fail(f"rank {r} exited with {p.returncode}")
     per_rank = [[json.loads(line) for line in out.splitlines()] for out in outputs]
+    verify(per_rank, w, g, n)
+    print(f"trainer_check: epoch ok: {w} ranks, {n // g} steps of {g}, "
+          f"{n} examples each once, slices disjoint", flush=True)
+
+
+def verify(per_rank, w, g, n):
+    """per_rank[r][s]: rank r's batch s ({"step", "ids"}, and "positions",
+    "epochs" where the trainer reports them) over one epoch of n examples."""
     steps = n // g
     share = g // w
     seen = set()
     for s in range(steps):
         step_ids = []
         for r in range(w):
+            if len(per_rank[r]) <= s:
+                fail(f"rank {r} read {len(per_rank[r])} batches, not {steps}")
             b = per_rank[r][s]
-            if b["step"] != s or b["epoch"] != 0:
-                fail(f"rank {r}'s batch {s} is step {b['step']} epoch {b['epoch']}")
+            if b["step"] != s or b.get("epoch", 0) != 0:
+                fail(f"rank {r}'s batch {s} is step {b['step']} epoch {b.get('epoch')}")
+            if len(b["ids"]) != share:
+                fail(f"rank {r} step {s}: {len(b['ids'])} examples, not {share}")
             want = list(range(s * g + r * share, s * g + (r + 1) * share))
-            if b["positions"] != want:
+            if "positions" in b and b["positions"] != want:
                 fail(f"rank {r} step {s}: positions {b['positions'][:4]}..., "
                      f"expected {want[0]}..{want[-1]}")
-            if set(b["epochs"]) != {0}:
+            if "epochs" in b and set(b["epochs"]) != {0}:
                 fail(f"rank {r} step {s}: examples of epochs {set(b['epochs'])}")
             step_ids += b["ids"]
         if len(set(step_ids)) != g:
@@ -98,7 +113,24 @@ def check_epoch(args):
         seen |= set(step_ids)
     if seen != set(range(n)):
         fail(f"the epoch visited {len(seen)} of {n} examples")
-    print(f"trainer_check: epoch ok: {w} ranks, {steps} steps of {g}, "
+
+
+def cxx_outputs(args):
+    """The outputs of C++ ranks (tests/consumer_main.cc: "step S ids I I ..."
+    per batch, one file a rank) over one epoch."""
+    per_rank = []
+    for path in args.outputs:
+        batches = []
+        with open(path) as f:
+            for line in f:
+                words = line.split()
+                if words[:1] == ["step"] and words[2:3] == ["ids"]:
+                    batches.append({"step": int(words[1]),
+                                    "ids": [int(x) for x in words[3:]]})
+        per_rank.append(batches)
+    w, g, n = len(per_rank), args.global_batch_size, args.examples
+    verify(per_rank, w, g, n)
+    print(f"trainer_check: C++ ranks ok: {w} ranks, {n // g} steps of {g}, "
           f"{n} examples each once, slices disjoint", flush=True)
 
 
@@ -149,7 +181,8 @@ def no_rings(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["epoch", "rank", "hold", "too-big", "no-rings"])
+    p.add_argument("mode", choices=["epoch", "rank", "hold", "too-big", "no-rings",
+                                    "cxx-outputs"])
     p.add_argument("--stream", default="check")
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--rank", type=int, default=0)
@@ -161,9 +194,10 @@ def main():
     p.add_argument("--ready")
     p.add_argument("--result")
     p.add_argument("--prefix", default="batchd")
+    p.add_argument("--outputs", nargs="*", default=[])
     args = p.parse_args()
     {"epoch": check_epoch, "rank": run_rank, "hold": hold,
-     "too-big": too_big, "no-rings": no_rings}[args.mode](args)
+     "too-big": too_big, "no-rings": no_rings, "cxx-outputs": cxx_outputs}[args.mode](args)
 
 
 if __name__ == "__main__":
