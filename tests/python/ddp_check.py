@@ -38,7 +38,8 @@ def main():
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank} pid {os.getpid()}", flush=True)
+    # One write(2) of a short line: the ranks share torchrun's stdout.
+    os.write(1, f"rank {rank} pid {os.getpid()}\n".encode())
     loader = batchd.Loader(args.stream, g, format="torch", workload="synthetic",
                            seed=7, server=args.server, timeout=120,
                            options={"examples": n, "payload_bytes": FEATURES})
