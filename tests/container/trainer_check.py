@@ -14,7 +14,8 @@ epoch: W rank processes each read one epoch of a synthetic stream; every
   contract gives each rank, and the epoch must visit every example once.
 hold: opens a stream, keeps one batch and reads on, writing FILE once the
   ring is mapped; when the server goes away it writes to the result file
-  the error it saw (the daemon's SIGTERM closes every stream).
+  the error it saw (after the daemon's SIGTERM, ServerUnavailableError
+  once 5 s of reopening found no daemon).
 too-big: opens a stream whose rings do not fit this /dev/shm: the error
   must name the bytes needed and free and the --shm-size remedy.
 no-rings: no batchd ring is left in /dev/shm.
@@ -135,7 +136,9 @@ def cxx_outputs(args):
 
 
 def hold(args):
-    loader = open_loader(args, 0, 1, slots=4)
+    # A stopped daemon is a pause for a trainer: it reopens the stream for
+    # `reconnect` seconds, then says the daemon did not come back.
+    loader = open_loader(args, 0, 1, slots=4, reconnect=5.0)
     kept, _ = loader.next_batch()  # held until the end: the slot stays mapped
     segment = loader.info.segment
     with open(args.ready, "w") as f:
