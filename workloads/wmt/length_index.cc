@@ -85,7 +85,9 @@ void LengthIndex::Detach() {
   absl::MutexLock lock(&mu_);
   if (--users_ > 0 || outlive_users_) return;
   // Nobody will use what the pass learns: stop it (it stores what it has
-  // learnt when there is a cache) and wait, as the workload's end did.
+  // learnt when there is a cache) and wait for it if it runs, as the
+  // workload's end did. A pass still queued behind others is not waited
+  // for (that could take as long as they do): it ends as it starts.
   stop_.store(true);
   while (pass_running_) changed_.Wait(&mu_);
 }
@@ -178,7 +180,6 @@ void LengthIndex::Start() {
     tokens_only_.store(true);  // the pass stores the token ids alone
   }
   absl::MutexLock lock(&mu_);
-  pass_running_ = true;
   // The pass holds the index: it may outlive every stream (outlive_users_).
   std::shared_ptr<LengthIndex> self = shared_from_this();
   absl::Status queued =
@@ -186,7 +187,6 @@ void LengthIndex::Start() {
           ? absl::FailedPreconditionError("no executor")
           : executor_->Submit(Priority::kBackground, [self] { self->Pass(); });
   if (!queued.ok()) {
-    pass_running_ = false;
     if (!ready_.load()) {
       error_ = absl::Status(
           queued.code(),
@@ -260,6 +260,15 @@ void LengthIndex::WarnCache(const char* kind, const absl::Status& why,
 // the cache tokenize the data once: a second builder waits for the lock (in
 // steps, to stop when asked) and then loads what the first stored.
 void LengthIndex::Pass() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_.load()) {
+      if (!ready_.load()) error_ = StoppingError();
+      changed_.SignalAll();
+      return;
+    }
+    pass_running_ = true;
+  }
   absl::Status s = cache_ == nullptr ? PlainPass() : PassWithCache();
   if (!s.ok() && ready_.load() && !Stopping()) {
     Log(LogLevel::kWarn, "wmt_tokens_failed",

@@ -224,7 +224,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   absl::CondVar changed_;  // ready, failed, or the pass ended
   int users_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  bool pass_running_ ABSL_GUARDED_BY(mu_) = false;
+  bool pass_running_ ABSL_GUARDED_BY(mu_) = false;  // started, not ended
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 
