@@ -18,6 +18,8 @@ namespace {
 constexpr uint64_t kTokenStride = 8;
 // Pairs the pass tokenizes (and stores the ids of) at a time.
 constexpr uint64_t kBlock = 16384;
+// How often a running pass logs its progress (event wmt_pass).
+constexpr int64_t kProgressLogSeconds = 30;
 
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -355,20 +357,42 @@ absl::Status LengthIndex::PassWithCache() {
 
 absl::Status LengthIndex::PlainPass() {
   StartProgress(n_);
-  absl::Status s = ParallelFor(
-      executor_, Priority::kBackground, n_,
-      ThreadsFor(n_, options_.index_threads), [&](uint64_t id) {
-        if (Stopping()) return StoppingError();
-        index_done_.fetch_add(1, std::memory_order_relaxed);
-        if (Known(id)) return absl::OkStatus();
-        return LearnLength(id, &pass_tokenized_);
-      });
+  absl::Status s;
+  for (uint64_t lo = 0; lo < n_ && s.ok(); lo += kBlock) {
+    const uint64_t hi = std::min(n_, lo + kBlock);
+    s = ParallelFor(
+        executor_, Priority::kBackground, hi - lo,
+        ThreadsFor(hi - lo, options_.index_threads), [&](uint64_t i) {
+          if (Stopping()) return StoppingError();
+          index_done_.fetch_add(1, std::memory_order_relaxed);
+          if (Known(lo + i)) return absl::OkStatus();
+          return LearnLength(lo + i, &pass_tokenized_);
+        });
+    LogProgress();
+  }
   indexing_.store(false, std::memory_order_release);
   if (s.ok()) {
     LogLengths(pass_tokenized_.load(),
                cache_ == nullptr ? "pass" : "pass,uncached");
   }
   return s;
+}
+
+// Every kProgressLogSeconds while the pass runs: its streams may all have
+// closed, and then no stream's status shows it.
+void LengthIndex::LogProgress() {
+  const int64_t now = SteadyNanos();
+  if (now - last_progress_log_ns_ < kProgressLogSeconds * 1000000000) return;
+  last_progress_log_ns_ = now;
+  std::optional<IndexProgress> p = progress();
+  if (!p) return;
+  Log(LogLevel::kInfo, "wmt_pass",
+      {{"what", p->what},
+       {"done", absl::StrCat(p->done)},
+       {"total", absl::StrCat(p->total)},
+       {"unit", p->unit},
+       {"rate", absl::StrFormat("%.0f", p->rate)},
+       {"eta_s", absl::StrFormat("%.0f", p->eta_seconds)}});
 }
 
 absl::Status LengthIndex::TokenBlock(uint64_t lo, uint64_t hi,
@@ -423,6 +447,7 @@ absl::Status LengthIndex::TokenPass() {
   for (uint64_t lo = 0; lo < n_ && s.ok(); lo += kBlock) {
     const uint64_t hi = std::min(n_, lo + kBlock);
     s = TokenBlock(lo, hi, &pairs, &kept);
+    LogProgress();
     if (!s.ok() || *writer == nullptr) continue;
     bytes.clear();
     for (uint64_t i = 0; i < hi - lo; ++i) {

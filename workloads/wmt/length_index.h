@@ -180,6 +180,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   void StoreLengths();
   void Finish(const absl::Status& error);
   void StartProgress(uint64_t total);
+  void LogProgress();  // the pass task only
   void WarnCache(const char* kind, const absl::Status& why,
                  const char* action) const;
   void AppendTokens(const std::vector<int32_t>& tokens, uint16_t count,
@@ -209,6 +210,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   std::atomic<uint64_t> index_done_{0}, index_total_{0};
   std::atomic<int64_t> index_start_ns_{0};
   std::atomic<int64_t> start_ns_{0};  // when Start began (steady clock)
+  int64_t last_progress_log_ns_ = 0;  // the pass task only
   // Pairs whose lengths Learn tokenized before the pass, and the pass did.
   std::atomic<uint64_t> first_windows_{0}, pass_tokenized_{0};
 
