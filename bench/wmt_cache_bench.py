@@ -197,12 +197,14 @@ def short_then_resume(args, cache, log):
     closed = time.monotonic() - t0
     lengths = wait_for_log(log, offset, t0, "wmt_lengths")
     tokens = wait_for_log(log, offset, t0, "wmt_tokens")
+    epochs = wait_for_log(log, offset, t0, "wmt_epochs_counted")
     hwm = daemon.stop()
     r = {"first_batch_s": round(first, 2),
          f"first_{args.batches}_batches_s": round(total, 2),
          "stream_closed_s": round(closed, 2),
          "pass_lengths_done_s": round(lengths, 1),
          "pass_token_ids_stored_s": round(tokens, 1),
+         "pass_epochs_counted_s": round(epochs, 1),
          "daemon_vmhwm_mib": round(hwm / 1024, 1)}
     offset = os.path.getsize(log)
     daemon = Daemon(args.build, os.path.dirname(args.data), cache,

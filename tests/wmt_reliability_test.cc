@@ -29,6 +29,7 @@
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
 #include "workloads/wmt/length_cache.h"
+#include "workloads/wmt/length_index.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/sentencepiece_model.h"
 #include "workloads/wmt/sentencepiece_vocab.h"
@@ -307,6 +308,17 @@ class WmtReliabilityTest : public ::testing::Test {
     return "";
   }
 
+  size_t Entries(const std::string& kind) {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(cache_path_, ec)) {
+      const std::string name = e.path().filename().string();
+      n += name.rfind(kind + "-", 0) == 0 &&
+           name.size() > 6 && name.substr(name.size() - 6) == ".entry";
+    }
+    return n;
+  }
+
   // Waits (at most 60 s) until the cache holds the pass's token ids.
   bool TokensStoredWithin60s() {
     const auto deadline =
@@ -437,8 +449,16 @@ TEST_F(WmtReliabilityTest, APassRunsToItsEndAfterItsStreamCloses) {
     w->reset();
     EXPECT_EQ(EntryOf("wmt-tokens", ".blob"), "");
     ASSERT_TRUE(TokensStoredWithin60s());
+    // Then the row counts of the first epochs of the stream's seed.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (Entries("wmt-epoch-rows") < wmt::LengthIndex::kCountedEpochs) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
-  // A restarted daemon: every length and token id from the cache.
+  // A restarted daemon: every length, token id and early epoch's row count
+  // from the cache.
   SharedWork shared;
   auto again = Create(d, &shared, true);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -447,6 +467,11 @@ TEST_F(WmtReliabilityTest, APassRunsToItsEndAfterItsStreamCloses) {
   EXPECT_TRUE(SameRows(AllRows(**again, order), expected));
   EXPECT_EQ(wmt::LengthPassTokenizations(), tokenized);
   EXPECT_EQ(wmt::RowsFromStoredTokens() - stored, expected.size());
+  const uint64_t counted = wmt::EpochsCounted();
+  for (uint64_t e = 0; e < wmt::LengthIndex::kCountedEpochs; ++e) {
+    EXPECT_TRUE(Rows(**again).RowsInEpoch(ShuffledOrder(kPairs, 4, e)).ok());
+  }
+  EXPECT_EQ(wmt::EpochsCounted(), counted);
 }
 
 TEST_F(WmtReliabilityTest, ASecondStreamJoinsTheRunningPass) {

@@ -310,9 +310,12 @@ def test_the_pass_finishes_after_a_short_stream_and_a_restart_resumes_far(
         rows(daemon, "short", 2, data="big")
         close(daemon, "short")  # the stream is gone, not only its client
         assert "event=wmt_tokens" not in log.read_text()
-        # Nobody reads any more; the pass ends and stores the token ids.
+        # Nobody reads any more; the pass ends and stores the token ids,
+        # then the row counts of the seed's first epochs.
         wait_until("the token ids are stored",
                    lambda: "event=wmt_tokens" in log.read_text())
+        wait_until("the epochs are counted",
+                   lambda: "event=wmt_epochs_counted" in log.read_text())
     finally:
         daemon.stop()
     monkeypatch.delenv("BATCHD_TEST_WMT_INDEX_DELAY_US")

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "workloads/sampler.h"
+#include "workloads/wmt/epoch_tables.h"
 
 namespace batchd {
 namespace wmt {
@@ -317,6 +319,7 @@ void LengthIndex::Pass() {
     pass_running_ = true;
   }
   absl::Status s = cache_ == nullptr ? PlainPass() : PassWithCache();
+  if (s.ok() && outlive_users_ && ready_.load()) CountFirstEpochs();
   if (!s.ok() && ready_.load() && !Stopping()) {
     Log(LogLevel::kWarn, "wmt_tokens_failed",
         {{"error", std::string(s.message())},
@@ -480,6 +483,45 @@ absl::Status LengthIndex::TokenPass() {
     }
   }
   return absl::OkStatus();
+}
+
+void LengthIndex::NoteSeed(uint64_t seed) {
+  absl::MutexLock lock(&mu_);
+  if (std::find(seeds_.begin(), seeds_.end(), seed) != seeds_.end()) return;
+  if (seeds_.size() < kMaxSeeds) seeds_.push_back(seed);
+}
+
+// Row counts of the first epochs of the seeds noted, stored (at the pass's
+// priority, stopping between epochs when asked).
+void LengthIndex::CountFirstEpochs() {
+  std::vector<uint64_t> seeds;
+  {
+    absl::MutexLock lock(&mu_);
+    seeds = seeds_;
+  }
+  const int64_t start = SteadyNanos();
+  uint64_t counted = 0;
+  for (uint64_t seed : seeds) {
+    for (uint64_t epoch = 0; epoch < kCountedEpochs && !Stopping(); ++epoch) {
+      const EpochOrder order = ShuffledOrder(n_, seed, epoch);
+      const std::string key = EpochRowsKey(key_, order);
+      if (StoredEpochRows(*cache_, key)) continue;
+      absl::StatusOr<std::shared_ptr<EpochTable>> table =
+          BuildEpochTable(*this, order, options_.max_length, executor_,
+                          options_.index_threads, Priority::kBackground);
+      if (!table.ok()) return;  // the streams that need it will say why
+      StoreEpochRows(*cache_, key, (*table)->first_row.back());
+      CountEpochCounted();
+      ++counted;
+    }
+  }
+  if (counted > 0) {
+    Log(LogLevel::kInfo, "wmt_epochs_counted",
+        {{"seeds", absl::StrCat(seeds.size())},
+         {"epochs", absl::StrCat(counted)},
+         {"seconds",
+          absl::StrFormat("%.1f", double(SteadyNanos() - start) / 1e9)}});
+  }
 }
 
 // Stores the lengths learnt (unknown pairs marked), which the next start

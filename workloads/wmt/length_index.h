@@ -15,7 +15,9 @@
 // early only when the executor stops (daemon shutdown), and then stores
 // what it learnt, which the next start takes up. Without a cache (nothing
 // would keep the result) or without SharedWork (tools, tests), the pass
-// stops when the last workload using the index lets go.
+// stops when the last workload using the index lets go. After a daemon's
+// pass, the first epochs' row counts of the seeds its streams used are
+// counted and stored too (NoteSeed).
 //
 // A cache that cannot be used (its directory removed, made read-only, its
 // disk full) is a warning: the pass goes on without it.
@@ -139,6 +141,15 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   absl::Status StoredPair(uint64_t id, const PackedLengths& l,
                           TokenPair* pair) const;
 
+  // The seed of an epoch order a stream asked about. A daemon's pass with a
+  // cache, once it has stored every length, counts the first
+  // kCountedEpochs epochs of every seed noted (up to kMaxSeeds) and stores
+  // their row counts, so that a stream resumed far ahead by step after a
+  // restart reads them instead of packing each epoch before its step.
+  void NoteSeed(uint64_t seed);
+  static constexpr uint64_t kCountedEpochs = 32;
+  static constexpr size_t kMaxSeeds = 4;
+
   // Reads and tokenizes pair `id` (damaged records are a fate, I/O failures
   // errors).
   absl::StatusOr<PairFate> LoadPair(uint64_t id, TokenPair* pair) const;
@@ -178,6 +189,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
                           std::vector<TokenPair>* pairs,
                           std::vector<uint8_t>* kept);
   void StoreLengths();
+  void CountFirstEpochs();
   void Finish(const absl::Status& error);
   void StartProgress(uint64_t total);
   void LogProgress();  // the pass task only
@@ -225,6 +237,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // ready, failed, or the pass ended
   int users_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> seeds_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool pass_running_ ABSL_GUARDED_BY(mu_) = false;  // started, not ended
   absl::Status error_ ABSL_GUARDED_BY(mu_);

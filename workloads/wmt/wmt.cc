@@ -20,6 +20,7 @@
 #include "workloads/common/cache_dir.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
+#include "workloads/wmt/epoch_tables.h"
 #include "workloads/wmt/length_cache.h"
 #include "workloads/wmt/length_index.h"
 #include "workloads/wmt/packing.h"
@@ -132,90 +133,6 @@ void WritePadded(const std::vector<int32_t>& tokens, size_t max_length,
   WriteTokens(row, int64, out);
 }
 
-// Where each window of one epoch starts, and its first row. A table that is
-// not `complete` holds the epoch's first windows only (those whose pairs'
-// lengths were known when it was made), exactly as the complete table
-// holds them.
-struct EpochTable {
-  uint64_t seed = 0, epoch = 0, num_examples = 0;
-  bool complete = true;
-  // Position of the first pair each window considers (the one after the
-  // previous window's last kept pair), then num_examples (complete) or the
-  // position after the last window's last kept pair (not complete).
-  std::vector<uint64_t> window_start;
-  // First row of each window, then the rows of these windows.
-  std::vector<uint64_t> first_row;
-  uint64_t windows() const { return first_row.size() - 1; }
-  // The window holding `row` (< first_row.back()).
-  uint64_t WindowOfRow(uint64_t row) const {
-    return uint64_t(std::upper_bound(first_row.begin(), first_row.end(), row) -
-                    first_row.begin()) -
-           1;
-  }
-};
-
-// Makes an epoch's table from its pairs' lengths, in the epoch's order: a
-// window is `window` consecutive kept pairs; its rows are PlanWindow's. The
-// one place windows are cut, for complete tables and for the first windows
-// of an epoch still being indexed alike.
-class EpochTableBuilder {
- public:
-  EpochTableBuilder(const EpochOrder& order, uint64_t max_length)
-      : max_length_(max_length) {
-    table_.seed = order.seed;
-    table_.epoch = order.epoch;
-    table_.num_examples = order.num_examples;
-    in_window_.reserve(max_length);
-  }
-  // The next position's lengths (positions come in order, from 0).
-  void Add(const PackedLengths& l) {
-    const uint64_t p = next_position_++;
-    if (Dropped(l)) return;
-    if (in_window_.empty()) table_.window_start.push_back(next_start_);
-    in_window_.push_back(l);
-    if (in_window_.size() == max_length_) {
-      CloseWindow();
-      next_start_ = p + 1;
-    }
-  }
-  // After the epoch's last position: the last window, even if short.
-  void Finish() {
-    if (!in_window_.empty()) CloseWindow();
-    finished_ = true;
-  }
-  uint64_t next_position() const { return next_position_; }
-  bool finished() const { return finished_; }
-  uint64_t rows() const { return rows_; }
-  uint64_t closed_windows() const { return table_.first_row.size(); }
-  // The table so far: the closed windows (all of them once finished).
-  std::shared_ptr<EpochTable> Table() const {
-    auto t = std::make_shared<EpochTable>();
-    t->seed = table_.seed;
-    t->epoch = table_.epoch;
-    t->num_examples = table_.num_examples;
-    t->complete = finished_;
-    t->first_row = table_.first_row;
-    t->first_row.push_back(rows_);
-    t->window_start.assign(table_.window_start.begin(),
-                           table_.window_start.begin() + closed_windows());
-    t->window_start.push_back(finished_ ? table_.num_examples : next_start_);
-    return t;
-  }
-
- private:
-  void CloseWindow() {
-    table_.first_row.push_back(rows_);
-    rows_ += PlanWindow(in_window_, max_length_).size();
-    in_window_.clear();
-  }
-
-  const uint64_t max_length_;
-  EpochTable table_;  // window_start may hold the open window's start too
-  std::vector<PackedLengths> in_window_;
-  uint64_t next_position_ = 0, next_start_ = 0, rows_ = 0;
-  bool finished_ = false;
-};
-
 // The kept pairs of one window of a table and the window's rows (FillRow).
 struct WindowPlan {
   std::shared_ptr<const EpochTable> table;  // null: none yet
@@ -313,41 +230,24 @@ class WmtWorkload : public Workload, public RowPacking {
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
-    // An epoch's order is ShuffledOrder(N, seed, epoch); its first ids are
-    // in the key too, so that an order made otherwise never meets the count
-    // of another.
-    std::string key = absl::StrCat(lengths_key_, "\nseed ", order.seed,
-                                   " epoch ", order.epoch, " n ",
-                                   order.num_examples, " ids");
-    if (order.id_at) {
-      for (uint64_t p = 0; p < std::min<uint64_t>(order.num_examples, 16);
-           ++p) {
-        absl::StrAppend(&key, " ", order.id_at(p));
-      }
-    }
+    const std::string key = EpochRowsKey(lengths_key_, order);
     if (train_) {
+      index_->NoteSeed(order.seed);
       // All lengths first (from the cache when it holds them, else from the
       // length pass, which this starts if need be and waits for; the
       // schedule asks only once they are known: RowsUpTo).
       if (absl::Status s = index_->Wait(); !s.ok()) return s;
     }
     if (cache_ != nullptr && train_) {
-      absl::StatusOr<std::string> v = cache_->Get(kEpochRowsKind, key);
-      if (v.ok() && v->size() == 8) {
-        uint64_t rows = 0;
-        for (int i = 7; i >= 0; --i) rows = rows << 8 | uint8_t((*v)[i]);
-        return rows;
+      if (std::optional<uint64_t> rows = StoredEpochRows(*cache_, key)) {
+        return *rows;
       }
     }
     absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
     if (!table.ok()) return table.status();
     const uint64_t rows = (*table)->first_row.back();
     CountEpochCounted();
-    if (cache_ != nullptr) {
-      std::string value(8, '\0');
-      for (int i = 0; i < 8; ++i) value[i] = char((rows >> (8 * i)) & 0xff);
-      (void)cache_->Put(kEpochRowsKind, key, value);  // best effort
-    }
+    if (cache_ != nullptr) StoreEpochRows(*cache_, key, rows);
     return rows;
   }
 
@@ -359,6 +259,7 @@ class WmtWorkload : public Workload, public RowPacking {
   absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
                                      uint64_t want_rows) const override {
     if (absl::Status s = CheckOrder(order); !s.ok()) return s;
+    index_->NoteSeed(order.seed);
     index_->Start();
     if (absl::Status s = index_->Error(); !s.ok()) return s;
     if (!index_->ready()) return Extend(order, want_rows, 0);
@@ -421,6 +322,7 @@ class WmtWorkload : public Workload, public RowPacking {
       return absl::InvalidArgumentError("wmt: only train rows have cursors");
     }
     if (absl::Status s = CheckOrder(order); !s.ok()) return s;
+    index_->NoteSeed(order.seed);
     index_->Start();
     if (!index_->ready()) {
       // Learn the epoch as far as the cursor's window (and one past it).
@@ -675,37 +577,10 @@ class WmtWorkload : public Workload, public RowPacking {
     }
     if (cached != nullptr && cached->complete) return cached;
     // Built outside the lock: two threads may both build one (same result).
-    // The pairs' lengths in the epoch's order are gathered on index_threads
-    // threads (the permutation and the scattered reads are what costs),
-    // then cut into windows in order.
-    const uint64_t n = order.num_examples, pairs = source_->size();
-    std::vector<uint32_t> words(n);
-    constexpr uint64_t kSpan = 8192;
-    const uint64_t spans = (n + kSpan - 1) / kSpan;
-    absl::Status gathered = ParallelFor(
-        executor_, Priority::kServing, spans,
-        std::min<uint64_t>(options_.index_threads, spans), [&](uint64_t k) {
-          const uint64_t p0 = k * kSpan, count = std::min(kSpan, n - p0);
-          std::vector<uint64_t> ids(count);
-          EpochIds(order, p0, count, ids.data());
-          for (uint64_t i = 0; i < count; ++i) {
-            if (ids[i] >= pairs) {
-              return absl::InternalError(
-                  absl::StrCat("wmt: the epoch order gives id ", ids[i],
-                               " at position ", p0 + i));
-            }
-            words[p0 + i] = index_->WordAt(ids[i]);
-          }
-          return absl::OkStatus();
-        },
-        /*max_chunk=*/1);
-    if (!gathered.ok()) return gathered;
-    EpochTableBuilder b(order, options_.max_length);
-    for (uint64_t p = 0; p < n; ++p) {
-      b.Add({uint16_t(words[p] & 0xffff), uint16_t(words[p] >> 16)});
-    }
-    b.Finish();
-    std::shared_ptr<const EpochTable> table = b.Table();
+    absl::StatusOr<std::shared_ptr<EpochTable>> built = BuildEpochTable(
+        *index_, order, options_.max_length, executor_, options_.index_threads);
+    if (!built.ok()) return built.status();
+    std::shared_ptr<const EpochTable> table = *std::move(built);
     std::lock_guard<std::mutex> lock(tables_mu_);
     Remember(table);
     return table;

@@ -72,9 +72,10 @@
 // under the entry's build lock, which other streams and daemons on the
 // same cache wait for (serving their own first windows meanwhile), and
 // stored. In a daemon (WorkloadConfig::shared) the pass then runs to its
-// end even after every stream of the data has closed; only the daemon's
-// shutdown stops it early, and a pass stopped early stores what it learnt,
-// which the next open takes up. A cache that cannot be used is a warning:
+// end even after every stream of the data has closed, and then counts and
+// stores the first epochs' row counts of the seeds its streams used; only
+// the daemon's shutdown stops it early, and a pass stopped early stores
+// what it learnt, which the next open takes up. A cache that cannot be used is a warning:
 // the pass runs without it. The pass also stores
 // every kept pair's token ids (kind "wmt-tokens", a blob), from which rows
 // are then made without reading the text or tokenizing. Text sources keep
