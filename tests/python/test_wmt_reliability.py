@@ -175,6 +175,8 @@ def test_index_threads_cannot_exhaust_a_pids_limit(data_root, tmp_path):
                 most = max(most, threads_of(pid))
                 time.sleep(0.05)
         assert daemon.proc.poll() is None, (tmp_path / "pids.log").read_text()
+        print(f"daemon threads: {before} before the stream, at most {most} "
+              f"while it asked for 100000")
         # gRPC may add a thread or two per connection; workloads add none.
         assert most <= before + 4, (before, most)
         assert rows(daemon, "after", 2, data="big")
