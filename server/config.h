@@ -38,6 +38,9 @@ struct DaemonConfig {
   std::string tls_cert, tls_key, tls_client_ca;
   std::string metrics_listen;  // host:port; empty = no metrics endpoint
   std::string log_level = "info";
+  // --allow-shared-socket-dir: a sticky world-writable socket directory
+  // (/tmp) is accepted; refused otherwise.
+  bool allow_shared_socket_dir = false;
 };
 
 struct ParsedArgs {

@@ -141,10 +141,9 @@ class Workload {
     return std::nullopt;
   }
 
-  // Bytes of memory this stream's workload holds beyond what every
-  // workload does (a loaded SentencePiece model), so that the server can
-  // charge them to the stream's owner. A model shared by several streams
-  // counts in each of them. Cheap; callable from any thread.
+  // Bytes this stream's workload keeps resident (its model), charged to
+  // the stream's owner. A model shared by several streams counts in each
+  // of them. Cheap; callable from any thread. Default: 0.
   virtual uint64_t resident_bytes() const { return 0; }
 
   virtual uint64_t num_examples() const = 0;
