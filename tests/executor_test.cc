@@ -205,7 +205,13 @@ TEST(TaskScope, CloseRevokesQueuedTasksAndWaitsForRunningOnes) {
   ASSERT_TRUE(scope->Submit([&] { second_ran = true; }).ok());
   running.WaitForNotification();
   std::thread closer([&] { scope->Close(); });
-  // Close waits for the running task: release it, then Close returns.
+  // Once Close has begun (Submit then fails), the running task is
+  // released, and Close returns after it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (scope->Submit([] {}).ok()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::yield();
+  }
   release.Notify();
   closer.join();
   EXPECT_TRUE(finished.load());

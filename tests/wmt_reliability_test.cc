@@ -319,6 +319,18 @@ class WmtReliabilityTest : public ::testing::Test {
     return n;
   }
 
+  // Waits (at most 60 s) until every pass of `shared` has ended (its index
+  // is gone then): nothing reads or writes the cache any more.
+  static bool PassesEndedWithin60s(const SharedWork& shared) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (shared.Count("wmt-length-index") > 0) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
   // Waits (at most 60 s) until the cache holds the pass's token ids.
   bool TokensStoredWithin60s() {
     const auto deadline =
@@ -556,6 +568,8 @@ TEST_F(WmtReliabilityTest, AFileRewrittenWithItsMtimeRestoredIsIndexedAgain) {
     auto w = Create(d, &shared, true);
     ASSERT_TRUE(w.ok()) << w.status();
     AllRows(**w, order);
+    w->reset();
+    ASSERT_TRUE(PassesEndedWithin60s(shared));
   }
   ASSERT_TRUE(TokensStoredWithin60s());
   // The same bytes count, inode and mtime: "the" becomes "not" in place.
@@ -593,6 +607,8 @@ TEST_F(WmtReliabilityTest, AStoredTokenIdOutsideTheVocabularyIsNeverServed) {
     auto w = Create(d, &shared, true);
     ASSERT_TRUE(w.ok()) << w.status();
     AllRows(**w, order);
+    w->reset();
+    ASSERT_TRUE(PassesEndedWithin60s(shared));
   }
   ASSERT_TRUE(TokensStoredWithin60s());
   // A forged blob: one id (2 bytes each, the vocabulary is small) set past
