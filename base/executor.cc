@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -97,9 +98,15 @@ void* Executor::ThreadMain(void* arg) {
   std::unique_ptr<Start> start(static_cast<Start*>(arg));
   tls_executor = start->executor;
   if (start->priority == Priority::kBackground) {
-    // Best effort: a thread's nice value is its own (Linux).
-    setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)),
-                start->executor->options_.background_nice);
+    // Best effort: a thread's nice value is its own (Linux), inherited from
+    // the thread that started it; raised from there, never set back below.
+    const id_t tid = id_t(syscall(SYS_gettid));
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) {
+      setpriority(PRIO_PROCESS, tid,
+                  std::min(19, nice + start->executor->options_.background_nice));
+    }
     pthread_setname_np(pthread_self(), "batchd-bg");
   } else {
     pthread_setname_np(pthread_self(), "batchd-index");

@@ -46,7 +46,8 @@ struct ExecutorOptions {
   int serving_threads = 1;
   // Threads of background work. Default: 1; at most Executor::kMaxThreads.
   int background_threads = 1;
-  // Nice value the background threads take (best effort). Default: 10.
+  // Added to the daemon's nice value for the background threads (best
+  // effort; at most 19). Default: 10.
   int background_nice = 10;
   // Tasks each class may hold queued; Submit fails beyond. Default: 65536.
   size_t max_queued = 65536;

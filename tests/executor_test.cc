@@ -144,7 +144,8 @@ TEST(Executor, BackgroundWorkRunsAtALowerPriority) {
                 }).ok());
   ASSERT_TRUE(a.WaitForNotificationWithTimeout(absl::Seconds(60)));
   ASSERT_TRUE(b.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  EXPECT_EQ(background_nice.load(), serving_nice.load() + 10);
+  // Relative to the process's own (a daemon run under `nice` keeps it).
+  EXPECT_EQ(background_nice.load(), std::min(19, serving_nice.load() + 10));
 }
 
 TEST(Executor, RunUsesAThreadWithTheStackAsked) {
