@@ -15,6 +15,8 @@
 #include <sstream>
 #include <sys/statvfs.h>
 
+#include <system_error>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -105,8 +107,16 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
     return absl::InvalidArgumentError(
         "--shm-prefix must be a non-empty name without '/' or '.'");
   }
-  return std::unique_ptr<Core>(new Core(o));
+  std::unique_ptr<Core> core(new Core(o));
+  if (absl::Status s = core->Start(); !s.ok()) return s;
+  return core;
 }
+
+namespace {
+std::atomic<int> abandoned_threads{0};
+}  // namespace
+
+int AbandonedThreads() { return abandoned_threads.load(); }
 
 Core::Core(const CoreOptions& options)
     : options_(options),
@@ -116,17 +126,45 @@ Core::Core(const CoreOptions& options)
   ra.budget_bytes = options_.readahead_bytes;
   ra.io_threads = options_.readahead_threads;
   readahead_ = std::make_unique<ReadAhead>(ra);
-  engine_ = std::make_unique<Engine>(options_.threads, readahead_.get());
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
-  supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
+  engine_ = std::make_unique<Engine>(options_.threads, readahead_.get(),
+                                     options_.read_stall_seconds);
+}
+
+absl::Status Core::Start() {
+  if (!engine_->status().ok()) return engine_->status();
+  try {
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot start the ", heartbeat_thread_.joinable() ? "supervisor"
+                                                          : "heartbeat",
+        " thread: ", e.what(),
+        " (the daemon is at its thread limit: systemd's TasksMax, "
+        "RLIMIT_NPROC or the kernel's threads-max)"));
+  }
+  return absl::OkStatus();
 }
 
 Core::~Core() {
   stop_.store(true);
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (supervisor_thread_.joinable()) supervisor_thread_.join();
-  engine_->Stop();
+  // Workers and I/O threads stuck in storage that does not answer are not
+  // waited for past the bound: they are left (with what they use) to end
+  // with the process.
+  const uint64_t deadline =
+      MonotonicNanos() + uint64_t(options_.stop_wait_seconds * 1e9) + 1;
+  const bool workers_stopped = engine_->Stop(deadline);
   CloseAll();
+  if (!workers_stopped) {
+    abandoned_threads.fetch_add(1);
+    engine_.release();  // never destroyed: its stuck workers use it
+  }
+  if (!readahead_->Stop(deadline)) {
+    abandoned_threads.fetch_add(1);
+    readahead_.release();  // never destroyed: its stuck threads use it
+  }
 }
 
 std::string Core::SegmentName(const std::string& stream, uint32_t rank) const {
