@@ -46,10 +46,12 @@ def binary(name):
 class Daemon:
     """Starts batchd serving `data_root`, logging to `log_path`, and waits
     until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it;
-    `args` are more flags. Its --cache-dir is a fresh directory of its own
+    `args` are more flags; `preexec` runs in the child before batchd starts
+    (limits, another user). Its --cache-dir is a fresh directory of its own
     unless `args` names one."""
 
-    def __init__(self, data_root, log_path, threads=2, hooks=False, args=()):
+    def __init__(self, data_root, log_path, threads=2, hooks=False, args=(),
+                 preexec=None):
         # Not under pytest's tmp_path: a socket path must fit in 108 bytes.
         self.dir = tempfile.mkdtemp(prefix="batchd-test-", dir="/tmp")
         self.address = f"unix://{self.dir}/sock"
@@ -66,7 +68,8 @@ class Daemon:
             [binary("batchd"), "--listen", self.address, "--data-root",
              str(data_root), "--shm-prefix", self.prefix, "--threads",
              str(threads), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=preexec)
         self._wait_until_accepting(os.path.join(self.dir, "sock"))
 
     def _wait_until_accepting(self, path):
