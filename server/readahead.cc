@@ -268,18 +268,29 @@ void ReadAhead::RemoveStream(ReadAheadStream* handle) {
   std::unique_ptr<StreamState> gone;
   bool landed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto it = streams_.find(handle);
     if (it == streams_.end()) return;
     StreamState* s = it->second.get();
     for (LaneId id : s->lanes) lanes_.erase(id);
     s->lanes.clear();
+    s->demand.clear();  // nothing more is issued for the stream
+    // Reads of storage that answers are waited for, as their function may
+    // use what goes with the stream; a read that has not returned within
+    // kRemoveWaitSeconds of its start (a stalled mount) is not.
+    while (!s->read_starts.empty()) {
+      const uint64_t until = *s->read_starts.rbegin() +
+                             uint64_t(kRemoveWaitSeconds * 1e9);
+      const uint64_t now = MonotonicNanos();
+      if (now >= until) break;
+      done_cv_.wait_for(lock, std::chrono::nanoseconds(until - now));
+    }
+    it = streams_.find(handle);
     for (auto& [key, e] : s->entries) landed |= Land(&e);
     s->entries.clear();
-    s->demand.clear();
     s->removed = true;
     // A read still in flight (stuck in a stalled mount, perhaps) keeps the
-    // state, and the read function, until it returns; nobody waits for it.
+    // state, and the read function, until it returns.
     if (s->in_flight > 0) {
       orphaned_ += s->in_flight;
       removed_.push_back(std::move(it->second));
@@ -554,9 +565,14 @@ void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
   }
   e.started = true;
   e.start_ns = MonotonicNanos();
-  const uint64_t serial = e.serial, id = e.id;
+  const uint64_t serial = e.serial, id = e.id, started = e.start_ns;
+  s->read_starts.insert(started);
   ++s->in_flight;
   ++in_flight_;
+  // This thread may not come back (a stalled mount): whatever else waits
+  // must find another, idle or new.
+  Pick next;
+  if (idle_ == 0 && NextRead(&next)) Wake(false);
   // The state (and its function) stays while in_flight > 0, even after
   // its stream went.
   const ExampleReadFn& read = s->read;
@@ -565,6 +581,7 @@ void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
   bytes->clear();
   absl::Status status = read(id, bytes, &label);
   lock->lock();
+  s->read_starts.erase(s->read_starts.find(started));
   --s->in_flight;
   --in_flight_;
   if (s->removed) {
@@ -644,9 +661,16 @@ bool ReadAhead::Wake(bool all) {
     }
     return true;
   }
-  // Every thread is in a read: one more, up to io_threads that are not
-  // stuck in streams that went, and never more than twice io_threads.
-  if (live_ - orphaned_ < options_.io_threads &&
+  // Every thread is in a read: one more, up to io_threads that are neither
+  // stuck in streams that went nor beyond their stream's share now (a
+  // stream that had every thread before others came, whose reads then
+  // stalled), and never more than twice io_threads.
+  const int share = PerStreamThreads();
+  int excess = 0;
+  for (const auto& [handle, s] : streams_) {
+    excess += std::max(0, s->in_flight - share);
+  }
+  if (live_ - orphaned_ - excess < options_.io_threads &&
       live_ < 2 * options_.io_threads) {
     return StartThread() || live_ > 0;
   }

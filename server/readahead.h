@@ -49,8 +49,9 @@
 // work, so an idle daemon holds none. A stream keeps at most its even share
 // of io_threads busy, so a stream whose storage stalls cannot take another
 // stream's reads. A read stuck in the kernel keeps its thread; when its
-// stream goes, another thread may take its place (at most io_threads such
-// replacements), and Stop does not wait for it past its deadline.
+// stream goes, or is over its share since other streams came, another
+// thread may take its place (at most io_threads such threads), and Stop
+// does not wait for it past its deadline.
 //
 // Thread safety: every public method is thread-safe.
 #ifndef BATCHD_SERVER_READAHEAD_H_
@@ -64,6 +65,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -193,6 +195,9 @@ class ReadAhead {
   };
   // An idle I/O thread ends after this long without work.
   static constexpr double kIdleExitSeconds = 2.0;
+  // A stream that goes waits for its reads in flight, except those that
+  // have not returned this long after they began (a stalled mount).
+  static constexpr double kRemoveWaitSeconds = 1.0;
 
   explicit ReadAhead(const Options& options);
   // Stop(), waiting as long as it takes; streams must be gone by then.
@@ -206,11 +211,12 @@ class ReadAhead {
   int live_threads() const;
 
   // A stream's read-ahead over `read`, or null when read-ahead is off or the
-  // workload is not read ahead (`read` empty). `read` is kept until its
-  // last read returns, which may be after the stream has gone (a read
-  // stuck in a stalled mount): whatever it uses must live as long (hold
-  // it in the function). `describe` names example files in StallReason.
-  // The ReadAheadStream must outlive its lanes and the workers' Reads.
+  // workload is not read ahead (`read` empty). When the ReadAheadStream
+  // goes it waits for the reads in flight, except those that began more
+  // than kRemoveWaitSeconds before (a stalled mount): `read` is kept until
+  // their return, so whatever it uses must live as long (hold it in the
+  // function). `describe` names example files in StallReason. The
+  // ReadAheadStream must outlive its lanes and the workers' Reads.
   std::shared_ptr<ReadAheadStream> AddStream(
       const std::string& name, ExampleReadFn read,
       ExampleDescribeFn describe = nullptr);
@@ -280,6 +286,7 @@ class ReadAhead {
     std::vector<LaneId> lanes;
     uint64_t bytes_read = 0, reads_done = 0;  // for the mean size
     int in_flight = 0;  // reads calling `read` now
+    std::multiset<uint64_t> read_starts;  // when each of them began
     bool removed = false;  // its handle went; reads in flight remain
     ReadAheadStats stats;
   };
