@@ -1,27 +1,36 @@
-// The client Loader: OpenStream over gRPC, then the ring, then batches.
+// The client Loader: OpenStream over gRPC, then the ring, then batches; a
+// daemon that stops is waited for and the stream reopened at this rank's
+// next step (see batchd/loader.h).
 #include "batchd/loader.h"
 
 #include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/address.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
+#include "client/daemon_peer.h"
+#include "client/process.h"
 #include "client/ring.h"
 
 namespace batchd {
 
 // Owns one acquired slot; the last owner's destructor releases it. Holds the
-// reader so that the mapping outlives every tensor, even after the Loader.
+// reader so that the mapping outlives every tensor, even after the Loader
+// (or after the stream was reopened on another ring).
 class SlotLease {
  public:
   SlotLease(std::shared_ptr<RingReader> reader, uint64_t pos)
@@ -51,11 +60,152 @@ void Batch::Release() {
 
 namespace {
 
-int EnvInt(const char* name, int def) {
+int64_t EnvInt(const char* name, int64_t def) {
   const char* v = getenv(name);
-  int n;
+  int64_t n;
   if (v == nullptr || !absl::SimpleAtoi(v, &n)) return def;
   return n;
+}
+
+double Seconds(uint64_t ns) { return double(ns) / 1e9; }
+
+// Where a rank's ring begins: the next step and, for row-packing streams,
+// the cursor of a batch at or before it.
+struct Position {
+  uint64_t step = 0;
+  bool has_cursor = false;
+  uint64_t cursor[3] = {0, 0, 0};
+  uint64_t cursor_step = 0;
+};
+
+// The spec of `o` with its start (start_step, start_cursor).
+void FillSpec(const LoaderOptions& o, v1::StreamSpec* spec) {
+  spec->set_name(o.stream);
+  spec->set_workload(o.workload);
+  spec->set_data(o.data);
+  spec->set_split(o.split);
+  spec->set_global_batch_size(o.global_batch_size);
+  spec->set_world_size(uint32_t(o.world_size));
+  spec->set_seed(o.seed);
+  spec->set_start_step(o.start_step);
+  if (o.has_start_cursor) {
+    v1::Cursor* c = spec->mutable_start_cursor();
+    c->set_epoch(o.start_cursor[0]);
+    c->set_window(o.start_cursor[1]);
+    c->set_row(o.start_cursor[2]);
+    if (o.has_start_cursor_step) c->set_step(o.start_cursor_step);
+  }
+  spec->set_slots(o.slots);
+  for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
+}
+
+// OpenStream for rank o.rank, beginning at `resume` when given. The channel
+// lives only for this call: trainers fork (DataLoader workers, launchers)
+// and gRPC's threads must not be running then.
+absl::StatusOr<v1::OpenStreamResponse> CallOpenStream(
+    const LoaderOptions& o, const Position* resume, double deadline_seconds) {
+  v1::OpenStreamRequest req;
+  FillSpec(o, req.mutable_spec());
+  req.set_rank(uint32_t(o.rank));
+  if (o.owner_uid >= 0) req.set_owner_uid(uint32_t(o.owner_uid));
+  req.set_protocol_version(kProtocolVersion);
+  req.set_client_version(kBatchdVersion);
+  if (resume != nullptr) {
+    v1::Resume* r = req.mutable_resume();
+    r->set_step(resume->step);
+    if (resume->has_cursor) {
+      v1::Cursor* c = r->mutable_cursor();
+      c->set_epoch(resume->cursor[0]);
+      c->set_window(resume->cursor[1]);
+      c->set_row(resume->cursor[2]);
+      c->set_step(resume->cursor_step);
+    }
+  }
+  auto channel = grpc::CreateChannel(ParseAddress(o.server).grpc_target,
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Batchd::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(int64_t(deadline_seconds * 1000)));
+  ctx.set_wait_for_ready(true);
+  v1::OpenStreamResponse resp;
+  grpc::Status s = stub->OpenStream(&ctx, req, &resp);
+  if (!s.ok()) {
+    const std::string where =
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                s.error_code() == grpc::StatusCode::UNAVAILABLE
+            ? absl::StrCat(" (is batchd running at ", o.server, "?)")
+            : "";
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("OpenStream ", o.stream, " rank ", o.rank,
+                                     ": ", s.error_message(), where));
+  }
+  // A server that checks the request's protocol has refused a mismatch
+  // above; one too old to check is caught here (0 there is protocol 1).
+  const uint32_t server_protocol =
+      resp.protocol_version() == 0 ? 1 : resp.protocol_version();
+  if (server_protocol != kProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "incompatible batchd protocol: this client (batchd ", kBatchdVersion,
+        ") speaks protocol ", kProtocolVersion, " but the server at ", o.server,
+        " (",
+        resp.server_version().empty() ? "an older release"
+                                      : "batchd " + resp.server_version(),
+        ", pid ", resp.server_pid(), ") speaks protocol ", server_protocol,
+        "; install the client of the server's release"));
+  }
+  return resp;
+}
+
+// The daemon behind o.server, checked, then OpenStream, then its ring.
+absl::StatusOr<std::unique_ptr<RingReader>> OpenRing(
+    const LoaderOptions& o, const Position* resume, double deadline_seconds,
+    v1::OpenStreamResponse* resp) {
+  absl::StatusOr<int64_t> uid = TrustedDaemonUid(o.server, o.server_uid);
+  if (!uid.ok()) return uid.status();
+  absl::StatusOr<v1::OpenStreamResponse> r =
+      CallOpenStream(o, resume, deadline_seconds);
+  if (!r.ok()) return r.status();
+  *resp = *std::move(r);
+  RingReader::Options ro;
+  ro.server_stale_seconds = o.server_stale_seconds;
+  // Over TCP there is no peer to ask: the ring must still be the daemon's
+  // uid as configured, or root's, or ours.
+  ro.owner_uid = *uid >= 0 ? *uid : o.server_uid;
+  return RingReader::Attach(resp->segment(), ro);
+}
+
+// Errors a restarted daemon may clear: it is gone, not yet back, exiting
+// or draining. Anything else (a refused spec, an impostor) is final.
+bool MayReconnect(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+}
+
+absl::Status CheckStateMatches(const LoaderOptions& o, const LoaderState& st) {
+  auto differ = [&](const char* field, const std::string& state,
+                    const std::string& spec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the loader state was saved for ", field, " ", state,
+        ", but this Loader asks for ", spec,
+        ": resume with the spec the state was saved with"));
+  };
+  if (st.workload != o.workload) return differ("workload", st.workload, o.workload);
+  if (st.data != o.data) return differ("data", "'" + st.data + "'", "'" + o.data + "'");
+  if (st.split != o.split) return differ("split", st.split, o.split);
+  if (st.global_batch_size != o.global_batch_size) {
+    return differ("global_batch_size", absl::StrCat(st.global_batch_size),
+                  absl::StrCat(o.global_batch_size));
+  }
+  if (st.seed != o.seed) {
+    return differ("seed", absl::StrCat(st.seed), absl::StrCat(o.seed));
+  }
+  if (st.options != o.options) {
+    auto join = [](const std::map<std::string, std::string>& m) {
+      return "{" + absl::StrJoin(m, ", ", absl::PairFormatter("=")) + "}";
+    };
+    return differ("options", join(st.options), join(o.options));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -65,17 +215,52 @@ void ApplyEnvironmentDefaults(LoaderOptions* o) {
     const char* s = getenv("BATCHD_SERVER");
     o->server = s != nullptr ? s : kDefaultServerAddress;
   }
-  if (o->world_size < 0) o->world_size = EnvInt("WORLD_SIZE", 1);
-  if (o->rank < 0) o->rank = EnvInt("RANK", EnvInt("LOCAL_RANK", 0));
+  if (o->server_uid < 0) o->server_uid = EnvInt("BATCHD_SERVER_UID", -1);
+  if (o->world_size < 0) o->world_size = int(EnvInt("WORLD_SIZE", 1));
+  if (o->rank < 0) o->rank = int(EnvInt("RANK", EnvInt("LOCAL_RANK", 0)));
 }
 
 class Loader::Impl {
  public:
-  std::shared_ptr<RingReader> reader;
-  std::thread heartbeat;
+  const pid_t owner_pid = getpid();
+  LoaderOptions options;  // as opened: the spec every rank shares
+  bool cursor_resume = false;
+  std::function<bool()> interrupt;
+
+  // Next()'s thread only.
+  Position next;               // where this rank resumes
+  bool returned_any = false;   // a batch was returned
+  uint64_t waiting_since = 0;  // Next() began waiting for the next batch
+  uint64_t progress_at = 0;    // the server last reported progress
+  std::string last_reason;     // ... as this wait reason
+  uint64_t all_held_since = 0;
+  uint32_t reconnects = 0;
+  uint64_t reconnect_ns = 0;
+
   std::mutex mu;
   std::condition_variable cv;
-  bool stop = false;
+  std::shared_ptr<RingReader> reader;  // guarded by mu (the heartbeat reads it)
+  bool stop = false;                   // guarded by mu
+  std::thread heartbeat;
+
+  std::shared_ptr<RingReader> Reader() {
+    std::lock_guard<std::mutex> lock(mu);
+    return reader;
+  }
+  void SetReader(std::shared_ptr<RingReader> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    reader = std::move(r);
+  }
+  void StartHeartbeat() {
+    heartbeat = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (!stop) {
+        reader->Heartbeat();
+        cv.wait_for(lock, std::chrono::milliseconds(100));
+      }
+    });
+  }
+  bool Interrupted() const { return interrupt && !interrupt(); }
 
   ~Impl() {
     {
@@ -88,7 +273,13 @@ class Loader::Impl {
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Loader::~Loader() = default;
+
+Loader::~Loader() {
+  // A forked child has the parent's Impl but not its heartbeat thread, and
+  // its mutex and condition variable may be in any state (held, waited on):
+  // destroying them could hang. The child keeps its copy until it exits.
+  if (impl_ != nullptr && getpid() != impl_->owner_pid) (void)impl_.release();
+}
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
     const LoaderOptions& in) {
@@ -105,85 +296,37 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "bad rank ", o.rank, " / world_size ", o.world_size));
   }
-
-  v1::OpenStreamRequest req;
-  v1::StreamSpec* spec = req.mutable_spec();
-  spec->set_name(o.stream);
-  spec->set_workload(o.workload);
-  spec->set_data(o.data);
-  spec->set_split(o.split);
-  spec->set_global_batch_size(o.global_batch_size);
-  spec->set_world_size(uint32_t(o.world_size));
-  spec->set_seed(o.seed);
-  spec->set_start_step(o.start_step);
-  if (o.has_start_cursor) {
-    spec->mutable_start_cursor()->set_epoch(o.start_cursor[0]);
-    spec->mutable_start_cursor()->set_window(o.start_cursor[1]);
-    spec->mutable_start_cursor()->set_row(o.start_cursor[2]);
+  if (o.owner_uid > int64_t(UINT32_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.owner_uid ", o.owner_uid, " is not a uid"));
   }
-  spec->set_slots(o.slots);
-  for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
-  req.set_rank(uint32_t(o.rank));
-  req.set_protocol_version(kProtocolVersion);
-  req.set_client_version(kBatchdVersion);
-
-  v1::OpenStreamResponse resp;
-  {
-    // The channel lives only for this call: trainers fork (DataLoader
-    // workers, launchers) and gRPC's threads must not be running then.
-    auto channel = grpc::CreateChannel(ParseAddress(o.server).grpc_target,
-                                       grpc::InsecureChannelCredentials());
-    auto stub = v1::Batchd::NewStub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(
-                         int64_t(o.connect_timeout_seconds * 1000)));
-    ctx.set_wait_for_ready(true);
-    grpc::Status s = stub->OpenStream(&ctx, req, &resp);
-    if (!s.ok()) {
-      const std::string where =
-          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                  s.error_code() == grpc::StatusCode::UNAVAILABLE
-              ? absl::StrCat(" (is batchd running at ", o.server, "?)")
-              : "";
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                          absl::StrCat("OpenStream ", o.stream, " rank ",
-                                       o.rank, ": ", s.error_message(),
-                                       where));
+  if (o.state.has_value()) {
+    if (o.start_step != 0 || o.has_start_cursor) {
+      return absl::InvalidArgumentError(
+          "pass either a loader state or start_step / start_cursor, not both");
     }
+    if (absl::Status s = CheckStateMatches(o, *o.state); !s.ok()) return s;
+    o.start_step = o.state->next_step;
+    o.has_start_cursor = o.state->has_cursor;
+    o.has_start_cursor_step = o.state->has_cursor;
+    std::copy(o.state->cursor, o.state->cursor + 3, o.start_cursor);
+    o.start_cursor_step = o.state->cursor_step;
   }
-
-  // A server that checks the request's protocol has refused a mismatch
-  // above; one too old to check is caught here (0 there is protocol 1).
-  const uint32_t server_protocol =
-      resp.protocol_version() == 0 ? 1 : resp.protocol_version();
-  if (server_protocol != kProtocolVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "incompatible batchd protocol: this client (batchd ", kBatchdVersion,
-        ") speaks protocol ", kProtocolVersion, " but the server at ", o.server,
-        " (",
-        resp.server_version().empty() ? "an older release"
-                                      : "batchd " + resp.server_version(),
-        ", pid ", resp.server_pid(), ") speaks protocol ", server_protocol,
-        "; install the client of the server's release"));
-  }
-
-  RingReader::Options ro;
-  ro.server_stale_seconds = o.server_stale_seconds;
+  v1::OpenStreamResponse resp;
   absl::StatusOr<std::unique_ptr<RingReader>> reader =
-      RingReader::Attach(resp.segment(), ro);
+      OpenRing(o, nullptr, o.connect_timeout_seconds, &resp);
   if (!reader.ok()) return reader.status();
 
   auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  impl->cursor_resume = resp.cursor_resume();
+  impl->next.step = o.start_step;
+  impl->next.has_cursor = o.has_start_cursor;
+  std::copy(o.start_cursor, o.start_cursor + 3, impl->next.cursor);
+  impl->next.cursor_step =
+      o.has_start_cursor_step ? o.start_cursor_step : o.start_step;
   impl->reader = std::move(*reader);
-  Impl* raw = impl.get();
-  impl->heartbeat = std::thread([raw] {
-    std::unique_lock<std::mutex> lock(raw->mu);
-    while (!raw->stop) {
-      raw->reader->Heartbeat();
-      raw->cv.wait_for(lock, std::chrono::milliseconds(100));
-    }
-  });
+  impl->StartHeartbeat();
   std::unique_ptr<Loader> loader(new Loader(std::move(impl)));
   loader->options_ = o;
   StreamInfo& info = loader->info_;
@@ -196,16 +339,109 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   info.start_step = resp.start_step();
   info.slots = resp.slots();
   info.slot_bytes = resp.slot_bytes();
+  info.cursor_resume = resp.cursor_resume();
   return loader;
 }
 
+namespace {
+
+// "steps 4, 5 and 6" for an error message.
+std::string StepList(const std::vector<uint64_t>& steps) {
+  if (steps.size() == 1) return absl::StrCat("step ", steps[0]);
+  std::vector<std::string> s;
+  for (uint64_t v : steps) s.push_back(absl::StrCat(v));
+  const std::string last = s.back();
+  s.pop_back();
+  return absl::StrCat("steps ", absl::StrJoin(s, ", "), " and ", last);
+}
+
+}  // namespace
+
 absl::StatusOr<Batch> Loader::Next() {
-  RingReader& r = *impl_->reader;
-  absl::StatusOr<uint64_t> pos = r.Acquire(options_.timeout_seconds);
-  if (!pos.ok()) return pos.status();
+  Impl& m = *impl_;
+  if (getpid() != m.owner_pid) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this Loader of stream %s belongs to pid %d, not to its forked child "
+        "%d: open a Loader of the child's own (its rank's) instead",
+        options_.stream, m.owner_pid, getpid()));
+  }
+  const LoaderOptions& o = options_;
+  uint64_t start = MonotonicNanos();
+  uint64_t progress_at = start, all_held_since = 0;
+  std::string reason;
+  for (;;) {
+    if (m.Interrupted()) return absl::AbortedError("interrupted");
+    std::shared_ptr<RingReader> r = m.Reader();
+    absl::StatusOr<uint64_t> pos = r->Acquire(0.1);
+    if (pos.ok()) {
+      absl::StatusOr<Batch> b = MakeBatch(r, *pos);
+      if (b.ok()) {
+        m.returned_any = true;
+        m.next.step = b->step() + 1;
+        m.next.has_cursor = m.cursor_resume;
+        m.next.cursor[0] = b->batch_cursor_epoch();
+        m.next.cursor[1] = b->batch_cursor_window();
+        m.next.cursor[2] = b->batch_cursor_row();
+        m.next.cursor_step = b->step();
+      }
+      return b;
+    }
+    if (absl::IsUnavailable(pos.status()) && o.reconnect_seconds > 0) {
+      if (absl::Status s = Reconnect(pos.status()); !s.ok()) return s;
+      // The timeouts are about a live server: they count from now.
+      start = progress_at = MonotonicNanos();
+      all_held_since = 0;
+      reason.clear();
+      continue;
+    }
+    if (!absl::IsDeadlineExceeded(pos.status())) return pos.status();
+    const uint64_t now = MonotonicNanos();
+    const std::string why = r->WaitReason();
+    if (why != reason) {
+      reason = why;
+      progress_at = now;
+    }
+    const std::string says = why.empty() ? "" : "; the server says: " + why;
+    const std::vector<uint64_t> held = r->HeldSteps();
+    const bool timed_out =
+        o.timeout_seconds >= 0 && Seconds(now - start) >= o.timeout_seconds;
+    if (held.size() < r->slot_count()) {
+      all_held_since = 0;
+    } else if (all_held_since == 0) {
+      all_held_since = now;
+    }
+    if (all_held_since != 0 &&
+        (timed_out || Seconds(now - all_held_since) >= kHeldSeconds)) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "no batch can come: every one of the ring's %u slots holds a batch "
+          "this process keeps (%s of stream %s, rank %u); the server writes "
+          "the next batch only into a slot given back. Drop the batches you "
+          "do not need, copy what you keep (tensor.clone(), numpy.copy), or "
+          "open the stream with more slots (slots=%u)",
+          r->slot_count(), StepList(held), o.stream, o.rank,
+          2 * r->slot_count()));
+    }
+    if (timed_out) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "no batch from batchd (pid %u) within %.3g s: stream %s, rank %u%s",
+          r->header()->server_pid, o.timeout_seconds, o.stream, o.rank, says));
+    }
+    if (o.stall_timeout_seconds >= 0 &&
+        Seconds(now - progress_at) >= o.stall_timeout_seconds) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "no batch from batchd (pid %u) for %.0f s and no progress reported "
+          "(stall_timeout %.3g s): stream %s, rank %u%s",
+          r->header()->server_pid, Seconds(now - start),
+          o.stall_timeout_seconds, o.stream, o.rank, says));
+    }
+  }
+}
+
+absl::StatusOr<Batch> Loader::MakeBatch(std::shared_ptr<RingReader> r,
+                                        uint64_t pos) {
   Batch b;
-  b.lease_ = std::make_shared<SlotLease>(impl_->reader, *pos);
-  const shm::SlotHeader* h = r.Slot(*pos);
+  b.lease_ = std::make_shared<SlotLease>(r, pos);
+  const shm::SlotHeader* h = r->Slot(pos);
   b.step_ = h->step;
   b.epoch_ = h->epoch;
   b.position_ = h->position;
@@ -213,7 +449,10 @@ absl::StatusOr<Batch> Loader::Next() {
   b.cursor_[0] = h->cursor_epoch;
   b.cursor_[1] = h->cursor_window;
   b.cursor_[2] = h->cursor_row;
-  absl::StatusOr<std::vector<SlotTensor>> tensors = r.Tensors(*pos);
+  b.batch_cursor_[0] = h->batch_cursor_epoch;
+  b.batch_cursor_[1] = h->batch_cursor_window;
+  b.batch_cursor_[2] = h->batch_cursor_row;
+  absl::StatusOr<std::vector<SlotTensor>> tensors = r->Tensors(pos);
   if (!tensors.ok()) return tensors.status();
   for (SlotTensor& t : *tensors) {
     b.tensors_.push_back(Tensor{std::move(t.name), DType(t.dtype),
@@ -221,6 +460,112 @@ absl::StatusOr<Batch> Loader::Next() {
                                 size_t(t.nbytes)});
   }
   return b;
+}
+
+absl::Status Loader::Reopen(double deadline_seconds) {
+  Impl& m = *impl_;
+  v1::OpenStreamResponse resp;
+  absl::StatusOr<std::unique_ptr<RingReader>> reader =
+      OpenRing(m.options, &m.next, deadline_seconds, &resp);
+  if (!reader.ok()) return reader.status();
+  m.SetReader(std::move(*reader));
+  info_.segment = resp.segment();
+  info_.server_pid = resp.server_pid();
+  info_.start_step = resp.start_step();
+  info_.slots = resp.slots();
+  info_.slot_bytes = resp.slot_bytes();
+  return absl::OkStatus();
+}
+
+absl::Status Loader::Reconnect(const absl::Status& why) {
+  Impl& m = *impl_;
+  const LoaderOptions& o = options_;
+  const uint64_t start = MonotonicNanos();
+  fprintf(stderr,
+          "batchd: stream %s rank %d: %s; reopening it at step %llu on the "
+          "daemon at %s (for up to %.0f s)\n",
+          o.stream.c_str(), o.rank, std::string(why.message()).c_str(),
+          static_cast<unsigned long long>(m.next.step), o.server.c_str(),
+          o.reconnect_seconds);
+  absl::Status last = why;
+  uint32_t tries = 0;
+  for (double backoff = 0.05;; backoff = std::min(1.0, backoff * 2)) {
+    const double left = o.reconnect_seconds - Seconds(MonotonicNanos() - start);
+    if (left <= 0) break;
+    if (m.Interrupted()) return absl::AbortedError("interrupted");
+    ++tries;
+    last = Reopen(std::min(left, 2.0));
+    if (last.ok()) {
+      const uint64_t took = MonotonicNanos() - start;
+      ++m.reconnects;
+      m.reconnect_ns += took;
+      fprintf(stderr,
+              "batchd: stream %s rank %d reopened at step %llu on batchd "
+              "(pid %u) after %.2f s\n",
+              o.stream.c_str(), o.rank,
+              static_cast<unsigned long long>(m.next.step), info_.server_pid,
+              Seconds(took));
+      return absl::OkStatus();
+    }
+    if (!MayReconnect(last)) return last;
+    // Sleep in short pieces, so that an interrupt is seen.
+    for (double slept = 0; slept < backoff; slept += 0.05) {
+      if (m.Interrupted()) return absl::AbortedError("interrupted");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "batchd at %s stopped (stream %s, rank %d: %s) and did not come back: "
+      "reopening the stream at step %llu was tried %u times over %.0f s "
+      "(reconnect_seconds); last: %s",
+      o.server, o.stream, o.rank, why.message(),
+      static_cast<unsigned long long>(m.next.step), tries,
+      Seconds(MonotonicNanos() - start), last.message()));
+}
+
+LoaderState Loader::State() const {
+  const Impl& m = *impl_;
+  const LoaderOptions& o = options_;
+  LoaderState st;
+  st.workload = o.workload;
+  st.data = o.data;
+  st.split = o.split;
+  st.global_batch_size = o.global_batch_size;
+  st.seed = o.seed;
+  st.options = o.options;
+  st.world_size = uint32_t(o.world_size);
+  st.next_step = m.next.step;
+  st.has_cursor = m.cursor_resume && m.next.has_cursor;
+  std::copy(m.next.cursor, m.next.cursor + 3, st.cursor);
+  st.cursor_step = m.next.cursor_step;
+  return st;
+}
+
+absl::Status Loader::LoadState(const LoaderState& state) {
+  Impl& m = *impl_;
+  if (getpid() != m.owner_pid) {
+    return absl::FailedPreconditionError(
+        "a forked child cannot load a state into its parent's Loader");
+  }
+  if (m.returned_any) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "load_state_dict() is for a Loader that has not returned a batch yet "
+        "(stream ", options_.stream, " returned step ", m.next.step - 1,
+        "); make a new Loader with the state instead"));
+  }
+  if (absl::Status s = CheckStateMatches(options_, state); !s.ok()) return s;
+  Position before = m.next;
+  m.next.step = state.next_step;
+  m.next.has_cursor = state.has_cursor;
+  std::copy(state.cursor, state.cursor + 3, m.next.cursor);
+  m.next.cursor_step = state.cursor_step;
+  absl::Status s = Reopen(options_.connect_timeout_seconds);
+  if (!s.ok()) m.next = before;
+  return s;
+}
+
+void Loader::SetInterruptCheck(std::function<bool()> check) {
+  impl_->interrupt = std::move(check);
 }
 
 absl::Status Loader::RegisterPinned() {
@@ -251,13 +596,18 @@ absl::Status Loader::RegisterPinned() {
   return absl::OkStatus();
 }
 
-void* Loader::mapped_address() const { return impl_->reader->base(); }
-size_t Loader::mapped_bytes() const { return impl_->reader->size(); }
+void* Loader::mapped_address() const { return impl_->Reader()->base(); }
+size_t Loader::mapped_bytes() const { return impl_->Reader()->size(); }
 
 double Loader::wait_seconds() const {
-  return double(impl_->reader->header()->client_wait_ns.load(
+  return double(impl_->Reader()->header()->client_wait_ns.load(
              std::memory_order_relaxed)) /
          1e9;
+}
+
+uint32_t Loader::reconnects() const { return impl_->reconnects; }
+double Loader::reconnect_seconds() const {
+  return Seconds(impl_->reconnect_ns);
 }
 
 }  // namespace batchd

@@ -1,5 +1,6 @@
-// Segment creation, attachment and the ring's claim / publish / acquire /
-// release protocol. See shm_layout.h for why each memory order is what it is.
+// Ring geometry, segment creation and the server's side of the protocol
+// (claim, publish, close), and stale-segment removal; the client's side is
+// ring_reader.cc. See shm_layout.h for why each memory order is what it is.
 #include "client/ring.h"
 
 #include <dirent.h>
@@ -18,20 +19,11 @@
 #include "absl/strings/str_format.h"
 #include "base/format.h"
 #include "client/process.h"
+#include "client/ring_internal.h"
 
 namespace batchd {
 
 namespace bip = boost::interprocess;
-
-class Mapping {
- public:
-  explicit Mapping(bip::mapped_region region) : region_(std::move(region)) {}
-  uint8_t* base() const { return static_cast<uint8_t*>(region_.get_address()); }
-  size_t size() const { return region_.get_size(); }
-
- private:
-  bip::mapped_region region_;
-};
 
 uint64_t RingGeometry::SlotBytes() const {
   uint64_t sum, aligned;
@@ -55,6 +47,10 @@ uint64_t RingGeometry::SegmentBytes() const {
 absl::Status RingGeometry::Check() const {
   if (slot_count == 0) {
     return absl::InvalidArgumentError("ring needs at least one slot");
+  }
+  if (slot_count > shm::kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ring holds at most ", shm::kMaxSlots, " slots, not ", slot_count));
   }
   if (SlotBytes() > shm::kMaxSlotBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -82,13 +78,6 @@ uint64_t ShmFreeBytes() {
   return uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
 }
 
-namespace {
-
-std::string Bare(const std::string& name) {
-  return name.empty() || name[0] != '/' ? name : name.substr(1);
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------- RingWriter
 
@@ -110,12 +99,12 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
   try {
     const mode_t mode = gid_t(gid) == gid_t(-1) ? 0600 : 0660;
     bip::permissions perms(mode);
-    bip::shared_memory_object shm(bip::create_only, Bare(name).c_str(),
+    bip::shared_memory_object shm(bip::create_only, BareSegmentName(name).c_str(),
                                   bip::read_write, perms);
     const int fd = shm.get_mapping_handle().handle;
     if (gid_t(gid) != gid_t(-1) && fchown(fd, uid_t(-1), gid) != 0) {
       const int err = errno;
-      bip::shared_memory_object::remove(Bare(name).c_str());
+      bip::shared_memory_object::remove(BareSegmentName(name).c_str());
       return absl::PermissionDeniedError(absl::StrCat(
           "cannot give ring ", name, " to group ", gid, ": ", strerror(err)));
     }
@@ -131,7 +120,7 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
     // would otherwise SIGBUS whichever process touches a page first.
     const int rc = posix_fallocate(fd, 0, off_t(bytes));
     if (rc != 0) {
-      bip::shared_memory_object::remove(Bare(name).c_str());
+      bip::shared_memory_object::remove(BareSegmentName(name).c_str());
       if (rc == ENOSPC) return exhausted(" (reservation failed)");
       return absl::InternalError(absl::StrCat("cannot reserve ring ", name,
                                               ": ", strerror(rc)));
@@ -143,7 +132,7 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
       return absl::AlreadyExistsError(
           absl::StrCat("shared memory segment ", name, " already exists"));
     }
-    bip::shared_memory_object::remove(Bare(name).c_str());
+    bip::shared_memory_object::remove(BareSegmentName(name).c_str());
     return absl::InternalError(
         absl::StrCat("cannot create ring ", name, ": ", e.what()));
   }
@@ -156,8 +145,9 @@ RingWriter::RingWriter(std::string name, RingGeometry geometry,
     : name_(std::move(name)),
       geometry_(std::move(geometry)),
       mapping_(std::move(mapping)),
-      header_(reinterpret_cast<shm::RingHeader*>(mapping_->base())) {
-  // The pages are fresh zeroes from tmpfs; fill in everything but the
+      header_(reinterpret_cast<shm::RingHeader*>(mapping_->base())),
+      claimed_slot_(geometry_.slot_count, 0) {
+  // The pages are fresh zeroes (every slot kSlotFree) from tmpfs; fill in everything but the
   // version, then publish the version last so that a reader never sees a
   // half-written header.
   shm::RingHeader* h = header_;
@@ -172,7 +162,7 @@ RingWriter::RingWriter(std::string name, RingGeometry geometry,
   h->server_start = ProcessStartTicks(getpid());
   h->server_pid_ns = SelfPidNamespace();
   h->write_pos.store(0, std::memory_order_relaxed);
-  h->read_pos.store(0, std::memory_order_relaxed);
+  h->released.store(0, std::memory_order_relaxed);
   h->state.store(shm::kStateOpen, std::memory_order_relaxed);
   h->server_heartbeat_ns.store(MonotonicNanos(), std::memory_order_relaxed);
   snprintf(h->stream_name, sizeof(h->stream_name), "%s",
@@ -185,26 +175,50 @@ RingWriter::~RingWriter() { Unlink(); }
 void RingWriter::Unlink() {
   if (unlinked_) return;
   unlinked_ = true;
-  // A client still mapped keeps its pages; tell it the ring is gone.
-  SetState(shm::kStateClosed);
-  bip::shared_memory_object::remove(Bare(name_).c_str());
+  // A client still mapped keeps its pages; tell it the ring is gone (unless
+  // it knows already that the daemon exits, and may reopen the stream).
+  if (header_->state.load(std::memory_order_relaxed) != shm::kStateExiting) {
+    SetState(shm::kStateClosed);
+  }
+  bip::shared_memory_object::remove(BareSegmentName(name_).c_str());
+}
+
+shm::SlotTable* RingWriter::table() const {
+  return reinterpret_cast<shm::SlotTable*>(mapping_->base() +
+                                           shm::kSlotTableOffset);
 }
 
 uint8_t* RingWriter::SlotBase(uint64_t pos) const {
   return mapping_->base() + shm::kHeaderBytes +
-         (pos % geometry_.slot_count) * geometry_.SlotBytes();
+         uint64_t(claimed_slot_[pos % geometry_.slot_count]) *
+             geometry_.SlotBytes();
 }
 
 bool RingWriter::TryClaim(uint64_t* pos) {
-  // Acquire pairs with the client's release of read_pos: the client is done
-  // reading the slot before we overwrite it.
-  const uint64_t read = header_->read_pos.load(std::memory_order_acquire);
-  if (claimed_ - read >= geometry_.slot_count) return false;
-  *pos = claimed_++;
-  return true;
+  // Positions claimed and not yet published each hold a slot, so there are
+  // never more than slot_count of them and claimed_slot_ does not collide.
+  shm::SlotTable* t = table();
+  const uint32_t n = geometry_.slot_count;
+  for (uint32_t k = 0; k < n; ++k) {
+    const uint32_t i = (next_free_hint_ + k) % n;
+    // Acquire pairs with the client's release in RingReader::Release: it is
+    // done reading slot i before we overwrite it.
+    if (t->slot_state[i].load(std::memory_order_acquire) != shm::kSlotFree) {
+      continue;
+    }
+    t->slot_state[i].store(shm::kSlotServer, std::memory_order_relaxed);
+    next_free_hint_ = (i + 1) % n;
+    claimed_slot_[claimed_ % n] = i;
+    *pos = claimed_++;
+    return true;
+  }
+  return false;
 }
 
 void RingWriter::Publish(uint64_t pos) {
+  // Where pos lives, before pos is public (the release below covers it).
+  table()->slot_of[pos % geometry_.slot_count].store(
+      claimed_slot_[pos % geometry_.slot_count], std::memory_order_relaxed);
   // The slot's bytes are visible before the position that covers it
   // (seq_cst includes release). seq_cst also orders this store before the
   // load of data_waiters below, pairing with the client's raise-then-recheck
@@ -251,7 +265,7 @@ uint64_t RingWriter::published() const {
 }
 
 uint64_t RingWriter::released() const {
-  return header_->read_pos.load(std::memory_order_acquire);
+  return header_->released.load(std::memory_order_acquire);
 }
 
 RingWriter::ClientInfo RingWriter::client() const {
@@ -273,237 +287,6 @@ bool RingWriter::ClientGone(uint64_t now_ns, uint64_t stale_ns) const {
   const uint64_t beat =
       header_->client_heartbeat_ns.load(std::memory_order_acquire);
   return now_ns > beat && now_ns - beat > stale_ns;
-}
-
-// ---------------------------------------------------------------- RingReader
-
-absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Attach(
-    const std::string& name, const Options& options) {
-  std::unique_ptr<Mapping> mapping;
-  try {
-    bip::shared_memory_object shm(bip::open_only, Bare(name).c_str(),
-                                  bip::read_write);
-    bip::offset_t size = 0;
-    if (!shm.get_size(size) || size < bip::offset_t(shm::kHeaderBytes)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("ring ", name, " is not a batchd ring (",
-                       int64_t(size), " bytes)"));
-    }
-    mapping = std::make_unique<Mapping>(
-        bip::mapped_region(shm, bip::read_write, 0, size_t(size)));
-  } catch (const bip::interprocess_exception& e) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open ring ", name, ": ", e.what()));
-  }
-  auto* h = reinterpret_cast<shm::RingHeader*>(mapping->base());
-  const uint32_t version = h->layout_version.load(std::memory_order_acquire);
-  if (h->magic != shm::kMagic) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ring ", name, " is not a batchd ring (bad magic)"));
-  }
-  if (version != shm::kLayoutVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ring ", name, " has layout version ", version,
-        " but this client speaks version ", shm::kLayoutVersion,
-        "; use a client and server of the same batchd release"));
-  }
-  // Products checked: a forged header must not make a slot lie outside the
-  // mapping through a wrapped multiplication.
-  uint64_t slots_bytes = 0, end = 0;
-  if (h->header_bytes != shm::kHeaderBytes || h->slot_count == 0 ||
-      h->segment_bytes != mapping->size() ||
-      h->slot_bytes < shm::kSlotHeaderBytes ||
-      __builtin_mul_overflow(uint64_t(h->slot_count), h->slot_bytes,
-                             &slots_bytes) ||
-      __builtin_add_overflow(slots_bytes, uint64_t(h->header_bytes), &end) ||
-      end > mapping->size()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ring ", name, " has an inconsistent header"));
-  }
-  return std::unique_ptr<RingReader>(
-      new RingReader(name, options, std::move(mapping)));
-}
-
-RingReader::RingReader(std::string name, Options options,
-                       std::unique_ptr<Mapping> mapping)
-    : name_(std::move(name)),
-      options_(options),
-      mapping_(std::move(mapping)),
-      header_(reinterpret_cast<shm::RingHeader*>(mapping_->base())),
-      slot_count_(header_->slot_count),
-      slot_bytes_(header_->slot_bytes),
-      released_(header_->slot_count, 0) {
-  next_acquire_ = header_->read_pos.load(std::memory_order_acquire);
-  header_->client_start.store(ProcessStartTicks(getpid()),
-                              std::memory_order_relaxed);
-  header_->client_pid_ns.store(SelfPidNamespace(), std::memory_order_relaxed);
-  header_->client_heartbeat_ns.store(MonotonicNanos(),
-                                     std::memory_order_relaxed);
-  header_->client_pid.store(uint32_t(getpid()), std::memory_order_release);
-}
-
-uint8_t* RingReader::base() const { return mapping_->base(); }
-size_t RingReader::size() const { return mapping_->size(); }
-
-RingReader::~RingReader() {
-  // The server frees the ring on its next look, as for a dead client.
-  header_->client_detached.store(1, std::memory_order_release);
-}
-
-void RingReader::Heartbeat() {
-  header_->client_heartbeat_ns.store(MonotonicNanos(),
-                                     std::memory_order_release);
-}
-
-absl::Status RingReader::CheckServer() const {
-  const uint64_t beat =
-      header_->server_heartbeat_ns.load(std::memory_order_acquire);
-  const uint64_t now = MonotonicNanos();
-  const double age = now > beat ? double(now - beat) / 1e9 : 0.0;
-  const bool alive = ProcessAlive(header_->server_pid, header_->server_start,
-                                  header_->server_pid_ns);
-  if (!alive || age > options_.server_stale_seconds) {
-    return absl::UnavailableError(absl::StrFormat(
-        "batchd (pid %u) stopped: last heartbeat %.1f s ago%s",
-        header_->server_pid, age, alive ? "" : ", process gone"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
-  const uint64_t start = MonotonicNanos();
-  uint64_t last_check = start;
-  uint64_t pos;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pos = next_acquire_;
-  }
-  // Check liveness at least every 100 ms of waiting.
-  constexpr uint64_t kPollNs = 100 * 1000 * 1000;
-  for (uint64_t spins = 0;; ++spins) {
-    const uint32_t seen = header_->data_futex.load(std::memory_order_acquire);
-    // Acquire pairs with the server's release in Publish: the slot's bytes
-    // are visible once write_pos covers it.
-    if (header_->write_pos.load(std::memory_order_acquire) > pos) break;
-    const uint32_t state = header_->state.load(std::memory_order_acquire);
-    if (state == shm::kStateEnded) {
-      return absl::OutOfRangeError("end of stream");
-    }
-    if (state == shm::kStateClosed) {
-      const std::string reason(
-          header_->close_reason,
-          strnlen(header_->close_reason, sizeof(header_->close_reason)));
-      const std::string stream(
-          header_->stream_name,
-          strnlen(header_->stream_name, sizeof(header_->stream_name)));
-      return absl::CancelledError(absl::StrFormat(
-          "stream %s was closed by batchd (pid %u)%s%s", stream,
-          header_->server_pid, reason.empty() ? "" : ": ", reason));
-    }
-    if (spins < 64) continue;  // a publish is often moments away
-    const uint64_t now = MonotonicNanos();
-    // /proc is read at most every kPollNs, not before every sleep.
-    if (now - last_check >= kPollNs) {
-      if (absl::Status s = CheckServer(); !s.ok()) return s;
-      last_check = now;
-    }
-    uint64_t wait = kPollNs;
-    if (timeout_seconds >= 0) {
-      const uint64_t limit = uint64_t(timeout_seconds * 1e9);
-      if (now - start >= limit) {
-        header_->client_wait_ns.fetch_add(now - start,
-                                          std::memory_order_relaxed);
-        std::string why;
-        for (size_t i = 0; i + 1 < sizeof(header_->wait_reason); ++i) {
-          const char c =
-              header_->wait_reason[i].load(std::memory_order_acquire);
-          if (c == '\0') break;
-          why.push_back(c);
-        }
-        return absl::DeadlineExceededError(absl::StrFormat(
-            "no batch from batchd (pid %u) for %.1f s (server alive)%s%s",
-            header_->server_pid, double(now - start) / 1e9,
-            why.empty() ? "" : "; the server says: ", why));
-      }
-      wait = std::min(wait, limit - (now - start));
-    }
-    header_->data_waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (header_->write_pos.load(std::memory_order_seq_cst) <= pos) {
-      FutexWait(&header_->data_futex, seen, wait);
-    }
-    header_->data_waiters.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  const uint64_t waited = MonotonicNanos() - start;
-  header_->client_wait_ns.fetch_add(waited, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
-  next_acquire_ = pos + 1;
-  return pos;
-}
-
-uint8_t* RingReader::SlotBase(uint64_t pos) const {
-  return mapping_->base() + shm::kHeaderBytes + (pos % slot_count_) * slot_bytes_;
-}
-
-const shm::SlotHeader* RingReader::Slot(uint64_t pos) const {
-  return reinterpret_cast<const shm::SlotHeader*>(SlotBase(pos));
-}
-
-absl::StatusOr<std::vector<SlotTensor>> RingReader::Tensors(
-    uint64_t pos) const {
-  const shm::SlotHeader* slot = Slot(pos);
-  if (slot->num_tensors > shm::kMaxTensors) {
-    return absl::DataLossError(absl::StrCat("slot of position ", pos, " has ",
-                                            slot->num_tensors, " tensors"));
-  }
-  std::vector<SlotTensor> out;
-  out.reserve(slot->num_tensors);
-  for (uint32_t i = 0; i < slot->num_tensors; ++i) {
-    const shm::TensorDesc& d = slot->tensors[i];
-    SlotTensor t;
-    t.name.assign(d.name, strnlen(d.name, sizeof(d.name)));
-    t.dtype = d.dtype;
-    if (d.ndim > shm::kMaxDims || shm::DTypeSize(d.dtype) == 0) {
-      return absl::DataLossError(
-          absl::StrCat("tensor ", t.name, " has a bad descriptor"));
-    }
-    // Every product and sum is checked: a forged descriptor whose shape
-    // product or offset + nbytes wraps must not point outside the slot.
-    uint64_t bytes = shm::DTypeSize(d.dtype);
-    bool bad = false;
-    for (uint32_t k = 0; k < d.ndim; ++k) {
-      t.shape.push_back(d.shape[k]);
-      bad |= d.shape[k] < 0 ||
-             __builtin_mul_overflow(bytes, uint64_t(d.shape[k]), &bytes);
-    }
-    if (bad || bytes != d.nbytes || d.offset < shm::kSlotHeaderBytes ||
-        d.offset > slot_bytes_ || d.nbytes > slot_bytes_ - d.offset) {
-      return absl::DataLossError(absl::StrCat(
-          "tensor ", t.name, " of the slot of position ", pos,
-          " lies outside its slot (offset ", d.offset, ", ", d.nbytes,
-          " bytes, slot ", slot_bytes_, " bytes)"));
-    }
-    t.data = SlotBase(pos) + d.offset;
-    t.nbytes = d.nbytes;
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-void RingReader::Release(uint64_t pos) {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t read = header_->read_pos.load(std::memory_order_relaxed);
-  if (pos < read || pos >= next_acquire_) return;  // not held
-  released_[pos % slot_count_] = 1;
-  const uint64_t before = read;
-  while (read < next_acquire_ && released_[read % slot_count_]) {
-    released_[read % slot_count_] = 0;
-    ++read;
-  }
-  if (read != before) {
-    // Release: our reads of the slots happen before the server reuses them.
-    // The server polls full rings, so nothing else is due.
-    header_->read_pos.store(read, std::memory_order_release);
-  }
 }
 
 // ---------------------------------------------------------- stale segments

@@ -2,15 +2,15 @@
 // shared-memory ring; see shm_layout.h for the layout and the protocol.
 //
 // Thread safety: a RingWriter is used by the server under its own locking
-// (claims and publishes must be serialised by the caller). A RingReader is
-// thread-safe: Acquire may be called from one thread at a time, Release from
-// any thread (tensors die wherever their owners drop them).
+// (claims and publishes must be serialised by the caller). RingReader: see
+// its class comment.
 #ifndef BATCHD_CLIENT_RING_H_
 #define BATCHD_CLIENT_RING_H_
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,26 +58,32 @@ class RingWriter {
   // Unmaps and unlinks the segment.
   ~RingWriter();
   // Removes the name now (the mapping stays until destruction); marks the
-  // ring closed so that an attached client stops waiting. Idempotent.
+  // ring closed (or leaves it kStateExiting) so that an attached client
+  // stops waiting. Idempotent.
   void Unlink();
 
   const std::string& name() const { return name_; }
   const RingGeometry& geometry() const { return geometry_; }
   shm::RingHeader* header() const { return header_; }
 
-  // Claims the next position if its slot is free; returns false when the ring
-  // is full (the client holds every slot). Positions are claimed in order.
+  // Claims the next position if some slot is free (released by the client,
+  // in any order, or never used); returns false when the ring is full (every
+  // slot is being filled, published or held by the client). Positions are
+  // claimed in order.
   bool TryClaim(uint64_t* pos);
   // Positions claimed so far (next position TryClaim returns).
   uint64_t claimed() const { return claimed_; }
-  // Start of the slot for `pos` and its header.
+  // Start of the slot claimed for `pos` (claimed, not yet published) and
+  // its header.
   uint8_t* SlotBase(uint64_t pos) const;
   shm::SlotHeader* Slot(uint64_t pos) const {
     return reinterpret_cast<shm::SlotHeader*>(SlotBase(pos));
   }
   // Makes [0, pos + 1) visible; pos must be the oldest unpublished position.
   void Publish(uint64_t pos);
-  // Marks the end of the ring (no more batches) and wakes the client.
+  // Sets the ring's state (kStateEnded: no more batches; kStateExiting: the
+  // daemon exits and the client may reopen the stream on the next one) and
+  // wakes the client.
   void SetState(uint32_t state);
   // Closes the ring for a reason the client reports (e.g. why a batch could
   // not be made); the reason is written before the state.
@@ -88,6 +94,9 @@ class RingWriter {
   // from one thread at a time.
   void SetWaitReason(const std::string& reason);
 
+  // Positions published so far, and released by the client so far (in any
+  // order: published() - released() slots hold batches the client has not
+  // given back).
   uint64_t published() const;
   uint64_t released() const;
 
@@ -106,12 +115,16 @@ class RingWriter {
  private:
   RingWriter(std::string name, RingGeometry geometry,
              std::unique_ptr<Mapping> mapping);
+  shm::SlotTable* table() const;
 
   const std::string name_;
   const RingGeometry geometry_;
   const std::unique_ptr<Mapping> mapping_;
   shm::RingHeader* const header_;
   uint64_t claimed_ = 0;
+  // The slot of each claimed, unpublished position, at pos % slot_count.
+  std::vector<uint32_t> claimed_slot_;
+  uint32_t next_free_hint_ = 0;  // where TryClaim starts looking
   bool unlinked_ = false;
   std::string wait_reason_;  // as last set; SetWaitReason's thread only
 };
@@ -125,14 +138,30 @@ struct SlotTensor {
   uint64_t nbytes = 0;
 };
 
+// The client's side of one ring. Batches are acquired in order and released
+// in any order; each acquired, unreleased position holds its slot.
+//
+// Fork: a RingReader belongs to the process that attached it. In a forked
+// child it touches nothing of the ring: Release and Heartbeat do nothing,
+// Acquire fails, and the destructor neither marks the ring detached nor
+// gives back a slot, so a child (using its inherited reader or not) never
+// disturbs its parent's stream.
+//
+// Thread safety: Acquire may be called from one thread at a time; Release,
+// Held and the accessors from any thread (tensors die wherever their owners
+// drop them).
 class RingReader {
  public:
   struct Options {
     // A server whose heartbeat is older than this is taken as stopped.
     double server_stale_seconds = 3.0;
+    // The uid the segment must belong to (the daemon's, as the kernel
+    // reports it); the segment must also not be writable by others.
+    // -1: not checked.
+    int64_t owner_uid = -1;
   };
-  // Opens `name`, checks magic, version and geometry, and stamps this
-  // process's pid in the header.
+  // Opens `name`, checks its owner (Options::owner_uid), magic, version and
+  // geometry, and stamps this process's pid in the header.
   static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
       const std::string& name, const Options& options);
   static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
@@ -145,21 +174,34 @@ class RingReader {
   // The whole mapping (e.g. to register it with CUDA as pinned memory).
   uint8_t* base() const;
   size_t size() const;
+  uint32_t slot_count() const { return slot_count_; }
+  // True in the process that attached (not in a forked child).
+  bool InOwnerProcess() const;
+  pid_t owner_pid() const { return owner_pid_; }
 
   // Waits up to timeout_seconds (< 0: for ever) for the next published
   // position and returns it. Fails with Unavailable when the server stopped
-  // ("batchd (pid N) stopped: ..."), OutOfRange when the ring ended,
-  // Cancelled when the stream was closed (with the server's reason when it
-  // gave one), DeadlineExceeded on timeout.
+  // ("batchd (pid N) stopped: ...") or is exiting (kStateExiting: the
+  // stream may be reopened on the daemon that follows), OutOfRange when the
+  // ring ended, Cancelled when the stream was closed (with the server's
+  // reason when it gave one), DeadlineExceeded on timeout (naming what the
+  // server says it is doing, if anything), DataLoss for a forged slot
+  // table, FailedPrecondition in a forked child.
   absl::StatusOr<uint64_t> Acquire(double timeout_seconds);
+  // The slot of an acquired, unreleased position; nullptr otherwise.
   const shm::SlotHeader* Slot(uint64_t pos) const;
   uint8_t* SlotBase(uint64_t pos) const;
   // The tensors of an acquired slot, checked against the slot bounds.
   absl::StatusOr<std::vector<SlotTensor>> Tensors(uint64_t pos) const;
-  // Gives an acquired position back; any order.
+  // Gives an acquired position's slot back, in any order; a position not
+  // held (released already, never acquired) is ignored.
   void Release(uint64_t pos);
+  // The steps of the batches acquired and not yet released, oldest first.
+  std::vector<uint64_t> HeldSteps() const;
   // Refreshes the client heartbeat (the Loader calls it ~10x/s).
   void Heartbeat();
+  // What the server says it is doing while no batch comes ("" if nothing).
+  std::string WaitReason() const;
 
   // Why the server is taken as stopped, or OK.
   absl::Status CheckServer() const;
@@ -167,17 +209,25 @@ class RingReader {
  private:
   RingReader(std::string name, Options options,
              std::unique_ptr<Mapping> mapping);
+  uint8_t* SlotAt(uint32_t slot) const;
+  absl::Status ClosedStatus(uint32_t state) const;
 
   const std::string name_;
   const Options options_;
   const std::unique_ptr<Mapping> mapping_;
   shm::RingHeader* const header_;
-  uint32_t slot_count_;
-  uint64_t slot_bytes_;
+  shm::SlotTable* const table_;
+  const uint32_t slot_count_;
+  const uint64_t slot_bytes_;
+  const pid_t owner_pid_;
 
-  std::mutex mu_;
-  uint64_t next_acquire_ = 0;     // guarded by mu_
-  std::vector<uint8_t> released_;  // guarded by mu_; by pos % slot_count
+  struct Held {
+    uint32_t slot;
+    uint64_t step;
+  };
+  mutable std::mutex mu_;
+  uint64_t next_acquire_ = 0;             // guarded by mu_
+  std::map<uint64_t, Held> held_;         // guarded by mu_; by position
 };
 
 // Removes segments under /dev/shm whose names start with `prefix` (e.g.

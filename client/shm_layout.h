@@ -10,8 +10,8 @@
 //   0      +--------------------------- RingHeader (4096 B) ------------------+
 //          |  0 magic            u64  "BATCHDR1"                              |
 //          |  8 layout_version   u32  written last (release): 0 = not ready   |
-//          | 12 header_bytes     u32  4096                                    |
-//          | 16 slot_count       u32                                          |
+//          | 12 header_bytes     u32  12288: RingHeader and the slot table    |
+//          | 16 slot_count       u32  1 .. kMaxSlots                          |
 //          | 20 world_size       u32                                          |
 //          | 24 slot_bytes       u64  stride of one slot, header included     |
 //          | 32 segment_bytes    u64                                          |
@@ -22,12 +22,14 @@
 //   64     +-- producer line -------------------------------------------------+
 //          | 64 write_pos        u64  atomic: positions [0, write_pos) public |
 //          | 72 data_futex       u32  atomic: bumped after each publish       |
-//          | 76 state            u32  atomic: kStateOpen / Ended / Closed     |
+//          | 76 state            u32  atomic: kStateOpen / Ended / Closed /   |
+//          |                          Exiting                                 |
 //          | 80 data_waiters     u32  atomic: clients asleep on data_futex    |
 //   128    +-- server liveness line -------------------------------------------+
 //          |128 server_heartbeat u64  atomic: CLOCK_MONOTONIC ns, ~10 Hz      |
 //   192    +-- consumer line -------------------------------------------------+
-//          |192 read_pos         u64  atomic: positions [0, read_pos) free    |
+//          |192 released         u64  atomic: positions released so far      |
+//          |                          (a count: releases come in any order)   |
 //          |200 reserved         u32[2]  (zero; no one waits for space)       |
 //   256    +-- client liveness line -------------------------------------------+
 //          |256 client_pid       u32  0 = no client attached yet              |
@@ -44,30 +46,54 @@
 //          |   server is doing while the stream's first steps are not ready |
 //          |   ("indexing wmt lengths 1200/5900 pairs ..."); "" otherwise   |
 //   1024..4096 reserved (zero)
-//   4096   +-- slot 0: SlotHeader (4096 B), then tensors at offsets ≥ 4096 ---+
+//   4096   +-- slot table (SlotTable, 8192 B) --------------------------------+
+//          |   slot_state[kMaxSlots] u32 atomic: kSlotFree (0) = the server   |
+//          |        may fill slot i; kSlotServer (1) = the server's: being   |
+//          |        filled, or published and not yet released               |
+//          |   slot_of[kMaxSlots]    u32 atomic at 8192: slot_of[p %         |
+//          |        slot_count] = the slot that holds position p, written   |
+//          |        before p is published                                   |
+//   12288  +-- slot 0: SlotHeader (4096 B), then tensors at offsets ≥ 4096 ---+
 //          +-- slot 1 ... slot_count-1, each slot_bytes apart (4096-aligned) --+
 //
-// Slot for position p: header_bytes + (p % slot_count) * slot_bytes.
+// Slot i: header_bytes + i * slot_bytes. Position p lives in slot
+// slot_of[p % slot_count] from its publication to its release.
 //
 // SlotHeader (at the start of a slot):
 //     0 sequence u64 (= p)   8 step u64      16 epoch u64   24 position u64
 //    32 cursor_epoch u64    40 cursor_window u64   48 cursor_row u64
 //    56 valid_count u32     60 num_tensors u32     64 payload_bytes u64
+//    72 batch_cursor_epoch u64  80 batch_cursor_window u64
+//    88 batch_cursor_row u64    96..128 reserved (zero)
 //   128 tensors[16] of TensorDesc (128 B each): name char[48], dtype u32,
 //       ndim u32, shape i64[6], offset u64 (from the slot start), nbytes u64
+// The cursor is where this rank's first item sits (packed rows: epoch,
+// window, row in the window); the batch cursor is where the global batch's
+// first item sits (rank 0's cursor), the same in every rank's slot, so that
+// every rank's checkpoint (Loader::State) is the same and resumes the job.
 //
-// Protocol: the server claims position p only while p - read_pos <
-// slot_count, writes the slot, then publishes with a store of write_pos =
-// p + 1 (positions are published in order) and bumps data_futex; it makes
-// the futex wake call (tens of µs) only when data_waiters says a client
-// sleeps. A client about to sleep raises data_waiters, then re-reads
-// write_pos; both sides use seq_cst for that store/load pair, so one of them
-// always sees the other. The client acquires write_pos, reads, and on
-// release advances read_pos over the contiguous prefix of released
-// positions, and nothing more: the server polls full rings (the client has
-// no doorbell to ring, so a release costs one store). No lock lives in this
-// memory: a process killed at any instruction leaves the other side able to
-// go on or to notice.
+// Protocol. Positions are published in order, slots are given back in any
+// order. The server claims position p only when some slot i is free (an
+// acquire load of slot_state[i] == kSlotFree, pairing with the client's
+// release store); it marks it kSlotServer, writes it, records slot_of[p %
+// slot_count] = i, then publishes with a store of write_pos = p + 1 and
+// bumps data_futex; it makes the futex wake call (tens of µs) only when
+// data_waiters says a client sleeps. A client about to sleep raises
+// data_waiters, then re-reads write_pos; both sides use seq_cst for that
+// store/load pair, so one of them always sees the other. The client
+// acquires write_pos, reads slot_of[p % slot_count] (written before that
+// release) and the slot, and on release stores slot_state[i] = kSlotFree
+// (release: its reads of the slot happen before the server reuses it) and
+// counts the release in `released`. Only the server writes kSlotServer and
+// only the client writes kSlotFree, each for a slot the other side has let
+// go. slot_of[p % slot_count] is not overwritten before p is released:
+// positions p .. p + slot_count published at once would need slot_count + 1
+// slots. So a client may keep any k < slot_count batches for as long as it
+// likes and the stream flows through the other slots; a client holding
+// every slot stalls it (its wait names the held steps). The server polls
+// full rings (the client has no doorbell to ring, so a release costs two
+// stores). No lock lives in this memory: a process killed at any
+// instruction leaves the other side able to go on or to notice.
 #ifndef BATCHD_CLIENT_SHM_LAYOUT_H_
 #define BATCHD_CLIENT_SHM_LAYOUT_H_
 
@@ -83,8 +109,11 @@ namespace batchd {
 namespace shm {
 
 inline constexpr uint64_t kMagic = 0x3152444843544142ULL;  // "BATCHDR1"
-inline constexpr uint32_t kLayoutVersion = 1;
-inline constexpr uint32_t kHeaderBytes = 4096;
+inline constexpr uint32_t kLayoutVersion = 2;
+// The RingHeader's page and the slot table's two pages.
+inline constexpr uint32_t kHeaderBytes = 3 * 4096;
+inline constexpr uint32_t kSlotTableOffset = 4096;
+inline constexpr uint32_t kMaxSlots = 1024;
 inline constexpr uint32_t kSlotHeaderBytes = 4096;
 inline constexpr uint32_t kMaxTensors = 16;
 inline constexpr uint32_t kMaxDims = 6;
@@ -101,7 +130,14 @@ inline constexpr uint64_t kMaxSegmentBytes = uint64_t(1) << 54;  // 16 PiB
 // RingHeader::state.
 inline constexpr uint32_t kStateOpen = 0;
 inline constexpr uint32_t kStateEnded = 1;   // all batches published (eval)
-inline constexpr uint32_t kStateClosed = 2;  // stream closed or server exiting
+inline constexpr uint32_t kStateClosed = 2;  // stream closed (close_reason)
+// The daemon is exiting (shutdown, restart): the stream itself goes on, and
+// a client may reopen it at its own next step on the daemon that follows.
+inline constexpr uint32_t kStateExiting = 3;
+
+// SlotTable::slot_state.
+inline constexpr uint32_t kSlotFree = 0;    // the server may fill it
+inline constexpr uint32_t kSlotServer = 1;  // being filled, or not released
 
 
 struct RingHeader {
@@ -124,7 +160,8 @@ struct RingHeader {
 
   alignas(64) std::atomic<uint64_t> server_heartbeat_ns;
 
-  alignas(64) std::atomic<uint64_t> read_pos;
+  // Positions the client has released (a count, not a prefix).
+  alignas(64) std::atomic<uint64_t> released;
   uint32_t reserved_consumer[2];  // zero
 
   alignas(64) std::atomic<uint32_t> client_pid;
@@ -145,6 +182,13 @@ struct RingHeader {
   // never an unterminated one (the last byte is always NUL). Readers that
   // ignore it (zero in older servers) are unaffected.
   std::atomic<char> wait_reason[256];
+};
+
+// At kSlotTableOffset: which slots are free, and where each published
+// position lives.
+struct SlotTable {
+  std::atomic<uint32_t> slot_state[kMaxSlots];
+  std::atomic<uint32_t> slot_of[kMaxSlots];
 };
 
 struct TensorDesc {
@@ -168,7 +212,10 @@ struct SlotHeader {
   uint32_t valid_count;
   uint32_t num_tensors;
   uint64_t payload_bytes;
-  uint64_t reserved[7];
+  uint64_t batch_cursor_epoch;
+  uint64_t batch_cursor_window;
+  uint64_t batch_cursor_row;
+  uint64_t reserved[4];
   TensorDesc tensors[kMaxTensors];
 };
 
@@ -195,7 +242,7 @@ static_assert(offsetof(RingHeader, data_futex) == 72);
 static_assert(offsetof(RingHeader, state) == 76);
 static_assert(offsetof(RingHeader, data_waiters) == 80);
 static_assert(offsetof(RingHeader, server_heartbeat_ns) == 128);
-static_assert(offsetof(RingHeader, read_pos) == 192);
+static_assert(offsetof(RingHeader, released) == 192);
 static_assert(offsetof(RingHeader, reserved_consumer) == 200);
 static_assert(offsetof(RingHeader, client_pid) == 256);
 static_assert(offsetof(RingHeader, client_start) == 264);
@@ -207,7 +254,11 @@ static_assert(offsetof(RingHeader, stream_name) == 320);
 static_assert(offsetof(RingHeader, close_reason) == 512);
 static_assert(offsetof(RingHeader, wait_reason) == 768);
 static_assert(sizeof(RingHeader) == 1024);
-static_assert(sizeof(RingHeader) <= kHeaderBytes);
+static_assert(sizeof(RingHeader) <= kSlotTableOffset);
+static_assert(offsetof(SlotTable, slot_state) == 0);
+static_assert(offsetof(SlotTable, slot_of) == 4 * kMaxSlots);
+static_assert(sizeof(SlotTable) == 8192);
+static_assert(kSlotTableOffset + sizeof(SlotTable) == kHeaderBytes);
 
 static_assert(offsetof(TensorDesc, dtype) == 48);
 static_assert(offsetof(TensorDesc, ndim) == 52);
@@ -226,6 +277,9 @@ static_assert(offsetof(SlotHeader, cursor_row) == 48);
 static_assert(offsetof(SlotHeader, valid_count) == 56);
 static_assert(offsetof(SlotHeader, num_tensors) == 60);
 static_assert(offsetof(SlotHeader, payload_bytes) == 64);
+static_assert(offsetof(SlotHeader, batch_cursor_epoch) == 72);
+static_assert(offsetof(SlotHeader, batch_cursor_window) == 80);
+static_assert(offsetof(SlotHeader, batch_cursor_row) == 88);
 static_assert(offsetof(SlotHeader, tensors) == 128);
 static_assert(sizeof(SlotHeader) <= kSlotHeaderBytes);
 

@@ -3,7 +3,7 @@ of the synthetic stream and checks, every step, that the ranks' examples are
 disjoint. Launch with torchrun (or torch.distributed.run):
 
     /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
-        examples/synthetic_ddp.py --server unix:///tmp/batchd.sock
+        examples/synthetic_ddp.py --server unix:///run/batchd/batchd.sock
 
 The target is a fixed linear function of the example's payload bytes, so the
 loss falls as the model learns it.

@@ -154,7 +154,8 @@ const std::vector<Flag>& Flags() {
                    "cores this process may use; at most 1024. Default: 0"),
       STRING_FLAG("shm-prefix", core.shm_prefix, "NAME",
                   "first part of segment names "
-                  "(/dev/shm/NAME.<uid>.<stream>.<rank>.<random>). Default: "
+                  "(/dev/shm/NAME.<uid>.<owner>.<stream>.<rank>.<random>). "
+                  "Default: "
                   "batchd"),
       STRING_FLAG("shm-group", shm_group, "GROUP",
                   "give this group (name or gid) read/write access to the "
@@ -200,14 +201,60 @@ const std::vector<Flag>& Flags() {
                   "OpenStream asked for it, so that requests for rings "
                   "nobody maps cannot hold --max-streams or a drain. "
                   "Default: 60"),
+      // Quotas per uid and the socket directory rule.
+      U64_FLAG("max-streams-per-uid", core.max_streams_per_uid, 0, "N",
+               "streams one uid may own at once (TCP callers share one "
+               "quota; administrators are exempt); 0: no limit. Default: 16"),
+      Flag{"max-ring-bytes-per-uid", Kind::kString, "BYTES",
+           "ring bytes of one uid's streams (TCP callers share one quota; "
+           "administrators are exempt); auto: a quarter of --max-ring-bytes "
+           "(of /dev/shm's size when that is 0); 0: no limit. Default: auto",
+           [](DaemonConfig* c, const std::string& v) {
+             if (v == "auto") {
+               c->core.max_ring_bytes_per_uid = CoreOptions::kAutoRingBytes;
+               return absl::OkStatus();
+             }
+             uint64_t n;
+             if (!absl::SimpleAtoi(v, &n) || n == CoreOptions::kAutoRingBytes) {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "--max-ring-bytes-per-uid wants a byte count or auto, not '",
+                   v, "'"));
+             }
+             c->core.max_ring_bytes_per_uid = n;
+             return absl::OkStatus();
+           },
+           [](const DaemonConfig& c) {
+             return c.core.max_ring_bytes_per_uid == CoreOptions::kAutoRingBytes
+                        ? std::string("auto")
+                        : absl::StrCat(c.core.max_ring_bytes_per_uid);
+           }},
+      U64_FLAG("max-model-bytes-per-uid", core.max_model_bytes_per_uid, 0,
+               "BYTES",
+               "resident bytes of the models (SentencePiece) of one uid's "
+               "streams (TCP callers share one quota; administrators are "
+               "exempt); 0: no limit. Default: 1073741824 (1 GiB)"),
+      Flag{"allow-shared-socket-dir", Kind::kBool, "BOOL",
+           "accept a socket directory that others may write with the "
+           "sticky bit set (/tmp): refused by default, since another user "
+           "can bind the socket's name there first and pass for batchd to "
+           "every trainer. Default: false",
+           [](DaemonConfig* c, const std::string& v) {
+             return ParseBool("allow-shared-socket-dir", v,
+                              &c->allow_shared_socket_dir);
+           },
+           [](const DaemonConfig& c) {
+             return std::string(c.allow_shared_socket_dir ? "true" : "false");
+           }},
       STRING_FLAG("admin-group", admin_group, "GROUP",
                   "members of this group (name or gid) may drain, shut "
-                  "down and close any stream, as root and the daemon's "
-                  "own user may. Default: none"),
+                  "down, and join or close another uid's stream by naming "
+                  "its owner, as root and the daemon's own user may. "
+                  "Default: none"),
       Flag{"tcp-admin", Kind::kBool, "BOOL",
            "let TCP callers (who have no kernel identity; with "
            "--tls-client-ca, those with a client certificate) drain, shut "
-           "down and close any stream. Default: false",
+           "down, and join or close any uid's stream by naming its owner. "
+           "Default: false",
            [](DaemonConfig* c, const std::string& v) {
              return ParseBool("tcp-admin", v, &c->core.anonymous_admin);
            },

@@ -44,6 +44,9 @@ struct DaemonConfig {
   int max_connections = 0;
   int max_connections_per_uid = 128;
   double connection_idle_seconds = 30;
+  // --allow-shared-socket-dir: a sticky world-writable socket directory
+  // (/tmp) is accepted; refused otherwise.
+  bool allow_shared_socket_dir = false;
 };
 
 struct ParsedArgs {

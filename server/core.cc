@@ -1,5 +1,5 @@
 // Streams, ranks and their rings; see core.h. Specs and stream creation
-// are in core_spec.cc.
+// are in core_spec.cc, authorization, limits and quotas in core_access.cc.
 #include "server/core.h"
 
 #include <limits.h>
@@ -95,11 +95,17 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   }
   o.data_root = resolved;
   if (o.threads <= 0) o.threads = DefaultThreads();
+  struct statvfs shm;
+  const uint64_t shm_bytes = statvfs("/dev/shm", &shm) == 0
+                                 ? uint64_t(shm.f_blocks) * shm.f_frsize
+                                 : 0;
   if (o.max_total_bytes == CoreOptions::kAutoRingBytes) {
-    struct statvfs st;
-    o.max_total_bytes = statvfs("/dev/shm", &st) == 0
-                            ? uint64_t(st.f_blocks) * st.f_frsize / 2
-                            : 0;
+    o.max_total_bytes = shm_bytes / 2;
+  }
+  if (o.max_ring_bytes_per_uid == CoreOptions::kAutoRingBytes) {
+    // A quarter of what all rings may take: four users at their full quota.
+    o.max_ring_bytes_per_uid =
+        (o.max_total_bytes != 0 ? o.max_total_bytes : shm_bytes) / 4;
   }
   if (o.default_slots == 0) o.default_slots = 4;
   if (o.shm_prefix.empty() || o.shm_prefix.find('/') != std::string::npos ||
@@ -167,7 +173,8 @@ Core::~Core() {
   }
 }
 
-std::string Core::SegmentName(const std::string& stream, uint32_t rank) const {
+std::string Core::SegmentName(uint32_t owner_uid, const std::string& stream,
+                              uint32_t rank) const {
   // /dev/shm is world-writable: a predictable name could be taken first by
   // another user (OpenStream would fail) or planted with a forged header.
   // 64 random bits make the name unguessable; the client learns it from
@@ -176,8 +183,14 @@ std::string Core::SegmentName(const std::string& stream, uint32_t rank) const {
   if (getrandom(&nonce, sizeof(nonce), 0) != ssize_t(sizeof(nonce))) {
     nonce = MonotonicNanos() ^ (uint64_t(getpid()) << 40);
   }
-  return absl::StrCat("/", options_.shm_prefix, ".", getuid(), ".", stream, ".",
-                      rank, ".", absl::Hex(nonce, absl::kZeroPad16));
+  // The daemon's uid first (it owns the file; a restarted daemon removes
+  // the stale segments of its uid and prefix), then the stream's owner, so
+  // that two owners' streams of one name never share a name.
+  const std::string owner =
+      owner_uid == kAnonymousUid ? std::string("tcp") : absl::StrCat(owner_uid);
+  return absl::StrCat("/", options_.shm_prefix, ".", getuid(), ".", owner, ".",
+                      stream, ".", rank, ".",
+                      absl::Hex(nonce, absl::kZeroPad16));
 }
 
 void Core::HeartbeatLoop() {
@@ -234,7 +247,7 @@ void Core::ReportIndexing(uint64_t now) {
       now - last_indexing_log_ns_ >= uint64_t(kIndexingLogSeconds * 1e9);
   bool logged = false;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, stream] : streams_) {
+  for (const auto& [key, stream] : streams_) {
     const std::optional<IndexProgress> p = stream->setup->workload->progress();
     const std::string text = p.has_value() ? IndexingText(*p) : "";
     for (const RankSeat& rs : stream->ranks) {
@@ -242,7 +255,8 @@ void Core::ReportIndexing(uint64_t now) {
     }
     if (p.has_value() && log_now) {
       Log(LogLevel::kInfo, "indexing",
-          {{"stream", name},
+          {{"stream", key.second},
+           {"owner", DescribeOwner(key.first)},
            {"what", p->what},
            {"done", std::to_string(p->done)},
            {"total", std::to_string(p->total)},
@@ -258,7 +272,7 @@ void Core::ReportIndexing(uint64_t now) {
 void Core::LogThroughput(uint64_t now) {
   const double span = double(now - last_throughput_ns_) / 1e9;
   last_throughput_ns_ = now;
-  std::map<std::string, std::pair<uint64_t, uint64_t>> totals;
+  std::map<StreamKey, std::pair<uint64_t, uint64_t>> totals;
   for (const StreamStatusData& st : GetStatus().streams) {
     uint64_t examples = 0, bytes = 0;
     int attached = 0;
@@ -267,14 +281,16 @@ void Core::LogThroughput(uint64_t now) {
       bytes += r.bytes;
       attached += r.attached;
     }
-    totals[st.spec.name] = {examples, bytes};
-    const auto last = last_totals_.find(st.spec.name);
+    const StreamKey key{st.owner_uid, st.spec.name};
+    totals[key] = {examples, bytes};
+    const auto last = last_totals_.find(key);
     const uint64_t de = last == last_totals_.end() ? examples
                                                    : examples - last->second.first;
     const uint64_t db = last == last_totals_.end() ? bytes
                                                    : bytes - last->second.second;
     Log(LogLevel::kInfo, "throughput",
         {{"stream", st.spec.name},
+         {"owner", DescribeOwner(st.owner_uid)},
          {"attached_ranks", std::to_string(attached)},
          {"examples_per_s", absl::StrCat(int64_t(double(de) / span))},
          {"bytes_per_s", absl::StrCat(int64_t(double(db) / span))},
@@ -282,39 +298,6 @@ void Core::LogThroughput(uint64_t now) {
          {"skipped", std::to_string(st.skipped_examples)}});
   }
   last_totals_ = std::move(totals);
-}
-
-uint64_t Core::RingBytesInUse() const {
-  uint64_t total = 0;
-  for (const auto& [name, stream] : streams_) {
-    for (const RankSeat& rs : stream->ranks) {
-      if (rs.producer != nullptr) {
-        total += rs.producer->ring().geometry().SegmentBytes();
-      }
-    }
-  }
-  return total;
-}
-
-bool Core::IsAdmin(const Caller& caller) const {
-  if (!caller.known) return options_.anonymous_admin;
-  if (caller.uid == 0 || caller.uid == geteuid()) return true;
-  if (options_.admin_gid == gid_t(-1)) return false;
-  if (caller.gid == options_.admin_gid) return true;
-  return std::find(caller.groups.begin(), caller.groups.end(),
-                   uint32_t(options_.admin_gid)) != caller.groups.end();
-}
-
-absl::Status Core::CheckAdmin(const Caller& caller,
-                              const std::string& what) const {
-  if (IsAdmin(caller)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      what, " is for batchd's administrators (root, uid ", geteuid(),
-      options_.admin_gid != gid_t(-1)
-          ? absl::StrCat(", members of --admin-group ", options_.admin_gid)
-          : std::string(),
-      caller.known ? "" : "; TCP callers only with --tcp-admin",
-      "), not ", caller.Describe()));
 }
 
 uint32_t Core::Drain() {
@@ -355,9 +338,58 @@ bool Core::HolderAlive(const RankSeat& rs, uint64_t now) const {
   return true;
 }
 
-absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
-                                            uint32_t rank,
-                                            const Caller& caller) {
+absl::StatusOr<std::shared_ptr<Schedule>> Core::ScheduleFor(
+    const Stream& stream, const RankResume* resume) const {
+  if (resume == nullptr) return SharedSchedule(stream.setup);
+  std::shared_ptr<Schedule> schedule;
+  if (resume->has_cursor) {
+    if (resume->cursor_step > resume->step) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resume at step ", resume->step, " names the cursor of step ",
+          resume->cursor_step, ", a later one"));
+    }
+    // Anchored where this rank resumes, so that ranks a step or two apart
+    // each find their own batches without replaying earlier epochs.
+    schedule = OwnSchedule(stream.setup);
+    if (absl::Status s =
+            schedule->Anchor(resume->cursor_step, resume->cursor, true);
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    schedule = SharedSchedule(stream.setup);
+  }
+  if (absl::Status s = schedule->CheckReachable(resume->step); !s.ok()) {
+    return s;
+  }
+  return schedule;
+}
+
+// OpenStream's steps: check the spec, find whose stream it is, find or
+// create it (within the limits and the owner's quotas), then the rank: its
+// seat, its ring's limits, its ring.
+absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in, uint32_t rank,
+                                            const Caller& caller,
+                                            std::optional<uint32_t> owner_uid,
+                                            const RankResume* resume) {
+  absl::StatusOr<StreamSpec> spec = CheckedSpec(in, rank);
+  if (!spec.ok()) return spec.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<StreamKey> key = AuthorizeOpen(spec->name, caller, owner_uid);
+  if (!key.ok()) return key.status();
+  bool created = false;
+  absl::StatusOr<Stream*> stream =
+      FindOrCreateStream(*key, *spec, caller, &created);
+  if (!stream.ok()) return stream.status();
+  absl::StatusOr<OpenResult> opened =
+      OpenRank(*key, **stream, *spec, rank, caller, resume);
+  // A stream this call created and could not open a rank of is not kept.
+  if (!opened.ok() && created) streams_.erase(*key);
+  return opened;
+}
+
+absl::StatusOr<StreamSpec> Core::CheckedSpec(const StreamSpec& in,
+                                             uint32_t rank) const {
   StreamSpec spec = in;
   if (spec.slots == 0) spec.slots = options_.default_slots;
   if (spec.split.empty()) spec.split = "train";
@@ -368,67 +400,55 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
                      spec.world_size, " (ranks are 0..", spec.world_size - 1,
                      ")"));
   }
+  return spec;
+}
 
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = streams_.find(spec.name);
-  bool created = false;
-  if (it == streams_.end()) {
-    if (draining_) {
-      return absl::UnavailableError(
-          "batchd is draining: it serves the streams it has and takes no "
-          "new ones");
-    }
-    if (streams_.size() >= options_.max_streams) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "batchd serves ", streams_.size(), " streams, its limit "
-          "(--max-streams ", options_.max_streams, "); close one first"));
-    }
-    absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
-    if (!made.ok()) return made.status();
-    (*made)->owner = caller;
-    it = streams_.emplace(spec.name, std::move(*made)).first;
-    created = true;
+absl::StatusOr<Core::Stream*> Core::FindOrCreateStream(const StreamKey& key,
+                                                       const StreamSpec& spec,
+                                                       const Caller& caller,
+                                                       bool* created) {
+  auto it = streams_.find(key);
+  if (it != streams_.end()) return it->second.get();
+  if (key.first != OwnerOf(caller)) {
+    return absl::NotFoundError(
+        absl::StrCat(DescribeOwner(key.first), " has no stream '", key.second,
+                     "' to join (owner_uid joins a stream its owner opened)"));
   }
-  Stream& stream = *it->second;
-  RankSeat& rs = stream.ranks[rank];
-
-  // Another user's stream is not to be joined: its data and its ranks are
-  // theirs. (Streams opened over TCP have no owner to protect.)
-  if (stream.owner.known && caller.uid != stream.owner.uid &&
-      !IsAdmin(caller)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "stream '", spec.name, "' belongs to uid ", stream.owner.uid,
-        ", not to ", caller.Describe()));
+  if (draining_) {
+    return absl::UnavailableError(
+        "batchd is draining: it serves the streams it has and takes no "
+        "new ones");
   }
-  // Ranks that never attached must agree on everything; a rank re-attaching
-  // after its client died may ask for another start step.
-  std::string detail;
-  const std::string field =
-      FirstDifference(stream.spec, spec, !rs.ever_attached, &detail);
-  if (!field.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("stream '", spec.name, "' exists with another spec: ",
-                     detail));
+  if (streams_.size() >= options_.max_streams) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("batchd serves ", streams_.size(),
+                     " streams, its limit (--max-streams ",
+                     options_.max_streams, "); close one first"));
   }
-  if (absl::Status s = stream.setup->schedule->CheckReachable(spec.start_step);
+  const bool exempt = IsAdmin(caller);
+  if (absl::Status s = CheckStreamQuota(key.first, exempt); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Stream>> made = MakeStream(spec);
+  if (!made.ok()) return made.status();
+  if (absl::Status s = CheckModelQuota(
+          key.first, exempt, (*made)->setup->workload->resident_bytes());
       !s.ok()) {
-    if (created) streams_.erase(it);
     return s;
   }
-  if (rs.producer != nullptr) {
-    // Only the process that holds the rank may take it again while it
-    // lives; who the caller is comes from the kernel, not the request.
-    if (HolderAlive(rs, MonotonicNanos()) && !rs.holder.SameProcess(caller)) {
-      const RingWriter::ClientInfo c = rs.producer->ring().client();
-      return absl::AlreadyExistsError(absl::StrCat(
-          "rank ", rank, " of stream '", spec.name,
-          "' is already attached by ",
-          c.pid != 0 ? absl::StrCat("pid ", c.pid) : rs.holder.Describe()));
-    }
-    Detach(stream, rs);  // its old client is gone, or it is us again
-  }
+  (*made)->owner = caller;
+  (*made)->exempt = exempt;
+  *created = true;
+  return streams_.emplace(key, std::move(*made)).first->second.get();
+}
 
-  const CoreOptions& o = options_;
+absl::StatusOr<OpenResult> Core::OpenRank(const StreamKey& key, Stream& stream,
+                                          const StreamSpec& spec, uint32_t rank,
+                                          const Caller& caller,
+                                          const RankResume* resume) {
+  if (absl::Status s = TakeSeat(stream, spec, rank, caller); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<Schedule>> schedule =
+      ScheduleFor(stream, resume);
+  if (!schedule.ok()) return schedule.status();
+  const uint64_t start_step = resume != nullptr ? resume->step : spec.start_step;
   const StreamSetup& sc = *stream.setup;
   RingGeometry geometry;
   geometry.slot_count = spec.slots;
@@ -436,48 +456,22 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
   geometry.rank = rank;
   geometry.world_size = spec.world_size;
   geometry.stream_name = spec.name;
-  const std::string segment = SegmentName(spec.name, rank);
-  const uint64_t bytes = geometry.SegmentBytes();
-  uint64_t stream_bytes = 0;
-  for (const RankSeat& other : stream.ranks) {
-    if (other.producer != nullptr) {
-      stream_bytes += other.producer->ring().geometry().SegmentBytes();
-    }
+  if (absl::Status s = CheckRingLimits(key, stream, geometry.SegmentBytes());
+      !s.ok()) {
+    return s;
   }
-  absl::Status limit;
-  // A ring /dev/shm cannot hold at all is reported as that (by Create, with
-  // the sizes), whatever the limits say.
-  const bool fits = bytes <= ShmFreeBytes();
-  if (fits && o.max_stream_bytes != 0 &&
-      stream_bytes + bytes > o.max_stream_bytes) {
-    limit = absl::ResourceExhaustedError(absl::StrCat(
-        "stream '", spec.name, "' would hold ", stream_bytes + bytes,
-        " ring bytes on this node, over --max-stream-bytes ",
-        o.max_stream_bytes));
-  } else if (fits && o.max_total_bytes != 0 &&
-             RingBytesInUse() + bytes > o.max_total_bytes) {
-    limit = absl::ResourceExhaustedError(absl::StrCat(
-        "rings would take ", RingBytesInUse() + bytes,
-        " bytes, over --max-ring-bytes ", o.max_total_bytes));
-  }
-  if (!limit.ok()) {
-    if (created) streams_.erase(it);
-    return limit;
-  }
+  const std::string segment = SegmentName(key.first, spec.name, rank);
   absl::StatusOr<std::unique_ptr<RingWriter>> ring =
-      RingWriter::Create(segment, geometry, o.shm_group);
-  if (!ring.ok()) {
-    if (created) streams_.erase(it);
-    return ring.status();
-  }
+      RingWriter::Create(segment, geometry, options_.shm_group);
+  if (!ring.ok()) return ring.status();
+  RankSeat& rs = stream.ranks[rank];
   if (rs.ever_attached) ++rs.reattaches;
   rs.ever_attached = true;
   rs.holder = caller;
   rs.attached_ns = MonotonicNanos();
   stream.idle_since_ns = 0;
-  rs.producer = std::make_shared<RankProducer>(stream.setup, rank,
-                                               spec.start_step,
-                                               std::move(*ring));
+  rs.producer = std::make_shared<RankProducer>(
+      stream.setup, rank, start_step, std::move(*ring), *std::move(schedule));
   {
     std::lock_guard<std::mutex> beat(beat_mu_);
     beating_.push_back(rs.producer);
@@ -499,12 +493,44 @@ absl::StatusOr<OpenResult> Core::OpenStream(const StreamSpec& in,
     r.tensors.push_back(std::move(t));
   }
   r.server_pid = uint32_t(getpid());
-  r.start_step = spec.start_step;
+  r.start_step = start_step;
+  r.cursor_resume = rs.producer->schedule().resumes_by_cursor();
   return r;
+}
+
+absl::Status Core::TakeSeat(Stream& stream, const StreamSpec& spec,
+                            uint32_t rank, const Caller& caller) {
+  RankSeat& rs = stream.ranks[rank];
+  // Ranks that never attached must agree on everything; a rank re-attaching
+  // after its client died may ask for another start step.
+  std::string detail;
+  const std::string field =
+      FirstDifference(stream.spec, spec, !rs.ever_attached, &detail);
+  if (!field.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stream '", spec.name, "' exists with another spec: ", detail));
+  }
+  if (absl::Status s = stream.setup->schedule->CheckReachable(spec.start_step);
+      !s.ok()) {
+    return s;
+  }
+  if (rs.producer == nullptr) return absl::OkStatus();
+  // Only the process that holds the rank may take it again while it lives;
+  // who the caller is comes from the kernel, not the request.
+  if (HolderAlive(rs, MonotonicNanos()) && !rs.holder.SameProcess(caller)) {
+    const RingWriter::ClientInfo c = rs.producer->ring().client();
+    return absl::AlreadyExistsError(absl::StrCat(
+        "rank ", rank, " of stream '", spec.name, "' is already attached by ",
+        c.pid != 0 ? absl::StrCat("pid ", c.pid) : rs.holder.Describe()));
+  }
+  Detach(stream, rs);  // its old client is gone, or it is us again
+  return absl::OkStatus();
 }
 
 void Core::Detach(Stream& stream, RankSeat& rs) {
   if (rs.producer == nullptr) return;
+  // A client stamps its pid when it maps the ring and leaves it there.
+  if (rs.producer->ring().client().pid != 0) stream.ever_mapped = true;
   engine_->Retire(rs.producer);
   {
     std::lock_guard<std::mutex> beat(beat_mu_);
@@ -527,7 +553,7 @@ std::vector<std::string> Core::ReapDeadClients() {
   // Read under the lock: a caller that waited for it would otherwise hold a
   // time older than the idle marks the previous holder set.
   const uint64_t now = MonotonicNanos();
-  for (auto& [name, stream] : streams_) {
+  for (auto& [key, stream] : streams_) {
     for (RankSeat& rs : stream->ranks) {
       if (rs.producer == nullptr) continue;
       RingWriter& ring = rs.producer->ring();
@@ -551,33 +577,49 @@ std::vector<std::string> Core::ReapDeadClients() {
     on_drained_ = nullptr;
     done();
   }
+  ForgetIdleStreams(now);
+  return freed;
+}
+
+void Core::ForgetIdleStreams(uint64_t now) {
   const uint64_t idle = uint64_t(options_.idle_stream_seconds * 1e9);
   for (auto it = streams_.begin(); it != streams_.end();) {
     Stream& st = *it->second;
     bool any = false;
     for (const RankSeat& rs : st.ranks) any |= rs.producer != nullptr;
+    // A ghost goes with its last ring; a stream whose ranks attached and
+    // died is kept for idle_stream_seconds, so a restarted rank re-attaches.
+    const char* why = nullptr;
     if (any) {
       st.idle_since_ns = 0;
+    } else if (!st.ever_mapped) {
+      why = "no rank ever attached; its rings were freed";
     } else if (st.idle_since_ns == 0) {
       st.idle_since_ns = now;
     } else if (now > st.idle_since_ns && now - st.idle_since_ns > idle) {
-      Log(LogLevel::kInfo, "stream_forgotten", {{"stream", it->first}});
-      st.setup->Cancel();
-      it = streams_.erase(it);
+      why = "idle";
+    }
+    if (why == nullptr) {
+      ++it;
       continue;
     }
-    ++it;
+    Log(LogLevel::kInfo, "stream_forgotten",
+        {{"stream", it->first.second},
+         {"owner", DescribeOwner(it->first.first)},
+         {"why", why}});
+    st.setup->Cancel();
+    it = streams_.erase(it);
   }
-  return freed;
 }
 
-absl::Status Core::CloseStream(const std::string& name) {
+absl::Status Core::CloseStream(uint32_t owner_uid, const std::string& name) {
   std::unique_ptr<Stream> closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = streams_.find(name);
+    auto it = streams_.find(StreamKey{owner_uid, name});
     if (it == streams_.end()) {
-      return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
+      return absl::NotFoundError(absl::StrCat(
+          DescribeOwner(owner_uid), " has no stream named '", name, "'"));
     }
     for (RankSeat& rs : it->second->ranks) Detach(*it->second, rs);
     it->second->setup->Cancel();
@@ -590,33 +632,18 @@ absl::Status Core::CloseStream(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::Status Core::CloseStream(const std::string& name, const Caller& caller) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = streams_.find(name);
-    if (it == streams_.end()) {
-      return absl::NotFoundError(absl::StrCat("no stream named '", name, "'"));
-    }
-    const Caller& owner = it->second->owner;
-    const bool owns = owner.known && caller.known && owner.uid == caller.uid;
-    if (!owns && !IsAdmin(caller)) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "stream '", name, "' belongs to ",
-          owner.known ? absl::StrCat("uid ", owner.uid)
-                      : std::string("an anonymous TCP caller"),
-          "; only its owner or batchd's administrators may close it, not ",
-          caller.Describe()));
-    }
-  }
-  return CloseStream(name);
-}
-
 void Core::CloseAll() {
-  std::map<std::string, std::unique_ptr<Stream>> closed;
+  std::map<StreamKey, std::unique_ptr<Stream>> closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [name, stream] : streams_) {
-      for (RankSeat& rs : stream->ranks) Detach(*stream, rs);
+    for (auto& [key, stream] : streams_) {
+      for (RankSeat& rs : stream->ranks) {
+        // Not closed: the stream goes on, on the daemon that follows.
+        if (rs.producer != nullptr) {
+          rs.producer->ring().SetState(shm::kStateExiting);
+        }
+        Detach(*stream, rs);
+      }
       stream->setup->Cancel();
     }
     closed.swap(streams_);
@@ -635,11 +662,19 @@ ServerStatusData Core::GetStatus() {
   s.rss_bytes = SelfRssBytes(false);
   s.readahead_bytes = options_.readahead_bytes;
   s.readahead_threads = uint32_t(readahead_->io_threads());
+  s.max_streams_per_uid = options_.max_streams_per_uid;
+  s.max_ring_bytes_per_uid = options_.max_ring_bytes_per_uid;
+  s.max_model_bytes_per_uid = options_.max_model_bytes_per_uid;
   std::lock_guard<std::mutex> lock(mu_);
   s.draining = draining_;
-  for (const auto& [name, stream] : streams_) {
+  for (const auto& [key, stream] : streams_) {
+    if (s.uids.empty() || s.uids.back().uid != key.first) {
+      s.uids.push_back(UsageOf(key.first));
+    }
     StreamStatusData st;
     st.spec = stream->spec;
+    st.owner_uid = key.first;
+    st.owner_known = key.first != kAnonymousUid;
     st.steps_per_epoch = stream->setup->schedule->steps_per_epoch();
     st.decode_errors = stream->setup->counters.decode_errors.load();
     st.skipped_examples = stream->setup->counters.skipped_examples.load();

@@ -70,7 +70,12 @@ std::string FirstDifference(const StreamSpec& a, const StreamSpec& b,
     return s.has_start_cursor
                ? absl::StrCat("(", s.start_cursor.epoch, ", ",
                               s.start_cursor.window, ", ",
-                              s.start_cursor.row, ")")
+                              s.start_cursor.row,
+                              s.has_start_cursor_step
+                                  ? absl::StrCat(", step ",
+                                                 s.start_cursor_step)
+                                  : std::string(),
+                              ")")
                : std::string("none");
   };
   if (compare_start_step && cursor(a) != cursor(b)) {
@@ -144,7 +149,20 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   }
   Schedule& schedule = *stream->setup->schedule;
   if (spec.has_start_cursor) {
-    absl::Status s = schedule.Anchor(spec.start_step, spec.start_cursor);
+    // A cursor with its step may be any rank's row of that batch; one
+    // without is rank 0's of batch start_step.
+    const uint64_t step =
+        spec.has_start_cursor_step ? spec.start_cursor_step : spec.start_step;
+    absl::Status s =
+        step > spec.start_step
+            ? absl::InvalidArgumentError(absl::StrCat(
+                  "start_cursor is the cursor of step ", step,
+                  ", after start_step ", spec.start_step,
+                  ": a stream begins at or after the batch its cursor "
+                  "names (to resume after the batch of a cursor, pass "
+                  "start_step = its step + 1, or use the Loader's state)"))
+            : schedule.Anchor(step, spec.start_cursor,
+                              spec.has_start_cursor_step);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("workload '", spec.workload,
                                                  "' split '", spec.split,

@@ -43,19 +43,35 @@ absl::StatusOr<BatchLayout> BatchLayout::Make(
   return layout;
 }
 
+std::shared_ptr<Schedule> SharedSchedule(std::shared_ptr<StreamSetup> stream) {
+  Schedule* schedule = stream->schedule.get();
+  return std::shared_ptr<Schedule>(std::move(stream), schedule);
+}
+
+std::shared_ptr<Schedule> OwnSchedule(std::shared_ptr<StreamSetup> stream) {
+  // The schedule goes before the stream whose workload it reads.
+  struct Owned {
+    std::shared_ptr<StreamSetup> stream;
+    std::unique_ptr<Schedule> schedule;
+    ~Owned() { schedule.reset(); }
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->schedule = stream->workload->MakeSchedule(stream->sampler);
+  owned->stream = std::move(stream);
+  Schedule* schedule = owned->schedule.get();
+  return std::shared_ptr<Schedule>(std::move(owned), schedule);
+}
+
 RankProducer::RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
                            uint64_t start_step,
-                           std::unique_ptr<RingWriter> ring)
+                           std::unique_ptr<RingWriter> ring,
+                           std::shared_ptr<Schedule> schedule)
     : stream_(std::move(stream)),
       rank_(rank),
       start_step_(start_step),
       ring_(std::move(ring)),
+      schedule_(std::move(schedule)),
       next_step_(start_step) {}
-
-bool ExamplesOfStep(const StreamSetup& s, uint32_t rank, uint64_t step,
-                    std::vector<ReadAheadKey>* keys) {
-  return s.schedule->ExamplesOf(step, rank, keys);
-}
 
 Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds)
     : thread_count_(std::max(1, threads)),
@@ -150,12 +166,12 @@ void Engine::Add(std::shared_ptr<RankProducer> producer) {
   if (readahead_ != nullptr && producer->stream_->readahead != nullptr) {
     // The lane reads what RunTask will ask for, in its order. The stream
     // outlives the lane (its ReadAheadStream drops its lanes when it goes).
-    const StreamSetup* s = producer->stream_.get();
+    std::shared_ptr<Schedule> schedule = producer->schedule_;
     const uint32_t rank = producer->rank_;
     producer->readahead_lane = readahead_->AddLane(
         producer->stream_->readahead,
-        [s, rank](uint64_t step, std::vector<ReadAheadKey>* keys) {
-          return ExamplesOfStep(*s, rank, step, keys);
+        [schedule, rank](uint64_t step, std::vector<ReadAheadKey>* keys) {
+          return schedule->ExamplesOf(step, rank, keys);
         },
         producer->next_step_);
   }
@@ -189,7 +205,8 @@ namespace {
 // The slot header of rank `items`' batch of `step`, written once, before
 // the batch is published.
 void WriteSlotHeader(const BatchLayout& layout, const StepItems& items,
-                     uint64_t step, uint64_t pos, shm::SlotHeader* h) {
+                     const RowCursor& batch_cursor, uint64_t step,
+                     uint64_t pos, shm::SlotHeader* h) {
   h->sequence = pos;
   h->step = step;
   h->epoch = items.epoch;
@@ -197,6 +214,9 @@ void WriteSlotHeader(const BatchLayout& layout, const StepItems& items,
   h->cursor_epoch = items.cursor.epoch;
   h->cursor_window = items.cursor.window;
   h->cursor_row = items.cursor.row;
+  h->batch_cursor_epoch = batch_cursor.epoch;
+  h->batch_cursor_window = batch_cursor.window;
+  h->batch_cursor_row = batch_cursor.row;
   h->valid_count = uint32_t(items.valid);
   h->num_tensors = uint32_t(layout.entries.size());
   h->payload_bytes = layout.payload_bytes;
@@ -252,7 +272,7 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
     // that happens on the schedule's own thread, never here, so that no
     // stream's preparation holds a worker (or the engine's lock) from the
     // others.
-    const absl::Status ready = s.schedule->Ready(p->next_step_);
+    const absl::Status ready = p->schedule_->Ready(p->next_step_);
     if (absl::IsUnavailable(ready)) continue;  // being prepared
     if (absl::IsOutOfRange(ready)) {           // a finite stream ended
       if (!p->ended_ && p->inflight_.empty()) {
@@ -332,14 +352,24 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
   Task& t = *task;
   StreamSetup& s = *t.producer->stream_;
   // FindTask saw the step ready: this does not wait.
-  absl::StatusOr<StepItems> items =
-      s.schedule->Locate(t.step, t.producer->rank_);
+  Schedule& schedule = *t.producer->schedule_;
+  absl::StatusOr<StepItems> items = schedule.Locate(t.step, t.producer->rank_);
   if (!items.ok()) {
     *status = items.status();
     return false;
   }
   if (t.chunk == 0 && t.next_item == kChunkStart) {
-    WriteSlotHeader(s.layout, *items, t.step, t.pos,
+    // The global batch's cursor is rank 0's.
+    RowCursor batch_cursor = items->cursor;
+    if (t.producer->rank_ != 0) {
+      absl::StatusOr<StepItems> first = schedule.Locate(t.step, 0);
+      if (!first.ok()) {
+        *status = first.status();
+        return false;
+      }
+      batch_cursor = first->cursor;
+    }
+    WriteSlotHeader(s.layout, *items, batch_cursor, t.step, t.pos,
                     t.producer->ring_->Slot(t.pos));
   }
   const uint64_t lo = items->count * t.chunk / t.chunks;
@@ -354,7 +384,7 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
   }
   for (uint64_t e = t.next_item == kChunkStart ? lo : t.next_item; e < hi;
        ++e) {
-    const ItemRef item = s.schedule->Item(*items, e);
+    const ItemRef item = schedule.Item(*items, e);
     for (size_t k = 0; k < nt; ++k) {
       const BatchLayout::Entry& entry = s.layout.entries[k];
       out[k] = base + entry.offset + e * entry.example_bytes;

@@ -90,22 +90,25 @@ struct StreamSetup {
   void Cancel() { schedule->Cancel(); }
 };
 
-// The examples rank `rank` reads for global batch `step`, in RunTask's
-// order, padding left out (the schedule's ExamplesOf: the examples
-// themselves, or the pairs of packed rows); false when they are not known
-// now (past the end of a finite stream, or the step is not located yet).
-bool ExamplesOfStep(const StreamSetup& s, uint32_t rank, uint64_t step,
-                    std::vector<ReadAheadKey>* keys);
+// The stream's own schedule, shared: it keeps the stream alive.
+std::shared_ptr<Schedule> SharedSchedule(std::shared_ptr<StreamSetup> stream);
+// A schedule of the stream's workload of its own (e.g. anchored where one
+// rank resumes); it keeps the stream, whose workload it reads, alive.
+std::shared_ptr<Schedule> OwnSchedule(std::shared_ptr<StreamSetup> stream);
 
 class RankProducer {
  public:
+  // `schedule`: where this rank's items come from (SharedSchedule unless
+  // the rank resumed at a cursor of its own).
   RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
-               uint64_t start_step, std::unique_ptr<RingWriter> ring);
+               uint64_t start_step, std::unique_ptr<RingWriter> ring,
+               std::shared_ptr<Schedule> schedule);
 
   uint32_t rank() const { return rank_; }
   uint64_t start_step() const { return start_step_; }
   RingWriter& ring() const { return *ring_; }
   const std::shared_ptr<StreamSetup>& stream() const { return stream_; }
+  Schedule& schedule() const { return *schedule_; }
 
   // Counters, readable at any time.
   std::atomic<uint64_t> published_steps{0};
@@ -138,6 +141,7 @@ class RankProducer {
   const uint32_t rank_;
   const uint64_t start_step_;
   const std::unique_ptr<RingWriter> ring_;
+  const std::shared_ptr<Schedule> schedule_;
 
   // Guarded by Engine::mu_.
   uint64_t next_step_;

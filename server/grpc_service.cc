@@ -20,15 +20,17 @@ grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
   if (absl::Status s = CheckClientProtocol(*req); !s.ok()) return ToGrpc(s);
+  const std::optional<RankResume> resume = FromProto(*req);
   return Reply(core_.OpenStream(FromProto(req->spec()), req->rank(),
-                                CallerOf(ctx)),
+                                CallerOf(ctx), OwnerOf(*req),
+                                resume ? &*resume : nullptr),
                resp);
 }
 
 grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
                                         const v1::CloseStreamRequest* req,
                                         v1::CloseStreamResponse*) {
-  return ToGrpc(core_.CloseStream(req->name(), CallerOf(ctx)));
+  return ToGrpc(core_.CloseStream(req->name(), CallerOf(ctx), OwnerOf(*req)));
 }
 
 grpc::Status BatchdService::GetStatus(grpc::ServerContext*,

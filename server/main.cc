@@ -67,9 +67,11 @@ int Fail(int code, const absl::Status& status) {
 
 // The directory that holds the socket must be writable by us (and root)
 // only: whoever can write it can replace the socket and impersonate the
-// daemon to every trainer. A sticky directory (/tmp) is allowed, since
-// others cannot remove or rename our entries there.
-absl::Status CheckSocketDirectory(const std::string& dir) {
+// daemon to every trainer. In a sticky directory (/tmp) others cannot
+// remove or rename our entries, but they can bind the socket's name first,
+// while batchd is down, and pass for it: accepted only when
+// `allow_shared` (--allow-shared-socket-dir).
+absl::Status CheckSocketDirectory(const std::string& dir, bool allow_shared) {
   const int fd =
       open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
@@ -97,6 +99,17 @@ absl::Status CheckSocketDirectory(const std::string& dir) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "socket directory %s has mode %04o: group- or world-writable "
         "without the sticky bit, so others could replace the socket",
+        dir, unsigned(st.st_mode & 07777)));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !allow_shared) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "socket directory %s has mode %04o: others may write it, so another "
+        "user can bind the socket's name there before batchd does (at boot, "
+        "or while it restarts) and pass for batchd to every trainer, "
+        "handing them rings of its own; put the socket in a directory only "
+        "batchd's uid may write (e.g. unix:///run/batchd/batchd.sock, "
+        "systemd's RuntimeDirectory=), or accept that risk with "
+        "--allow-shared-socket-dir",
         dir, unsigned(st.st_mode & 07777)));
   }
   return absl::OkStatus();
@@ -284,14 +297,17 @@ absl::StatusOr<Endpoints> ResolveEndpoints(const batchd::DaemonConfig& config) {
 // (gRPC removes an existing socket file when it binds). Returns the lock
 // file's descriptor, held (and locked) until the process exits; -1 for TCP.
 absl::StatusOr<int> ClaimSocket(const std::string& listen,
-                                const std::string& socket_path) {
+                                const std::string& socket_path,
+                                bool allow_shared_dir) {
   if (socket_path.empty()) return -1;
   const size_t slash = socket_path.rfind('/');
   const std::string dir = slash == std::string::npos ? "."
                           : slash == 0               ? "/"
                                        : socket_path.substr(0, slash);
   mkdir(dir.c_str(), 0755);
-  if (absl::Status s = CheckSocketDirectory(dir); !s.ok()) return s;
+  if (absl::Status s = CheckSocketDirectory(dir, allow_shared_dir); !s.ok()) {
+    return s;
+  }
   const std::string lock_path = socket_path + ".lock";
   absl::StatusOr<int> lock = OpenLockFile(lock_path);
   if (!lock.ok()) return lock.status();
@@ -623,8 +639,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<Endpoints> endpoints = ResolveEndpoints(config);
   if (!endpoints.ok()) FailNow(2, endpoints.status());
 
-  absl::StatusOr<int> lock_fd =
-      ClaimSocket(config.listen, endpoints->socket_path);
+  absl::StatusOr<int> lock_fd = ClaimSocket(
+      config.listen, endpoints->socket_path, config.allow_shared_socket_dir);
   if (!lock_fd.ok()) FailNow(1, lock_fd.status());
 
   gid_t socket_gid = gid_t(-1);

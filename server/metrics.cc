@@ -20,6 +20,13 @@ std::string Label(const std::string& v) {
   return out;
 }
 
+// A stream's labels: streams are keyed by owner and name, so both.
+std::string StreamLabels(const StreamStatusData& st) {
+  return absl::StrCat("stream=\"", Label(st.spec.name), "\",owner=\"",
+                      st.owner_known ? absl::StrCat(st.owner_uid) : "tcp",
+                      "\"");
+}
+
 struct Family {
   const char* name;
   const char* type;
@@ -72,8 +79,7 @@ std::string PrometheusText(const ServerStatusData& s) {
     for (const StreamStatusData& st : s.streams) {
       for (const RankStatusData& r : st.ranks) {
         const std::string labels =
-            absl::StrCat("stream=\"", Label(st.spec.name), "\",rank=\"",
-                         r.rank, "\"");
+            absl::StrCat(StreamLabels(st), ",rank=\"", r.rank, "\"");
         const double values[] = {double(r.examples),
                                  double(r.bytes),
                                  double(r.ring_fill),
@@ -90,15 +96,13 @@ std::string PrometheusText(const ServerStatusData& s) {
   family({"batchd_decode_errors_total", "counter",
           "Examples that failed to decode (substituted or failed)."});
   for (const StreamStatusData& st : s.streams) {
-    sample("batchd_decode_errors_total",
-           absl::StrCat("stream=\"", Label(st.spec.name), "\""),
+    sample("batchd_decode_errors_total", StreamLabels(st),
            double(st.decode_errors));
   }
   family({"batchd_skipped_examples_total", "counter",
           "Examples skipped (e.g. too long)."});
   for (const StreamStatusData& st : s.streams) {
-    sample("batchd_skipped_examples_total",
-           absl::StrCat("stream=\"", Label(st.spec.name), "\""),
+    sample("batchd_skipped_examples_total", StreamLabels(st),
            double(st.skipped_examples));
   }
   family({"batchd_readahead_budget_bytes", "gauge",
@@ -136,8 +140,7 @@ std::string PrometheusText(const ServerStatusData& s) {
                                double(ra.sync_reads),
                                double(ra.io_wait_ns) / 1e9,
                                ra.oldest_read_seconds};
-      sample(readahead[k].name,
-             absl::StrCat("stream=\"", Label(st.spec.name), "\""), values[k]);
+      sample(readahead[k].name, StreamLabels(st), values[k]);
     }
   }
   return out;

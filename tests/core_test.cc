@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/process.h"
 #include "client/ring.h"
 
@@ -107,6 +109,192 @@ TEST(CoreTest, DeadRankIsReapedAndCanReattach) {
   absl::StatusOr<uint64_t> pos = (*reader)->Acquire(10.0);
   ASSERT_TRUE(pos.ok());
   EXPECT_EQ((*reader)->Slot(*pos)->step, 9u);
+}
+
+// A caller as the kernel would name a process of `uid` whose pid the daemon
+// cannot see (so it holds a ring until the attach timeout).
+Caller As(uint32_t uid) {
+  Caller c;
+  c.known = true;
+  c.uid = uid;
+  c.gid = uid;
+  return c;
+}
+
+constexpr uint32_t kUserA = 65534, kUserB = 4242;
+
+std::unique_ptr<Core> MakeCore(const std::string& tag,
+                               std::function<void(CoreOptions*)> tune = {}) {
+  CoreOptions o;
+  o.data_root = "/tmp";
+  o.shm_prefix = "bdown" + tag + std::to_string(getpid());
+  o.threads = 1;
+  if (tune) tune(&o);
+  auto core = Core::Create(o);
+  EXPECT_TRUE(core.ok()) << core.status();
+  return core.ok() ? std::move(*core) : nullptr;
+}
+
+// "owner:name" of every stream listed.
+std::vector<std::string> Listed(Core& core) {
+  std::vector<std::string> out;
+  for (const StreamStatusData& s : core.GetStatus().streams) {
+    out.push_back(std::to_string(s.owner_uid) + ":" + s.spec.name);
+  }
+  return out;
+}
+
+TEST(CoreStreamOwnership, EachUidsStreamOfOneNameIsItsOwnWithItsOwnRing) {
+  std::unique_ptr<Core> core = MakeCore("own");
+  ASSERT_NE(core, nullptr);
+  auto a = core->OpenStream(Spec("train", 2), 0, As(kUserA));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = core->OpenStream(Spec("train", 2), 0, As(kUserB));
+  ASSERT_TRUE(b.ok()) << b.status() << " (joined A's stream?)";
+  EXPECT_NE(a->segment, b->segment);
+  EXPECT_NE(a->segment.find(".65534.train.0."), std::string::npos)
+      << a->segment;
+  EXPECT_NE(b->segment.find(".4242.train.0."), std::string::npos) << b->segment;
+  // Another spec under the same name is no conflict across owners.
+  auto c = core->OpenStream(Spec("train", 1), 0, As(0));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(Listed(*core),
+            (std::vector<std::string>{"0:train", "4242:train", "65534:train"}));
+  const ServerStatusData st = core->GetStatus();
+  ASSERT_EQ(st.uids.size(), 3u);
+  EXPECT_TRUE(st.uids[0].exempt) << "root is an administrator";
+  EXPECT_EQ(st.uids[2].uid, kUserA);
+  EXPECT_EQ(st.uids[2].streams, 1u);
+  EXPECT_EQ(st.uids[2].ring_bytes, a->segment_bytes);
+}
+
+TEST(CoreStreamOwnership,
+     AnotherUidsStreamIsJoinedOnlyByAnAdministratorNamingIt) {
+  std::unique_ptr<Core> core = MakeCore("join");
+  ASSERT_NE(core, nullptr);
+  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 0, As(kUserA)).ok());
+  auto refused = core->OpenStream(Spec("job", 2), 1, As(kUserB), kUserA);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("of uid 65534"), std::string::npos)
+      << refused.status();
+  // Without owner_uid root gets its own `job`; with it, A's.
+  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 1, As(0)).ok());
+  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 1, As(0), kUserA).ok());
+  uint32_t attached = 0;
+  for (const StreamStatusData& s : core->GetStatus().streams) {
+    if (s.owner_uid != kUserA) continue;
+    for (const RankStatusData& r : s.ranks) attached += r.attached;
+  }
+  EXPECT_EQ(attached, 2u);
+  EXPECT_EQ(core->OpenStream(Spec("none", 1), 0, As(0), kUserA).status().code(),
+            absl::StatusCode::kNotFound);
+  // Naming one's own uid is the same as naming none.
+  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 1, As(kUserB), kUserB).ok());
+  EXPECT_EQ(Listed(*core),
+            (std::vector<std::string>{"0:job", "4242:job", "65534:job"}));
+}
+
+TEST(CoreStreamOwnership,
+     CloseTakesTheCallersOwnOrANamedOwnersForAdministrators) {
+  std::unique_ptr<Core> core = MakeCore("close");
+  ASSERT_NE(core, nullptr);
+  ASSERT_TRUE(core->OpenStream(Spec("s", 1), 0, As(kUserA)).ok());
+  ASSERT_TRUE(core->OpenStream(Spec("s", 1), 0, As(0)).ok());
+  ASSERT_TRUE(core->OpenStream(Spec("only", 1), 0, As(kUserA)).ok());
+  // B has no `s` and may not close another's.
+  absl::Status s = core->CloseStream("s", As(kUserB));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_EQ(core->CloseStream("s", As(kUserB), kUserA).code(),
+            absl::StatusCode::kPermissionDenied);
+  // A closes its own; root's `s` stays.
+  ASSERT_TRUE(core->CloseStream("s", As(kUserA)).ok());
+  EXPECT_EQ(Listed(*core), (std::vector<std::string>{"0:s", "65534:only"}));
+  // Root closes A's only by naming A; by name alone it is told how.
+  s = core->CloseStream("only", As(0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("--owner 65534"), std::string::npos) << s;
+  ASSERT_TRUE(core->CloseStream("only", As(0), kUserA).ok());
+  EXPECT_EQ(Listed(*core), (std::vector<std::string>{"0:s"}));
+}
+
+TEST(CoreQuotas, StreamsPerUidStopOneUidNotAnotherNorAdministrators) {
+  std::unique_ptr<Core> core =
+      MakeCore("sq", [](CoreOptions* o) { o->max_streams_per_uid = 2; });
+  ASSERT_NE(core, nullptr);
+  ASSERT_TRUE(core->OpenStream(Spec("a", 2), 0, As(kUserA)).ok());
+  ASSERT_TRUE(core->OpenStream(Spec("b", 1), 0, As(kUserA)).ok());
+  auto third = core->OpenStream(Spec("c", 1), 0, As(kUserA));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(
+      third.status().message().find(
+          "uid 65534 owns 2 streams, its quota (--max-streams-per-uid 2)"),
+      std::string::npos)
+      << third.status();
+  // A further rank of one of A's streams is no new stream.
+  EXPECT_TRUE(core->OpenStream(Spec("a", 2), 1, As(kUserA)).ok());
+  EXPECT_TRUE(core->OpenStream(Spec("a", 1), 0, As(kUserB)).ok());
+  for (const char* name : {"x", "y", "z"}) {
+    EXPECT_TRUE(core->OpenStream(Spec(name, 1), 0, As(0)).ok()) << name;
+  }
+}
+
+TEST(CoreQuotas, RingBytesPerUidStopOneUidNotAnother) {
+  uint64_t ring = 0;
+  {
+    std::unique_ptr<Core> probe = MakeCore("rp");
+    ASSERT_NE(probe, nullptr);
+    auto r = probe->OpenStream(Spec("p", 2), 0, As(kUserA));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ring = r->segment_bytes;
+  }
+  std::unique_ptr<Core> core = MakeCore("rq", [ring](CoreOptions* o) {
+    o->max_ring_bytes_per_uid = ring * 3 / 2;
+  });
+  ASSERT_NE(core, nullptr);
+  ASSERT_TRUE(core->OpenStream(Spec("r", 2), 0, As(kUserA)).ok());
+  auto second = core->OpenStream(Spec("r", 2), 1, As(kUserA));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(second.status().message().find(
+                absl::StrCat("uid 65534 holds ", ring, " ring bytes")),
+            std::string::npos)
+      << second.status();
+  EXPECT_NE(second.status().message().find(
+                absl::StrCat("--max-ring-bytes-per-uid ", ring * 3 / 2)),
+            std::string::npos)
+      << second.status();
+  EXPECT_TRUE(core->OpenStream(Spec("r", 2), 0, As(kUserB)).ok());
+  // Administrators are exempt.
+  EXPECT_TRUE(core->OpenStream(Spec("r", 2), 0, As(0)).ok());
+  EXPECT_TRUE(core->OpenStream(Spec("r", 2), 1, As(0)).ok());
+  EXPECT_EQ(core->GetStatus().max_ring_bytes_per_uid, ring * 3 / 2);
+}
+
+TEST(CoreQuotas, AutoRingBytesPerUidIsAQuarterOfTheTotal) {
+  std::unique_ptr<Core> core = MakeCore(
+      "auto", [](CoreOptions* o) { o->max_total_bytes = uint64_t(400) << 20; });
+  ASSERT_NE(core, nullptr);
+  EXPECT_EQ(core->options().max_ring_bytes_per_uid, uint64_t(100) << 20);
+}
+
+TEST(CoreQuotas, AGhostStreamLeavesWithItsRingAnAttachedOneStaysForItsRank) {
+  std::unique_ptr<Core> core = MakeCore("ghost", [](CoreOptions* o) {
+    o->attach_timeout_seconds = 0.2;
+    o->max_streams = 2;
+  });
+  ASSERT_NE(core, nullptr);
+  // Mapped once and let go: kept so that a restarted rank re-attaches.
+  auto kept = core->OpenStream(Spec("kept", 1), 0, getpid());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  { ASSERT_TRUE(RingReader::Attach(kept->segment).ok()); }
+  ASSERT_TRUE(core->OpenStream(Spec("ghost", 1), 0, As(kUserA)).ok());
+  bool gone = false;
+  for (int i = 0; i < 600 && !gone; ++i) {  // 60 s at most
+    gone = Listed(*core) ==
+           std::vector<std::string>{std::to_string(getuid()) + ":kept"};
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "the ghost kept its slot past the attach timeout";
+  EXPECT_TRUE(core->OpenStream(Spec("next", 1), 0, As(kUserB)).ok());
 }
 
 }  // namespace

@@ -231,8 +231,9 @@ TEST(DaemonTest, MetricsAreScrapedAndParse) {
     std::smatch m;
     ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
     ++samples;
-    if (line.rfind("batchd_examples_total{stream=\"scraped\",rank=\"0\"}", 0) ==
-        0) {
+    if (line.rfind("batchd_examples_total{stream=\"scraped\",owner=\"" +
+                       std::to_string(getuid()) + "\",rank=\"0\"}",
+                   0) == 0) {
       examples = std::stod(m[4]);
     }
     if (m[1] == "batchd_threads") threads = std::stod(m[4]);
@@ -280,22 +281,23 @@ TEST(DaemonTest, AnotherUserCannotOpenAPrivateRing) {
 TEST(DaemonTest, LimitsAreEnforcedWithClearErrors) {
   TestServer server("limits");
   ASSERT_TRUE(server.Start({"--max-streams", "2", "--max-stream-bytes",
-                            "100000", "--max-ring-bytes", "120000"}));
-  // Stream a's rank ring: 2 slots of 12288 bytes + the header = 28672.
+                            "100000", "--max-ring-bytes", "140000"}));
+  // Stream a's rank ring: 2 slots of 12288 bytes + the header (12288) =
+  // 36864.
   auto a = Loader::Open(Options(server, "a", 2, 0));
   ASSERT_TRUE(a.ok()) << a.status();
   LoaderOptions big = Options(server, "b");
-  big.options["payload_bytes"] = "10000";  // 176128 bytes: over 100000
+  big.options["payload_bytes"] = "10000";  // 184320 bytes: over 100000
   auto b = Loader::Open(big);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("--max-stream-bytes"),
             std::string::npos)
       << b.status();
   LoaderOptions total = Options(server, "c");
-  total.options["payload_bytes"] = "4000";  // 77824 bytes: under 100000
+  total.options["payload_bytes"] = "4000";  // 86016 bytes: under 100000
   auto c = Loader::Open(total);
   ASSERT_TRUE(c.ok()) << c.status();
-  // 28672 + 77824 in use; 28672 more would pass 120000.
+  // 36864 + 86016 in use; 36864 more would pass 140000.
   auto a1 = Loader::Open(Options(server, "a", 2, 1));
   ASSERT_FALSE(a1.ok());
   EXPECT_NE(a1.status().message().find("--max-ring-bytes"), std::string::npos)

@@ -99,53 +99,75 @@ class FakePackedWorkload : public Workload, public RowPacking {
 // A workload that learns an epoch's rows as it goes, as WMT does while its
 // length pass runs: RowsUpTo knows two rows past what is asked (the whole
 // epoch once that reaches its end), and filling a row it has not said it
-// knows is an error.
+// knows is an error. With `latch`, an epoch's rows beyond its first
+// kLatchedRows stay unknown until a row of it has been filled, whatever
+// the schedule asks: every epoch's first step is then served while the
+// epoch is partly known, however the threads interleave (a stream that
+// starts at its first epoch's first step needs no more than that).
 class ProgressiveWorkload : public FakePackedWorkload {
  public:
-  using FakePackedWorkload::FakePackedWorkload;
+  static constexpr uint64_t kLatchedRows = 10;  // > one batch of 8 rows
+  ProgressiveWorkload(uint64_t n, bool latch)
+      : FakePackedWorkload(n), latch_(latch) {}
   absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& o,
                                      uint64_t want) const override {
     const uint64_t total = PlainRows(o).size();
-    const uint64_t rows = std::min(total, want + 2);
+    uint64_t rows = std::min(total, want + 2);
     std::lock_guard<std::mutex> lock(mu_);
+    if (latch_ && filled_partly_.count(o.epoch) == 0) {
+      rows = std::min(rows, kLatchedRows);
+    }
     uint64_t& k = known_[o.epoch];
     k = std::max(k, rows);
-    if (rows < total) ++partial_answers_;
-    return KnownRows{rows, rows == total};
+    return KnownRows{k, k == total};
   }
   absl::Status FillRow(const EpochOrder& o, uint64_t row, uint8_t* const* out,
                        WorkloadCounters* c) const override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (row >= known_[o.epoch]) {
+      const uint64_t known = known_[o.epoch];
+      if (row >= known) {
         return absl::InternalError("a row of the epoch not known yet");
       }
+      filled_[o.epoch] = true;
+      if (known < PlainRows(o).size()) filled_partly_[o.epoch] = true;
     }
     return FakePackedWorkload::FillRow(o, row, out, c);
   }
-  uint64_t partial_answers() const {
+  // Epochs a row was filled from, and those of them filled while only
+  // partly known.
+  uint64_t epochs_filled() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return partial_answers_;
+    return filled_.size();
+  }
+  uint64_t epochs_filled_partly() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return filled_partly_.size();
   }
 
  private:
+  const bool latch_;
   mutable std::mutex mu_;
   mutable std::map<uint64_t, uint64_t> known_;  // epoch -> rows known
-  mutable uint64_t partial_answers_ = 0;
+  mutable std::map<uint64_t, bool> filled_, filled_partly_;
 };
 
 // Runs the engine for `steps` global batches of W ranks and returns each
 // global batch's rows (rank order), plus each batch's epoch. `progressive`:
 // the workload is a ProgressiveWorkload, whose partial answers are counted
-// into *partial_answers.
+// into *partly (epochs filled, and of them filled while partly known).
+struct Partly {
+  uint64_t epochs = 0, partly = 0;
+};
 std::vector<std::vector<std::vector<int64_t>>> RunEngine(
     int threads, uint32_t w, uint64_t start, int steps,
-    bool progressive = false, uint64_t* partial_answers = nullptr) {
+    bool progressive = false, Partly* partly = nullptr) {
   const uint64_t g = 8, n = 101;
   auto sampler = Sampler::Create(n, g, w, 77, true);
   EXPECT_TRUE(sampler.ok());
+  // The latch needs a stream that begins at its first epoch's first step.
   std::unique_ptr<FakePackedWorkload> workload =
-      progressive ? std::make_unique<ProgressiveWorkload>(n)
+      progressive ? std::make_unique<ProgressiveWorkload>(n, start == 0)
                   : std::make_unique<FakePackedWorkload>(n);
   const auto* as_progressive =
       dynamic_cast<const ProgressiveWorkload*>(workload.get());
@@ -164,8 +186,8 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(
     auto ring = RingWriter::Create(name, geo);
     EXPECT_TRUE(ring.ok()) << ring.status();
     readers.push_back(std::move(*RingReader::Attach(name)));
-    producers.push_back(std::make_shared<RankProducer>(stream, r, start,
-                                                       std::move(*ring)));
+    producers.push_back(std::make_shared<RankProducer>(
+        stream, r, start, std::move(*ring), SharedSchedule(stream)));
     engine.Add(producers.back());
   }
   std::vector<std::vector<std::vector<int64_t>>> out(steps);
@@ -185,8 +207,9 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(
   }
   for (auto& p : producers) engine.Retire(p);
   engine.Stop();
-  if (partial_answers != nullptr && as_progressive != nullptr) {
-    *partial_answers = as_progressive->partial_answers();
+  if (partly != nullptr && as_progressive != nullptr) {
+    partly->epochs = as_progressive->epochs_filled();
+    partly->partly = as_progressive->epochs_filled_partly();
   }
   return out;
 }
@@ -234,10 +257,12 @@ TEST(EngineTest, StepsOfAPartlyKnownEpochAreServedWhereTheFullCountPutsThem) {
   for (int threads : {1, 3}) {
     for (uint32_t w : {1u, 2u}) {
       SCOPED_TRACE(testing::Message() << threads << " threads, W=" << w);
-      uint64_t partial = 0;
-      EXPECT_EQ(RunEngine(threads, w, 0, 30, true, &partial), full);
-      EXPECT_GT(partial, 4u);  // every epoch was served partly known
-      const auto resumed = RunEngine(threads, w, 9, 12, true, &partial);
+      Partly partly;
+      EXPECT_EQ(RunEngine(threads, w, 0, 30, true, &partly), full);
+      // Every epoch was served partly known (the latch sees to it).
+      EXPECT_GE(partly.epochs, 4u);
+      EXPECT_EQ(partly.partly, partly.epochs);
+      const auto resumed = RunEngine(threads, w, 9, 12, true);
       ASSERT_EQ(resumed.size(), 12u);
       for (int s = 0; s < 12; ++s) EXPECT_EQ(resumed[s], full[s + 9]);
     }
@@ -287,7 +312,8 @@ Ring MakeRing(std::shared_ptr<StreamSetup> stream, const std::string& tag,
   Ring r;
   r.reader = std::move(*RingReader::Attach(RingName(tag)));
   r.producer =
-      std::make_shared<RankProducer>(stream, 0, start, std::move(*ring));
+      std::make_shared<RankProducer>(stream, 0, start, std::move(*ring),
+                                     SharedSchedule(stream));
   return r;
 }
 

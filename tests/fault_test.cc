@@ -165,7 +165,9 @@ TEST(FaultTest, KilledServerFailsTheWaitingClientNamingItsPid) {
   TestServer server("killserver");
   ASSERT_TRUE(server.Start());
   const pid_t pid = server.pid();
-  auto loader = Loader::Open(Options(server, "job", 8, 1, 0));
+  LoaderOptions o = Options(server, "job", 8, 1, 0);
+  o.reconnect_seconds = 0;  // no waiting for a daemon that follows
+  auto loader = Loader::Open(o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   ASSERT_TRUE((*loader)->Next().ok());
 

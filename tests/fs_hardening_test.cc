@@ -255,7 +255,9 @@ TEST(SocketDirectory, LockFileLinkPlantedByAnotherUserIsNotFollowed) {
             }),
             0);
   std::string err;
-  const int status = server.RunExpectingExit(&err);
+  // Past the directory's own refusal, to the lock file.
+  const int status =
+      server.RunExpectingExit(&err, {"--allow-shared-socket-dir"});
   EXPECT_TRUE(Exited(status, 1)) << err;
   EXPECT_NE(err.find("symbolic link"), std::string::npos) << err;
   EXPECT_EQ(ReadAll(victim), "precious") << "truncated through the link";
@@ -287,7 +289,9 @@ TEST(SocketDirectory, LockFileOfAnotherUserIsRefused) {
             }),
             0);
   std::string err;
-  EXPECT_TRUE(Exited(server.RunExpectingExit(&err), 1)) << err;
+  EXPECT_TRUE(
+      Exited(server.RunExpectingExit(&err, {"--allow-shared-socket-dir"}), 1))
+      << err;
   EXPECT_NE(err.find("not a regular file of uid"), std::string::npos) << err;
 }
 
@@ -314,13 +318,30 @@ TEST(SocketDirectory, WorldWritableDirectoryWithoutStickyBitIsRefused) {
   EXPECT_NE(err.find("mode 0777"), std::string::npos) << err;
 }
 
-TEST(SocketDirectory, OwnDirectoryAndStickySharedDirectoryAreAccepted) {
+TEST(SocketDirectory, OwnDirectoryIsAcceptedAndStickySharedOneOnlyWhenAllowed) {
   TestServer own("ok");
   ASSERT_TRUE(own.Start());
   const std::string shared = testing::MakeTempDir();
   ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  // Anyone may bind a name in /tmp before the daemon does: refused, saying
+  // why and what to do.
   TestServer sticky("st", shared);
-  EXPECT_TRUE(sticky.Start());
+  std::string err;
+  EXPECT_TRUE(Exited(sticky.RunExpectingExit(&err), 1)) << err;
+  EXPECT_NE(err.find("mode 1777"), std::string::npos) << err;
+  EXPECT_NE(err.find("pass for batchd"), std::string::npos) << err;
+  EXPECT_NE(err.find("--allow-shared-socket-dir"), std::string::npos) << err;
+  EXPECT_FALSE(testing::UnixSocketAccepts(sticky.socket_path()));
+  EXPECT_TRUE(sticky.Start({"--allow-shared-socket-dir"}));
+  // Without the sticky bit nothing allows it.
+  const std::string open = testing::MakeTempDir();
+  ASSERT_EQ(chmod(open.c_str(), 0777), 0);
+  TestServer ww("wa", open);
+  err.clear();
+  EXPECT_TRUE(
+      Exited(ww.RunExpectingExit(&err, {"--allow-shared-socket-dir"}), 1))
+      << err;
+  EXPECT_NE(err.find("without the sticky bit"), std::string::npos) << err;
 }
 
 // ------------------------------------------------------------ break 7
@@ -469,7 +490,9 @@ TEST(DataTree, HostileFilesAreDecodeErrorsAndTheStreamCompletes) {
   absl::StatusOr<Batch> b = (*l)->Next();
   ASSERT_TRUE(b.ok()) << b.status() << " (a worker blocked on the FIFO?)";
   const std::string metrics = testing::HttpGet(port, "/metrics");
-  const std::string key = "batchd_decode_errors_total{stream=\"tree\"} ";
+  const std::string key =
+      "batchd_decode_errors_total{stream=\"tree\",owner=\"" +
+      std::to_string(getuid()) + "\"} ";
   const size_t at = metrics.find(key);
   ASSERT_NE(at, std::string::npos) << metrics;
   const uint64_t errors =

@@ -204,12 +204,21 @@ TEST(HardeningTest, NamingAnotherProcessPidDoesNotEvictItsRank) {
   Caller victim(server.address(), {"open", "job", "0", "--hold"});
   ASSERT_EQ(victim.Line(), "attached");
   const std::string pid = std::to_string(victim.pid());
-  // The same user, then another one, each naming the victim's pid.
+  // The same user, then another one, each naming the victim's pid; the
+  // other user reaches the victim's stream only by naming its owner.
   Caller same(server.address(), {"open", "job", "0", "--client-pid", pid});
   EXPECT_EQ(same.Wait(), kAlreadyExists);
-  Caller other(server.address(), {"open", "job", "0", "--client-pid", pid},
+  Caller other(server.address(),
+               {"open", "job", "0", "--client-pid", pid, "--owner",
+                std::to_string(geteuid())},
                Caller::As::kNobody);
   EXPECT_EQ(other.Wait(), kPermissionDenied);
+  // Without owner_uid its `job` is a stream of its own.
+  Caller own(server.address(), {"open", "job", "0", "--client-pid", pid},
+             Caller::As::kNobody);
+  EXPECT_EQ(own.Line().rfind("opened ", 0), 0u);
+  own.CloseStdin();
+  EXPECT_EQ(own.Wait(), kOk);
   victim.CloseStdin();
   EXPECT_EQ(victim.Wait(), kOk) << victim.Line();
 }
@@ -481,7 +490,7 @@ TEST(HardeningTest, GeometryProductsSaturateAndAreRefused) {
   g.slot_count = 4;
   g.payload_bytes = 1000;
   EXPECT_TRUE(g.Check().ok());
-  EXPECT_EQ(g.SegmentBytes(), 4096u + 4 * 8192u);
+  EXPECT_EQ(g.SegmentBytes(), shm::kHeaderBytes + 4 * 8192u);
 }
 
 TEST(HardeningTest, AClosedRingTellsItsClientWhy) {

@@ -363,7 +363,8 @@ EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
       EXPECT_TRUE(ring.ok()) << ring.status();
       readers.push_back(std::move(*RingReader::Attach(name)));
       producers.push_back(
-          std::make_shared<RankProducer>(stream, r, start, std::move(*ring)));
+          std::make_shared<RankProducer>(stream, r, start, std::move(*ring),
+                                         SharedSchedule(stream)));
       engine.Add(producers.back());
     }
     for (int s = 0; s < steps; ++s) {
@@ -571,7 +572,8 @@ TEST(ReadAheadEngineTest, AStalledStreamHoldsNoWorkerAndFailsNamingTheFile) {
       ASSERT_TRUE(ring.ok()) << ring.status();
       readers.push_back(std::move(*RingReader::Attach(name)));
       producers.push_back(
-          std::make_shared<RankProducer>(setup, 0, 0, std::move(*ring)));
+          std::make_shared<RankProducer>(setup, 0, 0, std::move(*ring),
+                                         SharedSchedule(setup)));
       engine.Add(producers.back());
     }
     // The server's heartbeat, as the core's thread beats it: the clients

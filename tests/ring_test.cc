@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "client/process.h"
 #include "tests/test_server.h"
 
@@ -55,16 +56,19 @@ TEST(ShmLayoutTest, OffsetsArePinned) {
   EXPECT_EQ(offsetof(shm::RingHeader, data_futex), 72u);
   EXPECT_EQ(offsetof(shm::RingHeader, data_waiters), 80u);
   EXPECT_EQ(offsetof(shm::RingHeader, server_heartbeat_ns), 128u);
-  EXPECT_EQ(offsetof(shm::RingHeader, read_pos), 192u);
+  EXPECT_EQ(offsetof(shm::RingHeader, released), 192u);
   EXPECT_EQ(offsetof(shm::RingHeader, reserved_consumer), 200u);
   EXPECT_EQ(offsetof(shm::RingHeader, client_pid), 256u);
   EXPECT_EQ(offsetof(shm::RingHeader, client_detached), 296u);
   EXPECT_EQ(offsetof(shm::RingHeader, stream_name), 320u);
   EXPECT_EQ(offsetof(shm::SlotHeader, tensors), 128u);
   EXPECT_EQ(sizeof(shm::TensorDesc), 128u);
-  EXPECT_EQ(shm::kHeaderBytes, 4096u);
+  EXPECT_EQ(shm::kSlotTableOffset, 4096u);
+  EXPECT_EQ(offsetof(shm::SlotTable, slot_of), 4096u);
+  EXPECT_EQ(shm::kHeaderBytes, 12288u);
+  EXPECT_EQ(shm::kLayoutVersion, 2u);
   // Producer and consumer counters on different cache lines.
-  EXPECT_GE(offsetof(shm::RingHeader, read_pos) -
+  EXPECT_GE(offsetof(shm::RingHeader, released) -
                 offsetof(shm::RingHeader, write_pos),
             64u);
 }
@@ -103,7 +107,7 @@ TEST(RingTest, FullRingPushesBack) {
   EXPECT_EQ(pos, 2u);
 }
 
-TEST(RingTest, OutOfOrderReleaseAdvancesOverThePrefix) {
+TEST(RingTest, OutOfOrderReleaseFreesEachSlotAtOnce) {
   const std::string name = UniqueName("ooo");
   auto w = RingWriter::Create(name, Geometry(4, 64));
   auto r = RingReader::Attach(name);
@@ -111,15 +115,59 @@ TEST(RingTest, OutOfOrderReleaseAdvancesOverThePrefix) {
   for (uint64_t i = 0; i < 4; ++i) Produce(**w, i);
   std::vector<uint64_t> held;
   for (int i = 0; i < 4; ++i) held.push_back(*(*r)->Acquire(1.0));
+  uint64_t pos;
+  EXPECT_FALSE((*w)->TryClaim(&pos)) << "every slot is held";
   (*r)->Release(held[2]);
-  (*r)->Release(held[1]);
-  EXPECT_EQ((*w)->released(), 0u) << "0 is still held";
-  (*r)->Release(held[0]);
-  EXPECT_EQ((*w)->released(), 3u);
-  (*r)->Release(held[0]);  // twice is harmless
-  EXPECT_EQ((*w)->released(), 3u);
-  (*r)->Release(held[3]);
-  EXPECT_EQ((*w)->released(), 4u);
+  EXPECT_EQ((*w)->released(), 1u);
+  (*r)->Release(held[2]);  // twice is harmless
+  EXPECT_EQ((*w)->released(), 1u);
+  // Position 2's slot takes the next batch, though 0 and 1 are still held.
+  Produce(**w, 4);
+  absl::StatusOr<uint64_t> next = (*r)->Acquire(1.0);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, 4u);
+  EXPECT_EQ(Value(**r, *next), 4u);
+  EXPECT_EQ(Value(**r, held[0]), 0u);
+  EXPECT_EQ(Value(**r, held[1]), 1u);
+  EXPECT_EQ((*r)->HeldSteps(), (std::vector<uint64_t>{0, 1, 3, 4}));
+  EXPECT_EQ((*r)->SlotBase(held[2]), nullptr) << "released: not ours";
+}
+
+TEST(RingTest, AKeptBatchNeverStallsTheStream) {
+  // Keep slot_count - 1 batches for the whole run: the stream flows through
+  // the one slot left, and the kept batches' bytes stay as they were.
+  const std::string name = UniqueName("kept");
+  auto w = RingWriter::Create(name, Geometry(4, 64));
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(w.ok() && r.ok());
+  std::vector<uint64_t> kept;
+  for (uint64_t i = 0; i < 3; ++i) {
+    Produce(**w, 100 + i);
+    kept.push_back(*(*r)->Acquire(1.0));
+  }
+  for (uint64_t i = 3; i < 200; ++i) {
+    Produce(**w, 100 + i);
+    absl::StatusOr<uint64_t> pos = (*r)->Acquire(1.0);
+    ASSERT_TRUE(pos.ok()) << pos.status();
+    EXPECT_EQ(Value(**r, *pos), 100 + i);
+    (*r)->Release(*pos);
+  }
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(Value(**r, kept[i]), 100 + i);
+  EXPECT_EQ((*w)->released(), 197u);
+  EXPECT_EQ((*w)->published(), 200u);
+}
+
+TEST(RingTest, AForgedSlotTableIsRefused) {
+  const std::string name = UniqueName("table");
+  auto w = RingWriter::Create(name, Geometry(2, 64));
+  auto r = RingReader::Attach(name);
+  ASSERT_TRUE(w.ok() && r.ok());
+  Produce(**w, 1);
+  auto* table = reinterpret_cast<shm::SlotTable*>(
+      reinterpret_cast<uint8_t*>((*w)->header()) + shm::kSlotTableOffset);
+  table->slot_of[0].store(7);  // past the ring's two slots
+  absl::StatusOr<uint64_t> pos = (*r)->Acquire(1.0);
+  EXPECT_TRUE(absl::IsDataLoss(pos.status())) << pos.status();
 }
 
 TEST(RingTest, TimesOutWhileServerAlive) {
@@ -160,7 +208,9 @@ TEST(RingTest, OtherLayoutVersionIsRefused) {
   (*w)->header()->layout_version.store(shm::kLayoutVersion + 1);
   auto r = RingReader::Attach(name);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("layout version 2"), std::string::npos)
+  EXPECT_NE(r.status().message().find(
+                absl::StrCat("layout version ", shm::kLayoutVersion + 1)),
+            std::string::npos)
       << r.status();
   (*w)->header()->magic = 0;
   r = RingReader::Attach(name);

@@ -6,7 +6,8 @@
 // examples 1000, payload 64, 2 slots.
 //
 // Usage: test_rpc_caller SERVER open STREAM RANK [--client-pid PID] [--hold]
-//        test_rpc_caller SERVER close STREAM
+//                        [--owner UID]
+//        test_rpc_caller SERVER close STREAM [--owner UID]
 //        test_rpc_caller SERVER drain|shutdown
 //
 // open --hold: attaches the ring, reads one batch, prints "attached", then
@@ -14,7 +15,8 @@
 // batch came, 60 (printing the error) when the ring was taken from it.
 // Without --hold, open sends the request itself (with --client-pid in the
 // request's client_pid field) and, if it succeeded, prints "opened" and
-// waits for stdin to close without ever mapping the ring.
+// waits for stdin to close without ever mapping the ring. --owner sets the
+// request's owner_uid: another uid's stream.
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 
 #include "base/address.h"
 #include "batchd/loader.h"
+#include "batchd/version.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 
 namespace {
@@ -60,10 +63,14 @@ int main(int argc, char** argv) {
     const int rank = atoi(argv[4]);
     uint32_t client_pid = uint32_t(getpid());
     bool hold = false;
+    int64_t owner = -1;
     for (int i = 5; i < argc; ++i) {
       if (strcmp(argv[i], "--hold") == 0) hold = true;
       if (strcmp(argv[i], "--client-pid") == 0 && i + 1 < argc) {
         client_pid = uint32_t(atoi(argv[++i]));
+      }
+      if (strcmp(argv[i], "--owner") == 0 && i + 1 < argc) {
+        owner = strtoll(argv[++i], nullptr, 10);
       }
     }
     if (hold) {
@@ -76,6 +83,7 @@ int main(int argc, char** argv) {
       o.slots = 2;
       o.options = {{"examples", "1000"}, {"payload_bytes", "64"}};
       o.timeout_seconds = 20;
+      o.owner_uid = owner;
       auto loader = batchd::Loader::Open(o);
       if (!loader.ok()) {
         fprintf(stderr, "%s\n", loader.status().ToString().c_str());
@@ -105,6 +113,8 @@ int main(int argc, char** argv) {
     (*spec->mutable_options())["payload_bytes"] = "64";
     req.set_rank(uint32_t(rank));
     req.set_client_pid(client_pid);
+    if (owner >= 0) req.set_owner_uid(uint32_t(owner));
+    req.set_protocol_version(batchd::kProtocolVersion);
     batchd::v1::OpenStreamResponse resp;
     const int code = Code(stub->OpenStream(context().get(), req, &resp));
     if (code == 0) {
@@ -113,9 +123,11 @@ int main(int argc, char** argv) {
     }
     return code;
   }
-  if (op == "close" && argc == 4) {
+  if (op == "close" &&
+      (argc == 4 || (argc == 6 && strcmp(argv[4], "--owner") == 0))) {
     batchd::v1::CloseStreamRequest req;
     req.set_name(argv[3]);
+    if (argc == 6) req.set_owner_uid(uint32_t(strtoul(argv[5], nullptr, 10)));
     batchd::v1::CloseStreamResponse resp;
     return Code(stub->CloseStream(context().get(), req, &resp));
   }

@@ -248,12 +248,13 @@ TEST(ServerTest, ClosedLoaderFreesItsRingAndTheRankReattaches) {
     auto l = Loader::Open(Options(server, "d", 8, 2, 1));
     ASSERT_TRUE(l.ok()) << l.status();
     ASSERT_EQ(server.Segments().size(), 1u);
-    // <prefix>.<uid>.<stream>.<rank>.<64 random bits>: unguessable, so
-    // that another user cannot take the name first.
+    // <prefix>.<daemon uid>.<owner uid>.<stream>.<rank>.<64 random bits>:
+    // unguessable, so that another user cannot take the name first, and
+    // apart from another owner's stream of the same name.
     EXPECT_TRUE(std::regex_match(
         server.Segments()[0],
-        std::regex(server.prefix() + "\\." + std::to_string(getuid()) +
-                   "\\.d\\.1\\.[0-9a-f]{16}")))
+        std::regex(server.prefix() + "\\." + std::to_string(getuid()) + "\\." +
+                   std::to_string(getuid()) + "\\.d\\.1\\.[0-9a-f]{16}")))
         << server.Segments()[0];
     EXPECT_EQ("/" + server.Segments()[0], (*l)->info().segment);
   }
@@ -393,14 +394,17 @@ TEST_F(BadInputTest, SecondDaemonOnTheSameSocketIsRefused) {
 TEST(ServerTest, SigtermUnlinksEverySegment) {
   TestServer server("term");
   ASSERT_TRUE(server.Start());
-  auto l0 = Loader::Open(Options(server, "t", 8, 2, 0));
-  auto l1 = Loader::Open(Options(server, "t", 8, 2, 1));
+  LoaderOptions o0 = Options(server, "t", 8, 2, 0);
+  LoaderOptions o1 = Options(server, "t", 8, 2, 1);
+  o0.reconnect_seconds = o1.reconnect_seconds = 0;  // no daemon follows
+  auto l0 = Loader::Open(o0);
+  auto l1 = Loader::Open(o1);
   ASSERT_TRUE(l0.ok() && l1.ok());
   EXPECT_EQ(server.Segments().size(), 2u);
   const int status = server.Stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_TRUE(server.Segments().empty());
-  // The loaders see the stream closed, not a hang, once the published
+  // The loaders see the daemon exiting, not a hang, once the published
   // batches are used up.
   absl::Status last;
   for (int i = 0; i < 5 && last.ok(); ++i) last = (*l0)->Next().status();

@@ -120,19 +120,24 @@ class TestServer {
     return false;
   }
 
-  // Runs a daemon that is expected to refuse to start; returns its exit
-  // status and its stderr in `err`. Kills it after 10 s if it does start.
-  int RunExpectingExit(std::string* err) {
+  // Runs a daemon (with `extra` flags) that is expected to refuse to
+  // start; returns its exit status and its stderr in `err`. Kills it after
+  // 10 s if it does start.
+  int RunExpectingExit(std::string* err, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        DaemonPath(),   "--listen", "unix://" + socket_, "--data-root", dir_,
+        "--shm-prefix", prefix_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     int fds[2];
     if (pipe(fds) != 0) return -1;
     const pid_t pid = fork();
     if (pid == 0) {
       dup2(fds[1], 2);
       close(fds[0]);
-      std::string listen = "unix://" + socket_;
-      execl(DaemonPath().c_str(), DaemonPath().c_str(), "--listen",
-            listen.c_str(), "--data-root", dir_.c_str(), "--shm-prefix",
-            prefix_.c_str(), static_cast<char*>(nullptr));
+      execv(argv[0], argv.data());
       _exit(127);
     }
     close(fds[1]);

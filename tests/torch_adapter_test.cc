@@ -26,10 +26,10 @@ TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
   o.timeout_seconds = 20;
   auto loader = Loader::Open(o);
   ASSERT_TRUE(loader.ok()) << loader.status();
-  // A second mapping of the same ring to watch read_pos.
+  // A second mapping of the same ring to watch the releases.
   auto watch = RingReader::Attach((*loader)->info().segment);
   ASSERT_TRUE(watch.ok());
-  auto read_pos = [&] { return (*watch)->header()->read_pos.load(); };
+  auto read_pos = [&] { return (*watch)->header()->released.load(); };
 
   absl::StatusOr<Batch> b = (*loader)->Next();
   ASSERT_TRUE(b.ok()) << b.status();

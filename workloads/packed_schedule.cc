@@ -50,10 +50,12 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
                                 per_rank_, keys);
 }
 
-absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor) {
+absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
+                                   bool any_rank) {
   absl::StatusOr<uint64_t> row =
       packer_.RowAtCursor(Order(cursor.epoch), cursor);
   if (!row.ok()) return row.status();
+  if (any_rank) *row -= *row % g_;  // the first row of its global batch
   if (*row % g_ != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("start_cursor (", cursor.epoch, ", ", cursor.window, ", ",

@@ -119,8 +119,11 @@ class PackedSchedule : public Schedule {
   ItemRef Item(const StepItems& items, uint64_t i) const override;
   uint64_t steps_per_epoch() const override { return 0; }
   // Finds the cursor's row through the packer, without looking at earlier
-  // epochs; the row must begin a global batch (rank 0's cursor).
-  absl::Status Anchor(uint64_t step, const RowCursor& cursor) override;
+  // epochs; the batch is the global batch that row falls in (any rank's
+  // row when `any_rank`; otherwise the row must begin it: rank 0's cursor).
+  absl::Status Anchor(uint64_t step, const RowCursor& cursor,
+                      bool any_rank) override;
+  bool resumes_by_cursor() const override { return true; }
   absl::Status CheckReachable(uint64_t step) const override;
   void Cancel() override;
   // The pairs of the rank's rows, from the packer, when the step is

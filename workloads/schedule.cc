@@ -5,7 +5,8 @@
 
 namespace batchd {
 
-absl::Status Schedule::Anchor(uint64_t step, const RowCursor& cursor) {
+absl::Status Schedule::Anchor(uint64_t step, const RowCursor& cursor,
+                              bool any_rank) {
   return absl::InvalidArgumentError(
       "start_cursor is for row-packing streams (wmt train); this stream "
       "resumes by start_step");

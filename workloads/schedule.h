@@ -76,10 +76,15 @@ class Schedule {
   // Global batches per epoch; 0 when epochs differ (packed rows).
   virtual uint64_t steps_per_epoch() const = 0;
 
-  // Resume from a cursor: step `step` begins at `cursor`; earlier steps
-  // are then unknown. Call before the first Ready. Default: InvalidArgument
-  // (the stream resumes by step).
-  virtual absl::Status Anchor(uint64_t step, const RowCursor& cursor);
+  // Resume from a cursor: `cursor` is a row of the batch of step `step`
+  // (any rank's when `any_rank`, else the batch's first row, rank 0's);
+  // earlier steps are then unknown. Call before the first Ready. Default:
+  // InvalidArgument (the stream resumes by step).
+  virtual absl::Status Anchor(uint64_t step, const RowCursor& cursor,
+                              bool any_rank);
+  // Whether batches' cursors are what a resume names (Anchor works).
+  // Default: false.
+  virtual bool resumes_by_cursor() const { return false; }
   // FailedPrecondition when the schedule refuses to look for `step` (too
   // far to replay); checked at OpenStream, before any work. Default: OK.
   virtual absl::Status CheckReachable(uint64_t step) const;

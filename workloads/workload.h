@@ -154,6 +154,10 @@ class Workload {
     return std::nullopt;
   }
 
+  // Bytes this stream's workload keeps resident (its model), charged to
+  // the stream's owner. Default: 0.
+  virtual uint64_t resident_bytes() const { return 0; }
+
   virtual uint64_t num_examples() const = 0;
   // Training streams shuffle and repeat; others run once in order.
   virtual bool shuffle() const = 0;

@@ -13,6 +13,8 @@
 #include <dlpack/dlpack.h>
 #include <pybind11/pybind11.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -31,10 +33,6 @@ namespace py = pybind11;
 
 namespace batchd {
 namespace {
-
-// Longest stretch Next() waits in C++ before it takes the GIL back to check
-// for signals: a trainer blocked on data must still stop on Ctrl-C.
-constexpr double kSignalCheckSeconds = 0.2;
 
 // Exception types, made once at import. References are kept for the life of
 // the process on purpose: dropping them at exit would touch a finalised
@@ -241,15 +239,16 @@ class SlotView {
   const bool uint64_as_int64_;
 };
 
-// The C++ Loader and what Python asks of it. The user's timeout is applied
-// here, in slices of kSignalCheckSeconds (see there).
+// The C++ Loader and what Python asks of it. Waits happen in C++ without
+// the GIL; every ~100 ms the Loader's interrupt check takes the GIL to run
+// Python's signal handlers, so that Ctrl-C stops a trainer blocked on data.
+//
+// Fork: a child's copy of a PyLoader never touches the parent's ring (the
+// C++ Loader sees to that) and never takes mu_, which a parent's thread may
+// have held when the process forked.
 class PyLoader {
  public:
-  explicit PyLoader(LoaderOptions options)
-      : stream_(options.stream), timeout_seconds_(options.timeout_seconds) {
-    options.timeout_seconds =
-        timeout_seconds_ < 0 ? kSignalCheckSeconds
-                             : std::min(timeout_seconds_, kSignalCheckSeconds);
+  explicit PyLoader(LoaderOptions options) : stream_(options.stream) {
     absl::StatusOr<std::unique_ptr<Loader>> loader;
     {
       py::gil_scoped_release release;
@@ -257,57 +256,75 @@ class PyLoader {
     }
     if (!loader.ok()) Raise(loader.status());
     loader_ = *std::move(loader);
-    info_ = loader_->info();
+    loader_->SetInterruptCheck([] {
+      py::gil_scoped_acquire gil;
+      // A handler that raised (KeyboardInterrupt) leaves its exception set
+      // for Next to throw.
+      return PyErr_CheckSignals() == 0;
+    });
+  }
+
+  ~PyLoader() {
+    if (getpid() != owner_pid_) (void)loader_.release();
   }
 
   // Returns ([(name, SlotView), ...], (step, epoch, position, valid_count,
-  // (cursor epoch, window, row))). Raises StopIteration at the end of an
-  // eval stream. `uint64_as_int64` is for torch (see ToDLDataType).
+  // (cursor epoch, window, row, step))). Raises StopIteration at the end of
+  // an eval stream. `uint64_as_int64` is for torch (see ToDLDataType).
   py::tuple Next(bool uint64_as_int64) {
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point start = Clock::now();
-    for (;;) {
-      absl::StatusOr<Batch> batch;
-      {
-        py::gil_scoped_release release;
-        std::lock_guard<std::mutex> lock(mu_);
-        if (loader_ == nullptr) {
-          batch = absl::FailedPreconditionError("the Loader is closed");
-        } else {
-          batch = loader_->Next();
-        }
-      }
-      if (batch.ok()) return ToPython(*batch, uint64_as_int64);
-      if (absl::IsOutOfRange(batch.status())) throw py::stop_iteration();
-      if (!absl::IsDeadlineExceeded(batch.status())) Raise(batch.status());
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      const double waited =
-          std::chrono::duration<double>(Clock::now() - start).count();
-      if (timeout_seconds_ >= 0 && waited >= timeout_seconds_) {
-        // What the server says it is doing (RingReader::Acquire's message
-        // ends with it when the ring names one), e.g. indexing.
-        const absl::string_view wait = batch.status().message();
-        constexpr absl::string_view kSays = "; the server says: ";
-        const size_t says = wait.find(kSays);
-        Raise(absl::DeadlineExceededError(absl::StrFormat(
-            "no batch from batchd (pid %u) within %.3g s: stream %s, rank %u%s",
-            info_.server_pid, timeout_seconds_, stream_, info_.rank,
-            says == absl::string_view::npos ? "" : wait.substr(says))));
+    absl::StatusOr<Batch> batch;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+      if (getpid() == owner_pid_) lock.lock();
+      if (loader_ == nullptr) {
+        batch = absl::FailedPreconditionError("the Loader is closed");
+      } else {
+        batch = loader_->Next();
       }
     }
+    if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+    if (batch.ok()) return ToPython(*batch, uint64_as_int64);
+    if (absl::IsOutOfRange(batch.status())) throw py::stop_iteration();
+    Raise(batch.status());
   }
 
-  py::dict Info() const {
+  // The JSON text of the C++ LoaderState (the package turns it into the
+  // dict state_dict() returns).
+  std::string StateJson() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loader_ == nullptr) throw py::value_error("the loader is closed");
+    return loader_->State().ToJson();
+  }
+
+  void LoadState(const std::string& json) {
+    absl::StatusOr<LoaderState> state = LoaderState::FromJson(json);
+    if (!state.ok()) Raise(state.status());
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      s = loader_ == nullptr ? absl::FailedPreconditionError("the Loader is closed")
+                             : loader_->LoadState(*state);
+    }
+    if (!s.ok()) Raise(s);
+  }
+
+  py::dict Info() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loader_ == nullptr) throw py::value_error("the loader is closed");
+    const StreamInfo& i = loader_->info();
     py::dict info;
-    info["segment"] = info_.segment;
-    info["server_pid"] = info_.server_pid;
-    info["rank"] = info_.rank;
-    info["world_size"] = info_.world_size;
-    info["examples_per_epoch"] = info_.examples_per_epoch;
-    info["steps_per_epoch"] = info_.steps_per_epoch;
-    info["start_step"] = info_.start_step;
-    info["slots"] = info_.slots;
-    info["slot_bytes"] = info_.slot_bytes;
+    info["segment"] = i.segment;
+    info["server_pid"] = i.server_pid;
+    info["rank"] = i.rank;
+    info["world_size"] = i.world_size;
+    info["examples_per_epoch"] = i.examples_per_epoch;
+    info["steps_per_epoch"] = i.steps_per_epoch;
+    info["start_step"] = i.start_step;
+    info["slots"] = i.slots;
+    info["slot_bytes"] = i.slot_bytes;
+    info["cursor_resume"] = i.cursor_resume;
     return info;
   }
 
@@ -326,9 +343,20 @@ class PyLoader {
     return loader_ == nullptr ? closed_wait_seconds_ : loader_->wait_seconds();
   }
 
+  // (times reopened on a restarted daemon, seconds spent reopening).
+  py::tuple Reconnects() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loader_ == nullptr) return py::make_tuple(0, 0.0);
+    return py::make_tuple(loader_->reconnects(), loader_->reconnect_seconds());
+  }
+
   // Detaches from the ring now rather than when Python collects the Loader.
   // Tensors already handed out stay valid: they own their slots.
   void Close() {
+    if (getpid() != owner_pid_) {
+      (void)loader_.release();  // the parent's; see the class comment
+      return;
+    }
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     if (loader_ == nullptr) return;
@@ -343,8 +371,9 @@ class PyLoader {
       tensors.append(py::make_tuple(
           tensor.name, SlotView(tensor, batch.lease(), uint64_as_int64)));
     }
-    py::tuple cursor = py::make_tuple(
-        batch.cursor_epoch(), batch.cursor_window(), batch.cursor_row());
+    py::tuple cursor =
+        py::make_tuple(batch.cursor_epoch(), batch.cursor_window(),
+                       batch.cursor_row(), batch.step());
     return py::make_tuple(
         tensors, py::make_tuple(batch.step(), batch.epoch(), batch.position(),
                                 batch.valid_count(), cursor));
@@ -352,63 +381,91 @@ class PyLoader {
 
   // Constant after construction.
   const std::string stream_;
-  const double timeout_seconds_;  // the user's; < 0 waits for ever
-  StreamInfo info_;
+  const pid_t owner_pid_ = getpid();
 
   std::mutex mu_;
   std::unique_ptr<Loader> loader_;  // guarded by mu_; null once closed
   double closed_wait_seconds_ = 0;  // guarded by mu_
 };
 
-LoaderOptions MakeOptions(std::string stream, uint64_t global_batch_size,
-                          std::string workload, std::string data,
-                          std::string split, py::object world_size,
-                          py::object rank, uint64_t seed, uint64_t start_step,
-                          py::object start_cursor, uint32_t slots,
-                          py::object options, py::object server,
-                          py::object timeout, double server_stale_seconds,
-                          double connect_timeout) {
+// Seconds from a Python number or None (-1: no bound).
+double SecondsOrNone(py::object value, const char* name) {
+  if (value.is_none()) return -1;
+  const double v = value.cast<double>();
+  if (!(v >= 0)) {
+    throw py::value_error(std::string(name) + " must be >= 0 seconds, or None");
+  }
+  return v;
+}
+
+LoaderOptions MakeOptions(py::dict kw) {
   LoaderOptions o;
-  o.stream = std::move(stream);
-  o.global_batch_size = global_batch_size;
-  o.workload = std::move(workload);
-  o.data = std::move(data);
-  o.split = std::move(split);
-  if (!world_size.is_none()) {
-    o.world_size = world_size.cast<int>();
+  auto take = [&](const char* key) -> py::object {
+    return kw.contains(key) ? py::object(kw[key]) : py::object(py::none());
+  };
+  o.stream = kw["stream"].cast<std::string>();
+  o.global_batch_size = kw["global_batch_size"].cast<uint64_t>();
+  o.workload = kw["workload"].cast<std::string>();
+  o.data = kw["data"].cast<std::string>();
+  o.split = kw["split"].cast<std::string>();
+  if (py::object v = take("world_size"); !v.is_none()) {
+    o.world_size = v.cast<int>();
     if (o.world_size < 1) throw py::value_error("world_size must be >= 1");
   }
-  if (!rank.is_none()) {
-    o.rank = rank.cast<int>();
+  if (py::object v = take("rank"); !v.is_none()) {
+    o.rank = v.cast<int>();
     if (o.rank < 0) throw py::value_error("rank must be >= 0");
   }
-  o.seed = seed;
-  o.start_step = start_step;
-  if (!start_cursor.is_none()) {
-    py::tuple c = py::tuple(start_cursor);
-    if (c.size() != 3) {
-      throw py::value_error("start_cursor is (epoch, window, row)");
+  o.seed = kw["seed"].cast<uint64_t>();
+  o.start_step = kw["start_step"].cast<uint64_t>();
+  if (py::object v = take("start_cursor"); !v.is_none()) {
+    py::tuple c = py::tuple(v);
+    if (c.size() != 3 && c.size() != 4) {
+      throw py::value_error(
+          "start_cursor is a batch's cursor, (epoch, window, row, step) as "
+          "last_batch_info.cursor gives it, or (epoch, window, row) of rank "
+          "0's batch at start_step");
     }
     o.has_start_cursor = true;
     for (int i = 0; i < 3; ++i) o.start_cursor[i] = c[i].cast<uint64_t>();
+    if (c.size() == 4) {
+      o.has_start_cursor_step = true;
+      o.start_cursor_step = c[3].cast<uint64_t>();
+    }
   }
-  o.slots = slots;
-  if (!options.is_none()) {
+  if (py::object v = take("state"); !v.is_none()) {
+    absl::StatusOr<LoaderState> state =
+        LoaderState::FromJson(v.cast<std::string>());
+    if (!state.ok()) Raise(state.status());
+    o.state = *std::move(state);
+  }
+  o.slots = kw["slots"].cast<uint32_t>();
+  if (py::object v = take("options"); !v.is_none()) {
     // Workload options are strings on the wire; str() lets callers pass
     // numbers ({"examples": 1000}).
-    for (auto item : py::dict(options)) {
+    for (auto item : py::dict(v)) {
       o.options[py::str(item.first)] = py::str(item.second);
     }
   }
-  if (!server.is_none()) o.server = server.cast<std::string>();
-  if (!timeout.is_none()) {
-    o.timeout_seconds = timeout.cast<double>();
-    if (!(o.timeout_seconds >= 0)) {
-      throw py::value_error("timeout must be >= 0 seconds, or None");
+  if (py::object v = take("server"); !v.is_none()) {
+    o.server = v.cast<std::string>();
+  }
+  if (py::object v = take("server_uid"); !v.is_none()) {
+    o.server_uid = v.cast<int64_t>();
+    if (o.server_uid < 0) throw py::value_error("server_uid must be >= 0");
+  }
+  o.timeout_seconds = SecondsOrNone(take("timeout"), "timeout");
+  o.stall_timeout_seconds = SecondsOrNone(take("stall_timeout"), "stall_timeout");
+  o.reconnect_seconds = SecondsOrNone(take("reconnect"), "reconnect");
+  if (o.reconnect_seconds < 0) o.reconnect_seconds = 0;
+  o.server_stale_seconds = kw["server_stale_seconds"].cast<double>();
+  o.connect_timeout_seconds = kw["connect_timeout"].cast<double>();
+  if (py::object v = take("owner"); !v.is_none()) {
+    o.owner_uid = v.cast<int64_t>();
+    if (o.owner_uid < 0 || o.owner_uid > int64_t(UINT32_MAX)) {
+      throw py::value_error("owner must be a uid (0..4294967295)");
     }
   }
-  o.server_stale_seconds = server_stale_seconds;
-  o.connect_timeout_seconds = connect_timeout;
   ApplyEnvironmentDefaults(&o);
   return o;
 }
@@ -453,36 +510,18 @@ void DefineModule(py::module_& m) {
       .def_property_readonly("dtype", &SlotView::dtype)
       .def_property_readonly("shape", &SlotView::shape);
 
+  // The keyword arguments and their defaults are the package's (Loader in
+  // batchd/__init__.py, which documents them); it passes them all.
   py::class_<PyLoader>(m, "Loader")
-      .def(
-          py::init([](std::string stream, uint64_t global_batch_size,
-                      std::string workload, std::string data, std::string split,
-                      py::object world_size, py::object rank, uint64_t seed,
-                      uint64_t start_step, py::object start_cursor,
-                      uint32_t slots, py::object options,
-                      py::object server, py::object timeout,
-                      double server_stale_seconds, double connect_timeout) {
-            return std::make_unique<PyLoader>(MakeOptions(
-                std::move(stream), global_batch_size, std::move(workload),
-                std::move(data), std::move(split), std::move(world_size),
-                std::move(rank), seed, start_step, std::move(start_cursor),
-                slots, std::move(options),
-                std::move(server), std::move(timeout), server_stale_seconds,
-                connect_timeout));
-          }),
-          py::arg("stream"), py::arg("global_batch_size"), py::kw_only(),
-          py::arg("workload") = "synthetic", py::arg("data") = "",
-          py::arg("split") = "train", py::arg("world_size") = py::none(),
-          py::arg("rank") = py::none(), py::arg("seed") = 0,
-          py::arg("start_step") = 0, py::arg("start_cursor") = py::none(),
-          py::arg("slots") = 0,
-          py::arg("options") = py::none(), py::arg("server") = py::none(),
-          py::arg("timeout") = py::none(),
-          py::arg("server_stale_seconds") = 3.0,
-          py::arg("connect_timeout") = 30.0)
+      .def(py::init([](py::kwargs kw) {
+        return std::make_unique<PyLoader>(MakeOptions(kw));
+      }))
       .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true)
       .def("_info", &PyLoader::Info)
       .def("_mapping", &PyLoader::Mapping)
+      .def("_state_json", &PyLoader::StateJson)
+      .def("_load_state_json", &PyLoader::LoadState)
+      .def("_reconnects", &PyLoader::Reconnects)
       .def_property_readonly("wait_seconds", &PyLoader::WaitSeconds,
                              "Seconds next() has spent waiting for data.")
       .def("close", &PyLoader::Close,

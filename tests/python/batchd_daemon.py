@@ -64,13 +64,28 @@ class Daemon:
             args = (*args, "--cache-dir", os.path.join(self.dir, "cache"))
         if hooks:
             env["BATCHD_TEST_HOOKS"] = "1"
-        self.proc = subprocess.Popen(
-            [binary("batchd"), "--listen", self.address, "--data-root",
-             str(data_root), "--shm-prefix", self.prefix, "--threads",
-             str(threads), *args],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=preexec)
+        self._argv = [binary("batchd"), "--listen", self.address,
+                      "--data-root", str(data_root), "--shm-prefix",
+                      self.prefix, "--threads", str(threads), *args]
+        self._env = env
+        self._preexec = preexec
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen(self._argv, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=self._env,
+                                     preexec_fn=self._preexec)
         self._wait_until_accepting(os.path.join(self.dir, "sock"))
+
+    def restart(self, kill=True):
+        """Stops the daemon (SIGKILL, or SIGTERM with kill=False) and starts
+        it again with the same socket, flags and cache, as systemd would."""
+        if kill:
+            self.kill()
+        else:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self._start()
 
     def _wait_until_accepting(self, path):
         deadline = time.monotonic() + 30

@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import batchd  # noqa: E402  (after the torch check: batches are torch tensors)
+import batchd_daemon  # noqa: E402
 from batchd_daemon import Server as Daemon, binary  # noqa: E402
 
 MIB = 1 << 20
@@ -468,3 +469,185 @@ def test_bench_and_shutdown_still_work(daemon):
     r = batchctl(daemon, "shutdown")
     assert r.returncode == 0, r.stderr
     assert daemon.proc.wait(timeout=10) == 0
+
+
+# ---------------------------------------------------------------- global flags
+
+
+def run_batchctl(*args, timeout=120):
+    return subprocess.run([binary("batchctl"), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# What differs between two runs of one command: clocks, rates, the
+# daemon's own figures, generated names.
+# Sampled while a run goes on (server_ring_bytes: the most a status poll saw,
+# 0 when a short run ends before the first poll sees its rings).
+VOLATILE = {"uptime_seconds", "rss_bytes", "threads", "time", "seconds",
+            "shm_free_bytes", "stream", "closed", "server_rss_bytes",
+            "server_threads", "server_ring_bytes"}
+
+
+def stable(value):
+    """`value` without the fields that differ from run to run."""
+    if isinstance(value, dict):
+        return {k: stable(v) for k, v in value.items()
+                if k not in VOLATILE and not k.endswith(
+                    ("_seconds", "_per_second", "_per_s", "_fraction"))}
+    if isinstance(value, list):
+        return [stable(v) for v in value]
+    return value
+
+
+SPEC = ["--global-batch-size", 8, "--world-size", 2, "--option",
+        "examples=100", "--option", "payload_bytes=64"]
+
+
+def test_global_flags_go_before_or_after_every_command(tmp_path):
+    """`batchctl --server X --json --timeout S CMD ...` is `batchctl CMD ...
+    --server X --json --timeout S`, for every command."""
+    commands = {"status": [], "version": [], "plan": SPEC,
+                "bench": [*SPEC, "--steps", 3], "close": None}
+    (tmp_path / "d").mkdir()
+    d = Daemon(tmp_path / "d")
+    try:
+        for command, args in commands.items():
+            results = []
+            for before in (True, False):
+                if command == "close":
+                    name = f"closing{int(before)}"
+                    loader = open_loader(d, name)
+                    args = [name]
+                glob = ["--server", d.address, "--json", "--timeout", 30]
+                argv = ([*glob, command, *args] if before
+                        else [command, *args, *glob])
+                r = run_batchctl(*argv)
+                assert r.returncode == 0, (argv, r.stderr)
+                results.append(stable(json.loads(r.stdout)))
+                if command == "close":
+                    assert json.loads(r.stdout)["closed"] == name
+                    loader.close()
+            assert results[0] == results[1], command
+        # Given on both sides, the one after the command wins.
+        r = run_batchctl("--server", f"unix://{tmp_path}/none.sock", "status",
+                         "--server", d.address)
+        assert r.returncode == 0, r.stderr
+        # Only global flags may come first.
+        r = run_batchctl("--watch", "status", "--server", d.address)
+        assert r.returncode == 2 and "not a global flag" in r.stderr
+        # Help asks no daemon, whatever global flags precede it.
+        r = run_batchctl("--server", d.address, "--json", "help", "close")
+        assert r.returncode == 0 and "--owner UID" in r.stdout, r.stderr
+    finally:
+        d.stop()
+    # drain and shutdown end their daemon: one daemon per order.
+    for command in ("drain", "shutdown"):
+        results = []
+        for before in (True, False):
+            root = tmp_path / f"{command}{int(before)}"
+            root.mkdir()
+            d = Daemon(root)
+            try:
+                glob = ["--server", d.address, "--json", "--timeout", 30]
+                argv = [*glob, command] if before else [command, *glob]
+                r = run_batchctl(*argv)
+                assert r.returncode == 0, (argv, r.stderr)
+                out = json.loads(r.stdout.splitlines()[0])
+                assert out.pop("pid") == d.proc.pid
+                assert out.pop("server") == d.address
+                results.append(stable(out))
+                assert d.proc.wait(timeout=30) == 0
+            finally:
+                d.stop()
+        assert results[0] == results[1], command
+
+
+# ---------------------------------------------------------------- owners
+
+
+def test_status_names_each_streams_owner_and_each_uids_use(daemon):
+    loader = open_loader(daemon, "owned")
+    next(loader)
+    st = status(daemon)
+    (stream,) = st["streams"]
+    assert (stream["owner_uid"], stream["owner_known"]) == (os.getuid(), True)
+    (use,) = st["uids"]
+    assert use["uid"] == os.getuid() and use["streams"] == 1
+    assert use["ring_bytes"] == st["ring_bytes"] > 0
+    assert use["exempt"]  # the daemon's own uid is an administrator
+    assert st["max_streams_per_uid"] == 16
+    assert st["max_model_bytes_per_uid"] == 1 << 30
+    text = batchctl(daemon, "status")
+    assert text.returncode == 0, text.stderr
+    assert f"stream owned  owner {os.getuid()}  workload" in text.stdout
+    assert "owners (quotas per uid: streams 16, rings " in text.stdout
+    assert re.search(rf"^  {os.getuid()} +1 +\S+ \S+ +0 B +exempt "
+                     r"\(administrator\)$", text.stdout, re.M), text.stdout
+    loader.close()
+
+
+NOBODY = 65534
+NOBODY_LOADER = """
+import sys, batchd
+loader = batchd.Loader("shared", 8, world_size=2, rank=0, format="numpy",
+                       options={"examples": "100", "payload_bytes": "64"},
+                       server=sys.argv[1], connect_timeout=20.0, timeout=20.0)
+next(loader)
+print("attached", flush=True)
+sys.stdin.readline()
+try:
+    for _ in range(8):
+        next(loader)
+    print("read on", flush=True)
+except batchd.StreamClosedError:
+    print("closed", flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become nobody")
+def test_an_administrator_joins_and_closes_another_uids_stream_by_owner(
+        tmp_path):
+    (tmp_path / "data").mkdir()
+    d = batchd_daemon.Daemon(
+        tmp_path / "data", tmp_path / "batchd.log",
+        args=("--socket-mode", "0666", "--shm-group", str(NOBODY)))
+    os.chmod(d.dir, 0o755)
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    user = subprocess.Popen(
+        ["/usr/bin/python3", "-c", NOBODY_LOADER, d.address], user=NOBODY,
+        group=NOBODY, extra_groups=[], env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert user.stdout.readline().strip() == "attached"
+        spec = dict(world_size=2, rank=1, options={"examples": "100",
+                                                   "payload_bytes": "64"})
+        # Root's `shared` is its own stream ...
+        mine = open_loader(d, "shared", global_batch_size=8, **spec)
+        owners = sorted(s["owner_uid"] for s in status(d)["streams"])
+        assert owners == [os.getuid(), NOBODY]
+        # ... and owner= joins the user's.
+        joined = open_loader(d, "shared", global_batch_size=8, owner=NOBODY,
+                             **spec)
+        next(joined)
+        (theirs,) = [s for s in status(d)["streams"]
+                     if s["owner_uid"] == NOBODY]
+        assert [r["attached"] for r in theirs["ranks"]] == [True, True]
+        with pytest.raises(ValueError, match="owner"):
+            open_loader(d, "shared", owner=-1)
+
+        assert batchctl(d, "close", "shared").returncode == 0  # root's own
+        r = batchctl(d, "close", "shared")
+        assert r.returncode == 1 and "--owner 65534" in r.stderr, r.stderr
+        r = batchctl(d, "close", "shared", "--owner", NOBODY)
+        assert r.returncode == 0, r.stderr
+        assert "closed stream shared of uid 65534" in r.stdout
+        user.stdin.write("\n")
+        user.stdin.flush()
+        assert user.stdout.readline().strip() == "closed"
+        assert status(d)["streams"] == []
+        for loader in (mine, joined):
+            loader.close()
+    finally:
+        user.kill()
+        user.wait()
+        d.stop()

@@ -91,9 +91,10 @@ def read_batches(server, stream, format, steps=STEPS, **kwargs):
     return out
 
 
-def ring_read_pos(loader):
-    """The ring's read_pos (RingHeader offset 192, client/shm_layout.h):
-    positions below it are free for the server to write again."""
+def ring_released(loader):
+    """How many batches the client has given back (RingHeader `released`,
+    offset 192, client/shm_layout.h): each one's slot is free for the
+    server to write again."""
     with open("/dev/shm" + loader.info.segment, "rb") as f:
         with mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ) as m:
             return int.from_bytes(m[192:200], "little")
@@ -161,43 +162,54 @@ def test_jax_without_x64_narrows_64_bit_tensors(server):
         kept = batch["ids"]
         del batch
         gc.collect()
-        assert ring_read_pos(loader) == 1
+        assert ring_released(loader) == 1
         assert np.asarray(kept).tolist() == ids.tolist()
 
 
+def _keep(batch, format):
+    """A part of one array of `batch` (JAX has no views: a slice is a copy,
+    so there the whole uint8 payload, which JAX maps without a copy)."""
+    return batch["payload"] if format == "jax" else batch["payload"][1:]
+
+
 @pytest.mark.parametrize("format", FORMATS)
-def test_kept_array_holds_its_slot_until_every_view_is_gone(server, format):
+def test_kept_arrays_hold_their_slots_and_never_stall_the_stream(server,
+                                                                 format):
     slots = 3
     with open_loader(server, f"held-{format}", format, slots=slots,
-                     timeout=0.5) as loader:
-        assert ring_read_pos(loader) == 0
-        batch = next(loader)
-        # Only a view of a part of one array is kept. JAX has no views (a
-        # slice is a copy), so there the whole payload is: uint8, which JAX
-        # maps without a copy.
-        held = batch["payload"] if format == "jax" else batch["payload"][1:]
-        expected = as_numpy(held)
-        del batch
-        gc.collect()
-        assert ring_read_pos(loader) == 0  # slot 0 is still held
-
-        # The next batches are released as soon as they are dropped, but
-        # read_pos only moves over the released prefix: still 0.
+                     timeout=2) as loader:
+        assert ring_released(loader) == 0
+        # slots - 1 batches kept, through a view of a part of one array.
+        kept = []
         for _ in range(slots - 1):
-            b = next(loader)
-            del b
+            batch = next(loader)
+            kept.append(_keep(batch, format))
+            del batch
+        expected = [as_numpy(k).tobytes() for k in kept]
         gc.collect()
-        assert ring_read_pos(loader) == 0
-        # Every other slot is free again and filled; the held one blocks.
-        with pytest.raises(batchd.DeadlineExceededError):
-            next(loader)
-        assert as_numpy(held).tobytes() == expected.tobytes()
+        assert ring_released(loader) == 0  # both slots are still held
 
-        del held
+        # The stream flows through the slot left: the kept views do not
+        # stall it, and each batch dropped is given back at once.
+        for step in range(slots - 1, slots - 1 + 20):
+            b = next(loader)
+            assert loader.last_batch_info.step == step
+            del b
+            gc.collect()
+        assert ring_released(loader) == 20
+        assert [as_numpy(k).tobytes() for k in kept] == expected
+
+        # Keeping the last slot too leaves nothing to write into: the wait
+        # fails within its timeout, naming the kept steps.
+        last = next(loader)
+        with pytest.raises(batchd.DeadlineExceededError,
+                           match=r"steps 0, 1 and 22"):
+            next(loader)
+        del last, kept
         gc.collect()
-        assert ring_read_pos(loader) == slots  # the whole prefix is free
+        assert ring_released(loader) == 23
         next(loader)
-        assert loader.last_batch_info.step == slots
+        assert loader.last_batch_info.step == 23
 
 
 def test_numpy_view_of_a_view_holds_the_slot(server):
@@ -206,10 +218,10 @@ def test_numpy_view_of_a_view_holds_the_slot(server):
         view = batch["payload"].reshape(-1)[64:128].view(np.uint32)
         del batch
         gc.collect()
-        assert ring_read_pos(loader) == 0
+        assert ring_released(loader) == 0
         del view
         gc.collect()
-        assert ring_read_pos(loader) == 1
+        assert ring_released(loader) == 1
 
 
 @pytest.mark.parametrize("format", FORMATS)
@@ -244,7 +256,7 @@ def test_errors_are_the_same_types_in_every_format(server, format):
 def test_killed_server_is_the_same_error_in_every_format(tmp_path, format):
     server = Server(tmp_path)
     try:
-        loader = open_loader(server, "killed", format)
+        loader = open_loader(server, "killed", format, reconnect=0)
         next(loader)
         pid = server.proc.pid
         server.kill()

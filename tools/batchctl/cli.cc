@@ -69,6 +69,69 @@ bool WantsHelp(int argc, char** argv) {
   return false;
 }
 
+namespace {
+
+// The global flags that take a value ("--server X" or "--server=X").
+constexpr const char* kGlobalValueFlags[] = {
+    "--server", "--timeout", "--tls-ca", "--tls-cert", "--tls-key"};
+
+// The flag's name: "--server" of "--server=X".
+std::string FlagName(const std::string& arg) {
+  return arg.substr(0, arg.find('='));
+}
+
+bool TakesValue(const std::string& name) {
+  for (const char* f : kGlobalValueFlags) {
+    if (name == f) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool IsGlobalFlag(const std::string& arg) {
+  const std::string name = FlagName(arg);
+  return TakesValue(name) || arg == "--json";
+}
+
+absl::StatusOr<std::vector<std::string>> CommandFirst(int argc, char** argv) {
+  std::vector<std::string> globals;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "--version") break;
+    if (!IsGlobalFlag(arg)) {
+      if (arg.rfind("-", 0) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", FlagName(arg),
+            "' before the command is not a global flag "
+            "(--server, --timeout, --tls-ca, --tls-cert, --tls-key, --json); "
+            "a command's own flags go after its name"));
+      }
+      break;
+    }
+    globals.push_back(arg);
+    if (TakesValue(arg) && arg.find('=') == std::string::npos) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      }
+      globals.push_back(argv[++i]);
+    }
+  }
+  if (i >= argc) {
+    return absl::InvalidArgumentError(
+        "no command given (batchctl [global flags] COMMAND [flags])");
+  }
+  std::vector<std::string> out = {argv[0], argv[i]};
+  // Help and --version ask no daemon: their global flags mean nothing.
+  const std::string command = argv[i];
+  const bool asks_no_daemon = command == "help" || command == "--help" ||
+                              command == "-h" || command == "--version";
+  if (!asks_no_daemon) out.insert(out.end(), globals.begin(), globals.end());
+  out.insert(out.end(), argv + i + 1, argv + argc);
+  return out;
+}
+
 std::unique_ptr<CLI::App> NewApp(const std::string& command) {
   auto app = std::make_unique<CLI::App>("", "batchctl " + command);
   app->set_help_flag();  // batchctl's own help texts answer --help

@@ -51,6 +51,21 @@ int ServerError(const std::string& command, const absl::Status& s);
 // True when --help or -h comes before a "--" that ends the flags.
 bool WantsHelp(int argc, char** argv);
 
+// batchctl's global flags, which every command takes, before or after its
+// name: the connection flags (--server, --timeout, --tls-ca, --tls-cert,
+// --tls-key, each with a value) and --json.
+bool IsGlobalFlag(const std::string& arg);
+
+// batchctl's argv with the global flags that stand before the command moved
+// right after it, so that `batchctl --server X status` is `batchctl status
+// --server X` (where a flag given on both sides, the one after the command
+// wins). The command is the first argument that is not a global flag or its
+// value; --help, -h and --version count as one (with `help`, they drop the
+// global flags before them, which they do not use). An argument that starts
+// with "-" and is not a global flag before the command is an error, as is a
+// global flag without its value or no command at all.
+absl::StatusOr<std::vector<std::string>> CommandFirst(int argc, char** argv);
+
 // Parses argv (argv[0] the command's name) into `app`'s options; CLI11's
 // parse errors become InvalidArgument with its message. An unknown "--flag"
 // is an error; other arguments that are not flags' values (operands, e.g. a

@@ -213,5 +213,80 @@ TEST_F(CliTest, CloseTakesNamesThatStartWithADashAfterDoubleDash) {
   EXPECT_FALSE(CloseName({"close", "--name"}).ok());
 }
 
+TEST_F(CliTest, CloseTakesAnOwnerUidOrTcp) {
+  Argv plain{"close", "train"};
+  absl::StatusOr<CloseArgs> a = ParseCloseArgs(plain.argc(), plain.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->owner_uid.has_value());
+  Argv owner{"close", "train", "--owner", "1000", "--json"};
+  a = ParseCloseArgs(owner.argc(), owner.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->owner_uid, 1000u);
+  EXPECT_TRUE(a->json);
+  Argv tcp{"close", "--owner=tcp", "train"};
+  a = ParseCloseArgs(tcp.argc(), tcp.argv());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->owner_uid, kAnonymousOwner);
+  for (const char* bad : {"-1", "root", "4294967296", ""}) {
+    Argv b{"close", "train", "--owner", bad};
+    EXPECT_THAT(ParseCloseArgs(b.argc(), b.argv()).status().message(),
+                HasSubstr("--owner wants a uid or tcp"))
+        << bad;
+  }
+}
+
+std::vector<std::string> Reordered(Argv args) {
+  absl::StatusOr<std::vector<std::string>> r =
+      CommandFirst(args.argc(), args.argv());
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.value_or(std::vector<std::string>{});
+}
+
+TEST_F(CliTest, GlobalFlagsBeforeTheCommandMoveRightAfterIt) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(Reordered({"batchctl", "status", "--json"}),
+            (V{"batchctl", "status", "--json"}));
+  EXPECT_EQ(
+      Reordered(
+          {"batchctl", "--server", "unix:///s", "--json", "status", "--watch"}),
+      (V{"batchctl", "status", "--server", "unix:///s", "--json", "--watch"}));
+  EXPECT_EQ(
+      Reordered({"batchctl", "--timeout=3", "--tls-ca", "ca.pem", "--tls-cert",
+                 "c.pem", "--tls-key", "k.pem", "close", "--", "--name"}),
+      (V{"batchctl", "close", "--timeout=3", "--tls-ca", "ca.pem", "--tls-cert",
+         "c.pem", "--tls-key", "k.pem", "--", "--name"}));
+  // A value that looks like a command or a flag is the flag's value.
+  EXPECT_EQ(Reordered({"batchctl", "--server", "status", "version"}),
+            (V{"batchctl", "version", "--server", "status"}));
+  // Help asks no daemon: the global flags before it go.
+  EXPECT_EQ(Reordered({"batchctl", "--server", "unix:///s", "--help"}),
+            (V{"batchctl", "--help"}));
+  EXPECT_EQ(Reordered({"batchctl", "--json", "help", "status"}),
+            (V{"batchctl", "help", "status"}));
+  EXPECT_EQ(Reordered({"batchctl", "--timeout", "1", "--version"}),
+            (V{"batchctl", "--version"}));
+}
+
+TEST_F(CliTest, OnlyGlobalFlagsMayComeBeforeTheCommand) {
+  auto error = [](Argv args) {
+    return std::string(
+        CommandFirst(args.argc(), args.argv()).status().message());
+  };
+  EXPECT_THAT(error({"batchctl", "--watch", "status"}),
+              HasSubstr("'--watch' before the command is not a global flag"));
+  EXPECT_THAT(error({"batchctl", "--owner=1", "close", "x"}),
+              HasSubstr("'--owner' before the command"));
+  EXPECT_THAT(error({"batchctl", "-x", "status"}), HasSubstr("'-x'"));
+  EXPECT_THAT(error({"batchctl", "--server"}),
+              HasSubstr("--server needs a value"));
+  EXPECT_THAT(error({"batchctl", "--json"}), HasSubstr("no command given"));
+  for (const char* flag : {"--server", "--timeout", "--tls-ca", "--tls-cert",
+                           "--tls-key", "--json", "--server=x"}) {
+    EXPECT_TRUE(IsGlobalFlag(flag)) << flag;
+  }
+  EXPECT_FALSE(IsGlobalFlag("--watch"));
+  EXPECT_FALSE(IsGlobalFlag("--json=1"));
+}
+
 }  // namespace
 }  // namespace batchd::batchctl

@@ -38,9 +38,11 @@ absl::Status Control::Shutdown() {
   return Check("Shutdown", stub_->Shutdown(&ctx, v1::ShutdownRequest(), &resp));
 }
 
-absl::Status Control::CloseStream(const std::string& name) {
+absl::Status Control::CloseStream(const std::string& name,
+                                  std::optional<uint32_t> owner_uid) {
   v1::CloseStreamRequest req;
   req.set_name(name);
+  if (owner_uid.has_value()) req.set_owner_uid(*owner_uid);
   v1::CloseStreamResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);

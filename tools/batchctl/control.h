@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,7 +23,9 @@ class Control {
 
   absl::StatusOr<v1::GetStatusResponse> GetStatus();
   absl::Status Shutdown();
-  absl::Status CloseStream(const std::string& name);
+  // The caller's own stream `name`, or `owner_uid`'s (administrators).
+  absl::Status CloseStream(const std::string& name,
+                           std::optional<uint32_t> owner_uid = std::nullopt);
   absl::StatusOr<v1::DrainResponse> Drain();
   absl::StatusOr<v1::PlanResponse> Plan(const v1::StreamSpec& spec);
 

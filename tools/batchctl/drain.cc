@@ -21,6 +21,7 @@ constexpr char kSummary[] =
 
 constexpr char kHelp[] =
     R"(Usage: batchctl drain [--server ADDR] [--timeout S] [--wait [SECONDS]]
+                      [--json]
 
 Puts the daemon into draining: it refuses every new stream (OpenStream
 fails with "batchd is draining"), keeps serving the ranks attached now,
@@ -35,6 +36,10 @@ returned. Draining cannot be undone; `batchctl shutdown` stops at once.
   --wait [SECONDS]   then wait until the daemon has exited, at most
                      SECONDS (default: for ever), printing the attached
                      ranks whenever their number changes
+  --json             print JSON lines instead: {"server", "pid",
+                     "draining": true, "attached_ranks"}, then with --wait
+                     {"time", "attached_ranks"} at each change and
+                     {"pid", "exited": true} at the end
 
 Exit codes: 0 draining (with --wait: the daemon exited), 1 the server
 failed or could not be reached (with --wait: or did not exit in time, or
@@ -56,6 +61,8 @@ int RunDrain(int argc, char** argv) {
   std::string wait_value;
   CLI::Option* wait_flag =
       app->add_option("--wait", wait_value)->expected(0, 1);
+  bool json = false;
+  app->add_flag("--json", json);
   if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) {
     return UsageError("drain", std::string(s.message()));
   }
@@ -78,10 +85,18 @@ int RunDrain(int argc, char** argv) {
   absl::StatusOr<v1::DrainResponse> drained = control.Drain();
   if (!drained.ok()) return ServerError("drain", drained.status());
   uint32_t attached = drained->attached_ranks();
-  printf(
-      "batchd (pid %u) at %s is draining: %u rank(s) attached; it takes no "
-      "new stream and exits once none is attached\n",
-      pid, c->address.c_str(), attached);
+  if (json) {
+    printf("%s\n", DumpJson(Json{{"server", c->address},
+                                 {"pid", uint64_t(pid)},
+                                 {"draining", true},
+                                 {"attached_ranks", uint64_t(attached)}})
+                       .c_str());
+  } else {
+    printf(
+        "batchd (pid %u) at %s is draining: %u rank(s) attached; it takes no "
+        "new stream and exits once none is attached\n",
+        pid, c->address.c_str(), attached);
+  }
   fflush(stdout);
   if (!wait) return kExitOk;
 
@@ -99,7 +114,13 @@ int RunDrain(int argc, char** argv) {
         const uint32_t n = AttachedRanks(*now);
         if (n != attached) {
           attached = n;
-          printf("%s  %u rank(s) attached\n", UtcNow().c_str(), attached);
+          if (json) {
+            printf("%s\n", DumpJson(Json{{"time", UtcNow()},
+                                         {"attached_ranks", uint64_t(n)}})
+                               .c_str());
+          } else {
+            printf("%s  %u rank(s) attached\n", UtcNow().c_str(), attached);
+          }
           fflush(stdout);
         }
       } else if (now.ok() || !absl::IsDeadlineExceeded(now.status())) {
@@ -107,7 +128,13 @@ int RunDrain(int argc, char** argv) {
       }                   // else slow to answer: ask again
     }
     if (!answers && !DaemonProcessVisible(pid)) {
-      printf("batchd (pid %u) exited\n", pid);
+      if (json) {
+        printf(
+            "%s\n",
+            DumpJson(Json{{"pid", uint64_t(pid)}, {"exited", true}}).c_str());
+      } else {
+        printf("batchd (pid %u) exited\n", pid);
+      }
       return kExitOk;
     }
     SleepUnlessInterrupted(answers ? 0.5 : 0.05);

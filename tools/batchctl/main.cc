@@ -46,7 +46,7 @@ std::string MainHelp() {
   std::string out =
       "batchctl - operate a batchd daemon\n"
       "\n"
-      "Usage: batchctl <command> [flags]\n"
+      "Usage: batchctl [global flags] <command> [flags]\n"
       "\n"
       "Commands:\n";
   for (const Command& c : Commands()) out += CommandLine(c.name, c.summary);
@@ -55,9 +55,15 @@ std::string MainHelp() {
   out += CommandLine("--version",
                      "print batchctl's version (without asking the daemon)");
   out += R"(
-Every command takes --server ADDR: unix:///path/to/socket or
-tcp://host:port. Default: $BATCHD_SERVER, else
-unix:///run/batchd/batchd.sock.
+Global flags, which every command takes before or after its name
+(batchctl --server X status is batchctl status --server X; given on both
+sides, the one after the name wins):
+  --server ADDR  unix:///path/to/socket or tcp://host:port. Default:
+                 $BATCHD_SERVER, else unix:///run/batchd/batchd.sock
+  --timeout S    deadline of each call in seconds (each command's help
+                 gives its default)
+  --json         print the answer as JSON
+  --tls-ca FILE, --tls-cert FILE, --tls-key FILE   (below)
 
 A daemon that serves TCP with TLS (batchd --tls-cert) is reached with
 --tls-ca FILE (PEM roots that sign its certificate) and, when it asks for
@@ -71,11 +77,20 @@ Exit codes: 0 ok, 1 the server failed or could not be reached,
   return out;
 }
 
-int Main(int argc, char** argv) {
-  if (argc < 2) {
+int Main(int raw_argc, char** raw_argv) {
+  if (raw_argc < 2) {
     fputs(MainHelp().c_str(), stderr);
     return kExitUsage;
   }
+  // Global flags before the command go right after it.
+  absl::StatusOr<std::vector<std::string>> args =
+      CommandFirst(raw_argc, raw_argv);
+  if (!args.ok()) return UsageError("", std::string(args.status().message()));
+  std::vector<char*> pointers;
+  for (std::string& a : *args) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
+  const int argc = int(args->size());
+  char** const argv = pointers.data();
   const std::string command = argv[1];
   if (command == "--help" || command == "-h") {
     fputs(MainHelp().c_str(), stdout);

@@ -10,6 +10,7 @@
 #include "client/process.h"
 #include "tools/batchctl/commands.h"
 #include "tools/batchctl/control.h"
+#include "tools/batchctl/output.h"
 
 namespace batchd::batchctl {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 constexpr char kSummary[] = "close every stream and stop the daemon";
 
 constexpr char kHelp[] =
-    R"(Usage: batchctl shutdown [--server ADDR] [--timeout S]
+    R"(Usage: batchctl shutdown [--server ADDR] [--timeout S] [--json]
 
 Asks the daemon to close every stream (clients see "stream closed"),
 unlink every shared-memory segment and exit; then waits up to S seconds
@@ -27,6 +28,8 @@ until that process has exited.
   --server ADDR  unix:///path or tcp://host:port
                  (default: $BATCHD_SERVER, else unix:///run/batchd/batchd.sock)
   --timeout S    seconds to wait for the call and for the exit (default 10)
+  --json         print {"server": ADDR, "pid": PID, "stopped": true} on
+                 stdout once it stopped
 
 Exit codes: 0 the daemon stopped, 1 the server failed, could not be
 reached or did not stop in time, 2 usage error.
@@ -35,6 +38,8 @@ reached or did not stop in time, 2 usage error.
 int RunShutdown(int argc, char** argv) {
   std::unique_ptr<CLI::App> app = NewApp("shutdown");
   ConnectionFlags connection(*app, 10);
+  bool json = false;
+  app->add_flag("--json", json);
   if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) {
     return UsageError("shutdown", std::string(s.message()));
   }
@@ -65,6 +70,13 @@ int RunShutdown(int argc, char** argv) {
             "batchd (pid %u) at %s accepted Shutdown but %s after %.0f s", pid,
             c->address, answers ? "still answers" : "has not exited",
             c->timeout)));
+  }
+  if (json) {
+    Json out;
+    out["server"] = c->address;
+    out["pid"] = uint64_t(pid);
+    out["stopped"] = true;
+    printf("%s\n", DumpJson(out).c_str());
   }
   fprintf(stderr, "batchctl shutdown: batchd (pid %u) at %s stopped\n", pid,
           c->address.c_str());

@@ -171,12 +171,10 @@ std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
   if (prev.pid() != cur.pid() || !(dt > 0)) return std::nullopt;
   Rates rates;
   rates.interval_seconds = dt;
-  std::map<std::string, const v1::StreamStatus*> before;
-  for (const v1::StreamStatus& s : prev.streams()) {
-    before[s.spec().name()] = &s;
-  }
+  std::map<StreamId, const v1::StreamStatus*> before;
+  for (const v1::StreamStatus& s : prev.streams()) before[IdOf(s)] = &s;
   for (const v1::StreamStatus& s : cur.streams()) {
-    auto it = before.find(s.spec().name());
+    auto it = before.find(IdOf(s));
     if (it == before.end()) continue;
     std::map<uint32_t, const v1::RankStatus*> ranks_before;
     for (const v1::RankStatus& r : it->second->ranks()) {
@@ -200,7 +198,7 @@ std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
     }
     if (went_back) continue;
     sr.stream = {double(examples) / dt, double(bytes) / dt};
-    rates.streams[s.spec().name()] = std::move(sr);
+    rates.streams[IdOf(s)] = std::move(sr);
   }
   return rates;
 }
@@ -220,6 +218,145 @@ std::string FormatReadAhead(const v1::ReadAheadStatus& ra) {
       ra.max_steps_ahead());
 }
 
+StreamId IdOf(const v1::StreamStatus& s) {
+  return {s.owner_uid(), s.spec().name()};
+}
+
+std::string OwnerName(uint32_t uid, bool known) {
+  return known ? absl::StrCat(uid) : std::string("tcp");
+}
+
+std::string FormatOwners(const v1::GetStatusResponse& st) {
+  if (st.uids().empty()) return "";
+  // A quota as a text; 0 is no limit.
+  auto limit = [](uint64_t q, const std::string& text) {
+    return q == 0 ? std::string("no limit") : text;
+  };
+  const std::string streams =
+      limit(st.max_streams_per_uid(), absl::StrCat(st.max_streams_per_uid()));
+  const std::string rings =
+      limit(st.max_ring_bytes_per_uid(),
+            HumanBytes(double(st.max_ring_bytes_per_uid())));
+  const std::string models =
+      limit(st.max_model_bytes_per_uid(),
+            HumanBytes(double(st.max_model_bytes_per_uid())));
+  std::string out = absl::StrFormat(
+      "\nowners (quotas per uid: streams %s, rings %s, models %s; "
+      "administrators exempt)\n",
+      streams, rings, models);
+  // "3/16" against a quota; the use alone without one or when exempt.
+  auto of = [](const std::string& use, uint64_t q, bool exempt,
+               const std::string& quota) {
+    return exempt || q == 0 ? use : absl::StrCat(use, "/", quota);
+  };
+  Table t({"UID", "STREAMS", "RINGS", "MODELS", ""});
+  t.AlignRight({1, 2, 3});
+  for (const v1::UidUsage& u : st.uids()) {
+    t.Add({OwnerName(u.uid(), u.known()),
+           of(absl::StrCat(u.streams()), st.max_streams_per_uid(), u.exempt(),
+              streams),
+           of(HumanBytes(double(u.ring_bytes())), st.max_ring_bytes_per_uid(),
+              u.exempt(), rings),
+           of(HumanBytes(double(u.model_bytes())), st.max_model_bytes_per_uid(),
+              u.exempt(), models),
+           u.exempt() ? "exempt (administrator)" : ""});
+  }
+  return out + t.Render("  ");
+}
+
+namespace {
+
+// One stream's part of FormatStatus: its line (with its owner), its rates,
+// indexing and read-ahead, and a row per rank.
+std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
+  std::string out;
+  const v1::StreamSpec& spec = s.spec();
+  const std::string options =
+      OptionsSuffix({spec.options().begin(), spec.options().end()});
+  absl::StrAppendFormat(
+      &out,
+      "\nstream %s  owner %s  workload %s  data '%s'  split %s  global "
+      "batch %u  world %u  seed %u  start step %u  steps/epoch %u%s%s\n",
+      spec.name(), OwnerName(s.owner_uid(), s.owner_known()), spec.workload(),
+      spec.data(), spec.split(), spec.global_batch_size(), spec.world_size(),
+      spec.seed(), spec.start_step(), s.steps_per_epoch(),
+      options.empty() ? "" : "  options", options);
+  const StreamRates* sr = nullptr;
+  if (rates != nullptr) {
+    auto it = rates->streams.find(IdOf(s));
+    if (it != rates->streams.end()) sr = &it->second;
+  }
+  if (sr != nullptr) {
+    absl::StrAppendFormat(
+        &out,
+        "  %.1f examples/s  %s/s over the last %.1f s  (since open: %.1f "
+        "examples/s)  decode errors %u  skipped %u\n",
+        sr->stream.examples_per_second, HumanBytes(sr->stream.bytes_per_second),
+        rates->interval_seconds, s.examples_per_second(), s.decode_errors(),
+        s.skipped_examples());
+  } else {
+    absl::StrAppendFormat(&out,
+                          "  %.1f examples/s  %s/s%s  decode errors %u  "
+                          "skipped %u\n",
+                          s.examples_per_second(),
+                          HumanBytes(s.bytes_per_second()),
+                          rates != nullptr ? " since open" : "",
+                          s.decode_errors(), s.skipped_examples());
+  }
+  if (s.has_indexing()) {
+    // "  indexing wmt lengths 1200/5900 pairs (20%) 300/s ETA 16 s"
+    const v1::IndexingStatus& ix = s.indexing();
+    absl::StrAppendFormat(&out, "  indexing %s %u/%u %s", ix.what(), ix.done(),
+                          ix.total(), ix.unit());
+    if (ix.total() > 0) {
+      absl::StrAppendFormat(&out, " (%u%%)", ix.done() * 100 / ix.total());
+    }
+    if (ix.rate() > 0) {
+      absl::StrAppendFormat(&out, " %.0f/s ETA %.0f s", ix.rate(),
+                            ix.eta_seconds());
+    }
+    out += "\n";
+  }
+  if (s.has_readahead()) out += FormatReadAhead(s.readahead());
+  std::vector<std::string> header = {
+      "RANK",          "ATTACHED",      "PID",       "PRODUCED",
+      "CONSUMED",      "RING",          "EXAMPLES",  "BYTES",
+      "CLIENT_WAIT_S", "SERVER_WAIT_S", "REATTACHES"};
+  if (rates != nullptr) header.push_back("EXAMPLES/S");
+  Table t(header);
+  t.AlignRight({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  for (const v1::RankStatus& r : s.ranks()) {
+    std::vector<std::string> row = {
+        absl::StrCat(r.rank()),
+        r.attached() ? "yes" : "no",
+        r.client_pid() != 0 ? absl::StrCat(r.client_pid()) : "-",
+        absl::StrCat(r.produced_step()),
+        absl::StrCat(r.consumed_step()),
+        absl::StrCat(r.ring_fill(), "/", r.ring_slots()),
+        absl::StrCat(r.examples()),
+        HumanBytes(double(r.bytes())),
+        absl::StrFormat("%.2f", r.client_wait_seconds()),
+        absl::StrFormat("%.2f", r.server_wait_seconds()),
+        absl::StrCat(r.reattaches())};
+    if (rates != nullptr) {
+      const Rate* rank_rate = nullptr;
+      if (sr != nullptr) {
+        auto it = sr->ranks.find(r.rank());
+        if (it != sr->ranks.end()) rank_rate = &it->second;
+      }
+      row.push_back(
+          rank_rate != nullptr
+              ? absl::StrFormat("%.1f", rank_rate->examples_per_second)
+              : "-");
+    }
+    t.Add(std::move(row));
+  }
+  out += t.Render("  ");
+  return out;
+}
+
+}  // namespace
+
 std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
   std::string out = absl::StrFormat(
       "batchd %s  pid %u  up %s  threads %u (%u workers)  rss %s  rings %s  "
@@ -235,98 +372,17 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
       st.draining() ? "  DRAINING (no new streams; exits when no rank is "
                       "attached)"
                     : "");
-  for (const v1::StreamStatus& s : st.streams()) {
-    const v1::StreamSpec& spec = s.spec();
-    const std::string options =
-        OptionsSuffix({spec.options().begin(), spec.options().end()});
-    absl::StrAppendFormat(
-        &out,
-        "\nstream %s  workload %s  data '%s'  split %s  global batch %u  "
-        "world %u  seed %u  start step %u  steps/epoch %u%s%s\n",
-        spec.name(), spec.workload(), spec.data(), spec.split(),
-        spec.global_batch_size(), spec.world_size(), spec.seed(),
-        spec.start_step(), s.steps_per_epoch(),
-        options.empty() ? "" : "  options", options);
-    const StreamRates* sr = nullptr;
-    if (rates != nullptr) {
-      auto it = rates->streams.find(spec.name());
-      if (it != rates->streams.end()) sr = &it->second;
-    }
-    if (sr != nullptr) {
-      absl::StrAppendFormat(
-          &out,
-          "  %.1f examples/s  %s/s over the last %.1f s  (since open: %.1f "
-          "examples/s)  decode errors %u  skipped %u\n",
-          sr->stream.examples_per_second,
-          HumanBytes(sr->stream.bytes_per_second), rates->interval_seconds,
-          s.examples_per_second(), s.decode_errors(), s.skipped_examples());
-    } else {
-      absl::StrAppendFormat(&out,
-                            "  %.1f examples/s  %s/s%s  decode errors %u  "
-                            "skipped %u\n",
-                            s.examples_per_second(),
-                            HumanBytes(s.bytes_per_second()),
-                            rates != nullptr ? " since open" : "",
-                            s.decode_errors(), s.skipped_examples());
-    }
-    if (s.has_indexing()) {
-      // "  indexing wmt lengths 1200/5900 pairs (20%) 300/s ETA 16 s"
-      const v1::IndexingStatus& ix = s.indexing();
-      absl::StrAppendFormat(&out, "  indexing %s %u/%u %s", ix.what(),
-                            ix.done(), ix.total(), ix.unit());
-      if (ix.total() > 0) {
-        absl::StrAppendFormat(&out, " (%u%%)", ix.done() * 100 / ix.total());
-      }
-      if (ix.rate() > 0) {
-        absl::StrAppendFormat(&out, " %.0f/s ETA %.0f s", ix.rate(),
-                              ix.eta_seconds());
-      }
-      out += "\n";
-    }
-    if (s.has_readahead()) out += FormatReadAhead(s.readahead());
-    std::vector<std::string> header = {
-        "RANK",          "ATTACHED",      "PID",       "PRODUCED",
-        "CONSUMED",      "RING",          "EXAMPLES",  "BYTES",
-        "CLIENT_WAIT_S", "SERVER_WAIT_S", "REATTACHES"};
-    if (rates != nullptr) header.push_back("EXAMPLES/S");
-    Table t(header);
-    t.AlignRight({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
-    for (const v1::RankStatus& r : s.ranks()) {
-      std::vector<std::string> row = {
-          absl::StrCat(r.rank()),
-          r.attached() ? "yes" : "no",
-          r.client_pid() != 0 ? absl::StrCat(r.client_pid()) : "-",
-          absl::StrCat(r.produced_step()),
-          absl::StrCat(r.consumed_step()),
-          absl::StrCat(r.ring_fill(), "/", r.ring_slots()),
-          absl::StrCat(r.examples()),
-          HumanBytes(double(r.bytes())),
-          absl::StrFormat("%.2f", r.client_wait_seconds()),
-          absl::StrFormat("%.2f", r.server_wait_seconds()),
-          absl::StrCat(r.reattaches())};
-      if (rates != nullptr) {
-        const Rate* rank_rate = nullptr;
-        if (sr != nullptr) {
-          auto it = sr->ranks.find(r.rank());
-          if (it != sr->ranks.end()) rank_rate = &it->second;
-        }
-        row.push_back(
-            rank_rate != nullptr
-                ? absl::StrFormat("%.1f", rank_rate->examples_per_second)
-                : "-");
-      }
-      t.Add(std::move(row));
-    }
-    out += t.Render("  ");
-  }
+  out += FormatOwners(st);
+  for (const v1::StreamStatus& s : st.streams()) out += FormatStream(s, rates);
   return out;
 }
 
 Json RatesToJson(const Rates& rates) {
   Json out = Json::array();
-  for (const auto& [name, sr] : rates.streams) {
+  for (const auto& [id, sr] : rates.streams) {
     Json stream;
-    stream["stream"] = name;
+    stream["stream"] = id.second;
+    stream["owner_uid"] = uint64_t(id.first);
     stream["examples_per_second"] = sr.stream.examples_per_second;
     stream["bytes_per_second"] = sr.stream.bytes_per_second;
     Json ranks = Json::array();

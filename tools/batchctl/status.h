@@ -33,11 +33,14 @@ struct StreamRates {
   Rate stream;  // the sum over its ranks
   std::map<uint32_t, Rate> ranks;
 };
+// A stream as the daemon keys it: (owner uid, name).
+using StreamId = std::pair<uint32_t, std::string>;
+StreamId IdOf(const v1::StreamStatus& s);
 struct Rates {
   double interval_seconds = 0;  // the daemon's time between the answers
   // Streams in both answers whose counters did not go back (a stream closed
   // and opened again in between starts over and has no rate yet).
-  std::map<std::string, StreamRates> streams;
+  std::map<StreamId, StreamRates> streams;
 };
 
 // The current rates from two consecutive answers; nullopt when they are not
@@ -51,12 +54,22 @@ std::optional<Rates> CurrentRates(const v1::GetStatusResponse& prev,
 // workers waited for bytes, and how many steps ahead reads were issued.
 std::string FormatReadAhead(const v1::ReadAheadStatus& ra);
 
-// The status as a table per stream. With `rates`, the stream's examples/s
-// and bytes/s are the current ones, and each rank's are shown too.
+// "1000", or "tcp" for the streams of anonymous TCP callers.
+std::string OwnerName(uint32_t uid, bool known);
+
+// Each owner's streams, ring bytes and model bytes against the quotas per
+// uid, as a table under a line that gives the quotas; "" without owners.
+std::string FormatOwners(const v1::GetStatusResponse& st);
+
+// The status: the daemon's line, the owners' table, and a table per
+// stream (whose first line names its owner). With `rates`, the stream's
+// examples/s and bytes/s are the current ones, and each rank's are shown
+// too.
 std::string FormatStatus(const v1::GetStatusResponse& st,
                          const Rates* rates = nullptr);
 
-// [{"stream", "examples_per_second", "bytes_per_second", "ranks": [...]}]
+// [{"stream", "owner_uid", "examples_per_second", "bytes_per_second",
+//   "ranks": [...]}]
 Json RatesToJson(const Rates& rates);
 
 }  // namespace batchd::batchctl

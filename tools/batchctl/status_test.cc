@@ -40,7 +40,7 @@ TEST(CurrentRates, AreTheCounterChangesOverTheDaemonsUptimeChange) {
                    Answer(7, 12.0, "train", {{300, 3000}, {50, 500}}));
   ASSERT_TRUE(rates.has_value());
   EXPECT_EQ(rates->interval_seconds, 2.0);
-  const StreamRates& sr = rates->streams.at("train");
+  const StreamRates& sr = rates->streams.at(StreamId{0, "train"});
   EXPECT_EQ(sr.stream.examples_per_second, 100.0);
   EXPECT_EQ(sr.stream.bytes_per_second, 1000.0);
   EXPECT_EQ(sr.ranks.at(0).examples_per_second, 100.0);
@@ -65,15 +65,18 @@ TEST(CurrentRates, SkipNewStreamsAndStreamsThatStartedOver) {
   const std::optional<Rates> rates = CurrentRates(prev, cur);
   ASSERT_TRUE(rates.has_value());
   EXPECT_EQ(rates->streams.size(), 1u);
-  EXPECT_EQ(rates->streams.at("kept").stream.examples_per_second, 10.0);
+  EXPECT_EQ(rates->streams.at(StreamId{0, "kept"}).stream.examples_per_second,
+            10.0);
 }
 
 TEST(CurrentRates, ARankThatAttachedMeanwhileCountsFromZero) {
   const std::optional<Rates> rates = CurrentRates(
       Answer(7, 10, "s", {{10, 10}}), Answer(7, 11, "s", {{10, 10}, {4, 40}}));
   ASSERT_TRUE(rates.has_value());
-  EXPECT_EQ(rates->streams.at("s").ranks.at(1).bytes_per_second, 40.0);
-  EXPECT_EQ(rates->streams.at("s").stream.examples_per_second, 4.0);
+  EXPECT_EQ(rates->streams.at(StreamId{0, "s"}).ranks.at(1).bytes_per_second,
+            40.0);
+  EXPECT_EQ(rates->streams.at(StreamId{0, "s"}).stream.examples_per_second,
+            4.0);
 }
 
 TEST(FormatStatus, PrintsTheDaemonLineAndARowPerRank) {
@@ -179,10 +182,58 @@ TEST(RatesToJson, ListsStreamsWithTheirRanks) {
   ASSERT_TRUE(rates.has_value());
   EXPECT_EQ(
       DumpJson(RatesToJson(*rates)),
-      R"([{"stream":"s","examples_per_second":4.0,)"
+      R"([{"stream":"s","owner_uid":0,"examples_per_second":4.0,)"
       R"("bytes_per_second":40.0,"ranks":[)"
       R"({"rank":0,"examples_per_second":3.0,"bytes_per_second":30.0},)"
       R"({"rank":1,"examples_per_second":1.0,"bytes_per_second":10.0}]}])");
+}
+
+TEST(CurrentRates, KeepTwoOwnersStreamsOfOneNameApart) {
+  v1::GetStatusResponse prev = Answer(7, 10, "train", {{100, 100}});
+  *prev.add_streams() = Answer(7, 10, "train", {{500, 500}}).streams(0);
+  prev.mutable_streams(1)->set_owner_uid(1000);
+  v1::GetStatusResponse cur = Answer(7, 11, "train", {{110, 110}});
+  *cur.add_streams() = Answer(7, 11, "train", {{530, 530}}).streams(0);
+  cur.mutable_streams(1)->set_owner_uid(1000);
+  const std::optional<Rates> rates = CurrentRates(prev, cur);
+  ASSERT_TRUE(rates.has_value());
+  EXPECT_EQ(rates->streams.at(StreamId{0, "train"}).stream.examples_per_second,
+            10.0);
+  EXPECT_EQ(
+      rates->streams.at(StreamId{1000, "train"}).stream.examples_per_second,
+      30.0);
+}
+
+TEST(FormatStatus, NamesEachStreamsOwnerAndEachOwnersUseAgainstItsQuotas) {
+  v1::GetStatusResponse st = Answer(42, 75, "train", {{10, 10}});
+  EXPECT_THAT(FormatStatus(st), Not(HasSubstr("owners (quotas")));
+  st.mutable_streams(0)->set_owner_uid(1000);
+  st.mutable_streams(0)->set_owner_known(true);
+  *st.add_streams() = Answer(42, 75, "train", {{1, 1}}).streams(0);
+  st.mutable_streams(1)->set_owner_uid(4294967295u);
+  st.set_max_streams_per_uid(16);
+  st.set_max_ring_bytes_per_uid(uint64_t(8) << 30);
+  st.set_max_model_bytes_per_uid(0);
+  v1::UidUsage* user = st.add_uids();
+  user->set_uid(1000);
+  user->set_known(true);
+  user->set_streams(3);
+  user->set_ring_bytes(uint64_t(3) << 20);
+  v1::UidUsage* root = st.add_uids();
+  root->set_uid(0);
+  root->set_known(true);
+  root->set_exempt(true);
+  root->set_streams(20);
+  const std::string out = FormatStatus(st);
+  EXPECT_THAT(out, HasSubstr("\nstream train  owner 1000  workload"));
+  EXPECT_THAT(out, HasSubstr("\nstream train  owner tcp  workload"));
+  EXPECT_THAT(out, HasSubstr("owners (quotas per uid: streams 16, rings "
+                             "8.0 GiB, models no limit; administrators "
+                             "exempt)\n"));
+  EXPECT_THAT(out,
+              ::testing::ContainsRegex("  1000 +3/16 +3.0 MiB/8.0 GiB +0 B\n"));
+  EXPECT_THAT(out, ::testing::ContainsRegex(
+                       "  0 +20 +0 B +0 B +exempt \\(administrator\\)\n"));
 }
 
 class StatusArgsTest : public ::testing::Test {

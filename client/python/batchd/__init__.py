@@ -19,8 +19,9 @@ and JAX are optional; `import batchd` needs neither, nor numpy.
 
 The arrays are views of the ring slot: the slot goes back to the server when
 the last array of the batch dies, so an array kept past its iteration stays
-valid, but the server cannot reuse that slot meanwhile; holding every slot
-stalls the stream. Writing into them in place changes shared memory (the
+valid, and the server fills the other slots meanwhile: keeping fewer batches
+than the ring has slots never stalls the stream (keeping them all makes
+next() raise, naming the kept steps). Writing into them in place changes shared memory (the
 server overwrites it once the slot is released). torch tensors and numpy
 arrays are always views. JAX arrays are views on the CPU where XLA can take
 the buffer (uint8, int32 and float32, whose tensors the ring aligns to 256
@@ -35,6 +36,7 @@ which has no uint64: values below 2**63 read the same, and an all-ones value
 """
 
 import importlib.util
+import json
 from typing import NamedTuple, Tuple
 
 from ._batchd import (
@@ -53,6 +55,7 @@ __version__ = _batchd.__version__
 __all__ = [
     "FORMATS",
     "BatchInfo",
+    "Cursor",
     "DeadlineExceededError",
     "Error",
     "InvalidArgumentError",
@@ -77,10 +80,25 @@ class StreamInfo(NamedTuple):
     rank: int
     world_size: int
     examples_per_epoch: int
-    steps_per_epoch: int
-    start_step: int
-    slots: int  # ring slots: at most this many batches alive at once
+    steps_per_epoch: int  # 0 where epochs differ in length (wmt train)
+    start_step: int  # the step this rank's ring began at
+    slots: int  # ring slots: keep fewer batches than this alive at once
     slot_bytes: int
+    cursor_resume: bool  # batches carry packing cursors (wmt train)
+
+
+class Cursor(NamedTuple):
+    """Where a batch's rows sit in its epoch (row-packing streams, wmt
+    train): this rank's first row as (epoch, window, row in the window), and
+    the global step of the batch. Any rank's cursor names the batch:
+    Loader(start_step=cursor.step + 1, start_cursor=cursor) resumes right
+    after it without replaying earlier epochs (state_dict() does this for
+    you). For other streams it is (epoch, step in the epoch, 0, step)."""
+
+    epoch: int
+    window: int
+    row: int
+    step: int
 
 
 class BatchInfo(NamedTuple):
@@ -90,7 +108,7 @@ class BatchInfo(NamedTuple):
     epoch: int
     position: int  # position in its epoch of this rank's first example
     valid_count: int  # real rows; the rest is padding (last eval batch)
-    cursor: Tuple[int, int, int]  # WMT packing cursor (epoch, window, row)
+    cursor: Cursor  # where the batch sits (see Cursor)
 
 
 def _default_format():
@@ -149,16 +167,19 @@ class Loader(_batchd.Loader):
 
     Loader(stream, global_batch_size, *, format=None, workload="synthetic",
            data="", split="train", world_size=None, rank=None, seed=0,
-           start_step=0, start_cursor=None, slots=0, options=None,
-           server=None, timeout=None, server_stale_seconds=3.0,
-           connect_timeout=30.0)
+           start_step=0, start_cursor=None, state=None, slots=0,
+           options=None, server=None, server_uid=None, timeout=None,
+           stall_timeout=300.0, reconnect=60.0, server_stale_seconds=3.0,
+           connect_timeout=30.0, owner=None)
 
     Opens (or joins) `stream` on the server; every rank of a job passes the
     same spec (workload, data, split, global_batch_size, world_size, seed,
     start_step, slots, options), and the server refuses a spec that differs,
     naming the field.
 
-    stream: name of the stream, unique per server, [A-Za-z0-9_-]{1,64}.
+    stream: name of the stream, [A-Za-z0-9_-]{1,64}: unique per owner (the
+        uid that opened it), so two users' streams of one name are two
+        streams.
     format: "torch", "numpy" or "jax", what batches are made of; default
         "torch" when torch is installed, else "numpy". See the module's
         documentation for when JAX copies.
@@ -169,35 +190,76 @@ class Loader(_batchd.Loader):
     world_size, rank: default from the environment as torchrun sets it:
         WORLD_SIZE (else 1) and RANK (else LOCAL_RANK, else 0).
     seed, start_step: the global order and where to start (resume).
-    start_cursor: (epoch, window, row) of rank 0's batch at start_step, for
-        row-packing streams (wmt train): resumes there without replaying
-        the token lengths of earlier epochs.
-    slots: ring slots per rank; 0 takes the server's default.
+    start_cursor: a batch's Cursor (last_batch_info.cursor, any rank's), for
+        row-packing streams (wmt train): the stream finds that batch without
+        replaying the token lengths of earlier epochs and begins at
+        start_step (>= cursor.step). A plain (epoch, window, row) is taken
+        as rank 0's cursor of the batch at start_step.
+    state: a state_dict() to resume from (instead of start_step and
+        start_cursor); the spec arguments must match it (stream name and
+        world size may differ).
+    slots: ring slots per rank; 0 takes the server's default (4). Keep
+        fewer batches than this alive at once.
     options: workload options; values are passed as str(value).
     server: "unix:///path/sock" or "tcp://host:port"; default $BATCHD_SERVER,
         else unix:///run/batchd/batchd.sock.
+    server_uid: the uid batchd runs as; checked against the process serving
+        the socket (SO_PEERCRED) and the owner of the ring. Default
+        $BATCHD_SERVER_UID, else root, this process's uid, or the owner of
+        the socket's directory when only that owner may write it.
     timeout: longest wait in seconds for one batch while the server is alive
-        (DeadlineExceededError after it); None waits for ever. A stopped
-        server is noticed regardless (ServerUnavailableError naming its pid).
+        (DeadlineExceededError after it); None: no such bound.
+    stall_timeout: next() raises DeadlineExceededError when no batch came
+        for this long and the server reported no progress meanwhile (a
+        stream being indexed is waited for while indexing goes on); None
+        waits for ever.
+    reconnect: when the daemon stops or restarts, next() keeps reopening the
+        stream on the same address for this many seconds and resumes at this
+        rank's next step, with exactly the batches it would have had;
+        0 or None raises ServerUnavailableError at once.
     server_stale_seconds: a server heartbeat older than this means stopped.
     connect_timeout: deadline of the OpenStream call.
+    owner: None, your own stream named `stream` (opened when missing); a
+        uid, that uid's existing stream, which the server lets only its
+        administrators join (others get batchd.Error, code
+        "PERMISSION_DENIED").
 
     Iterating yields dicts {name: array of `format`}; the metadata of the batch
     last returned is `last_batch_info` (a BatchInfo), and next_batch()
-    returns both at once. Errors are subclasses of batchd.Error (itself a
-    RuntimeError): ServerUnavailableError (also a ConnectionError),
-    DeadlineExceededError (a TimeoutError), InvalidArgumentError (a
+    returns both at once. state_dict() / load_state_dict() checkpoint the
+    position as torchdata's StatefulDataLoader does. Errors are subclasses
+    of batchd.Error (itself a RuntimeError): ServerUnavailableError (also a
+    ConnectionError), DeadlineExceededError (a TimeoutError; also when
+    every slot holds a batch that is kept alive), InvalidArgumentError (a
     ValueError), StreamClosedError. next() waits without holding the GIL and
-    wakes for Ctrl-C. One thread at a time should iterate a Loader.
+    stops for Ctrl-C. One thread at a time should iterate a Loader. A
+    forked child must not use its parent's Loader (next() raises there, and
+    the child leaves the parent's stream alone); it may open its own.
     """
 
     last_batch_info = None
 
-    def __init__(self, stream, global_batch_size, *, format=None, **kwargs):
+    def __init__(self, stream, global_batch_size, *, format=None,
+                 workload="synthetic", data="", split="train",
+                 world_size=None, rank=None, seed=0, start_step=0,
+                 start_cursor=None, state=None, slots=0, options=None,
+                 server=None, server_uid=None, timeout=None,
+                 stall_timeout=300.0, reconnect=60.0,
+                 server_stale_seconds=3.0, connect_timeout=30.0, owner=None):
         format = _default_format() if format is None else format
         self._convert, self._uint64_as_int64 = _converter(format)
         self.format = format
-        super().__init__(stream, global_batch_size, **kwargs)
+        super().__init__(
+            stream=stream, global_batch_size=global_batch_size,
+            workload=workload, data=data, split=split, world_size=world_size,
+            rank=rank, seed=seed, start_step=start_step,
+            start_cursor=start_cursor,
+            state=None if state is None else _state_json(state),
+            slots=slots, options=options, server=server,
+            server_uid=server_uid, timeout=timeout,
+            stall_timeout=stall_timeout, reconnect=reconnect,
+            server_stale_seconds=server_stale_seconds,
+            connect_timeout=connect_timeout, owner=owner)
 
     def __iter__(self):
         return self
@@ -213,8 +275,34 @@ class Loader(_batchd.Loader):
         views, meta = self._next(self._uint64_as_int64)
         convert = self._convert
         batch = {name: convert(view) for name, view in views}
-        self.last_batch_info = BatchInfo(*meta)
+        step, epoch, position, valid_count, cursor = meta
+        self.last_batch_info = BatchInfo(step, epoch, position, valid_count,
+                                         Cursor(*cursor))
         return batch, self.last_batch_info
+
+    def state_dict(self):
+        """Where this rank resumes: a small JSON-serialisable dict (the spec
+        fields that decide the batches, the next step, and for wmt train
+        the cursor of the last batch). Every rank's state resumes the whole
+        job, at any world size that divides the global batch:
+
+            torch.save({"model": ..., "loader": loader.state_dict()}, path)
+            ...
+            loader = batchd.Loader(stream, G, ..., state=ckpt["loader"])
+        """
+        return json.loads(self._state_json())
+
+    def load_state_dict(self, state_dict):
+        """Moves this rank to `state_dict` (from state_dict()) before its
+        first batch; every rank does the same. Raises InvalidArgumentError
+        naming the field when the state was saved for another spec."""
+        self._load_state_json(_state_json(state_dict))
+
+    @property
+    def reconnects(self):
+        """(times the stream was reopened on a restarted daemon, seconds
+        next() spent on those reopenings)."""
+        return self._reconnects()
 
     @property
     def info(self):
@@ -227,6 +315,16 @@ class Loader(_batchd.Loader):
     def __exit__(self, *exc_info):
         self.close()
         return False
+
+
+def _state_json(state):
+    if not isinstance(state, dict):
+        error = InvalidArgumentError(
+            f"a loader state is the dict state_dict() returned, not "
+            f"{type(state).__name__}")
+        error.code = "INVALID_ARGUMENT"
+        raise error
+    return json.dumps(state)
 
 
 def normalize(

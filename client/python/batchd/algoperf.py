@@ -97,6 +97,7 @@ import os
 
 from . import Loader, normalize
 
+_STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
            "validation": "validation", "val": "validation", "test": "test"}
 _opened = collections.Counter()
@@ -147,13 +148,15 @@ class InputQueue:
         ``ds.repeat()``; imagenet evaluation queues also repeat when
         num_batches is None (AlgoPerf's ``data_utils.cycle``).
     num_eval_train_examples: size of eval_train; default AlgoPerf's.
+    state: a state_dict() of a queue of the same arguments: the queue
+        resumes exactly where that one was (see state_dict).
     """
 
     def __init__(self, workload, split, global_batch_size, *, data="",
                  seed=0, start_step=0, world_size=None, rank=None,
                  device=None, server=None, stream=None, num_batches=None,
                  repeat_final_dataset=False, num_eval_train_examples=None,
-                 options=None, timeout=None):
+                 options=None, timeout=None, state=None):
         import torch
         self._torch = torch
         if workload not in ("imagenet", "wmt"):
@@ -192,10 +195,44 @@ class InputQueue:
         self._served = 0  # batches of the current pass
         # Host batches whose asynchronous copies may still be reading them.
         self._in_flight = collections.deque()
-        self._open()
+        loader_state = None
+        if state is not None:
+            loader_state = self._take_state(state)
+        self._open(loader_state)
 
-    def _open(self):
-        self.loader = Loader(**self._open_args)
+    def _take_state(self, state):
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            raise ValueError("not a batchd.algoperf queue state (a dict from "
+                             "InputQueue.state_dict())")
+        if state.get("version") != 1:
+            raise ValueError(f"batchd.algoperf queue state of version "
+                             f"{state.get('version')}; this reads version 1")
+        self.passes = int(state["passes"])
+        self._served = int(state["served"])
+        return state["loader"]
+
+    def state_dict(self):
+        """Where this rank's queue resumes: a small JSON-serialisable dict,
+        the same on every rank (the Loader's state_dict() and the pass this
+        queue is in). Save it with the model; pass it back as
+        ``input_queue(..., state=sd)`` (or load_state_dict before the first
+        batch) to get exactly the batches an uninterrupted run would have,
+        at any world size that divides the global batch."""
+        return {"format": _STATE_FORMAT, "version": 1,
+                "loader": self.loader.state_dict(), "passes": self.passes,
+                "served": self._served}
+
+    def load_state_dict(self, state):
+        """Moves the queue to `state` (from state_dict()) before its first
+        batch."""
+        loader_state = self._take_state(state)
+        self.loader.load_state_dict(loader_state)
+
+    def _open(self, state=None):
+        args = self._open_args
+        if state is not None:
+            args = dict(args, start_step=0, state=state)
+        self.loader = Loader(**args)
         self._pinned_address = (
             _register_pinned(self._torch, self.loader)
             if self.device.type == "cuda" else None)

@@ -1,0 +1,401 @@
+// Streams keyed by their owner and fair shares between owners, each shown
+// with real processes of other users: a forked child that setuid()s to
+// nobody (or to another uid) and execs test_rpc_caller, against a real
+// daemon. Two uids' streams of one name are two streams; another uid's
+// stream is joined or closed only by an administrator naming its owner; one
+// uid cannot take every stream slot or ring byte from another; rings asked
+// for and never mapped give their stream's slot back. Needs root to become
+// other users (the tests skip otherwise).
+#include <fcntl.h>
+#include <grp.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/address.h"
+#include "batchd/loader.h"
+#include "batchd/v1/batchd.grpc.pb.h"
+#include "tests/test_server.h"
+
+namespace batchd {
+namespace {
+
+using testing::TestServer;
+
+constexpr uid_t kNobody = 65534;
+constexpr uid_t kOther = 4242;  // a second plain user, with nobody's group
+constexpr int kOk = 0, kNotFound = 5, kPermissionDenied = 7,
+              kResourceExhausted = 8;
+
+// A test_rpc_caller process run as `uid` (root: as this process), with
+// nobody's group among its groups so that it may map rings the daemon
+// shares with that group. Its stdout is read line by line, its stderr (the
+// server's error message) once it has exited.
+class Call {
+ public:
+  Call(const std::string& server, std::vector<std::string> args, uid_t uid) {
+    std::vector<std::string> argv = {BATCHD_RPC_CALLER_PATH, server};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    int in[2], out[2], err[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
+        pipe2(err, O_CLOEXEC) != 0) {
+      abort();
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      if (uid != geteuid()) {
+        const gid_t groups[] = {gid_t(kNobody)};
+        if (setgroups(1, groups) != 0 || setgid(uid) != 0 || setuid(uid) != 0) {
+          _exit(90);
+        }
+      }
+      execv(cargv[0], cargv.data());
+      _exit(94);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    stdin_ = in[1];
+    stdout_ = out[0];
+    stderr_ = err[0];
+  }
+  ~Call() {
+    CloseStdin();
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(stdout_);
+    close(stderr_);
+  }
+
+  // The next line it prints, or "" at its end or after 60 s.
+  std::string Line() {
+    std::string line;
+    char c;
+    for (;;) {
+      pollfd p{stdout_, POLLIN, 0};
+      if (poll(&p, 1, 60000) <= 0 || read(stdout_, &c, 1) != 1) return line;
+      if (c == '\n') return line;
+      line += c;
+    }
+  }
+  void CloseStdin() {
+    if (stdin_ >= 0) close(stdin_);
+    stdin_ = -1;
+  }
+  // Its exit status (the call's gRPC code), or -1 after 60 s. Closes its
+  // stdin first: an open that succeeded then returns (--hold: after one
+  // more batch).
+  int Wait() {
+    CloseStdin();
+    for (int i = 0; i < 6000; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  // What it wrote to stderr; after Wait().
+  std::string Err() {
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(stderr_, buf, sizeof(buf))) > 0) text.append(buf, n);
+    return text;
+  }
+  void Kill9() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1, stdout_ = -1, stderr_ = -1;
+};
+
+// The segment named by an "opened /seg" line.
+std::string OpenedSegment(const std::string& line) {
+  return line.rfind("opened ", 0) == 0 ? line.substr(7) : std::string();
+}
+
+// A daemon every user may reach: the socket 0666 in a directory they may
+// enter, the rings shared with nobody's group.
+bool StartShared(TestServer& server, std::vector<std::string> extra = {}) {
+  chmod(server.dir().c_str(), 0755);
+  extra.insert(extra.end(), {"--socket-mode", "0666", "--shm-group",
+                             std::to_string(kNobody)});
+  return server.Start(extra);
+}
+
+v1::GetStatusResponse Status(const TestServer& server) {
+  auto stub = v1::Batchd::NewStub(
+      grpc::CreateChannel(ParseAddress(server.address()).grpc_target,
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::GetStatusResponse st;
+  const grpc::Status s = stub->GetStatus(&ctx, v1::GetStatusRequest(), &st);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return st;
+}
+
+// The listed streams named `name`, as "owner:attached ranks".
+std::vector<std::string> Streams(const v1::GetStatusResponse& st,
+                                 const std::string& name) {
+  std::vector<std::string> out;
+  for (const v1::StreamStatus& s : st.streams()) {
+    if (s.spec().name() != name) continue;
+    int attached = 0;
+    for (const v1::RankStatus& r : s.ranks()) attached += r.attached();
+    out.push_back(std::to_string(s.owner_uid()) + ":" +
+                  std::to_string(attached));
+  }
+  return out;
+}
+
+// The spec test_rpc_caller opens, for this process's own Loader.
+LoaderOptions CallerSpec(const TestServer& s, const std::string& stream,
+                         int rank) {
+  LoaderOptions o;
+  o.server = s.address();
+  o.stream = stream;
+  o.global_batch_size = 8;
+  o.world_size = 2;
+  o.rank = rank;
+  o.slots = 2;
+  o.options = {{"examples", "1000"}, {"payload_bytes", "64"}};
+  o.timeout_seconds = 20;
+  o.connect_timeout_seconds = 20;
+  return o;
+}
+
+// Polls `cond` every 50 ms for up to `seconds`.
+bool Eventually(const std::function<bool()>& cond, double seconds) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(int64_t(seconds * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
+
+#define REQUIRE_ROOT() \
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become other users"
+
+// ------------------------------------------------- break 9: one namespace
+
+TEST(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
+  REQUIRE_ROOT();
+  TestServer server("names");
+  ASSERT_TRUE(StartShared(server));
+  Call user(server.address(), {"open", "train", "0", "--hold"}, kNobody);
+  ASSERT_EQ(user.Line(), "attached");
+  // Root's trainer asks for `train` too: a stream of its own, not a join.
+  auto mine = Loader::Open(CallerSpec(server, "train", 0));
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_TRUE((*mine)->Next().ok());
+  const std::string own = std::to_string(geteuid());
+  EXPECT_EQ(Streams(Status(server), "train"),
+            (std::vector<std::string>{own + ":1", "65534:1"}));
+  // Each ring is named for its owner: prefix.<daemon uid>.<owner>.train.0.
+  const std::string base = server.prefix() + "." + own + ".";
+  int ours = 0, theirs = 0;
+  for (const std::string& seg : server.Segments()) {
+    ours += seg.rfind(base + own + ".train.0.", 0) == 0;
+    theirs += seg.rfind(base + "65534.train.0.", 0) == 0;
+  }
+  EXPECT_EQ(ours, 1);
+  EXPECT_EQ(theirs, 1);
+
+  // The user cannot close root's stream, not even by naming its owner.
+  Call named(server.address(), {"close", "train", "--owner", own}, kNobody);
+  EXPECT_EQ(named.Wait(), kPermissionDenied);
+  EXPECT_NE(named.Err().find("uid " + own), std::string::npos);
+  // Closing `train` closes the user's own; root's trainer reads on.
+  Call closes(server.address(), {"close", "train"}, kNobody);
+  EXPECT_EQ(closes.Wait(), kOk) << closes.Err();
+  // Its ring is gone; root's stays.
+  const std::vector<std::string> left = server.Segments();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].rfind(base + own + ".train.0.", 0), 0u) << left[0];
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<Batch> b = (*mine)->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+  }
+  EXPECT_EQ(Streams(Status(server), "train"),
+            (std::vector<std::string>{own + ":1"}));
+}
+
+TEST(StreamOwnership, OnlyAnAdministratorJoinsAnotherUidsStreamByNamingIt) {
+  REQUIRE_ROOT();
+  TestServer server("join");
+  ASSERT_TRUE(StartShared(server));
+  Call user(server.address(), {"open", "job", "0", "--hold"}, kNobody);
+  ASSERT_EQ(user.Line(), "attached");
+  // Another plain user may not join it, naming the owner or not.
+  Call other(server.address(), {"open", "job", "1", "--owner", "65534"},
+             kOther);
+  EXPECT_EQ(other.Wait(), kPermissionDenied);
+  EXPECT_NE(other.Err().find("uid 65534"), std::string::npos);
+  // Root without owner_uid opens a stream of its own ...
+  auto own_job = Loader::Open(CallerSpec(server, "job", 1));
+  ASSERT_TRUE(own_job.ok()) << own_job.status();
+  const std::string own = std::to_string(geteuid());
+  EXPECT_EQ(Streams(Status(server), "job"),
+            (std::vector<std::string>{own + ":1", "65534:1"}));
+  // ... and with it joins the user's: rank 1 of the user's `job`.
+  LoaderOptions join = CallerSpec(server, "job", 1);
+  join.owner_uid = kNobody;
+  auto joined = Loader::Open(join);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  absl::StatusOr<Batch> b = (*joined)->Next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->position() % 8, 4u) << "rank 1's half of the global batch";
+  EXPECT_EQ(Streams(Status(server), "job"),
+            (std::vector<std::string>{own + ":1", "65534:2"}));
+  // A stream the named owner does not have is not created for it.
+  LoaderOptions missing = CallerSpec(server, "nosuch", 0);
+  missing.owner_uid = kNobody;
+  EXPECT_EQ(Loader::Open(missing).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(user.Wait(), kOk);
+}
+
+// ------------------------------------------------- break 5: fair shares
+
+TEST(Quotas, OneUidFillsItsStreamQuotaAndAnotherStillOpens) {
+  REQUIRE_ROOT();
+  TestServer server("squota");
+  // Rings nobody maps are kept for the whole test.
+  ASSERT_TRUE(StartShared(server, {"--max-streams-per-uid", "2",
+                                   "--attach-timeout-seconds", "3600"}));
+  Call a(server.address(), {"open", "a", "0"}, kNobody);
+  ASSERT_FALSE(OpenedSegment(a.Line()).empty());
+  Call b(server.address(), {"open", "b", "0"}, kNobody);
+  ASSERT_FALSE(OpenedSegment(b.Line()).empty());
+  Call c(server.address(), {"open", "c", "0"}, kNobody);
+  EXPECT_EQ(c.Wait(), kResourceExhausted);
+  const std::string why = c.Err();
+  EXPECT_NE(why.find("uid 65534 owns 2 streams"), std::string::npos) << why;
+  EXPECT_NE(why.find("--max-streams-per-uid 2"), std::string::npos) << why;
+  // Another user's share is its own.
+  Call other(server.address(), {"open", "a", "0"}, kOther);
+  EXPECT_FALSE(OpenedSegment(other.Line()).empty());
+  // Administrators are exempt (the global --max-streams still binds them).
+  std::vector<std::unique_ptr<Call>> admin;
+  for (const char* name : {"x", "y", "z"}) {
+    admin.push_back(std::make_unique<Call>(
+        server.address(), std::vector<std::string>{"open", name, "0"},
+        geteuid()));
+    EXPECT_FALSE(OpenedSegment(admin.back()->Line()).empty()) << name;
+  }
+  const v1::GetStatusResponse st = Status(server);
+  EXPECT_EQ(st.max_streams_per_uid(), 2u);
+  std::map<uint32_t, v1::UidUsage> uses;
+  for (const v1::UidUsage& u : st.uids()) uses[u.uid()] = u;
+  EXPECT_EQ(uses[kNobody].streams(), 2u);
+  EXPECT_FALSE(uses[kNobody].exempt());
+  EXPECT_EQ(uses[kOther].streams(), 1u);
+  EXPECT_EQ(uses[geteuid()].streams(), 3u);
+  EXPECT_TRUE(uses[geteuid()].exempt());
+  EXPECT_GT(uses[kNobody].ring_bytes(), 0u);
+}
+
+TEST(Quotas, OneUidFillsItsRingBytesAndAnotherStillOpens) {
+  REQUIRE_ROOT();
+  // One ring's size, from a daemon without the quota.
+  off_t ring = 0;
+  {
+    TestServer probe("rprobe");
+    ASSERT_TRUE(StartShared(probe));
+    Call p(probe.address(), {"open", "p", "0"}, kNobody);
+    const std::string seg = OpenedSegment(p.Line());
+    ASSERT_FALSE(seg.empty());
+    struct stat st;
+    ASSERT_EQ(stat(("/dev/shm" + seg).c_str(), &st), 0);
+    ring = st.st_size;
+  }
+  // Room for one ring and a half per uid.
+  TestServer server("rquota");
+  ASSERT_TRUE(StartShared(
+      server, {"--max-ring-bytes-per-uid", std::to_string(ring * 3 / 2),
+               "--attach-timeout-seconds", "3600"}));
+  Call first(server.address(), {"open", "r", "0"}, kNobody);
+  ASSERT_FALSE(OpenedSegment(first.Line()).empty());
+  Call second(server.address(), {"open", "r", "1"}, kNobody);
+  EXPECT_EQ(second.Wait(), kResourceExhausted);
+  const std::string why = second.Err();
+  EXPECT_NE(why.find("uid 65534 holds " + std::to_string(ring) + " ring bytes"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(
+      why.find("--max-ring-bytes-per-uid " + std::to_string(ring * 3 / 2)),
+      std::string::npos)
+      << why;
+  Call other(server.address(), {"open", "r", "0"}, kOther);
+  EXPECT_FALSE(OpenedSegment(other.Line()).empty());
+}
+
+TEST(Quotas, GhostStreamsGiveTheirSlotBackWithTheirRing) {
+  REQUIRE_ROOT();
+  constexpr double kAttachTimeout = 3;
+  TestServer server("ghost");
+  ASSERT_TRUE(
+      StartShared(server, {"--max-streams", "3", "--attach-timeout-seconds",
+                           std::to_string(int(kAttachTimeout))}));
+  // A stream whose rank attached and died is kept, for a restarted rank.
+  Call died(server.address(), {"open", "kept", "0", "--hold"}, kNobody);
+  ASSERT_EQ(died.Line(), "attached");
+  died.Kill9();
+  const auto t0 = std::chrono::steady_clock::now();
+  Call g1(server.address(), {"open", "g1", "0"}, kNobody);
+  ASSERT_FALSE(OpenedSegment(g1.Line()).empty());
+  Call g2(server.address(), {"open", "g2", "0"}, kNobody);
+  ASSERT_FALSE(OpenedSegment(g2.Line()).empty());
+  Call refused(server.address(), {"open", "mine", "0"}, kOther);
+  const int code = refused.Wait();
+  // The ghosts' rings cannot have timed out before t0 + the timeout.
+  if (std::chrono::steady_clock::now() - t0 <
+      std::chrono::milliseconds(int64_t(kAttachTimeout * 1000))) {
+    EXPECT_EQ(code, kResourceExhausted) << refused.Err();
+  }
+  // Past the attach timeout the ghosts are gone, rings and slots.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const v1::GetStatusResponse st = Status(server);
+        return Streams(st, "g1").empty() && Streams(st, "g2").empty();
+      },
+      60))
+      << "ghosts kept their slots past --attach-timeout-seconds";
+  EXPECT_EQ(Streams(Status(server), "kept"),
+            (std::vector<std::string>{"65534:0"}));
+  Call opens(server.address(), {"open", "mine", "0"}, kOther);
+  EXPECT_FALSE(OpenedSegment(opens.Line()).empty());
+}
+
+}  // namespace
+}  // namespace batchd
