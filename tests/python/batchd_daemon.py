@@ -46,9 +46,9 @@ def binary(name):
 class Daemon:
     """Starts batchd serving `data_root`, logging to `log_path`, and waits
     until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it;
-    `args` are more flags; `preexec` runs in the child before batchd starts
-    (limits, another user). Its --cache-dir is a fresh directory of its own
-    unless `args` names one."""
+    `args` are more flags; `preexec` runs in the child before batchd is
+    executed (limits, another user, a cgroup). Its --cache-dir is a fresh
+    directory of its own unless `args` names one."""
 
     def __init__(self, data_root, log_path, threads=2, hooks=False, args=(),
                  preexec=None):

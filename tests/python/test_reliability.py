@@ -337,7 +337,10 @@ def thread_count(pid):
 def test_an_idle_daemon_holds_no_readahead_threads(images, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(images, data / "local")
-    d = Daemon(data, tmp_path / "batchd.log", threads=2)
+    # The indexing pool's size is fixed, not the host's cores: the count
+    # below is then the same on any machine.
+    d = Daemon(data, tmp_path / "batchd.log", threads=2,
+               args=("--index-threads", "1"))
     try:
         idle = thread_count(d.proc.pid)
         # The 32 read-ahead I/O threads of the default are started only when
