@@ -98,16 +98,6 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   if (o.index_threads <= 0) {
     o.index_threads = std::min(DefaultThreads(), Executor::kMaxThreads);
   }
-  // The pool workloads index and count on: started here, once, so that a
-  // limit on the daemon's tasks is an error now, not a crash later.
-  ExecutorOptions eo;
-  eo.serving_threads = eo.background_threads = o.index_threads;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
-  if (!executor.ok()) {
-    return absl::Status(executor.status().code(),
-                        absl::StrCat("--index-threads ", o.index_threads, ": ",
-                                     executor.status().message()));
-  }
   struct statvfs shm;
   const uint64_t shm_bytes = statvfs("/dev/shm", &shm) == 0
                                  ? uint64_t(shm.f_blocks) * shm.f_frsize
@@ -126,7 +116,19 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
     return absl::InvalidArgumentError(
         "--shm-prefix must be a non-empty name without '/' or '.'");
   }
+  // The workers start first (Core's constructor), then the pool workloads
+  // index and count on: started here, once, so that a limit on the
+  // daemon's tasks is an error now, not a crash later.
   std::unique_ptr<Core> core(new Core(o));
+  if (!core->engine_->status().ok()) return core->engine_->status();
+  ExecutorOptions eo;
+  eo.serving_threads = eo.background_threads = o.index_threads;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
+  if (!executor.ok()) {
+    return absl::Status(executor.status().code(),
+                        absl::StrCat("--index-threads ", o.index_threads, ": ",
+                                     executor.status().message()));
+  }
   core->executor_ = *std::move(executor);
   core->shared_work_ = std::make_unique<SharedWork>(o.max_model_bytes);
   if (absl::Status s = core->Start(); !s.ok()) return s;
