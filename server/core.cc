@@ -15,6 +15,8 @@
 #include <sstream>
 #include <sys/statvfs.h>
 
+#include <system_error>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -96,16 +98,6 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   if (o.index_threads <= 0) {
     o.index_threads = std::min(DefaultThreads(), Executor::kMaxThreads);
   }
-  // The pool workloads index and count on: started here, once, so that a
-  // limit on the daemon's tasks is an error now, not a crash later.
-  ExecutorOptions eo;
-  eo.serving_threads = eo.background_threads = o.index_threads;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
-  if (!executor.ok()) {
-    return absl::Status(executor.status().code(),
-                        absl::StrCat("--index-threads ", o.index_threads, ": ",
-                                     executor.status().message()));
-  }
   struct statvfs shm;
   const uint64_t shm_bytes = statvfs("/dev/shm", &shm) == 0
                                  ? uint64_t(shm.f_blocks) * shm.f_frsize
@@ -124,11 +116,30 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
     return absl::InvalidArgumentError(
         "--shm-prefix must be a non-empty name without '/' or '.'");
   }
+  // The workers start first (Core's constructor), then the pool workloads
+  // index and count on: started here, once, so that a limit on the
+  // daemon's tasks is an error now, not a crash later.
   std::unique_ptr<Core> core(new Core(o));
+  if (!core->engine_->status().ok()) return core->engine_->status();
+  ExecutorOptions eo;
+  eo.serving_threads = eo.background_threads = o.index_threads;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
+  if (!executor.ok()) {
+    return absl::Status(executor.status().code(),
+                        absl::StrCat("--index-threads ", o.index_threads, ": ",
+                                     executor.status().message()));
+  }
   core->executor_ = *std::move(executor);
   core->shared_work_ = std::make_unique<SharedWork>(o.max_model_bytes);
+  if (absl::Status s = core->Start(); !s.ok()) return s;
   return core;
 }
+
+namespace {
+std::atomic<int> abandoned_threads{0};
+}  // namespace
+
+int AbandonedThreads() { return abandoned_threads.load(); }
 
 Core::Core(const CoreOptions& options)
     : options_(options),
@@ -138,17 +149,45 @@ Core::Core(const CoreOptions& options)
   ra.budget_bytes = options_.readahead_bytes;
   ra.io_threads = options_.readahead_threads;
   readahead_ = std::make_unique<ReadAhead>(ra);
-  engine_ = std::make_unique<Engine>(options_.threads, readahead_.get());
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
-  supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
+  engine_ = std::make_unique<Engine>(options_.threads, readahead_.get(),
+                                     options_.read_stall_seconds);
+}
+
+absl::Status Core::Start() {
+  if (!engine_->status().ok()) return engine_->status();
+  try {
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    supervisor_thread_ = std::thread([this] { SupervisorLoop(); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot start the ", heartbeat_thread_.joinable() ? "supervisor"
+                                                          : "heartbeat",
+        " thread: ", e.what(),
+        " (the daemon is at its thread limit: systemd's TasksMax, "
+        "RLIMIT_NPROC or the kernel's threads-max)"));
+  }
+  return absl::OkStatus();
 }
 
 Core::~Core() {
   stop_.store(true);
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (supervisor_thread_.joinable()) supervisor_thread_.join();
-  engine_->Stop();
+  // Workers and I/O threads stuck in storage that does not answer are not
+  // waited for past the bound: they are left (with what they use) to end
+  // with the process.
+  const uint64_t deadline =
+      MonotonicNanos() + uint64_t(options_.stop_wait_seconds * 1e9) + 1;
+  const bool workers_stopped = engine_->Stop(deadline);
   CloseAll();
+  if (!workers_stopped) {
+    abandoned_threads.fetch_add(1);
+    engine_.release();  // never destroyed: its stuck workers use it
+  }
+  if (!readahead_->Stop(deadline)) {
+    abandoned_threads.fetch_add(1);
+    readahead_.release();  // never destroyed: its stuck threads use it
+  }
   // Passes still running (they outlive their streams) stop and store what
   // they learnt.
   if (executor_ != nullptr) executor_->Shutdown();

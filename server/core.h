@@ -250,7 +250,20 @@ struct CoreOptions {
   uint64_t readahead_bytes = uint64_t(256) << 20;
   // I/O threads of the read-ahead (reads in flight at most). Default: 32.
   int readahead_threads = 32;
+  // A batch that has waited this long for a read that has not returned
+  // (a stalled mount) fails its rank, naming the file; 0: never.
+  // Default: 60 s.
+  double read_stall_seconds = 60;
+  // How long the stop (the destructor) waits for workers and I/O threads
+  // before it leaves those stuck in the kernel to end with the process.
+  // Default: 3 s.
+  double stop_wait_seconds = 3;
 };
+
+// Threads the daemon's stop left running, stuck in calls that have not
+// returned (a stalled mount): the process must then end with _exit, not
+// run its static destructors under them.
+int AbandonedThreads();
 
 // Authorization: a stream belongs to the uid that opened it (TCP callers,
 // who have no kernel identity, share the owner kAnonymousUid), and streams
@@ -316,6 +329,9 @@ class Core {
 
  private:
   explicit Core(const CoreOptions& options);
+  // Starts the heartbeat and supervisor threads; the error when a thread
+  // (of these or of the engine) could not be started.
+  absl::Status Start();
   void HeartbeatLoop();
   void SupervisorLoop();
   void LogThroughput(uint64_t now);  // supervisor thread only

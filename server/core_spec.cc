@@ -146,7 +146,9 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   stream->setup = std::make_shared<StreamSetup>(
       spec.name, std::move(*workload), std::move(*sampler),
       std::move(*layout));
-  engine_->Prepare(stream->setup.get());  // read-ahead
+  if (absl::Status s = engine_->Prepare(stream->setup.get()); !s.ok()) {
+    return s;  // read-ahead
+  }
   Schedule& schedule = *stream->setup->schedule;
   if (spec.has_start_cursor) {
     // A cursor with its step may be any rank's row of that batch; one

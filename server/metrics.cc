@@ -124,6 +124,9 @@ std::string PrometheusText(const ServerStatusData& s) {
        "Examples the workers read themselves."},
       {"batchd_io_wait_seconds_total", "counter",
        "Time workers waited for stored bytes."},
+      {"batchd_readahead_oldest_read_seconds", "gauge",
+       "Age of the stream's oldest read in flight (a stalled mount grows "
+       "it until --read-stall-seconds fails the stream)."},
   };
   for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
     family(readahead[k]);
@@ -135,7 +138,8 @@ std::string PrometheusText(const ServerStatusData& s) {
                                double(ra.reads_issued),
                                double(ra.hits),
                                double(ra.sync_reads),
-                               double(ra.io_wait_ns) / 1e9};
+                               double(ra.io_wait_ns) / 1e9,
+                               ra.oldest_read_seconds};
       sample(readahead[k].name, StreamLabels(st), values[k]);
     }
   }
@@ -146,9 +150,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen, Core& core) {
   mg_init_library(0);
   std::unique_ptr<MetricsServer> server(new MetricsServer(core));
-  // Two threads: a scrape is cheap and rare.
-  const char* options[] = {"listening_ports", listen.c_str(),
-                           "num_threads",     "2",
+  // Each connection holds a civetweb thread until its request is read and
+  // answered: enough threads that a few peers who send slowly (or not at
+  // all) leave the others free, and a bound on how long one may take.
+  const std::string threads = std::to_string(kThreads);
+  const std::string timeout = std::to_string(kRequestTimeoutMs);
+  const char* options[] = {"listening_ports",    listen.c_str(),
+                           "num_threads",        threads.c_str(),
+                           "request_timeout_ms", timeout.c_str(),
+                           "linger_timeout_ms",  "0",
+                           "enable_keep_alive",  "no",
                            nullptr};
   mg_callbacks callbacks{};
   server->ctx_ = mg_start(&callbacks, server.get(), options);

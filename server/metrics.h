@@ -22,6 +22,11 @@ std::string PrometheusText(const ServerStatusData& status);
 
 class MetricsServer {
  public:
+  // civetweb's worker threads: connections served at once.
+  static constexpr int kThreads = 16;
+  // A request not read and answered within this is dropped.
+  static constexpr int kRequestTimeoutMs = 3000;
+
   // Listens on "HOST:PORT" (PORT 0 is not supported by civetweb: pick one).
   // `core` must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(

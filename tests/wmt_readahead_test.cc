@@ -365,7 +365,10 @@ TEST_F(WmtReadAheadTest, ATruncatedShardFailsTheStepAsWithoutReadAhead) {
   EXPECT_EQ(got.status, want.status);
   EXPECT_EQ(got.failed_step, want.failed_step);
   EXPECT_EQ(got.batches, want.batches);
-  EXPECT_GT(got.stats.failed_reads, 0u);
+  EXPECT_GT(got.stats.failed_reads, 0u)
+      << "failed step " << got.failed_step << ", reads issued "
+      << got.stats.reads_issued << ", hits " << got.stats.hits
+      << ", read on demand " << got.stats.sync_reads;
 }
 
 }  // namespace
