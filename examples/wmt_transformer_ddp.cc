@@ -65,6 +65,26 @@ struct TransformerFlags {
   int64_t vocab = 32000, d_model = 64, layers = 2, heads = 4;
 };
 
+// The teacher-forced cross entropy of one batch, over its target tokens
+// (padding weighs 0); adds their count to *tokens.
+torch::Tensor TrainLoss(Seq2Seq& model, int64_t vocab, const torch::Tensor& src,
+                        const torch::Tensor& src_pos, const torch::Tensor& tgt,
+                        const torch::Tensor& tgt_pos, double* tokens) {
+  // Teacher forcing: the decoder sees the previous token of its segment.
+  torch::Tensor tgt_in = torch::roll(tgt, 1, 1);
+  tgt_in.masked_fill_(tgt_pos.eq(0), 0);
+  torch::Tensor logits = model->forward(src, src_pos, tgt_in, tgt_pos);
+  torch::Tensor weights = tgt.gt(0).to(torch::kFloat32);
+  *tokens += weights.sum().item<double>();
+  return (torch::nn::functional::cross_entropy(
+              logits.reshape({-1, vocab}), tgt.reshape(-1),
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                  torch::kNone)) *
+          weights.reshape(-1))
+             .sum() /
+         weights.sum().clamp_min(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,21 +154,12 @@ int main(int argc, char** argv) {
     torch::Tensor src = on("inputs"), tgt = on("targets");
     torch::Tensor src_pos = on("inputs_position"), tgt_pos = on("targets_position");
     t.clear();  // the slot goes back to the server now
-    // Teacher forcing: the decoder sees the previous token of its segment.
-    torch::Tensor tgt_in = torch::roll(tgt, 1, 1);
-    tgt_in.masked_fill_(tgt_pos.eq(0), 0);
-    torch::Tensor logits = model->forward(src, src_pos, tgt_in, tgt_pos);
-    torch::Tensor weights = tgt.gt(0).to(torch::kFloat32);
-    torch::Tensor loss = (torch::nn::functional::cross_entropy(
-                              logits.reshape({-1, m.vocab}), tgt.reshape(-1),
-                              torch::nn::functional::CrossEntropyFuncOptions()
-                                  .reduction(torch::kNone)) *
-                          weights.reshape(-1)).sum() / weights.sum().clamp_min(1);
+    torch::Tensor loss =
+        TrainLoss(model, m.vocab, src, src_pos, tgt, tgt_pos, &tokens);
     opt.zero_grad();
     loss.backward();
     batchd::examples::AverageGradients(*pg, *model, env.world_size);
     opt.step();
-    tokens += weights.sum().item<double>();
     const double loss_value =
         batchd::examples::AllReduceSum(*pg, loss.item<double>()) / env.world_size;
     if (!std::isfinite(loss_value)) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "client/process.h"
 #include "base/log.h"
 
@@ -70,8 +71,9 @@ RankProducer::RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
       rank_(rank),
       start_step_(start_step),
       ring_(std::move(ring)),
-      schedule_(std::move(schedule)),
-      next_step_(start_step) {}
+      schedule_(std::move(schedule)) {
+  engine_state_.next_step = start_step;
+}
 
 Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds)
     : thread_count_(std::max(1, threads)),
@@ -80,20 +82,20 @@ Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds)
   if (readahead_ != nullptr) {
     // A worker may be waiting for the chunk whose bytes just landed.
     readahead_->SetOnLanded([this] {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_.notify_one();
+      absl::MutexLock lock(&mu_);
+      cv_.Signal();
     });
   }
   for (int i = 0; i < thread_count_; ++i) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++live_workers_;
     }
     try {
       workers_.emplace_back([this] { WorkerLoop(); });
     } catch (const std::system_error& e) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         --live_workers_;
       }
       status_ = absl::ResourceExhaustedError(absl::StrCat(
@@ -114,26 +116,27 @@ Engine::~Engine() {
 }
 
 bool Engine::Stop(uint64_t deadline_ns) {
-  std::unique_lock<std::mutex> lock(mu_);
-  stop_ = true;
-  cv_.notify_all();
-  while (live_workers_ > 0) {
-    if (deadline_ns == 0) {
-      exit_cv_.wait(lock);
-      continue;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+    while (live_workers_ > 0) {
+      if (deadline_ns == 0) {
+        exit_cv_.Wait(&mu_);
+        continue;
+      }
+      const uint64_t now = MonotonicNanos();
+      if (now >= deadline_ns) break;
+      exit_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
     }
-    const uint64_t now = MonotonicNanos();
-    if (now >= deadline_ns) break;
-    exit_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+    if (live_workers_ > 0) {
+      Log(LogLevel::kWarn, "workers_abandoned",
+          {{"threads", std::to_string(live_workers_)},
+           {"msg", "workers stuck in a call that has not returned are left "
+                   "to end with the process"}});
+      return false;
+    }
   }
-  if (live_workers_ > 0) {
-    Log(LogLevel::kWarn, "workers_abandoned",
-        {{"threads", std::to_string(live_workers_)},
-         {"msg", "workers stuck in a call that has not returned are left "
-                 "to end with the process"}});
-    return false;
-  }
-  lock.unlock();
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
   }
@@ -173,26 +176,26 @@ void Engine::Add(std::shared_ptr<RankProducer> producer) {
         [schedule, rank](uint64_t step, std::vector<ReadAheadKey>* keys) {
           return schedule->ExamplesOf(step, rank, keys);
         },
-        producer->next_step_);
+        producer->start_step_);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     producers_.push_back(std::move(producer));
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Engine::Retire(const std::shared_ptr<RankProducer>& producer) {
   if (readahead_ != nullptr) readahead_->RemoveLane(producer->readahead_lane);
-  std::lock_guard<std::mutex> lock(mu_);
-  producer->retired_ = true;
+  absl::MutexLock lock(&mu_);
+  State(*producer).retired = true;
   DropParked(*producer);
   producers_.erase(std::remove(producers_.begin(), producers_.end(), producer),
                    producers_.end());
 }
 
 void Engine::DropParked(RankProducer& p) {
-  for (RankProducer::Job& job : p.inflight_) {
+  for (RankProducer::Job& job : State(p).inflight) {
     for (RankProducer::Parked& parked : job.parked) {
       if (readahead_ != nullptr) readahead_->FinishItem(parked.item.get());
     }
@@ -254,7 +257,7 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
       return true;
     }
     if (p->failed.load(std::memory_order_relaxed)) continue;  // stalled
-    for (RankProducer::Job& job : p->inflight_) {
+    for (RankProducer::Job& job : State(*p).inflight) {
       if (job.next_chunk < job.chunks) {
         task->producer = p;
         task->step = job.step;
@@ -272,35 +275,35 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
     // that happens on the schedule's own thread, never here, so that no
     // stream's preparation holds a worker (or the engine's lock) from the
     // others.
-    const absl::Status ready = p->schedule_->Ready(p->next_step_);
+    const absl::Status ready = p->schedule_->Ready(State(*p).next_step);
     if (absl::IsUnavailable(ready)) continue;  // being prepared
     if (absl::IsOutOfRange(ready)) {           // a finite stream ended
-      if (!p->ended_ && p->inflight_.empty()) {
-        p->ended_ = true;
+      if (!State(*p).ended && State(*p).inflight.empty()) {
+        State(*p).ended = true;
         p->ring_->SetState(shm::kStateEnded);
       }
       continue;
     }
     if (!ready.ok()) {
-      Fail(*p, p->next_step_, ready);
+      Fail(*p, State(*p).next_step, ready);
       continue;
     }
     uint64_t pos;
     if (!p->ring_->TryClaim(&pos)) {
-      if (p->blocked_since_ns_ == 0) p->blocked_since_ns_ = MonotonicNanos();
+      if (State(*p).blocked_since_ns == 0) State(*p).blocked_since_ns = MonotonicNanos();
       *some_ring_full = true;
       continue;
     }
-    if (p->blocked_since_ns_ != 0) {
-      p->server_wait_ns.fetch_add(MonotonicNanos() - p->blocked_since_ns_,
+    if (State(*p).blocked_since_ns != 0) {
+      p->server_wait_ns.fetch_add(MonotonicNanos() - State(*p).blocked_since_ns,
                                   std::memory_order_relaxed);
-      p->blocked_since_ns_ = 0;
+      State(*p).blocked_since_ns = 0;
     }
-    const uint64_t step = p->next_step_++;
+    const uint64_t step = State(*p).next_step++;
     if (readahead_ != nullptr) readahead_->Decoding(p->readahead_lane, step);
     const uint32_t chunks = uint32_t(std::max<uint64_t>(
         1, std::min<uint64_t>(s.layout.per_rank_batch, max_chunks)));
-    p->inflight_.push_back({step, pos, chunks, 1, 0, absl::OkStatus(), {}});
+    State(*p).inflight.push_back({step, pos, chunks, 1, 0, absl::OkStatus(), {}});
     task->producer = p;
     task->step = step;
     task->pos = pos;
@@ -316,7 +319,7 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
 
 bool Engine::FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
                         Task* task) {
-  for (RankProducer::Job& job : p->inflight_) {
+  for (RankProducer::Job& job : State(*p).inflight) {
     for (size_t k = 0; k < job.parked.size(); ++k) {
       RankProducer::Parked& parked = job.parked[k];
       if (parked.item->landed()) {
@@ -422,8 +425,8 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
 
 void Engine::Park(Task* task) {
   RankProducer& p = *task->producer;
-  if (!p.retired_ && !p.failed.load(std::memory_order_relaxed)) {
-    for (RankProducer::Job& job : p.inflight_) {
+  if (!State(p).retired && !p.failed.load(std::memory_order_relaxed)) {
+    for (RankProducer::Job& job : State(p).inflight) {
       if (job.step == task->step) {
         job.parked.push_back(
             {task->chunk, task->next_item, std::move(task->item)});
@@ -437,7 +440,7 @@ void Engine::Park(Task* task) {
 
 void Engine::Finish(const Task& t, absl::Status status) {
   RankProducer& p = *t.producer;
-  for (RankProducer::Job& job : p.inflight_) {
+  for (RankProducer::Job& job : State(p).inflight) {
     if (job.step == t.step) {
       ++job.done_chunks;
       if (!status.ok() && job.status.ok()) job.status = status;
@@ -445,22 +448,22 @@ void Engine::Finish(const Task& t, absl::Status status) {
     }
   }
   // Publish, in order, every finished batch at the front.
-  while (!p.inflight_.empty() &&
-         p.inflight_.front().done_chunks == p.inflight_.front().chunks) {
-    RankProducer::Job& job = p.inflight_.front();
+  while (!State(p).inflight.empty() &&
+         State(p).inflight.front().done_chunks == State(p).inflight.front().chunks) {
+    RankProducer::Job& job = State(p).inflight.front();
     if (!job.status.ok()) {
       // A batch that could not be made ends this rank's ring rather than
       // publishing garbage; the client sees the stream closed, and why.
       Fail(p, job.step, job.status);
       return;
     }
-    if (!p.retired_) p.ring_->Publish(job.pos);
+    if (!State(p).retired) p.ring_->Publish(job.pos);
     p.published_steps.fetch_add(1, std::memory_order_relaxed);
     p.examples.fetch_add(p.stream_->layout.per_rank_batch,
                          std::memory_order_relaxed);
     p.bytes.fetch_add(p.stream_->layout.payload_bytes,
                       std::memory_order_relaxed);
-    p.inflight_.pop_front();
+    State(p).inflight.pop_front();
   }
 }
 
@@ -473,11 +476,11 @@ void Engine::Fail(RankProducer& p, uint64_t step, const absl::Status& why) {
        {"msg", std::string(why.message())}});
   p.ring_->Close(absl::StrCat("step ", step, " failed: ", why.message()));
   DropParked(p);
-  p.inflight_.clear();
+  State(p).inflight.clear();
 }
 
 void Engine::WorkerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!stop_) {
     Task task;
     bool ring_full = false;
@@ -490,21 +493,21 @@ void Engine::WorkerLoop() {
       // sees its slots refilled within a poll of kMinPoll.
       if (ring_full && !poller_active_) {
         poller_active_ = true;
-        cv_.wait_for(lock, poll_interval_);
+        cv_.WaitWithTimeout(&mu_, absl::FromChrono(poll_interval_));
         poll_interval_ = std::min(poll_interval_ * 2, kMaxPoll);
         poller_active_ = false;
       } else {
-        cv_.wait_for(lock, std::chrono::milliseconds(100));
+        cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
       }
       continue;
     }
     poll_interval_ = kMinPoll;
     // More work may be there for another worker.
-    cv_.notify_one();
-    lock.unlock();
+    cv_.Signal();
+    mu_.Unlock();
     absl::Status status;
     const bool parked = RunTask(&task, &status);
-    lock.lock();
+    mu_.Lock();
     if (parked) {
       Park(&task);
     } else {
@@ -513,12 +516,13 @@ void Engine::WorkerLoop() {
     // The task may hold the last reference to its rank and stream (both
     // closed meanwhile): they go without the engine's lock.
     std::shared_ptr<RankProducer> producer = std::move(task.producer);
-    lock.unlock();
+    mu_.Unlock();
     producer.reset();
-    lock.lock();
+    mu_.Lock();
   }
   --live_workers_;
-  exit_cv_.notify_all();
+  exit_cv_.SignalAll();
+  mu_.Unlock();
 }
 
 }  // namespace batchd

@@ -16,22 +16,24 @@
 // rank with a reason that names the read that has not returned, which the
 // client sees as the ring's close reason.
 //
-// Thread safety: Engine is thread-safe. RankProducer's mutable state is
-// guarded by Engine::mu_; the counters it exposes are atomics.
+// Thread safety: Engine is thread-safe. RankProducer's scheduling state
+// (EngineState) is the engine's: reachable only through Engine::State,
+// which requires Engine::mu_ (clang checks it); the counters it exposes are
+// atomics.
 #ifndef BATCHD_SERVER_ENGINE_H_
 #define BATCHD_SERVER_ENGINE_H_
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "client/ring.h"
 #include "server/readahead.h"
 #include "workloads/sampler.h"
@@ -143,12 +145,15 @@ class RankProducer {
   const std::unique_ptr<RingWriter> ring_;
   const std::shared_ptr<Schedule> schedule_;
 
-  // Guarded by Engine::mu_.
-  uint64_t next_step_;
-  std::deque<Job> inflight_;
-  bool retired_ = false;
-  bool ended_ = false;
-  uint64_t blocked_since_ns_ = 0;  // ring full since (0: not blocked)
+  // The engine's state of this rank; see Engine::State.
+  struct EngineState {
+    uint64_t next_step;
+    std::deque<Job> inflight;
+    bool retired = false;
+    bool ended = false;
+    uint64_t blocked_since_ns = 0;  // ring full since (0: not blocked)
+  };
+  EngineState engine_state_;
 };
 
 class Engine {
@@ -192,37 +197,45 @@ class Engine {
     uint64_t next_item = kChunkStart;     // kChunkStart: the chunk's first
     std::unique_ptr<ReadAheadItem> item;  // read-ahead streams only
   };
-  bool FindTask(Task* task, bool* some_ring_full);  // requires mu_
+  // `p`'s scheduling state: the only way to it, under mu_.
+  RankProducer::EngineState& State(RankProducer& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return p.engine_state_;
+  }
+  bool FindTask(Task* task, bool* some_ring_full)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A parked chunk of `p`'s jobs whose bytes landed, into `task`; fails
-  // `p` when one has waited past the deadline. Requires mu_.
+  // `p` when one has waited past the deadline.
   bool FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
-                  Task* task);
+                  Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the task's items; true when it stopped at an item whose bytes
   // are not there yet (task->next_item).
-  bool RunTask(Task* task, absl::Status* status);
-  void Finish(const Task& task, absl::Status status);  // requires mu_
-  void Park(Task* task);                                // requires mu_
-  // Frees what the parked chunks of `p`'s jobs hold. Requires mu_.
-  void DropParked(RankProducer& p);
-  // Ends `p`'s ring with `why`, which its client sees. Requires mu_.
-  void Fail(RankProducer& p, uint64_t step, const absl::Status& why);
-  void WorkerLoop();
+  bool RunTask(Task* task, absl::Status* status) ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(const Task& task, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Park(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees what the parked chunks of `p`'s jobs hold.
+  void DropParked(RankProducer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends `p`'s ring with `why`, which its client sees.
+  void Fail(RankProducer& p, uint64_t step, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int thread_count_;
   ReadAhead* const readahead_;
   const uint64_t read_stall_ns_;  // 0: no deadline
   absl::Status status_;           // constant after construction
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable exit_cv_;  // a worker ended
-  bool stop_ = false;                                     // guarded by mu_
-  int live_workers_ = 0;                                  // guarded by mu_
-  std::vector<std::shared_ptr<RankProducer>> producers_;  // guarded by mu_
-  size_t round_robin_ = 0;                                // guarded by mu_
-  bool poller_active_ = false;                            // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  absl::CondVar exit_cv_;  // a worker ended
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int live_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<RankProducer>> producers_ ABSL_GUARDED_BY(mu_);
+  size_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
+  bool poller_active_ ABSL_GUARDED_BY(mu_) = false;
   // How long the poller of full rings sleeps: doubles while polls find
-  // nothing, back to the minimum when one does. Guarded by mu_.
-  std::chrono::microseconds poll_interval_{kMinPoll};
+  // nothing, back to the minimum when one does.
+  std::chrono::microseconds poll_interval_ ABSL_GUARDED_BY(mu_){kMinPoll};
   static constexpr std::chrono::microseconds kMinPoll{500};
   static constexpr std::chrono::microseconds kMaxPoll{20000};
   std::vector<std::thread> workers_;

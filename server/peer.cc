@@ -105,7 +105,7 @@ PeerListener::~PeerListener() {
 void PeerListener::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = conns_.begin(); it != conns_.end();) {
     if (it->second.handed) {
       ++it;
@@ -137,7 +137,7 @@ void PeerListener::AcceptLoop(grpc::Server* server) {
     fds.assign(1, pollfd{fd_, POLLIN, 0});
     {
       // Only this thread adds, hands or closes waiting connections.
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (const auto& [conn, c] : conns_) {
         if (!c.handed) fds.push_back(pollfd{conn, POLLIN | POLLRDHUP, 0});
       }
@@ -158,7 +158,7 @@ void PeerListener::AcceptLoop(grpc::Server* server) {
     }
     std::vector<int> hand;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (int conn : readable) {
         auto it = conns_.find(conn);
         if (it == conns_.end() || it->second.handed) continue;
@@ -283,7 +283,7 @@ void PeerListener::Forget(std::map<int, Conn>::iterator it) {
 }
 
 PeerListener::Counts PeerListener::counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Counts c;
   c.connections = int(conns_.size());
   c.waiting = waiting_;
@@ -297,7 +297,7 @@ Caller PeerListener::Lookup(const std::string& peer) const {
   if (peer.rfind("fd:", 0) != 0 || !absl::SimpleAtoi(peer.substr(3), &fd)) {
     return Caller();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = conns_.find(fd);
   return it == conns_.end() ? Caller() : it->second.caller;
 }

@@ -29,12 +29,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/core.h"
 
 namespace grpc {
@@ -104,14 +105,16 @@ class PeerListener {
   PeerListener(int fd, std::string path, const Options& options)
       : fd_(fd), path_(std::move(path)), options_(options) {}
   void AcceptLoop(grpc::Server* server);
-  // Accepts what waits on the listening socket; requires mu_.
-  void AcceptAll();
+  // Accepts what waits on the listening socket.
+  void AcceptAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the waiting connections that hung up or sent nothing for
-  // idle_seconds; requires mu_.
-  void CloseWaiting(const std::vector<int>& hung_up, uint64_t now);
-  // Forgets connections gRPC has closed; requires mu_.
-  void Prune();
-  void Forget(std::map<int, Conn>::iterator it);  // requires mu_
+  // idle_seconds.
+  void CloseWaiting(const std::vector<int>& hung_up, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets connections gRPC has closed.
+  void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(std::map<int, Conn>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int fd_;
   const std::string path_;
@@ -119,12 +122,12 @@ class PeerListener {
   int reserve_fd_ = -1;  // closed to accept (and refuse) at EMFILE
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  mutable std::mutex mu_;
-  std::map<int, Conn> conns_;      // by connection fd; guarded by mu_
-  std::map<uid_t, int> per_uid_;   // open connections; guarded by mu_
-  int waiting_ = 0;                // not handed yet; guarded by mu_
-  uint64_t refused_ = 0;           // guarded by mu_
-  uint64_t idle_closed_ = 0;       // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::map<int, Conn> conns_ ABSL_GUARDED_BY(mu_);     // by connection fd
+  std::map<uid_t, int> per_uid_ ABSL_GUARDED_BY(mu_);  // open connections
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;               // not handed yet
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t idle_closed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace batchd

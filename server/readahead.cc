@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "base/log.h"
 #include "client/process.h"
 
@@ -65,7 +66,7 @@ absl::Status ReadAheadStream::Read(uint64_t epoch, uint64_t position,
     return ReadBlocking(epoch, position, id, bytes, label);
   }
   ReadAhead& ra = *owner_;
-  std::lock_guard<std::mutex> lock(ra.mu_);
+  absl::MutexLock lock(&ra.mu_);
   ReadAhead::StreamState& s = *ra.StateOf(this);
   const ReadAhead::Key key{epoch, position, id};
   auto it = s.entries.find(key);
@@ -127,7 +128,7 @@ absl::Status ReadAheadStream::ReadBlocking(uint64_t epoch, uint64_t position,
                                            int64_t* label) {
   ReadAhead& ra = *owner_;
   const uint64_t start = MonotonicNanos();
-  std::unique_lock<std::mutex> lock(ra.mu_);
+  absl::MutexLock lock(&ra.mu_);
   ReadAhead::StreamState& s = *ra.StateOf(this);
   // What was read for this place under another id is not this example.
   for (auto m = s.entries.lower_bound({epoch, position, 0});
@@ -140,10 +141,11 @@ absl::Status ReadAheadStream::ReadBlocking(uint64_t epoch, uint64_t position,
   auto it = s.entries.find(key);
   if (it != s.entries.end() && !it->second.done) {
     ++s.stats.waits;
-    ra.done_cv_.wait(lock, [&] {
+    while (true) {
       it = s.entries.find(key);
-      return it == s.entries.end() || it->second.done;
-    });
+      if (it == s.entries.end() || it->second.done) break;
+      ra.done_cv_.Wait(&ra.mu_);
+    }
   }
   if (it != s.entries.end() && !it->second.taken) {
     ReadAhead::Entry& e = it->second;
@@ -163,17 +165,17 @@ absl::Status ReadAheadStream::ReadBlocking(uint64_t epoch, uint64_t position,
   // Not read ahead, or the read ahead failed: read now, as without
   // read-ahead, so that the error is the source's own.
   ++s.stats.sync_reads;
-  lock.unlock();
+  ra.mu_.Unlock();
   absl::Status st = s.read(id, bytes, label);
   const uint64_t waited = MonotonicNanos() - start;
-  lock.lock();
+  ra.mu_.Lock();
   s.stats.io_wait_ns += waited;
   return st;
 }
 
 ReadAheadStats ReadAheadStream::stats() const {
   ReadAhead& ra = *owner_;
-  std::lock_guard<std::mutex> lock(ra.mu_);
+  absl::MutexLock lock(&ra.mu_);
   const ReadAhead::StreamState& s = *ra.StateOf(this);
   ReadAheadStats out = s.stats;
   out.depth_examples = s.entries.size();
@@ -193,7 +195,7 @@ ReadAheadStats ReadAheadStream::stats() const {
 std::string ReadAheadStream::StallReason(const ReadAheadItem& item,
                                          uint64_t now_ns) const {
   ReadAhead& ra = *owner_;
-  std::lock_guard<std::mutex> lock(ra.mu_);
+  absl::MutexLock lock(&ra.mu_);
   const ReadAhead::StreamState& s = *ra.StateOf(this);
   auto describe = [&](uint64_t id) {
     return s.describe ? s.describe(id) : absl::StrCat("example ", id);
@@ -236,7 +238,7 @@ ReadAhead::ReadAhead(const Options& options) : options_(options) {}
 ReadAhead::~ReadAhead() { Stop(0); }
 
 int ReadAhead::live_threads() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return live_;
 }
 
@@ -248,14 +250,14 @@ std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
   state->handle = handle.get();
   state->read = std::move(read);
   state->describe = std::move(describe);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   streams_[handle.get()] = std::move(state);
   return handle;
 }
 
 absl::Status ReadAhead::EnsureThread() {
   if (!enabled()) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (live_ > 0 || stop_ || StartThread()) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "cannot start a read-ahead I/O thread: ", thread_error_,
@@ -268,7 +270,7 @@ void ReadAhead::RemoveStream(ReadAheadStream* handle) {
   std::unique_ptr<StreamState> gone;
   bool landed = false;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = streams_.find(handle);
     if (it == streams_.end()) return;
     StreamState* s = it->second.get();
@@ -283,7 +285,7 @@ void ReadAhead::RemoveStream(ReadAheadStream* handle) {
                              uint64_t(kRemoveWaitSeconds * 1e9);
       const uint64_t now = MonotonicNanos();
       if (now >= until) break;
-      done_cv_.wait_for(lock, std::chrono::nanoseconds(until - now));
+      done_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(until - now));
     }
     it = streams_.find(handle);
     for (auto& [key, e] : s->entries) landed |= Land(&e);
@@ -298,7 +300,7 @@ void ReadAhead::RemoveStream(ReadAheadStream* handle) {
       gone = std::move(it->second);
     }
     streams_.erase(it);
-    done_cv_.notify_all();
+    done_cv_.SignalAll();
     Wake(true);  // the other streams' shares grew
   }
   if (landed) CallOnLanded();
@@ -309,7 +311,7 @@ ReadAhead::LaneId ReadAhead::AddLane(
     const std::shared_ptr<ReadAheadStream>& stream, LaneOrderFn order,
     uint64_t first_step) {
   if (stream == nullptr) return 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   StreamState* s = StateOf(stream.get());
   const LaneId id = next_lane_++;
   Lane& lane = lanes_[id];
@@ -326,7 +328,7 @@ void ReadAhead::RemoveLane(LaneId id) {
   if (id == 0) return;
   bool landed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = lanes_.find(id);
     if (it == lanes_.end()) return;
     StreamState* s = it->second.stream;
@@ -342,14 +344,14 @@ void ReadAhead::RemoveLane(LaneId id) {
                    s->lanes.end());
     lanes_.erase(it);
     Wake(true);             // the other lanes' shares grew
-    done_cv_.notify_all();  // a waiter may wait for an entry just dropped
+    done_cv_.SignalAll();  // a waiter may wait for an entry just dropped
   }
   if (landed) CallOnLanded();
 }
 
 void ReadAhead::Decoding(LaneId id, uint64_t step) {
   if (id == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = lanes_.find(id);
   if (it == lanes_.end()) return;
   Lane& lane = it->second;
@@ -367,7 +369,7 @@ void ReadAhead::FinishItem(ReadAheadItem* item) {
     item->wait_.reset();
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto st = streams_.find(item->stream_);
   if (st != streams_.end()) {
     StreamState* s = st->second.get();
@@ -385,12 +387,12 @@ void ReadAhead::FinishItem(ReadAheadItem* item) {
 }
 
 void ReadAhead::SetOnLanded(std::function<void()> on_landed) {
-  std::lock_guard<std::mutex> lock(landed_mu_);
+  absl::MutexLock lock(&landed_mu_);
   on_landed_ = std::move(on_landed);
 }
 
 void ReadAhead::CallOnLanded() {
-  std::lock_guard<std::mutex> lock(landed_mu_);
+  absl::MutexLock lock(&landed_mu_);
   if (on_landed_) on_landed_();
 }
 
@@ -422,7 +424,7 @@ void ReadAhead::NoteTotal() {
 }
 
 uint64_t ReadAhead::max_total_held_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return max_total_held_;
 }
 
@@ -535,8 +537,7 @@ bool ReadAhead::NextLaneRead(Pick* pick) {
   return false;
 }
 
-void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
-                        std::string* bytes) {
+void ReadAhead::RunRead(const Pick& pick, std::string* bytes) {
   StreamState* s = pick.stream;
   ReadAheadStats& st = s->stats;
   Entry& e = s->entries[pick.key];
@@ -576,11 +577,11 @@ void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
   // The state (and its function) stays while in_flight > 0, even after
   // its stream went.
   const ExampleReadFn& read = s->read;
-  lock->unlock();
+  mu_.Unlock();
   int64_t label = 0;
   bytes->clear();
   absl::Status status = read(id, bytes, &label);
-  lock->lock();
+  mu_.Lock();
   s->read_starts.erase(s->read_starts.find(started));
   --s->in_flight;
   --in_flight_;
@@ -593,9 +594,9 @@ void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
       }
       removed_.erase(std::remove(removed_.begin(), removed_.end(), nullptr),
                      removed_.end());
-      lock->unlock();
+      mu_.Unlock();
       gone.reset();
-      lock->lock();
+      mu_.Lock();
     }
     return;
   }
@@ -627,11 +628,11 @@ void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
     }
     landed = Land(&done);
   }
-  done_cv_.notify_all();
+  done_cv_.SignalAll();
   if (landed) {
-    lock->unlock();
+    mu_.Unlock();
     CallOnLanded();
-    lock->lock();
+    mu_.Lock();
   }
 }
 
@@ -655,9 +656,9 @@ bool ReadAhead::Wake(bool all) {
   if (stop_) return false;
   if (idle_ > 0) {
     if (all) {
-      work_cv_.notify_all();
+      work_cv_.SignalAll();
     } else {
-      work_cv_.notify_one();
+      work_cv_.Signal();
     }
     return true;
   }
@@ -678,22 +679,20 @@ bool ReadAhead::Wake(bool all) {
 }
 
 void ReadAhead::IoLoop(uint64_t thread_id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   std::string bytes;
-  const auto idle_exit = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::duration<double>(kIdleExitSeconds));
+  const absl::Duration idle_exit = absl::Seconds(kIdleExitSeconds);
   while (!stop_) {
     Pick pick;
     if (NextRead(&pick)) {
-      RunRead(pick, &lock, &bytes);
+      RunRead(pick, &bytes);
       continue;
     }
     ++idle_;
-    const bool woken = work_cv_.wait_for(lock, idle_exit) ==
-                       std::cv_status::no_timeout;
+    const bool woken = !work_cv_.WaitWithTimeout(&mu_, idle_exit);
     --idle_;
     if (!woken && !stop_ && !NextRead(&pick)) break;  // idle: end
-    if (!woken && !stop_) RunRead(pick, &lock, &bytes);
+    if (!woken && !stop_) RunRead(pick, &bytes);
   }
   // Join the threads that ended before this one (at most one is left
   // unjoined at a time: the last to end, joined by Stop or the next).
@@ -704,23 +703,23 @@ void ReadAhead::IoLoop(uint64_t thread_id) {
   }
   finished_.assign(1, thread_id);
   --live_;
-  done_cv_.notify_all();
-  lock.unlock();
+  done_cv_.SignalAll();
+  mu_.Unlock();
   for (std::thread& t : ended) t.join();
 }
 
 bool ReadAhead::Stop(uint64_t deadline_ns) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   stop_ = true;
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   while (live_ > 0) {
     if (deadline_ns == 0) {
-      done_cv_.wait(lock);
+      done_cv_.Wait(&mu_);
       continue;
     }
     const uint64_t now = MonotonicNanos();
     if (now >= deadline_ns) break;
-    done_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+    done_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
   }
   if (live_ > 0) {
     Log(LogLevel::kWarn, "readahead_threads_abandoned",
@@ -733,20 +732,20 @@ bool ReadAhead::Stop(uint64_t deadline_ns) {
   for (auto& [id, t] : threads_) ended.push_back(std::move(t));
   threads_.clear();
   finished_.clear();
-  lock.unlock();
+  lock.Release();
   for (std::thread& t : ended) t.join();
   return true;
 }
 
 void ReadAhead::WaitIdleForTest() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (true) {
     bool demand = false;
     for (const auto& [handle, s] : streams_) demand |= !s->demand.empty();
     Pick pick;
     if (in_flight_ == 0 && !demand && !NextRead(&pick)) return;
     Wake(true);
-    done_cv_.wait_for(lock, std::chrono::milliseconds(5));
+    done_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(5));
   }
 }
 

@@ -58,13 +58,11 @@
 #define BATCHD_SERVER_READAHEAD_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -72,6 +70,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "workloads/workload.h"
 
 namespace batchd {
@@ -312,59 +312,61 @@ class ReadAhead {
     bool demand = false;
   };
 
-  void IoLoop(uint64_t thread_id);
-  // Runs one picked read; requires mu_ (released while reading).
-  void RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
-               std::string* bytes);
+  void IoLoop(uint64_t thread_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs one picked read (mu_ is released while reading).
+  void RunRead(const Pick& pick, std::string* bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the next read to issue: on demand first, then ahead, round-robin
-  // over lanes; requires mu_.
-  bool NextRead(Pick* pick);
-  bool NextDemandRead(Pick* pick);  // requires mu_
-  bool NextLaneRead(Pick* pick);    // requires mu_
-  int PerStreamThreads() const;     // requires mu_
-  uint64_t LaneShare(const Lane& lane) const;      // requires mu_
-  uint64_t MeanBytes(const StreamState& s) const;  // requires mu_
-  void Release(Lane* lane, Entry* e);              // requires mu_
-  // Drops an entry (its bytes, its share, its waiters); requires mu_.
+  // over lanes.
+  bool NextRead(Pick* pick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NextDemandRead(Pick* pick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NextLaneRead(Pick* pick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int PerStreamThreads() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  uint64_t LaneShare(const Lane& lane) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  uint64_t MeanBytes(const StreamState& s) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Release(Lane* lane, Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops an entry (its bytes, its share, its waiters).
   std::map<Key, Entry>::iterator Erase(StreamState* s,
-                                       std::map<Key, Entry>::iterator it);
-  // The entry's waiters may run again; true if there were any. Requires
-  // mu_.
-  bool Land(Entry* e);
-  void NoteTotal();                                // requires mu_
+                                       std::map<Key, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry's waiters may run again; true if there were any.
+  bool Land(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteTotal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes one idle I/O thread (all of them with `all`), or starts one when
-  // every thread is busy; requires mu_. False when no thread runs.
-  bool Wake(bool all);
-  bool StartThread();  // requires mu_
-  void CallOnLanded();  // without mu_
-  void RemoveStream(ReadAheadStream* handle);
-  StreamState* StateOf(const ReadAheadStream* handle) const;  // mu_
+  // every thread is busy. False when no thread runs.
+  bool Wake(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CallOnLanded() ABSL_LOCKS_EXCLUDED(mu_, landed_mu_);
+  void RemoveStream(ReadAheadStream* handle) ABSL_LOCKS_EXCLUDED(mu_);
+  StreamState* StateOf(const ReadAheadStream* handle) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // I/O threads: a read may be issued
-  std::condition_variable done_cv_;  // waiters: a read landed, a thread ended
-  bool stop_ = false;                // guarded by mu_
-  std::map<const ReadAheadStream*, std::unique_ptr<StreamState>>
-      streams_;                                           // guarded by mu_
-  // Removed streams whose reads are still in flight; guarded by mu_.
-  std::vector<std::unique_ptr<StreamState>> removed_;
-  std::map<LaneId, Lane> lanes_;  // guarded by mu_
-  LaneId next_lane_ = 1;          // guarded by mu_
-  LaneId round_robin_ = 0;        // guarded by mu_
-  size_t demand_round_robin_ = 0;  // guarded by mu_
-  uint64_t next_serial_ = 1;      // guarded by mu_
-  int in_flight_ = 0;             // guarded by mu_
-  int orphaned_ = 0;  // reads in flight of removed streams; guarded by mu_
-  int live_ = 0;      // I/O threads running; guarded by mu_
-  int idle_ = 0;      // ... of which waiting for work; guarded by mu_
-  uint64_t next_thread_id_ = 0;   // guarded by mu_
-  std::map<uint64_t, std::thread> threads_;  // guarded by mu_
-  std::vector<uint64_t> finished_;  // ended, to join; guarded by mu_
-  uint64_t max_total_held_ = 0;   // guarded by mu_
-  std::string thread_error_;  // why the last thread failed; mu_
-  std::mutex landed_mu_;  // held while on_landed_ runs
-  std::function<void()> on_landed_;  // guarded by landed_mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar work_cv_;  // I/O threads: a read may be issued
+  absl::CondVar done_cv_;  // waiters: a read landed, a thread ended
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<const ReadAheadStream*, std::unique_ptr<StreamState>> streams_
+      ABSL_GUARDED_BY(mu_);
+  // Removed streams whose reads are still in flight.
+  std::vector<std::unique_ptr<StreamState>> removed_ ABSL_GUARDED_BY(mu_);
+  std::map<LaneId, Lane> lanes_ ABSL_GUARDED_BY(mu_);
+  LaneId next_lane_ ABSL_GUARDED_BY(mu_) = 1;
+  LaneId round_robin_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t demand_round_robin_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int orphaned_ ABSL_GUARDED_BY(mu_) = 0;  // reads in flight of removed streams
+  int live_ ABSL_GUARDED_BY(mu_) = 0;      // I/O threads running
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;      // ... of which waiting for work
+  uint64_t next_thread_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> finished_ ABSL_GUARDED_BY(mu_);  // ended, to join
+  uint64_t max_total_held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string thread_error_ ABSL_GUARDED_BY(mu_);  // why the last failed
+  absl::Mutex landed_mu_;  // held while on_landed_ runs
+  std::function<void()> on_landed_ ABSL_GUARDED_BY(landed_mu_);
 };
 
 }  // namespace batchd
