@@ -124,8 +124,9 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
 // The most threads --threads and --readahead-threads may ask for.
 constexpr uint64_t kMaxThreadsFlag = 1024;
 
-const std::vector<Flag>& Flags() {
-  static const std::vector<Flag>* flags = new std::vector<Flag>{
+// Where the daemon listens, what it reads and how many threads it uses.
+std::vector<Flag> ServingFlags() {
+  return {
       STRING_FLAG("listen", listen, "ADDR",
                   "where the gRPC control plane listens: unix:///path or "
                   "tcp://127.0.0.1:PORT (TCP binds loopback only unless "
@@ -173,7 +174,13 @@ const std::vector<Flag>& Flags() {
                "memory that loaded SentencePiece models may take, over all "
                "streams (a model shared by streams counts once; its share is "
                "estimated from its pieces and bytes); a stream whose model "
-               "would exceed it is refused. Default: 1073741824 (1 GiB)"),
+               "would exceed it is refused. Default: 1073741824 (1 GiB)")
+  };
+}
+
+// Rings, streams and what one user may hold.
+std::vector<Flag> StreamFlags() {
+  return {
       STRING_FLAG("shm-prefix", core.shm_prefix, "NAME",
                   "first part of segment names "
                   "(/dev/shm/NAME.<uid>.<owner>.<stream>.<rank>.<random>). "
@@ -254,7 +261,13 @@ const std::vector<Flag>& Flags() {
                "BYTES",
                "resident bytes of the models (SentencePiece) of one uid's "
                "streams (TCP callers share one quota; administrators are "
-               "exempt); 0: no limit. Default: 1073741824 (1 GiB)"),
+               "exempt); 0: no limit. Default: 1073741824 (1 GiB)")
+  };
+}
+
+// Who may connect, TLS, metrics and logs.
+std::vector<Flag> AccessFlags() {
+  return {
       Flag{"allow-shared-socket-dir", Kind::kBool, "BOOL",
            "accept a socket directory that others may write with the "
            "sticky bit set (/tmp): refused by default, since another user "
@@ -333,7 +346,13 @@ const std::vector<Flag>& Flags() {
            [](const DaemonConfig& c) { return c.log_level; }},
       DOUBLE_FLAG("throughput-log-seconds", core.throughput_log_seconds, "S",
                   "log a throughput line per stream every S seconds; 0: "
-                  "never. Default: 60"),
+                  "never. Default: 60")
+  };
+}
+
+// Read-ahead and the unix socket's connections.
+std::vector<Flag> IoFlags() {
+  return {
       U64_FLAG("readahead-bytes", core.readahead_bytes, 0, "BYTES",
                "bytes read ahead of decoding (buffered and in flight), "
                "shared evenly between streams, then ranks; 0: no "
@@ -365,8 +384,20 @@ const std::vector<Flag>& Flags() {
                   "close a connection to the unix socket that has sent "
                   "nothing for S seconds (every gRPC client sends at once; "
                   "a call that waits, or a quiet client between calls, is "
-                  "never cut). 0: never. Default: 30"),
+                  "never cut). 0: never. Default: 30")
   };
+}
+
+// Every flag, in the order --help lists them.
+const std::vector<Flag>& Flags() {
+  static const std::vector<Flag>* flags = [] {
+    auto* all = new std::vector<Flag>;
+    for (std::vector<Flag> (*group)() :
+         {ServingFlags, StreamFlags, AccessFlags, IoFlags}) {
+      for (Flag& f : group()) all->push_back(std::move(f));
+    }
+    return all;
+  }();
   return *flags;
 }
 
