@@ -14,13 +14,11 @@ namespace {
 
 constexpr WorkloadEntry kWorkloads[] = {
     {"synthetic", CreateSyntheticWorkload,
-     "generated examples (id, epoch, position, payload) for tests and for "
-     "measuring the data plane"},
+     "examples that carry their id, epoch and position (tests, benches)"},
     {"imagenet", CreateImageNetWorkload,
-     "ImageFolder trees or TFDS imagenet2012 shards, AlgoPerf's transforms"},
+     "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms"},
     {"wmt", CreateWmtWorkload,
-     "TFDS wmt17/wmt14 de-en shards or text files, SentencePiece, AlgoPerf's "
-     "packing"},
+     "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
 };
 
 }  // namespace

@@ -25,7 +25,7 @@ using WorkloadFactory =
 struct WorkloadEntry {
   const char* name;          // the spec's `workload`
   WorkloadFactory factory;   // builds one stream's workload
-  const char* help;          // one line: what it serves
+  const char* help;          // what it serves, in one line of ~66 chars
 };
 
 // The daemon's workloads: synthetic, imagenet, wmt.
@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
 std::vector<std::string> WorkloadNames(
     absl::Span<const WorkloadEntry> table = Workloads());
 
-// One line per workload, "  name  help", for help text.
+// One line per workload, "  name  help", for help text (batchd --help).
 std::string WorkloadHelp(absl::Span<const WorkloadEntry> table = Workloads());
 
 }  // namespace batchd
