@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/groups.h"
+#include "workloads/registry.h"
 
 namespace batchd {
 
@@ -462,7 +463,9 @@ std::string Usage() {
       "  --print-config\n"
       "      print the merged settings as a config file and exit\n"
       "  --version, --help\n\n"
-      "Signals: SIGTERM and SIGINT close every stream, unlink every "
+      "Workloads (a stream's workload):\n" +
+      WorkloadHelp() +
+      "\nSignals: SIGTERM and SIGINT close every stream, unlink every "
       "segment\nand exit 0. At start, segments left by dead batchd "
       "processes are removed.\nUnder systemd (Type=notify) READY=1 is sent "
       "once the socket accepts.\nA stop held up by storage that does not "

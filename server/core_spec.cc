@@ -12,6 +12,7 @@
 #include "base/paths.h"
 #include "client/process.h"
 #include "server/core.h"
+#include "workloads/registry.h"
 
 namespace batchd {
 

@@ -22,7 +22,7 @@
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/test_images.h"
 #include "workloads/wmt/pair_source.h"
-#include "workloads/workload.h"
+#include "workloads/registry.h"
 
 namespace batchd {
 namespace {

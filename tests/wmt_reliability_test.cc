@@ -24,6 +24,7 @@
 #include "base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/wmt_fixture.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/packed_schedule.h"
@@ -42,6 +43,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using wmt::PackedRow;
+using wmt_test::FillOne;  // one train row, as wmt_workload_test fills it
 
 constexpr size_t kPairs = 600;
 
@@ -153,22 +155,6 @@ ChildResult InChild(const std::function<std::string()>& fn) {
   r.code = r.exited ? WEXITSTATUS(status) : 0;
   r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   return r;
-}
-
-PackedRow FillOne(const RowPacking& w, const EpochOrder& order, uint64_t r) {
-  PackedRow row;
-  std::vector<int32_t>* v[] = {
-      &row.inputs,           &row.targets,
-      &row.inputs_position,  &row.inputs_segmentation,
-      &row.targets_position, &row.targets_segmentation};
-  uint8_t* out[6];
-  for (int k = 0; k < 6; ++k) {
-    v[k]->resize(256);
-    out[k] = reinterpret_cast<uint8_t*>(v[k]->data());
-  }
-  absl::Status s = w.FillRow(order, r, out, nullptr);
-  EXPECT_TRUE(s.ok()) << s;
-  return row;
 }
 
 const RowPacking& Rows(const Workload& w) {

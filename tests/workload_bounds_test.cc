@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "workloads/workload.h"
+#include "workloads/registry.h"
 
 namespace batchd {
 namespace {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "workloads/counter_rng.h"
+#include "workloads/split.h"
 
 namespace batchd {
 
@@ -88,14 +89,13 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
     return absl::InvalidArgumentError(
         absl::StrCat("synthetic: payload_bytes ", *bytes, " exceeds 4 GiB"));
   }
-  const bool train = config.split == "train";
-  if (!train && config.split != "validation" && config.split != "test" &&
-      config.split != "eval") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("synthetic: unknown split '", config.split,
-                     "' (known: train, validation, test, eval)"));
-  }
-  return std::unique_ptr<Workload>(new SyntheticWorkload(*n, *bytes, train));
+  // "eval" is another spelling of validation (workloads/split.h).
+  absl::StatusOr<Split> split = ParseSplit(
+      "synthetic", config.split,
+      {Split::kTrain, Split::kValidation, Split::kTest});
+  if (!split.ok()) return split.status();
+  return std::unique_ptr<Workload>(
+      new SyntheticWorkload(*n, *bytes, *split == Split::kTrain));
 }
 
 }  // namespace batchd

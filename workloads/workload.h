@@ -4,6 +4,9 @@
 // straight into the ring slot (DALI's split: the sizes are known first, then
 // each item is written into memory it is given).
 //
+// The interface only: the table of workloads is workloads/registry.h, and
+// docs/workloads.md says how to add one.
+//
 // Thread safety: Create() runs once; every const method may be called from
 // any number of worker threads at once.
 #ifndef BATCHD_WORKLOADS_WORKLOAD_H_
@@ -20,10 +23,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
-#include "client/shm_layout.h"
+#include "client/include/batchd/dtype.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
 #include "workloads/schedule.h"
+#include "workloads/split.h"
 
 namespace batchd {
 
@@ -38,7 +42,7 @@ struct TensorLayout {
   std::vector<int64_t> example_shape;
 
   uint64_t ExampleBytes() const {
-    uint64_t n = shm::DTypeSize(uint32_t(dtype));
+    uint64_t n = DTypeSize(dtype);
     for (int64_t d : example_shape) n *= uint64_t(d);
     return n;
   }
@@ -49,6 +53,8 @@ struct WorkloadConfig {
   // The server's --data-root (resolved): workloads open every file through
   // it (workloads/common/data_file.h). Empty: data_path is the root.
   std::string data_root;
+  // The split as the spec spells it; a workload parses it once with
+  // ParseSplit (workloads/split.h), naming the splits it serves.
   std::string split;
   uint64_t seed = 0;
   std::map<std::string, std::string> options;
@@ -182,11 +188,6 @@ class Workload {
   virtual absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
                                 WorkloadCounters* counters) const = 0;
 };
-
-// The explicit table of workloads: "synthetic" (and the ones that follow).
-// Fails with InvalidArgument naming the known ones for an unknown name.
-absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
-    const std::string& name, const WorkloadConfig& config);
 
 }  // namespace batchd
 

@@ -22,6 +22,7 @@
 #include "workloads/imagenet/image_source.h"
 #include "workloads/imagenet/python_random.h"
 #include "workloads/imagenet/transforms.h"
+#include "workloads/split.h"
 
 namespace batchd {
 namespace {
@@ -414,19 +415,24 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   source_options.cache = config.cache;
   source_options.executor =
       config.executor != nullptr ? config.executor : Executor::Default();
-  if (split.empty() || split.find('/') != std::string::npos || split == "." ||
-      split == "..") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("imagenet: split '", split, "' is not a plain name"));
-  }
-  // eval_train reads the train files; test falls back to ImageNet-v2.
-  const bool eval_train = split == "eval_train";
+  absl::StatusOr<Split> kind = ParseSplit(
+      "imagenet", split,
+      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
+  if (!kind.ok()) return kind.status();
+  // eval_train reads the train files; test falls back to ImageNet-v2;
+  // validation is a tree or shards named as spelt, else by its other name.
+  const bool eval_train = *kind == Split::kEvalTrain;
   const std::string files = eval_train ? "train" : split;
   std::vector<std::string> names = {files};
-  if (files == "val") names.push_back("validation");
-  if (files == "validation") names.push_back("val");
+  if (*kind == Split::kValidation) {
+    for (const char* other : {"validation", "val"}) {
+      if (files != other) names.push_back(other);
+    }
+  }
   std::vector<std::string> roots = {root};
-  if (files == "test") roots.push_back(absl::StrCat(root, "/", kImageNetV2Dir));
+  if (*kind == Split::kTest) {
+    roots.push_back(absl::StrCat(root, "/", kImageNetV2Dir));
+  }
   std::unique_ptr<ImageSource> source;
   for (const std::string& dir_root : roots) {
     for (const std::string& name : names) {
@@ -454,7 +460,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
     return absl::NotFoundError(absl::StrCat(
         "imagenet: found neither an ImageFolder tree ", root, "/", files,
         "/<class>/ nor TFRecord shards ", root, "/*-", files, ".tfrecord-*",
-        files == "test"
+        *kind == Split::kTest
             ? absl::StrCat(" nor ImageNet-v2's ", root, "/", kImageNetV2Dir,
                            "/imagenet_v2-test.tfrecord-*")
             : std::string()));
@@ -474,7 +480,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
     subset.resize(std::min(n, opt->eval_train_examples));
   }
   return std::unique_ptr<Workload>(new ImageNetWorkload(
-      std::move(source), split == "train", *opt, std::move(subset)));
+      std::move(source), *kind == Split::kTrain, *opt, std::move(subset)));
 }
 
 }  // namespace batchd

@@ -16,6 +16,7 @@
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
 #include "workloads/imagenet/python_random.h"
+#include "workloads/registry.h"
 #include "workloads/imagenet/test_images.h"
 
 namespace batchd {

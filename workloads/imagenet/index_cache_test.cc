@@ -18,7 +18,7 @@
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
-#include "workloads/workload.h"
+#include "workloads/registry.h"
 
 namespace batchd {
 namespace {

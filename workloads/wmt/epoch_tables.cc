@@ -69,5 +69,48 @@ void StoreEpochRows(const CacheDir& cache, const std::string& key,
   (void)cache.Put(kEpochRowsKind, key, value);  // best effort
 }
 
+std::shared_ptr<const EpochTable> EpochTableCache::Find(uint64_t seed,
+                                                        uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  for (Kept& k : tables_) {
+    if (k.table->seed == seed && k.table->epoch == epoch) {
+      k.last_use = ++use_clock_;
+      return k.table;
+    }
+  }
+  return nullptr;
+}
+
+void EpochTableCache::Remember(std::shared_ptr<const EpochTable> table) {
+  absl::MutexLock lock(&mu_);
+  for (Kept& k : tables_) {
+    if (k.table->seed == table->seed && k.table->epoch == table->epoch) {
+      k = {std::move(table), ++use_clock_};
+      return;
+    }
+  }
+  if (tables_.size() >= kEpochTables) {
+    tables_.erase(std::min_element(
+        tables_.begin(), tables_.end(),
+        [](const Kept& a, const Kept& b) { return a.last_use < b.last_use; }));
+  }
+  tables_.push_back({std::move(table), ++use_clock_});
+}
+
+std::shared_ptr<GrowingTable> EpochTableCache::Growing(const EpochOrder& order,
+                                                       uint64_t max_length) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<GrowingTable> g;
+  for (const std::shared_ptr<GrowingTable>& x : growing_) {
+    if (x->order.seed == order.seed && x->order.epoch == order.epoch) g = x;
+  }
+  if (g == nullptr) {
+    if (growing_.size() >= kEpochTables) growing_.erase(growing_.begin());
+    g = std::make_shared<GrowingTable>(order, max_length);
+    growing_.push_back(g);
+  }
+  return g;
+}
+
 }  // namespace wmt
 }  // namespace batchd

@@ -4,8 +4,12 @@
 // epoch's row count as the cache keeps it (kind "wmt-epoch-rows"), so that a
 // resume far ahead reads it instead of packing the epoch again.
 //
+// Also the tables one train stream keeps (EpochTableCache: the last few
+// used, and those still growing while the length pass runs).
+//
 // Thread safety: EpochTable is a value (immutable once shared);
-// EpochTableBuilder is not thread-safe; the functions are.
+// EpochTableBuilder is not thread-safe (GrowingTable guards one with its
+// mutex); EpochTableCache and the functions are.
 #ifndef BATCHD_WORKLOADS_WMT_EPOCH_TABLES_H_
 #define BATCHD_WORKLOADS_WMT_EPOCH_TABLES_H_
 
@@ -16,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/executor.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/sampler.h"
@@ -108,6 +114,48 @@ class EpochTableBuilder {
   std::vector<PackedLengths> in_window_;
   uint64_t next_position_ = 0, next_start_ = 0, rows_ = 0;
   bool finished_ = false;
+};
+
+// The tables of an epoch as it grows while the length pass runs: the
+// windows learnt so far, cut by the one builder (Extend).
+struct GrowingTable {
+  GrowingTable(const EpochOrder& order, uint64_t max_length)
+      : order(order), builder(order, max_length) {}
+  const EpochOrder order;
+  absl::Mutex mu;  // held while it grows
+  EpochTableBuilder builder ABSL_GUARDED_BY(mu);
+};
+
+// The epoch tables one train stream keeps: the last kEpochTables tables
+// used (least recently used dropped first), and as many tables still
+// growing while the length pass runs.
+//
+// Thread safety: thread-safe; tables are shared immutable values.
+class EpochTableCache {
+ public:
+  static constexpr size_t kEpochTables = 4;
+
+  // The table of (seed, epoch) if one is kept (never builds one), else
+  // null; counts as a use.
+  std::shared_ptr<const EpochTable> Find(uint64_t seed, uint64_t epoch);
+  // Keeps `table`, replacing its epoch's earlier one, dropping the least
+  // recently used beyond kEpochTables.
+  void Remember(std::shared_ptr<const EpochTable> table);
+  // The growing table of `order`'s epoch, made if none is kept (dropping
+  // the oldest beyond kEpochTables).
+  std::shared_ptr<GrowingTable> Growing(const EpochOrder& order,
+                                        uint64_t max_length);
+
+ private:
+  struct Kept {
+    std::shared_ptr<const EpochTable> table;
+    uint64_t last_use;
+  };
+
+  absl::Mutex mu_;
+  std::vector<Kept> tables_ ABSL_GUARDED_BY(mu_);
+  uint64_t use_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<GrowingTable>> growing_ ABSL_GUARDED_BY(mu_);
 };
 
 // The complete table of `order`'s epoch from `index`, every length known:

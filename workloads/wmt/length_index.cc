@@ -16,8 +16,6 @@ namespace batchd {
 namespace wmt {
 namespace {
 
-// Pairs per entry of the index of where stored token ids start.
-constexpr uint64_t kTokenStride = 8;
 // Pairs the pass tokenizes (and stores the ids of) at a time.
 constexpr uint64_t kBlock = 16384;
 // How often a running pass logs its progress (event wmt_pass).
@@ -27,50 +25,6 @@ int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// The largest of n little-endian ids of `width` bytes at p. Vectorised
-// where the compiler can (GCC does not at -O2 by itself): the check reads
-// the 0.7 GB of WMT17's ids at every start, 4x faster so.
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#endif
-uint32_t LargestId(const uint8_t* p, size_t n, uint32_t width) {
-  uint32_t most = 0;
-  if (width == 2) {
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t t;
-      memcpy(&t, p + 2 * i, 2);  // x86 and the blob are little endian
-      most = std::max<uint32_t>(most, t);
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t t;
-      memcpy(&t, p + 4 * i, 4);
-      most = std::max(most, t);
-    }
-  }
-  return most;
-}
-
-// "" when every token id of `value` (the piece at byte `at` of the blob)
-// is below `vocab`; else which is not.
-std::string CheckTokenIds(absl::string_view value, uint64_t at,
-                          uint32_t width, uint32_t vocab) {
-  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
-  const size_t n = value.size() / width;
-  if (LargestId(p, n, width) < vocab) return "";
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t t = 0;
-    for (uint32_t b = 0; b < width; ++b) {
-      t |= uint32_t(p[i * width + b]) << (8 * b);
-    }
-    if (t >= vocab) {
-      return absl::StrCat("token id ", t, " at byte ", at + i * width,
-                          " is outside the vocabulary of ", vocab);
-    }
-  }
-  return "";
 }
 
 // Threads for a loop of n items: a thread for every 64 items at least.
@@ -108,14 +62,12 @@ LengthIndex::LengthIndex(std::shared_ptr<const PairSource> source,
       tokenizer_(std::move(tokenizer)),
       options_(options),
       key_(std::move(key)),
-      tokens_key_(absl::StrCat(key_, "\ntoken bytes ",
-                               tokenizer_->vocab_size() <= 65536 ? 2 : 4)),
-      token_width_(tokenizer_->vocab_size() <= 65536 ? 2 : 4),
       cache_(std::move(cache)),
       executor_(executor),
       outlive_users_(outlive_users),
       n_(source_->size()),
-      lengths_(new std::atomic<uint32_t>[n_]) {
+      lengths_(new std::atomic<uint32_t>[n_]),
+      tokens_(cache_, key_, tokenizer_->vocab_size(), n_) {
   for (uint64_t id = 0; id < n_; ++id) {
     StoreLength(id, {kLengthUnknown, kLengthUnknown});
   }
@@ -437,7 +389,7 @@ absl::Status LengthIndex::TokenPass() {
   const bool had_lengths = ready_.load();
   tokens_only_.store(had_lengths);
   absl::StatusOr<std::unique_ptr<CacheDir::BlobWriter>> writer =
-      cache_->BeginBlob(kTokensKind, tokens_key_);
+      cache_->BeginBlob(kTokensKind, tokens_.key());
   if (!writer.ok()) {
     WarnCache(kTokensKind, writer.status(), "rows are tokenized as served");
     writer = std::unique_ptr<CacheDir::BlobWriter>();
@@ -456,8 +408,8 @@ absl::Status LengthIndex::TokenPass() {
     for (uint64_t i = 0; i < hi - lo; ++i) {
       if (!kept[i]) continue;
       const PackedLengths l = LengthAt(lo + i);
-      AppendTokens(pairs[i].inputs, l.inputs, &bytes);
-      AppendTokens(pairs[i].targets, l.targets, &bytes);
+      tokens_.Append(pairs[i].inputs, l.inputs, &bytes);
+      tokens_.Append(pairs[i].targets, l.targets, &bytes);
     }
     absl::Status put = (*writer)->Append(bytes.data(), bytes.size());
     if (!put.ok()) {
@@ -533,102 +485,11 @@ void LengthIndex::StoreLengths() {
   if (!put.ok()) WarnCache(kLengthsKind, put, "not stored");
 }
 
-void LengthIndex::AppendTokens(const std::vector<int32_t>& tokens,
-                               uint16_t count, std::string* out) const {
-  for (uint16_t i = 0; i < count; ++i) {
-    const uint32_t t = uint32_t(tokens[i]);
-    for (uint32_t b = 0; b < token_width_; ++b) {
-      out->push_back(char((t >> (8 * b)) & 0xff));
-    }
-  }
-}
-
-// Serves rows from the stored token ids if the cache holds them for every
-// kept pair (lengths known), every id within the vocabulary (checked as the
-// blob is read for its checksum): indexes where each pair's ids start.
+// Serves rows from the stored token ids once every length is known and
+// the cache holds them (TokenStore::Open).
 bool LengthIndex::OpenTokens() {
   if (cache_ == nullptr || !ready_.load()) return false;
-  if (tokens_ready_.load(std::memory_order_acquire)) return true;
-  const auto start = std::chrono::steady_clock::now();
-  const uint32_t vocab = uint32_t(std::max(0, tokenizer_->vocab_size()));
-  const uint32_t width = token_width_;
-  absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> blob =
-      cache_->OpenBlob(kTokensKind, tokens_key_,
-                       [vocab, width](absl::string_view value, uint64_t at) {
-                         return CheckTokenIds(value, at, width, vocab);
-                       });
-  if (!blob.ok()) return false;
-  std::vector<uint64_t> starts;
-  starts.reserve(n_ / kTokenStride + 2);
-  uint64_t at = 0;
-  for (uint64_t id = 0; id < n_; ++id) {
-    if (id % kTokenStride == 0) starts.push_back(at);
-    const PackedLengths l = LengthAt(id);
-    if (!Dropped(l)) at += uint64_t(l.inputs) + l.targets;
-  }
-  if (at * token_width_ != (*blob)->size()) {
-    Log(LogLevel::kWarn, "cache_corrupt",
-        {{"kind", kTokensKind},
-         {"reason", absl::StrCat((*blob)->size(), " bytes, the lengths say ",
-                                 at * token_width_)},
-         {"action", "tokenize rows"}});
-    return false;
-  }
-  token_starts_ = std::move(starts);
-  tokens_ = *blob;
-  tokens_ready_.store(true, std::memory_order_release);
-  Log(LogLevel::kInfo, "wmt_tokens",
-      {{"pairs", absl::StrCat(n_)},
-       {"bytes", absl::StrCat((*blob)->size())},
-       {"seconds",
-        absl::StrFormat("%.3f", std::chrono::duration<double>(
-                                    std::chrono::steady_clock::now() - start)
-                                    .count())}});
-  return true;
-}
-
-void LengthIndex::DropTokens(const std::string& why) const {
-  if (tokens_bad_.exchange(true)) return;
-  Log(LogLevel::kWarn, "cache_corrupt",
-      {{"kind", kTokensKind}, {"reason", why}, {"action", "tokenize rows"}});
-}
-
-absl::Status LengthIndex::StoredPair(uint64_t id, const PackedLengths& l,
-                                     TokenPair* pair) const {
-  if (tokens_bad_.load(std::memory_order_relaxed)) {
-    return absl::DataLossError("wmt: the stored token ids are dropped");
-  }
-  uint64_t at = token_starts_[id / kTokenStride];
-  for (uint64_t j = id - id % kTokenStride; j < id; ++j) {
-    const PackedLengths before = LengthAt(j);
-    if (!Dropped(before)) at += uint64_t(before.inputs) + before.targets;
-  }
-  const size_t count = size_t(l.inputs) + l.targets;
-  uint8_t buf[2 * kMaxLength * 4];
-  absl::Status s = tokens_->Read(at * token_width_, count * token_width_, buf);
-  if (!s.ok()) return s;
-  const int32_t vocab = tokenizer_->vocab_size();
-  auto token = [&](size_t i) {
-    const uint8_t* b = buf + i * token_width_;
-    return token_width_ == 2 ? int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8)
-                             : int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8 |
-                                       uint32_t(b[2]) << 16 |
-                                       uint32_t(b[3]) << 24);
-  };
-  pair->inputs.resize(l.inputs);
-  pair->targets.resize(l.targets);
-  for (size_t i = 0; i < count; ++i) {
-    const int32_t t = token(i);
-    if (t < 0 || t >= vocab) {
-      const std::string why = absl::StrCat(
-          "token id ", t, " of pair ", id, " is outside the vocabulary of ",
-          vocab);
-      DropTokens(why);
-      return absl::DataLossError(absl::StrCat("wmt: ", why));
-    }
-    (i < l.inputs ? pair->inputs[i] : pair->targets[i - l.inputs]) = t;
-  }
-  return absl::OkStatus();
+  return tokens_.Open([this](uint64_t id) { return LengthAt(id); });
 }
 
 // The end of the length pass: `tokenized` pairs by the pass itself,

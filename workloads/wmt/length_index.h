@@ -2,8 +2,8 @@
 // one-time length pass over every pair (in file order, as background work
 // of the daemon's executor, on at most index_threads of its threads), or
 // from the cache (kind "wmt-lengths", length_cache.h); plus the token ids
-// the pass stores (kind "wmt-tokens"), from which rows are then made without
-// reading the text or tokenizing.
+// the pass stores (kind "wmt-tokens", a TokenStore: token_store.h), from
+// which rows are then made without reading the text or tokenizing.
 //
 // One index per data identity (its lengths key: every file's identity, the
 // model's bytes, the options that change lengths), shared by the streams of
@@ -48,6 +48,7 @@
 #include "workloads/wmt/length_cache.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/pair_source.h"
+#include "workloads/wmt/token_store.h"
 #include "workloads/wmt/tokenizer.h"
 #include "workloads/workload.h"
 
@@ -130,16 +131,16 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
 
   // Rows are made from stored token ids (acquire): once the pass stored
   // them, or the cache held them.
-  bool tokens_ready() const {
-    return tokens_ready_.load(std::memory_order_acquire) &&
-           !tokens_bad_.load(std::memory_order_relaxed);
-  }
+  bool tokens_ready() const { return tokens_.ready(); }
   // Pair `id`'s token ids as packing takes them (`l` its lengths), from the
   // stored ones. DataLoss for an id outside the vocabulary (a forged blob:
   // then the stored ids are dropped, with a cache_corrupt warning, and
   // stored again by a new pass; the caller tokenizes the pair).
   absl::Status StoredPair(uint64_t id, const PackedLengths& l,
-                          TokenPair* pair) const;
+                          TokenPair* pair) const {
+    return tokens_.Pair(
+        id, l, [this](uint64_t j) { return LengthAt(j); }, pair);
+  }
 
   // The seed of an epoch order a stream asked about. A daemon's pass with a
   // cache, once it has stored every length, counts the first
@@ -195,10 +196,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   void LogProgress();  // the pass task only
   void WarnCache(const char* kind, const absl::Status& why,
                  const char* action) const;
-  void AppendTokens(const std::vector<int32_t>& tokens, uint16_t count,
-                    std::string* out) const;
   bool OpenTokens();
-  void DropTokens(const std::string& why) const;
   void LogLengths(uint64_t tokenized, const char* from) const;
 
   // Constant after construction.
@@ -206,8 +204,6 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   const std::shared_ptr<const Tokenizer> tokenizer_;
   const Options options_;
   const std::string key_;
-  const std::string tokens_key_;
-  const uint32_t token_width_;
   const std::shared_ptr<const CacheDir> cache_;  // null: no cache
   Executor* const executor_;
   const bool outlive_users_;
@@ -226,13 +222,9 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   // Pairs whose lengths Learn tokenized before the pass, and the pass did.
   std::atomic<uint64_t> first_windows_{0}, pass_tokenized_{0};
 
-  // The stored token ids: tokens_ and token_starts_ (where the ids of pair
-  // k * kTokenStride start, in tokens) are written once, before
-  // tokens_ready_ (release), by OpenTokens.
-  std::atomic<bool> tokens_ready_{false};
-  std::shared_ptr<const CacheDir::Blob> tokens_;
-  std::vector<uint64_t> token_starts_;
-  mutable std::atomic<bool> tokens_bad_{false};  // a forged id was met
+  // The stored token ids (opened by OpenTokens, once every length is
+  // known).
+  TokenStore tokens_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // ready, failed, or the pass ended

@@ -96,8 +96,16 @@
 // daemon's streams of the same model bytes and charged to its budget of
 // model memory (resident_bytes()).
 //
+// The parts: wmt_options.h (the options, parsed and bounded once),
+// pair_reader.h (the one pair source and tokenizer both halves read
+// through), wmt_train.h (the train workload: packed rows, cursors, its
+// LengthIndex and EpochTableCache, epoch_tables.h) and wmt_eval.h (the eval
+// workload: padded pairs, nothing mutable after Create). CreateWmtWorkload
+// parses the options and the split (workloads/split.h) and builds one of
+// the two.
+//
 // Thread safety: as Workload; the length table and the per-epoch window
-// tables are built under a mutex.
+// tables are built under their own mutexes.
 #ifndef BATCHD_WORKLOADS_WMT_WMT_H_
 #define BATCHD_WORKLOADS_WMT_WMT_H_
 

@@ -1,0 +1,59 @@
+// The table of workloads; see registry.h.
+#include "workloads/registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "workloads/imagenet/imagenet.h"
+#include "workloads/synthetic.h"
+#include "workloads/wmt/wmt.h"
+
+namespace batchd {
+namespace {
+
+constexpr WorkloadEntry kWorkloads[] = {
+    {"synthetic", CreateSyntheticWorkload,
+     "examples that carry their id, epoch and position (tests, benches)"},
+    {"imagenet", CreateImageNetWorkload,
+     "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms"},
+    {"wmt", CreateWmtWorkload,
+     "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
+};
+
+}  // namespace
+
+absl::Span<const WorkloadEntry> Workloads() { return kWorkloads; }
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
+    const std::string& name, const WorkloadConfig& config,
+    absl::Span<const WorkloadEntry> table) {
+  for (const WorkloadEntry& e : table) {
+    if (name == e.name) return e.factory(config);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown workload '", name, "' (known: ",
+                   absl::StrJoin(WorkloadNames(table), ", "), ")"));
+}
+
+std::vector<std::string> WorkloadNames(absl::Span<const WorkloadEntry> table) {
+  std::vector<std::string> names;
+  for (const WorkloadEntry& e : table) names.emplace_back(e.name);
+  return names;
+}
+
+std::string WorkloadHelp(absl::Span<const WorkloadEntry> table) {
+  size_t width = 0;
+  for (const WorkloadEntry& e : table) {
+    width = std::max(width, std::string(e.name).size());
+  }
+  std::string out;
+  for (const WorkloadEntry& e : table) {
+    const std::string name = e.name;
+    absl::StrAppend(&out, "  ", name, std::string(width - name.size() + 2, ' '),
+                    e.help, "\n");
+  }
+  return out;
+}
+
+}  // namespace batchd
