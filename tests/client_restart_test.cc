@@ -1,0 +1,253 @@
+// The client opening its stream at the worst moments of a daemon restart,
+// against a scripted daemon (a gRPC server in the test whose OpenStream
+// answers as the test says) and a socket whose listener drops every
+// connection: an exiting daemon that refuses, a daemon that answers and
+// stops before the ring is mapped, and a socket that drops connections while
+// the daemon restarts. Each is a pause for the rank, never an error, and a
+// short one.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batchd/loader.h"
+#include "batchd/v1/batchd.grpc.pb.h"
+#include "batchd/version.h"
+#include "client/ring.h"
+
+namespace batchd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/batchd-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  return d == nullptr ? std::string("/tmp") : std::string(d);
+}
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool WaitFor(const std::function<bool()>& cond, double seconds) {
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+// A daemon whose OpenStream answers call number n (from 0) with
+// answer(n, &response): an error status, or OK with the response filled.
+class ScriptedDaemon final : public v1::Batchd::Service {
+ public:
+  using Answer = std::function<grpc::Status(int, v1::OpenStreamResponse*)>;
+
+  ScriptedDaemon(const std::string& socket, Answer answer)
+      : answer_(std::move(answer)) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~ScriptedDaemon() override { server_->Shutdown(); }
+  bool ok() const { return server_ != nullptr; }
+  int calls() const { return calls_.load(); }
+
+  grpc::Status OpenStream(grpc::ServerContext*, const v1::OpenStreamRequest*,
+                          v1::OpenStreamResponse* resp) override {
+    resp->set_protocol_version(kProtocolVersion);
+    resp->set_server_version(kBatchdVersion);
+    resp->set_server_pid(uint32_t(getpid()));
+    return answer_(calls_++, resp);
+  }
+
+ private:
+  Answer answer_;
+  std::atomic<int> calls_{0};
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A ring as a daemon would have made it for the stream.
+class Ring {
+ public:
+  explicit Ring(const std::string& tag) {
+    RingGeometry g;
+    g.slot_count = 2;
+    g.payload_bytes = 64;
+    g.stream_name = "job";
+    name_ = "/bdrst" + std::to_string(getpid()) + tag;
+    auto w = RingWriter::Create(name_, g);
+    if (w.ok()) writer_ = std::move(*w);
+  }
+  bool ok() const { return writer_ != nullptr; }
+  // An answer with this ring.
+  grpc::Status Fill(v1::OpenStreamResponse* resp) const {
+    resp->set_segment(name_);
+    resp->set_slots(writer_->geometry().slot_count);
+    resp->set_slot_bytes(writer_->geometry().SlotBytes());
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<RingWriter> writer_;
+};
+
+// A listener on a unix socket that drops every connection as soon as it
+// is made, as a daemon that stops while a rank connects: it notes when
+// each gRPC connection (one that sends HTTP/2's preface; the client's
+// identity check sends nothing) came.
+class DroppingSocket {
+ public:
+  explicit DroppingSocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+    unlink(path.c_str());
+    ok_ = bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+          listen(fd_, 16) == 0;
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~DroppingSocket() { Stop(); }
+  bool ok() const { return ok_; }
+  // Stops listening and removes the socket, as a daemon that exits.
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    unlink(path_.c_str());
+  }
+  std::vector<double> grpc_connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return times_;
+  }
+
+ private:
+  void Serve() {
+    const auto start = Clock::now();
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      pollfd q{c, POLLIN, 0};
+      char buf[64];
+      ssize_t n = 0;
+      if (poll(&q, 1, 2000) > 0) n = read(c, buf, sizeof(buf));
+      if (n >= 3 && memcmp(buf, "PRI", 3) == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        times_.push_back(SecondsSince(start));
+      }
+      close(c);
+    }
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<double> times_;
+};
+
+LoaderOptions Options(const std::string& socket) {
+  LoaderOptions o;
+  o.server = "unix://" + socket;
+  o.stream = "job";
+  o.global_batch_size = 8;
+  o.world_size = 1;
+  o.rank = 0;
+  o.connect_timeout_seconds = 30;
+  return o;
+}
+
+TEST(ClientRestartTest, AnOpenRefusedByAnExitingDaemonWaitsForTheNextOne) {
+  const std::string dir = MakeTempDir();
+  Ring ring("exiting");
+  ASSERT_TRUE(ring.ok());
+  ScriptedDaemon daemon(dir + "/sock", [&](int call,
+                                           v1::OpenStreamResponse* resp) {
+    if (call == 0) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "batchd is exiting (SIGTERM)");
+    }
+    return ring.Fill(resp);
+  });
+  ASSERT_TRUE(daemon.ok());
+  auto loader = Loader::Open(Options(dir + "/sock"));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(daemon.calls(), 2);
+}
+
+TEST(ClientRestartTest, ARingGoneBeforeItWasMappedIsOpenedAgain) {
+  // The daemon answered, then stopped; the one that followed removed the
+  // dead one's ring before this rank mapped it.
+  const std::string dir = MakeTempDir();
+  Ring ring("again");
+  ASSERT_TRUE(ring.ok());
+  ScriptedDaemon daemon(dir + "/sock", [&](int call,
+                                           v1::OpenStreamResponse* resp) {
+    if (call == 0) {
+      resp->set_segment("/bdrst" + std::to_string(getpid()) + "gone");
+      resp->set_slots(2);
+      return grpc::Status::OK;
+    }
+    return ring.Fill(resp);
+  });
+  ASSERT_TRUE(daemon.ok());
+  auto loader = Loader::Open(Options(dir + "/sock"));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(daemon.calls(), 2);
+}
+
+TEST(ClientRestartTest, ASocketThatDropsConnectionsIsTriedAgainAtOnce) {
+  // While a daemon restarts, connections are refused or dropped. gRPC's
+  // default reconnect backoff (1 s, then 1.6 s: the second retry >= 2.08 s
+  // after the first attempt, jitter included) made every rank that met it
+  // wait a second or more after the new daemon accepted.
+  const std::string dir = MakeTempDir();
+  const std::string sock = dir + "/sock";
+  DroppingSocket dropping(sock);
+  ASSERT_TRUE(dropping.ok());
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      absl::UnknownError("not opened");
+  std::thread opener([&] { loader = Loader::Open(Options(sock)); });
+  const bool tried = WaitFor(
+      [&] { return dropping.grpc_connections().size() >= 3; }, 30);
+  const std::vector<double> t = dropping.grpc_connections();
+  dropping.Stop();
+  Ring ring("dropped");
+  ASSERT_TRUE(ring.ok());
+  ScriptedDaemon daemon(sock, [&](int, v1::OpenStreamResponse* resp) {
+    return ring.Fill(resp);
+  });
+  ASSERT_TRUE(daemon.ok());
+  opener.join();
+  ASSERT_TRUE(tried) << "the rank stopped trying";
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  // 100 ms and 160 ms (+-20 %) now; 1.5 s leaves room for a loaded machine.
+  EXPECT_LT(t[2] - t[0], 1.5) << "gRPC connections at " << t[0] << ", "
+                              << t[1] << ", " << t[2] << " s";
+}
+
+}  // namespace
+}  // namespace batchd
