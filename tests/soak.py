@@ -7,6 +7,9 @@ independent implementation of the sampler and of the synthetic payload.
     BATCHD_BIN=build/server/batchd PYTHONPATH=build/python \\
         /usr/bin/python3 tests/soak.py --seconds 60
 
+With --kill-daemon it is the other way round (tests/soak_restart.py): the
+clients live for the whole run and the daemon is killed and restarted.
+
 Streams (synthetic workload, payload bytes derived from the example):
   train-w4   train split, 4 ranks, 1000 examples, G = 24 (the remainder of
              each epoch dropped), 68-byte payloads (a tail that is not a
@@ -400,6 +403,10 @@ class Soak:
 
 
 def main():
+    if "--kill-daemon" in sys.argv[1:]:
+        import soak_restart
+        soak_restart.main([a for a in sys.argv[1:] if a != "--kill-daemon"])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "client":
         p = argparse.ArgumentParser()
         p.add_argument("--stream", required=True)
@@ -410,6 +417,9 @@ def main():
         client_main(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kill-daemon", action="store_true",
+                   help="the daemon-restart soak instead (tests/soak_restart.py; "
+                   "--kill-daemon --help lists its flags)")
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--batchd", default=os.environ.get("BATCHD_BIN"),
                    help="the daemon (default $BATCHD_BIN)")
