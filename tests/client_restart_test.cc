@@ -4,8 +4,12 @@
 // connection: an exiting daemon that refuses, a daemon that answers and
 // stops before the ring is mapped, and a socket that drops connections while
 // the daemon restarts. Each is a pause for the rank, never an error, and a
-// short one.
+// short one. And a daemon killed while it creates a ring: the daemon that
+// follows removes the half-made segment.
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -27,6 +31,25 @@
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
 #include "client/ring.h"
+
+// posix_fallocate, the slow step of a ring's creation (it reserves every
+// page), as the test wants it: in a child that set it, the process is
+// killed there, or stops there until killed.
+// kHang writes a byte to hang_fd first, so that the test knows.
+enum class Fallocate { kReal, kDie, kHang };
+Fallocate fallocate_mode = Fallocate::kReal;
+int hang_fd = -1;
+
+extern "C" int posix_fallocate(int fd, off_t offset, off_t len) {
+  if (fallocate_mode == Fallocate::kDie) raise(SIGKILL);
+  if (fallocate_mode == Fallocate::kHang) {
+    if (write(hang_fd, "h", 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  using Real = int (*)(int, off_t, off_t);
+  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "posix_fallocate"));
+  return real(fd, offset, len);
+}
 
 namespace batchd {
 namespace {
@@ -247,6 +270,57 @@ TEST(ClientRestartTest, ASocketThatDropsConnectionsIsTriedAgainAtOnce) {
   // 100 ms and 160 ms (+-20 %) now; 1.5 s leaves room for a loaded machine.
   EXPECT_LT(t[2] - t[0], 1.5) << "gRPC connections at " << t[0] << ", "
                               << t[1] << ", " << t[2] << " s";
+}
+
+// A child that creates ring `name` and meets posix_fallocate in `mode`
+// (kHang: writes to `hang_pipe` when it is there).
+pid_t CreateInChild(const std::string& name, Fallocate mode,
+                    int hang_pipe = -1) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    fallocate_mode = mode;
+    hang_fd = hang_pipe;
+    RingGeometry g;
+    g.payload_bytes = 1 << 20;
+    auto w = RingWriter::Create(name, g);
+    _exit(w.ok() ? 0 : 1);
+  }
+  return pid;
+}
+
+bool Exists(const std::string& name) {
+  return access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
+TEST(ClientRestartTest, ARingWhoseDaemonDiedCreatingItIsRemovedByTheNext) {
+  // kill -9 (an OOM kill, a restart) in the middle of an OpenStream: the
+  // segment exists, its pages are being reserved, its header is not
+  // written. The next daemon must not keep it (it holds its whole size of
+  // /dev/shm) until it is a minute old: until a daemon starts a minute
+  // later, that is, which may be never.
+  const std::string prefix = "bdhalf" + std::to_string(getpid()) + ".";
+  const std::string dead = "/" + prefix + "dead";
+  const pid_t killed = CreateInChild(dead, Fallocate::kDie);
+  int status = 0;
+  ASSERT_EQ(waitpid(killed, &status, 0), killed);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child was to die creating it";
+  ASSERT_TRUE(Exists(dead));
+  // One whose creator is alive, still reserving, is left alone.
+  const std::string busy = "/" + prefix + "busy";
+  int there[2];
+  ASSERT_EQ(pipe(there), 0);
+  const pid_t hung = CreateInChild(busy, Fallocate::kHang, there[1]);
+  pollfd p{there[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 60000), 1) << "the child never reserved its ring";
+  const std::vector<std::string> removed = RemoveStaleSegments(prefix);
+  EXPECT_EQ(removed, std::vector<std::string>{dead});
+  EXPECT_FALSE(Exists(dead));
+  EXPECT_TRUE(Exists(busy));
+  kill(hung, SIGKILL);
+  waitpid(hung, &status, 0);
+  EXPECT_EQ(RemoveStaleSegments(prefix), std::vector<std::string>{busy});
+  close(there[0]);
+  close(there[1]);
 }
 
 }  // namespace
