@@ -14,7 +14,7 @@
 //      MonotonicNanos into the slot just before Publish and then sleeps, so
 //      the consumer is parked in its futex wait and the figure is a wake-up.
 //
-// The design's targets (DESIGN.md, "Performance targets"): ring bandwidth
+// The design's targets (docs/design.md, "Performance targets"): ring bandwidth
 // >= 0.8x memcpy, a published batch is read in < 50 us.
 #include <sched.h>
 #include <sys/wait.h>

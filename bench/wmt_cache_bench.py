@@ -8,6 +8,14 @@ the time to the first batch of a stream resumed at step 100 000 after a
 restart (twice: before and after the epochs' row counts are cached), the
 daemon's peak RSS (VmHWM) in each run, and the cache's size on disk.
 
+Run `short` measures what a short first job leaves (issue 20's item 3): on
+a cold cache, a 20-batch stream that is then closed (its length pass goes
+on without it), the daemon left alone until the pass has stored every
+length and token id (the pass's duration), then a restart and a resume at
+step 100 000: the time to its first batch (target <= 10 s) and the daemon's
+peak RSS in both runs (target <= 1 GiB), and whether the restarted daemon
+tokenized anything.
+
 The data set is bench/make_wmt_scale.py's (5.9 M pairs, ~2 GB of text, a
 long tail of words; generated when missing) with a SentencePiece model
 trained by workloads/wmt/tools/train_sentencepiece.py (when missing).
@@ -17,6 +25,7 @@ trained by workloads/wmt/tools/train_sentencepiece.py (when missing).
         [--vocab 16000] [--batches 20] [--global-batch 128]
         [--steady-batches 300] [--resume-step 100000] [--json FILE]
         [--cache DIR] [--runs cold,warm,resume,resume_counted]
+    PYTHONPATH=build/python bench/wmt_cache_bench.py --runs short
 
 --pairs picks a smaller scale (a fresh --data directory per scale).
 --cache keeps the cache directory (default: a fresh one, removed after);
@@ -26,6 +35,7 @@ with --runs, later runs can be measured again on it alone.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -160,6 +170,57 @@ def resume_seconds(daemon, args, name):
     return took
 
 
+def close_stream(daemon, args, name):
+    subprocess.run([os.path.join(args.build, "server", "batchctl"), "close",
+                    name, "--server", daemon.address], check=True,
+                   capture_output=True)
+
+
+def log_since(log_path, offset):
+    with open(log_path) as f:
+        f.seek(offset)
+        return f.read()
+
+
+def short_then_resume(args, cache, log):
+    """A 20-batch stream on a cold cache, closed; the pass left to end; a
+    restart and a resume at args.resume_step."""
+    if os.path.exists(cache) and os.listdir(cache):
+        sys.exit(f"run short wants a cold cache, and {cache} holds entries: "
+                 "run it alone (--runs short) on a fresh --cache")
+    offset = os.path.getsize(log) if os.path.exists(log) else 0
+    daemon = Daemon(args.build, os.path.dirname(args.data), cache,
+                    args.threads, log)
+    t0 = time.monotonic()
+    first, total, _ = first_batches(daemon, args, "wmtcache-short")
+    close_stream(daemon, args, "wmtcache-short")
+    closed = time.monotonic() - t0
+    lengths = wait_for_log(log, offset, t0, "wmt_lengths")
+    tokens = wait_for_log(log, offset, t0, "wmt_tokens")
+    epochs = wait_for_log(log, offset, t0, "wmt_epochs_counted")
+    hwm = daemon.stop()
+    r = {"first_batch_s": round(first, 2),
+         f"first_{args.batches}_batches_s": round(total, 2),
+         "stream_closed_s": round(closed, 2),
+         "pass_lengths_done_s": round(lengths, 1),
+         "pass_token_ids_stored_s": round(tokens, 1),
+         "pass_epochs_counted_s": round(epochs, 1),
+         "daemon_vmhwm_mib": round(hwm / 1024, 1)}
+    offset = os.path.getsize(log)
+    daemon = Daemon(args.build, os.path.dirname(args.data), cache,
+                    args.threads, log)
+    took = resume_seconds(daemon, args, "wmtcache-short-resume")
+    hwm = daemon.stop()
+    ends = re.findall(r"event=wmt_lengths pairs=\d+ tokenized=(\d+) "
+                      r"first_windows=(\d+) from=(\S+)",
+                      log_since(log, offset))
+    r["resume"] = {"step": args.resume_step, "first_batch_s": round(took, 2),
+                   "daemon_vmhwm_mib": round(hwm / 1024, 1),
+                   "lengths": [{"tokenized": int(a), "first_windows": int(b),
+                                "from": c} for a, b, c in ends]}
+    return r
+
+
 def wait_for_log(log_path, offset, t0, event, limit=7200):
     """Seconds from t0 until the daemon logs `event`."""
     deadline = time.monotonic() + limit
@@ -251,6 +312,9 @@ def main():
                             "first_batch_s": round(took, 2),
                             "daemon_vmhwm_mib": round(hwm / 1024, 1)}
             print(f"{run}: {results[run]}", file=sys.stderr)
+        if "short" in runs:
+            results["short"] = short_then_resume(args, cache, log)
+            print(f"short: {results['short']}", file=sys.stderr)
         row_bytes = 6 * 256 * 4  # six int32 tensors of max_length 256
         results["memcpy_rows_per_s"] = round(memcpy_rows_per_s(row_bytes))
         results["cache_bytes"] = du_bytes(cache)

@@ -425,7 +425,7 @@ absl::StatusOr<Batch> Loader::Next() {
         options_.stream, m.owner_pid, getpid()));
   }
   const LoaderOptions& o = options_;
-  const uint64_t start = MonotonicNanos();
+  uint64_t start = MonotonicNanos();
   uint64_t progress_at = start, all_held_since = 0;
   std::string reason;
   for (;;) {
@@ -447,7 +447,10 @@ absl::StatusOr<Batch> Loader::Next() {
     }
     if (absl::IsUnavailable(pos.status()) && o.reconnect_seconds > 0) {
       if (absl::Status s = Reconnect(pos.status()); !s.ok()) return s;
-      progress_at = MonotonicNanos();
+      // The timeouts are about a live server: they count from now.
+      start = progress_at = MonotonicNanos();
+      all_held_since = 0;
+      reason.clear();
       continue;
     }
     if (!absl::IsDeadlineExceeded(pos.status())) return pos.status();

@@ -144,7 +144,7 @@ int LaunchLocalRanks(int argc, char** argv, int nproc) {
   return code;
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(
+c10::intrusive_ptr<ProcessGroup> MakeProcessGroup(
     const DistEnv& env, const torch::Device& device) {
   c10d::TCPStoreOptions so;
   so.port = uint16_t(env.master_port);
@@ -200,7 +200,7 @@ Rank JoinJob() {
   return r;
 }
 
-void BroadcastParameters(c10d::ProcessGroup& pg, torch::nn::Module& model) {
+void BroadcastParameters(ProcessGroup& pg, torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
   for (torch::Tensor p : model.parameters()) {
     std::vector<at::Tensor> t{p.data()};
@@ -212,7 +212,7 @@ void BroadcastParameters(c10d::ProcessGroup& pg, torch::nn::Module& model) {
   }
 }
 
-void AverageGradients(c10d::ProcessGroup& pg, torch::nn::Module& model,
+void AverageGradients(ProcessGroup& pg, torch::nn::Module& model,
                       int world_size) {
   // One flat buffer, one allreduce, as DDP's buckets do.
   std::vector<torch::Tensor> grads;
@@ -235,7 +235,7 @@ void AverageGradients(c10d::ProcessGroup& pg, torch::nn::Module& model,
   }
 }
 
-bool DisjointAndComplete(c10d::ProcessGroup& pg, const torch::Tensor& keys,
+bool DisjointAndComplete(ProcessGroup& pg, const torch::Tensor& keys,
                          int64_t first_position, int64_t per_rank,
                          int world_size, std::string* why) {
   torch::Tensor mine = keys.to(torch::kCPU, torch::kInt64).contiguous();
@@ -272,7 +272,7 @@ bool DisjointAndComplete(c10d::ProcessGroup& pg, const torch::Tensor& keys,
   return true;
 }
 
-double AllReduceSum(c10d::ProcessGroup& pg, double value) {
+double AllReduceSum(ProcessGroup& pg, double value) {
   std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64)};
   pg.allreduce(t)->wait();
   return t[0].item<double>();

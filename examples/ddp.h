@@ -16,11 +16,25 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 
 #include "batchd/loader.h"
 
 namespace batchd {
 namespace examples {
+
+// What the trainers run collectives on. Since torch 2.0, Gloo and NCCL are
+// c10d::Backends (a c10d::ProcessGroup dispatches to one per device type);
+// in torch 1.x (Debian 12's 1.13) they are ProcessGroups themselves. Both
+// have the same allreduce, broadcast and allgather.
+#if TORCH_VERSION_MAJOR >= 2
+using ProcessGroup = c10d::Backend;
+#else
+using ProcessGroup = c10d::ProcessGroup;
+#endif
 
 // The flags every trainer takes; the defaults given to AddTrainerFlags are
 // the trainer's own.
@@ -76,7 +90,7 @@ int LaunchLocalRanks(int argc, char** argv, int nproc);
 
 // A process group over TCPStore rendezvous: Gloo, or NCCL for CUDA devices
 // when built with BATCHD_WITH_NCCL.
-c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(
+c10::intrusive_ptr<ProcessGroup> MakeProcessGroup(
     const DistEnv& env, const torch::Device& device);
 
 // This process as one rank of the job: its environment (torchrun's
@@ -86,7 +100,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(
 struct Rank {
   DistEnv env;
   torch::Device device = torch::Device(torch::kCPU);
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<ProcessGroup> pg;
 };
 Rank JoinJob();
 
@@ -105,19 +119,19 @@ LoaderOptions TrainLoaderOptions(const TrainerFlags& flags,
 
 // DDP's two duties, done by hand (libtorch has no DDP module): start from
 // rank 0's parameters, and average gradients after backward.
-void BroadcastParameters(c10d::ProcessGroup& pg, torch::nn::Module& model);
-void AverageGradients(c10d::ProcessGroup& pg, torch::nn::Module& model,
+void BroadcastParameters(ProcessGroup& pg, torch::nn::Module& model);
+void AverageGradients(ProcessGroup& pg, torch::nn::Module& model,
                       int world_size);
 
 // Gathers each rank's `keys` (int64 [B] example ids, or [B, 3] cursors) and
 // first position; true when the keys are pairwise distinct and rank r's
 // first position is rank 0's + r * B (so the slices tile the global batch).
-bool DisjointAndComplete(c10d::ProcessGroup& pg, const torch::Tensor& keys,
+bool DisjointAndComplete(ProcessGroup& pg, const torch::Tensor& keys,
                          int64_t first_position, int64_t per_rank,
                          int world_size, std::string* why);
 
 // Sum of a scalar across ranks.
-double AllReduceSum(c10d::ProcessGroup& pg, double value);
+double AllReduceSum(ProcessGroup& pg, double value);
 
 // A trainer's running figures: the time since it started, the time spent
 // waiting for batches, and the mean loss of each window of `log_every`

@@ -159,6 +159,34 @@ BAD_TEXTS = [b"\xff\xfe invalid", b"ok \xc3", b"\xed\xa0\x80 surrogate",
              b"nul\x00inside\tx"]
 
 
+# --- SentencePiece model files ---------------------------------------------
+
+def piece(text, score=-1.0, kind=1):
+    body = field_bytes(1, text.encode()) + b"\x15" + struct.pack("<f", score)
+    if kind != 1:
+        body += field_varint(3, kind)
+    return field_bytes(1, body)
+
+
+def model(pieces):
+    """A ModelProto: <unk>, <s>, </s> and `pieces`, a unigram trainer spec
+    and the identity normaliser."""
+    out = piece("<unk>", 0.0, 2) + piece("<s>", 0.0, 3) + piece("</s>", 0.0, 3)
+    for i, text in enumerate(pieces):
+        out += piece(text, -1.0 - i / 10)
+    trainer = field_varint(3, 1)  # model_type: UNIGRAM
+    normalizer = field_bytes(1, b"identity") + field_varint(3, 1)
+    return out + field_bytes(2, trainer) + field_bytes(3, normalizer)
+
+
+def models():
+    words = ["\u2581der", "\u2581die", "\u2581the", "s", "e", "n", "t",
+             "\u2581", "a", "ß", "ü"]
+    return [model(words), model(words[:3]), model(["x" * 40]),
+            model([f"\u2581w{i}" for i in range(64)]),
+            model(words)[:-5], b"\x0a\xff", b""]
+
+
 def images(out):
     import numpy as np
     from PIL import Image
@@ -202,6 +230,8 @@ def main():
         write(f"{out}/tokenizer_fuzz", f"text{i}", text)
     for i, data in enumerate(BAD_TEXTS):
         write(f"{out}/tokenizer_fuzz", f"bad{i}", data)
+    for i, data in enumerate(models()):
+        write(f"{out}/sentencepiece_model_fuzz", f"model{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/: TFRecord framing, tf.train.Example,
-# JPEG/PNG decode, the WMT tokenizer, the TOML config, OpenStream requests)
+# JPEG/PNG decode, the WMT tokenizer, SentencePiece model files, the TOML
+# config, OpenStream requests)
 # with clang, AddressSanitizer and UBSan into build-fuzz/, writes their seed
 # corpora (fuzz/make_seeds.py) and runs each target over its seeds and then
 # a fixed number of generated inputs: bounded and deterministic (-seed=1),
@@ -25,7 +26,7 @@ rm -rf "$BUILD/seeds"
 /usr/bin/python3 fuzz/make_seeds.py "$BUILD/seeds"
 failed=()
 for target in tfrecord_fuzz example_fuzz image_decoder_fuzz tokenizer_fuzz \
-  config_fuzz spec_fuzz; do
+  sentencepiece_model_fuzz config_fuzz spec_fuzz; do
   # The corpus grows in a scratch copy; the seeds stay as generated.
   corpus="$BUILD/corpus/$target"
   rm -rf "$corpus" && mkdir -p "$corpus" "$BUILD/crashes/$target"

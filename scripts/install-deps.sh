@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything batchd needs to build, test and run on Debian 12, from
 # Debian's packages only. Idempotent; run as root (or through sudo).
+#   --daemon  only what builds batchd and batchctl (the image's build stage)
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -20,7 +21,22 @@ PACKAGES=(
   python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator
   clang libclang-rt-dev  # fuzz/: libFuzzer and the sanitizer runtimes
   libfuse3-dev fuse3  # bench: latency_fs, the network-storage stand-in
+  podman runc mmdebstrap catatonit  # scripts/container-check.sh: image, base, pods
 )
+# The daemon and batchctl alone (docker/Dockerfile's build stage).
+DAEMON_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libboost-dev libabsl-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcivetweb-dev libsystemd-dev libtomlplusplus-dev
+  libcli11-dev nlohmann-json3-dev
+  libsentencepiece-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev
+)
+case "${1:-}" in
+  --daemon) PACKAGES=("${DAEMON_PACKAGES[@]}") ;;
+  "") ;;
+  *) echo "usage: scripts/install-deps.sh [--daemon]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,8 +10,13 @@
 #         under synthetic, imagenet and wmt streams (tests/soak.py
 #         --kill-daemon, as long as the first; it prints the stall per
 #         restart), builds and runs the C++ suites under AddressSanitizer + UBSan
-#         (scripts/sanitize.sh asan, build-asan/) and runs every fuzz target
-#         for a fixed number of inputs (scripts/fuzz.sh, build-fuzz/): what
+#         (scripts/sanitize.sh asan, build-asan/), runs every fuzz target
+#         for a fixed number of inputs (scripts/fuzz.sh, build-fuzz/), builds
+#         the manylinux wheels (scripts/build-wheel.sh) and checks them in a
+#         bare container (tests/container/wheel_check.sh), builds and runs
+#         the container image (scripts/container-check.sh), runs the torch
+#         suites and torchrun under PyPI's torch (scripts/test-torch.sh) and
+#         builds against its CUDA libtorch (scripts/build-cuda.sh): what
 #         .ci/run does. ThreadSanitizer stays in scripts/sanitize.sh tsan.
 # BATCHD_SOAK_SECONDS changes the soaks' length (0 skips them).
 set -euo pipefail
@@ -53,5 +58,17 @@ if [ "$ci" = 1 ]; then
   stage "sanitize asan"
   BATCHD_FUZZ_SKIP_DEPS=1 scripts/fuzz.sh
   stage fuzz
+  # Where users run it: manylinux wheels, the image, PyPI's torch and CUDA.
+  scripts/build-wheel.sh /usr/bin/python3
+  scripts/build-wheel.sh "$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 | sort -V | tail -n 1)"
+  stage "wheels (manylinux)"
+  tests/container/wheel_check.sh
+  stage "wheel in a bare container, read-only install"
+  scripts/container-check.sh
+  stage "container image, sidecar, kube play"
+  scripts/test-torch.sh
+  stage "PyPI torch and torchrun"
+  scripts/build-cuda.sh
+  stage "CUDA libtorch build"
 fi
 echo "== test.sh: all passed in $SECONDS s"

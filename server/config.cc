@@ -136,6 +136,28 @@ const std::vector<Flag>& Flags() {
       U64_FLAG("threads", core.threads, 0, "N",
                "worker threads shared by every stream and rank; 0: the "
                "cores this process may use. Default: 0"),
+      Flag{"index-threads", Kind::kInt, "N",
+           "threads that index data and count epochs for every stream (WMT's "
+           "length pass, an epoch's first windows, ImageFolder listings, "
+           "TFRecord shard opens, model loads), started once, in each of two "
+           "classes: serving work and background passes (nice +10); no "
+           "stream option starts more (WMT's index_threads only bounds a "
+           "stream's share); 0: the cores this process may use; at most "
+           "256. Default: 0",
+           [](DaemonConfig* c, const std::string& v) {
+             uint64_t n;
+             absl::Status s = ParseU64("index-threads", v, 0, 256, &n);
+             if (s.ok()) c->core.index_threads = int(n);
+             return s;
+           },
+           [](const DaemonConfig& c) {
+             return absl::StrCat(c.core.index_threads);
+           }},
+      U64_FLAG("max-model-bytes", core.max_model_bytes, 1, "BYTES",
+               "memory that loaded SentencePiece models may take, over all "
+               "streams (a model shared by streams counts once; its share is "
+               "estimated from its pieces and bytes); a stream whose model "
+               "would exceed it is refused. Default: 1073741824 (1 GiB)"),
       STRING_FLAG("shm-prefix", core.shm_prefix, "NAME",
                   "first part of segment names "
                   "(/dev/shm/NAME.<uid>.<owner>.<stream>.<rank>.<random>). "

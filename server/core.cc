@@ -93,6 +93,19 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   }
   o.data_root = resolved;
   if (o.threads <= 0) o.threads = DefaultThreads();
+  if (o.index_threads <= 0) {
+    o.index_threads = std::min(DefaultThreads(), Executor::kMaxThreads);
+  }
+  // The pool workloads index and count on: started here, once, so that a
+  // limit on the daemon's tasks is an error now, not a crash later.
+  ExecutorOptions eo;
+  eo.serving_threads = eo.background_threads = o.index_threads;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
+  if (!executor.ok()) {
+    return absl::Status(executor.status().code(),
+                        absl::StrCat("--index-threads ", o.index_threads, ": ",
+                                     executor.status().message()));
+  }
   struct statvfs shm;
   const uint64_t shm_bytes = statvfs("/dev/shm", &shm) == 0
                                  ? uint64_t(shm.f_blocks) * shm.f_frsize
@@ -111,7 +124,10 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
     return absl::InvalidArgumentError(
         "--shm-prefix must be a non-empty name without '/' or '.'");
   }
-  return std::unique_ptr<Core>(new Core(o));
+  std::unique_ptr<Core> core(new Core(o));
+  core->executor_ = *std::move(executor);
+  core->shared_work_ = std::make_unique<SharedWork>(o.max_model_bytes);
+  return core;
 }
 
 Core::Core(const CoreOptions& options)
@@ -133,6 +149,9 @@ Core::~Core() {
   if (supervisor_thread_.joinable()) supervisor_thread_.join();
   engine_->Stop();
   CloseAll();
+  // Passes still running (they outlive their streams) stop and store what
+  // they learnt.
+  if (executor_ != nullptr) executor_->Shutdown();
 }
 
 std::string Core::SegmentName(uint32_t owner_uid, const std::string& stream,

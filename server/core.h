@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/executor.h"
 #include "server/engine.h"
+#include "workloads/shared_work.h"
 
 namespace batchd {
 
@@ -187,6 +189,15 @@ struct CoreOptions {
   std::string shm_prefix = "batchd";
   // Worker threads. Default: the cores this process may use.
   int threads = 0;
+  // Threads of the executor for indexing and counting work
+  // (base/executor.h), in each of its two classes (serving, background);
+  // whatever a stream's options ask, no workload starts more. 0: the cores
+  // this process may use. At most Executor::kMaxThreads. Default: 0.
+  int index_threads = 0;
+  // Bytes of SentencePiece models loaded at once over all streams (a model
+  // shared by streams counts once); a stream whose model would exceed it
+  // is refused. Default: SharedWork::kDefaultMaxModelBytes (1 GiB).
+  uint64_t max_model_bytes = uint64_t(1) << 30;
   // Group given read/write access to the rings (-1: owner only).
   gid_t shm_group = gid_t(-1);
   // Ring slots per rank when a spec says 0. Default: 4.
@@ -397,6 +408,11 @@ class Core {
 
   const CoreOptions options_;
   const uint64_t start_ns_;
+  // What workloads borrow (their indexing and counting work, the models
+  // and passes they share); before streams_, which use them until they go.
+  // Set by Create.
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<SharedWork> shared_work_;
   // Before engine_ and streams_: both use it until they go.
   std::unique_ptr<ReadAhead> readahead_;
   std::unique_ptr<Engine> engine_;

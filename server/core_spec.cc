@@ -119,6 +119,8 @@ absl::StatusOr<std::unique_ptr<Core::Stream>> Core::MakeStream(
   config.data_path = *path;
   config.data_root = options_.data_root;
   config.cache = options_.cache;
+  config.executor = executor_.get();
+  config.shared = shared_work_.get();
   config.split = spec.split;
   config.seed = spec.seed;
   config.options = spec.options;

@@ -436,6 +436,7 @@ void AnnounceReady(const batchd::DaemonConfig& config,
             : config.listen},
        {"data_root", core.options().data_root},
        {"threads", std::to_string(core.options().threads)},
+       {"index_threads", std::to_string(core.options().index_threads)},
        {"shm_prefix", config.core.shm_prefix},
        {"metrics", config.metrics_listen}});
   sd_notify(0, "READY=1");

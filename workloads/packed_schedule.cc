@@ -74,19 +74,25 @@ absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
 }
 
 PackedSchedule::~PackedSchedule() {
-  std::thread t;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled_ = true;
-    t = std::move(thread_);
   }
-  if (t.joinable()) t.join();
+  scope_.Close();  // a queued count never starts; a running one ends
 }
 
 void PackedSchedule::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_ = true;
-  counted_.notify_all();
+}
+
+void PackedSchedule::SetError(const absl::Status& error) {
+  // Ready's contract gives these codes meanings of their own.
+  if (absl::IsUnavailable(error) || absl::IsOutOfRange(error)) {
+    error_ = absl::InternalError(error.message());
+  } else {
+    error_ = error;
+  }
 }
 
 absl::Status PackedSchedule::CheckReachable(uint64_t step) const {
@@ -165,80 +171,96 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::TryLocate(
     if (absl::Status s = Reachable(step); !s.ok()) return s;
     target_ = std::max(target_, step);
   }
-  if (!counting_ && !cancelled_ && error_.ok()) {
-    counting_ = true;
-    if (thread_.joinable()) thread_.join();  // it has left CountLoop
-    thread_ = std::thread([this] { CountLoop(); });
-  }
+  if (!counting_ && !cancelled_ && error_.ok()) SubmitCount();
+  if (!loc.ok() && !error_.ok()) return error_;
   return loc;
 }
 
-void PackedSchedule::CountLoop() {
+bool PackedSchedule::SubmitCount() {
+  counting_ = true;
+  absl::Status queued = scope_.Submit([this] { CountStep(); });
+  if (queued.ok()) return true;
+  counting_ = false;
+  if (!cancelled_) {
+    SetError(absl::Status(queued.code(),
+                          absl::StrCat("cannot count the epochs of this "
+                                       "stream: ",
+                                       queued.message())));
+  }
+  return false;
+}
+
+void PackedSchedule::CountStep() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!cancelled_ && error_.ok() &&
-         (ends_.empty() || ends_.back() <= target_)) {
-    if (ends_.size() >= served_ + kMaxReplayEpochs) {
-      // Rows hold several examples each, so the bound of CheckReachable
-      // can let through a step that lies further out still.
-      error_ = absl::FailedPreconditionError(absl::StrCat(
-          "step ", target_, " lies more than ", kMaxReplayEpochs,
-          " epochs past step ", anchor_step_,
-          ": batchd replays at most that many epochs to find a step; resume "
-          "from the batch's cursor (start_cursor) instead"));
-      break;
-    }
-    const uint64_t epoch = anchor_epoch_ + ends_.size();
-    const bool first = ends_.empty();
-    const uint64_t skipped = anchor_row_ / g_;
-    // The rows up to target_ in this epoch (all of it if target_ is later;
-    // the packer stops at the epoch's end). No overflow: Reachable bounds
-    // target_ - first step by N * kMaxReplayEpochs / G.
-    const uint64_t first_step = first ? anchor_step_ : ends_.back();
-    const uint64_t want = (first ? anchor_row_ : 0) +
-                          (target_ - first_step + 1) * g_;
-    lock.unlock();
-    // The slow part, without the lock: only this thread appends to ends_.
-    absl::StatusOr<RowPacking::KnownRows> known =
-        packer_.RowsUpTo(Order(epoch), want);
-    lock.lock();
-    if (!known.ok()) {
-      error_ = known.status();
-      break;
-    }
-    if (!known->complete) {
-      partial_rows_ = std::max(partial_rows_, known->rows);
-      counted_.notify_all();
-      // Learnt as far as asked: go on only if a later step was asked for
-      // meanwhile; otherwise the next TryLocate beyond these rows restarts
-      // this thread.
-      const uint64_t want_now = (first ? anchor_row_ : 0) +
-                                (target_ - first_step + 1) * g_;
-      if (known->rows < want || known->rows >= want_now) break;
-      continue;
-    }
-    partial_rows_ = 0;
-    const absl::StatusOr<uint64_t> rows = known->rows;
-    uint64_t steps = *rows / g_;
-    if (steps == 0) {
-      error_ = absl::InvalidArgumentError(
-          absl::StrCat("epoch ", epoch, " packs into ", *rows,
-                       " rows, fewer than one global batch of ", g_));
-      break;
-    }
-    if (first) {
-      if (skipped >= steps) {
-        error_ = absl::InvalidArgumentError(
-            absl::StrCat("start_cursor is at row ", anchor_row_, " but epoch ",
-                         epoch, " has only ", steps, " global batches"));
-        break;
-      }
-      steps -= skipped;
-    }
-    ends_.push_back((first ? anchor_step_ : ends_.back()) + steps);
-    counted_.notify_all();
+  // One epoch a task: other streams' counts take turns on the executor.
+  if (CountEpoch(lock) && !cancelled_ && error_.ok() &&
+      (ends_.empty() || ends_.back() <= target_)) {
+    if (SubmitCount()) return;
   }
   counting_ = false;
-  counted_.notify_all();
+}
+
+bool PackedSchedule::CountEpoch(std::unique_lock<std::mutex>& lock) {
+  if (cancelled_ || !error_.ok() ||
+      !(ends_.empty() || ends_.back() <= target_)) {
+    return false;
+  }
+  if (ends_.size() >= served_ + kMaxReplayEpochs) {
+    // Rows hold several examples each, so the bound of CheckReachable can
+    // let through a step that lies further out still.
+    SetError(absl::FailedPreconditionError(absl::StrCat(
+        "step ", target_, " lies more than ", kMaxReplayEpochs,
+        " epochs past step ", anchor_step_,
+        ": batchd replays at most that many epochs to find a step; resume "
+        "from the batch's cursor (start_cursor) instead")));
+    return false;
+  }
+  const uint64_t epoch = anchor_epoch_ + ends_.size();
+  const bool first = ends_.empty();
+  const uint64_t skipped = anchor_row_ / g_;
+  // The rows up to target_ in this epoch (all of it if target_ is later;
+  // the packer stops at the epoch's end). No overflow: Reachable bounds
+  // target_ - first step by N * kMaxReplayEpochs / G.
+  const uint64_t first_step = first ? anchor_step_ : ends_.back();
+  const uint64_t want =
+      (first ? anchor_row_ : 0) + (target_ - first_step + 1) * g_;
+  lock.unlock();
+  // The slow part, without the lock: only this task appends to ends_.
+  absl::StatusOr<RowPacking::KnownRows> known =
+      packer_.RowsUpTo(Order(epoch), want);
+  lock.lock();
+  if (!known.ok()) {
+    SetError(known.status());
+    return false;
+  }
+  if (!known->complete) {
+    partial_rows_ = std::max(partial_rows_, known->rows);
+    // Learnt as far as asked: go on only if a later step was asked for
+    // meanwhile; otherwise the next TryLocate beyond these rows submits
+    // the count again.
+    const uint64_t want_now =
+        (first ? anchor_row_ : 0) + (target_ - first_step + 1) * g_;
+    return known->rows >= want && known->rows < want_now;
+  }
+  partial_rows_ = 0;
+  uint64_t steps = known->rows / g_;
+  if (steps == 0) {
+    SetError(absl::InvalidArgumentError(
+        absl::StrCat("epoch ", epoch, " packs into ", known->rows,
+                     " rows, fewer than one global batch of ", g_)));
+    return false;
+  }
+  if (first) {
+    if (skipped >= steps) {
+      SetError(absl::InvalidArgumentError(
+          absl::StrCat("start_cursor is at row ", anchor_row_, " but epoch ",
+                       epoch, " has only ", steps, " global batches")));
+      return false;
+    }
+    steps -= skipped;
+  }
+  ends_.push_back((first ? anchor_step_ : ends_.back()) + steps);
+  return true;
 }
 
 }  // namespace batchd

@@ -3,17 +3,17 @@
 // epoch is rows [sG, (s+1)G) of it, and the remainder of each epoch is
 // dropped, as for examples. How many rows an epoch holds is known only by
 // looking at every example of it, so steps map to epochs by a running sum
-// that this schedule counts, epoch by epoch, on its own thread.
+// that this schedule counts, epoch by epoch, as serving work of the daemon's
+// executor (base/executor.h).
 #ifndef BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 #define BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/executor.h"
 #include "workloads/sampler.h"
 #include "workloads/schedule.h"
 #include "workloads/workload.h"
@@ -28,8 +28,8 @@ class RowPacking {
  public:
   virtual ~RowPacking() = default;
   // Rows the epoch packs into. May be slow (it may have to look at every
-  // example's length): PackedSchedule calls it once per epoch, on its
-  // counting thread only. The one place that learns an epoch's size.
+  // example's length): PackedSchedule calls it once per epoch, from its
+  // counting task only. The one place that learns an epoch's size.
   virtual absl::StatusOr<uint64_t> RowsInEpoch(
       const EpochOrder& order) const = 0;
   // What is known of an epoch's rows so far, for serving its first steps
@@ -41,10 +41,12 @@ class RowPacking {
     bool complete = false;
   };
   // Learns the epoch's rows at least up to `want_rows` (or its end, if
-  // fewer) and says what is known. Called on the counting thread only; may
-  // be slow, but should only do work in proportion to `want_rows` while the
-  // epoch's size is unknown. CursorOfRow, FillRow and ExamplesOfRows must
-  // then work for every row below `rows`. Default: RowsInEpoch, complete.
+  // fewer) and says what is known. Called from the counting task only (a
+  // task of the executor: it must do work, never wait for other tasks);
+  // may be slow, but should only do work in proportion to `want_rows`
+  // while the epoch's size is unknown. CursorOfRow, FillRow and
+  // ExamplesOfRows must then work for every row below `rows`. Default:
+  // RowsInEpoch, complete.
   virtual absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
                                              uint64_t want_rows) const {
     absl::StatusOr<uint64_t> rows = RowsInEpoch(order);
@@ -81,30 +83,45 @@ class RowPacking {
 // by the running sum over epochs. Row counts are asked once per epoch and
 // kept. Items are rows: ItemRef::position and ::id are the row of the epoch.
 //
-// Counting epochs is slow, so it runs on the schedule's own thread, started
-// on demand: Ready never waits for it, and Cancel stops it between two
-// epochs. A stream resuming far ahead thus never holds a worker of the
-// shared pool, and shutdown waits at most for the epoch being counted.
+// Counting epochs is slow, so it runs as a task of the daemon's executor
+// (serving work), submitted on demand and again after each epoch, so that
+// the streams counting at once share the executor's threads epoch by epoch:
+// Ready never waits for it, and Cancel stops it between two epochs. A
+// stream resuming far ahead thus never holds a worker of the engine's pool
+// and starts no thread, and shutdown waits at most for the epoch being
+// counted.
+//
+// Every final error (of the packer, of the executor) reaches Ready as one:
+// codes that Ready's contract gives a meaning (Unavailable: being
+// prepared; OutOfRange: the end of a finite stream) are turned into
+// Internal, so that a failed count never reads as a stream that waits or
+// ended.
 //
 // The epoch being counted may be served before its count is known: the
-// thread asks the packer for its rows up to the steps asked for
+// task asks the packer for its rows up to the steps asked for
 // (RowsUpTo), and a step whose rows are all known is located. Every step
 // located this way is where the full count puts it: a step's place depends
-// only on the rows before it. Once such a step is served, the thread learns
+// only on the rows before it. Once such a step is served, the task learns
 // kLookaheadSteps further, so a stream reading its first epoch while its
 // data is still being indexed does not wait at every step.
 //
 // Thread safety: thread-safe. mu_ is only ever held for bookkeeping, never
-// while the workload counts. `packer` must outlive the schedule.
+// while the workload counts. `packer` and `executor` must outlive the
+// schedule.
 class PackedSchedule : public Schedule {
  public:
-  PackedSchedule(const RowPacking& packer, const Sampler& sampler)
+  // `executor` null: Executor::Default().
+  PackedSchedule(const RowPacking& packer, const Sampler& sampler,
+                 Executor* executor = nullptr)
       : packer_(packer),
         n_(sampler.num_examples()),
         g_(sampler.global_batch_size()),
         per_rank_(sampler.per_rank_batch()),
-        seed_(sampler.seed()) {}
-  ~PackedSchedule() override;  // cancels and joins the counting thread
+        seed_(sampler.seed()),
+        scope_(executor != nullptr ? executor : Executor::Default(),
+               Priority::kServing) {}
+  // Cancels counting, and waits for the epoch being counted.
+  ~PackedSchedule() override;
 
   // A row holds at least one example, so an epoch holds at most N / G
   // global batches: a step needs at least (step - anchor) * G / N epochs
@@ -136,7 +153,7 @@ class PackedSchedule : public Schedule {
     uint64_t first_row = 0;  // of the global batch, within its epoch
   };
   // The location of `step` if the epochs up to it are counted. Otherwise
-  // Unavailable ("being prepared"), and the counting thread works towards
+  // Unavailable ("being prepared"), and the counting task works towards
   // it; other errors are final.
   absl::StatusOr<Location> TryLocate(uint64_t step);
   // The order of an epoch's examples, as the packer sees it.
@@ -148,12 +165,21 @@ class PackedSchedule : public Schedule {
   // Location of `step` from ends_, or Unavailable. Requires mu_.
   absl::StatusOr<Location> Find(uint64_t step) const;
   absl::Status Reachable(uint64_t step) const;  // requires mu_
-  void CountLoop();                             // the counting thread
+  // Submits CountStep (requires mu_); false, with error_ set, when it
+  // cannot be queued.
+  bool SubmitCount();
+  // The counting task: one epoch (or the part of it asked for), then
+  // submits itself again while more is wanted.
+  void CountStep();
+  // Counts one epoch; false when counting should stop. Requires mu_, which
+  // it releases while the packer counts.
+  bool CountEpoch(std::unique_lock<std::mutex>& lock);
+  // Sets error_ (requires mu_), with a code Ready gives no other meaning.
+  void SetError(const absl::Status& error);
 
   const RowPacking& packer_;
   const uint64_t n_, g_, per_rank_, seed_;
   mutable std::mutex mu_;
-  std::condition_variable counted_;  // signalled after each epoch
   // The schedule starts at (anchor_step_, anchor_epoch_, anchor_row_):
   // (0, 0, 0) unless resumed from a cursor. Guarded by mu_.
   uint64_t anchor_step_ = 0, anchor_epoch_ = 0, anchor_row_ = 0;
@@ -167,10 +193,11 @@ class PackedSchedule : public Schedule {
   // Index in ends_ of the latest epoch a step was located in: counting
   // stops kMaxReplayEpochs past it. Guarded by mu_.
   uint64_t served_ = 0;
-  bool counting_ = false;   // the thread runs; guarded by mu_
+  bool counting_ = false;   // a counting task is queued or runs; mu_
   bool cancelled_ = false;  // guarded by mu_
   absl::Status error_;      // final; guarded by mu_
-  std::thread thread_;      // guarded by mu_
+  // Last: the counting task refers to everything above.
+  TaskScope scope_;
 };
 
 }  // namespace batchd

@@ -74,7 +74,10 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
   absl::StatusOr<WorkloadOptions> options = WorkloadOptions::Create(
       "synthetic", config.options, {"examples", "payload_bytes"});
   if (!options.ok()) return options.status();
-  absl::StatusOr<uint64_t> n = options->Uint("examples", 10000);
+  // No data set comes near 2^40 examples; positions and steps stay far
+  // from wrapping.
+  absl::StatusOr<uint64_t> n =
+      options->Uint("examples", 10000, 0, uint64_t(1) << 40);
   if (!n.ok()) return n.status();
   absl::StatusOr<uint64_t> bytes = options->Uint("payload_bytes", 1024);
   if (!bytes.ok()) return bytes.status();

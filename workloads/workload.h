@@ -26,7 +26,9 @@
 
 namespace batchd {
 
-class CacheDir;  // workloads/common/cache_dir.h
+class CacheDir;    // workloads/common/cache_dir.h
+class Executor;    // base/executor.h
+class SharedWork;  // workloads/shared_work.h
 
 // One tensor of a batch; the batch shape is [B] + example_shape.
 struct TensorLayout {
@@ -53,6 +55,16 @@ struct WorkloadConfig {
   // its data (indexes, token lengths) across restarts. Null or disabled:
   // nothing is kept.
   std::shared_ptr<const CacheDir> cache;
+  // The daemon's pool for indexing and counting work (base/executor.h),
+  // borrowed: it outlives the workload and everything the workload
+  // submits. Workloads run their parallel and background work there and
+  // never start threads of their own. Null: Executor::Default() (tools
+  // and tests that run workloads outside a daemon).
+  Executor* executor = nullptr;
+  // What the daemon's streams share (loaded models, running passes, the
+  // models' memory budget), borrowed: it outlives the workload. Null:
+  // nothing is shared, and a workload's passes end with it.
+  SharedWork* shared = nullptr;
 };
 
 // Counters a workload keeps while filling (decode errors, skips).
@@ -130,7 +142,8 @@ class Workload {
   }
 
   // Bytes this stream's workload keeps resident (its model), charged to
-  // the stream's owner. Default: 0.
+  // the stream's owner. A model shared by several streams counts in each
+  // of them. Cheap; callable from any thread. Default: 0.
   virtual uint64_t resident_bytes() const { return 0; }
 
   virtual uint64_t num_examples() const = 0;

@@ -47,9 +47,11 @@ class Daemon:
     """Starts batchd serving `data_root`, logging to `log_path`, and waits
     until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it;
     `args` are more flags. Its --cache-dir is a fresh directory of its own
-    unless `args` names one."""
+    unless `args` names one. `preexec` runs in the child before batchd is
+    executed (e.g. to join a cgroup)."""
 
-    def __init__(self, data_root, log_path, threads=2, hooks=False, args=()):
+    def __init__(self, data_root, log_path, threads=2, hooks=False, args=(),
+                 preexec=None):
         # Not under pytest's tmp_path: a socket path must fit in 108 bytes.
         self.dir = tempfile.mkdtemp(prefix="batchd-test-", dir="/tmp")
         self.address = f"unix://{self.dir}/sock"
@@ -62,6 +64,7 @@ class Daemon:
             args = (*args, "--cache-dir", os.path.join(self.dir, "cache"))
         if hooks:
             env["BATCHD_TEST_HOOKS"] = "1"
+        self._preexec = preexec
         self._argv = [binary("batchd"), "--listen", self.address,
                       "--data-root", str(data_root), "--shm-prefix",
                       self.prefix, "--threads", str(threads), *args]
@@ -70,7 +73,8 @@ class Daemon:
 
     def _start(self):
         self.proc = subprocess.Popen(self._argv, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=self._env)
+                                     stderr=subprocess.STDOUT, env=self._env,
+                                     preexec_fn=self._preexec)
         self._wait_until_accepting(os.path.join(self.dir, "sock"))
 
     def restart(self, kill=True):

@@ -2,6 +2,7 @@
 session, and a daemon that serves them. A module that needs its own
 variant of a data set still makes it itself."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -15,9 +16,40 @@ IMAGENET_GENERATOR = os.path.join(ROOT, "workloads", "imagenet",
 WMT_TOOLS = os.path.join(ROOT, "workloads", "wmt", "tools")
 
 
+GENERATOR_MODULES = ("numpy", "PIL", "skimage", "sentencepiece")
+
+
+def _has_modules(python):
+    probe = "import " + ", ".join(GENERATOR_MODULES)
+    try:
+        return subprocess.run([python, "-c", probe],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def generator_python():
+    """The interpreter that runs the data generators: this one when it has
+    what they import, else Debian's (the generators are scripts, so the
+    suite under test need not carry Pillow, scikit-image and SentencePiece
+    to be tested against their data). None when neither has them."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        if _has_modules(python):
+            return python
+    return None
+
+
 def _run(*args):
-    subprocess.run([sys.executable, *map(str, args)], check=True,
-                   capture_output=True)
+    python = generator_python()
+    if python is None:
+        pytest.skip("no interpreter here has the data generators' "
+                    + ", ".join(GENERATOR_MODULES))
+    result = subprocess.run([python, *map(str, args)], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))} failed "
+                           f"(exit {result.returncode}):\n{result.stderr}")
 
 
 @pytest.fixture(scope="session")

@@ -160,13 +160,27 @@ def test_dockerfile_builds_with_the_scripts_and_runs_as_batchd():
     text = open(os.path.join(DOCKER, "Dockerfile")).read()
     instructions = [line.split(None, 1) for line in text.splitlines()
                     if re.match(r"^[A-Z]+\s", line)]
-    froms = [rest for op, rest in instructions if op == "FROM"]
-    assert all(f.startswith("debian:bookworm-slim") for f in froms), froms
+    # Both stages start from BASE, Debian 12 slim unless a build argument
+    # names another image (a local one where no registry is reachable);
+    # the runtime stage, the last, takes the binaries from the build stage
+    # unless BINARIES=prebuilt names the context's.
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
+    assert args["BASE"].startswith("debian:bookworm-slim"), args
+    assert args["BINARIES"] == "build", args
+    froms = [rest.split() for op, rest in instructions if op == "FROM"]
+    assert {f[-1]: f[0] for f in froms} == {
+        "build": "${BASE}", "prebuilt": "scratch",
+        "binaries": "${BINARIES:-build}", "runtime": "${BASE}"}, froms
+    assert froms[-1][-1] == "runtime"
     assert "scripts/install-deps.sh" in text and "scripts/build.sh" in text
     users = [rest.strip() for op, rest in instructions if op == "USER"]
     assert users and users[-1].split(":")[0] == "batchd"
     assert "EXPOSE" not in [op for op, _ in instructions]
     assert '["/run/batchd"]' in text  # the socket's volume
+    # batchd.toml's cache directory exists and is batchd's (the image
+    # exited at once without it), kept in a volume.
+    assert "install -d -o batchd -g batchd -m 0700 /var/cache/batchd" in text
+    assert '["/var/cache/batchd"]' in text
 
 
 def test_runtime_packages_lists_the_libraries_of_the_binaries():

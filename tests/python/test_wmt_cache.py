@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -65,11 +66,23 @@ def tokenized(log_path):
             LENGTHS.findall(open(log_path).read())]
 
 
+def wait_for_passes(logs):
+    """Until every daemon's length pass has ended (it ends whether or not a
+    stream reads; a daemon stopped before stores only part of it), within a
+    bound."""
+    deadline = time.monotonic() + 120
+    for log in logs:
+        while not LENGTHS.search(open(log).read()):
+            assert time.monotonic() < deadline, open(log).read()
+            time.sleep(0.05)
+
+
 def run(data_root, tmp_path, name, cache, threads=1):
     log = tmp_path / f"{name}.log"
     daemon = Daemon(data_root, log, args=("--cache-dir", str(cache)))
     try:
         rows = train_rows(daemon, f"wmtcache-{name}", threads=threads)
+        wait_for_passes([log])
     finally:
         daemon.stop()
     return rows, tokenized(log), open(log).read()
@@ -123,6 +136,7 @@ def test_two_daemons_on_one_cache_build_once(data_root, tmp_path):
             t.start()
         for t in threads:
             t.join()
+        wait_for_passes(logs)
     finally:
         for d in daemons:
             d.stop()

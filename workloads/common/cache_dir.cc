@@ -146,9 +146,9 @@ uint64_t StableHash64(absl::string_view bytes) {
 std::string FileIdentity(const std::string& rel_path, const struct stat& st) {
   std::string id;
   absl::StrAppend(&id, rel_path.size(), ":", rel_path, " size=", st.st_size,
-                  " mtime_ns=",
-                  int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
-                  " ino=", st.st_ino, " dev=", st.st_dev, ";");
+                  " mtime_ns=", Nanos(st.st_mtim), " ctime_ns=",
+                  Nanos(st.st_ctim), " ino=", st.st_ino, " dev=", st.st_dev,
+                  ";");
   return id;
 }
 
@@ -575,7 +575,8 @@ absl::Status CacheDir::Blob::Read(uint64_t offset, size_t n, void* out) const {
 }
 
 absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
-    absl::string_view kind, absl::string_view key) const {
+    absl::string_view kind, absl::string_view key,
+    const ValueCheck& check) const {
   const std::string name = BlobName(kind, key);
   absl::StatusOr<EntryFile> file = OpenEntryFile(name, kind, "blob");
   if (!file.ok()) return file.status();
@@ -588,24 +589,39 @@ absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
   if (size < kBlobTrailerBytes + kind.size() + key.size()) {
     return discard(absl::StrCat("truncated: ", size, " bytes"));
   }
-  // One pass over the whole file: the checksum, then the description.
+  // One pass over the whole file: the checksum (and the caller's check of
+  // the value), then the description.
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::string chunk(kBlobBuffer, '\0');
   uint32_t crc = 0;
   const uint64_t covered = size - 4;
+  const uint64_t value_end = size - kBlobTrailerBytes - kind.size() - key.size();
   for (uint64_t at = 0; at < covered;) {
+    // A whole chunk at a time (short reads are read on), so that the pieces
+    // given to `check` start at multiples of the chunk.
     const size_t n = size_t(std::min<uint64_t>(chunk.size(), covered - at));
-    const ssize_t r = pread(fd, &chunk[0], n, off_t(at));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::UnavailableError(absl::StrCat("cache: cannot read ", path_,
-                                                 "/", name, ": ", Errno(err)));
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = pread(fd, &chunk[got], n - got, off_t(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        const int err = errno;
+        close(fd);
+        return absl::UnavailableError(absl::StrCat(
+            "cache: cannot read ", path_, "/", name, ": ", Errno(err)));
+      }
+      if (r == 0) return discard("shorter than its size");
+      got += size_t(r);
     }
-    if (r == 0) return discard("shorter than its size");
-    crc = Crc32c(chunk.data(), size_t(r), crc);
-    at += uint64_t(r);
+    crc = Crc32c(chunk.data(), n, crc);
+    if (check && at < value_end) {
+      const std::string wrong = check(
+          absl::string_view(chunk.data(),
+                            size_t(std::min<uint64_t>(n, value_end - at))),
+          at);
+      if (!wrong.empty()) return discard(wrong);
+    }
+    at += n;
   }
   const uint64_t tail_bytes = kBlobTrailerBytes + kind.size() + key.size();
   std::string tail(tail_bytes, '\0');

@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -164,9 +165,17 @@ class CacheDir {
   // Null (and Ok) when the cache is off.
   absl::StatusOr<std::unique_ptr<BlobWriter>> BeginBlob(
       absl::string_view kind, absl::string_view key) const;
-  // As Get: NotFound when absent, off or damaged (removed, warned).
+  // What a caller checks of a blob's value as OpenBlob reads it for its
+  // checksum (no second read): called with consecutive pieces of the value
+  // and the offset of each (pieces start at multiples of 1 MiB), it returns
+  // "" when the piece is right, else why not.
+  using ValueCheck =
+      std::function<std::string(absl::string_view piece, uint64_t offset)>;
+  // As Get: NotFound when absent, off or damaged (removed, warned), and
+  // when `check` (may be null) finds a piece wrong, which counts as damage.
   absl::StatusOr<std::shared_ptr<const Blob>> OpenBlob(
-      absl::string_view kind, absl::string_view key) const;
+      absl::string_view kind, absl::string_view key,
+      const ValueCheck& check = nullptr) const;
 
  private:
   CacheDir(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -209,8 +218,9 @@ int64_t Nanos(const struct timespec& t);
 uint64_t StableHash64(absl::string_view bytes);
 
 // The identity of an input file, for cache keys: its path relative to the
-// data root, size, mtime (ns), inode and device. A file replaced or
-// rewritten in place changes it.
+// data root, size, mtime and ctime (ns), inode and device. A file replaced
+// or rewritten in place changes it, even one whose mtime was set back
+// afterwards (setting a time changes the ctime, which nobody can set).
 std::string FileIdentity(const std::string& rel_path, const struct stat& st);
 
 }  // namespace batchd

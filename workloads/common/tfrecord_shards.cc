@@ -3,42 +3,39 @@
 #include "workloads/common/tfrecord_shards.h"
 
 #include <algorithm>
-#include <atomic>
 #include <mutex>
-#include <thread>
 #include <utility>
+
+#include "base/executor.h"
 
 namespace batchd {
 
 absl::StatusOr<TFRecordShards> TFRecordShards::Open(
     const std::vector<std::string>& paths, const TFRecordOptions& options,
-    const OnShard& on_shard, size_t threads) {
+    const OnShard& on_shard, size_t parallel, Executor* executor) {
   std::vector<std::unique_ptr<TFRecordFile>> opened(paths.size());
   std::vector<absl::Status> errors(paths.size());
   std::mutex mu;
   size_t done = 0;
   uint64_t records = 0;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t f = next++; f < paths.size(); f = next++) {
-      absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
-          TFRecordFile::Open(paths[f], options);
-      std::lock_guard<std::mutex> lock(mu);
-      ++done;
-      if (file.ok()) {
-        records += (*file)->size();
-        opened[f] = std::move(*file);
-      } else {
-        errors[f] = file.status();
-      }
-      if (on_shard) on_shard(done, records);
-    }
-  };
-  std::vector<std::thread> pool;
-  threads = std::max<size_t>(1, std::min(threads, paths.size()));
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  // Each shard's error is kept for its place in the order, not returned.
+  (void)ParallelFor(
+      executor, Priority::kServing, paths.size(), parallel,
+      [&](uint64_t f) {
+        absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
+            TFRecordFile::Open(paths[f], options);
+        std::lock_guard<std::mutex> lock(mu);
+        ++done;
+        if (file.ok()) {
+          records += (*file)->size();
+          opened[f] = std::move(*file);
+        } else {
+          errors[f] = file.status();
+        }
+        if (on_shard) on_shard(done, records);
+        return absl::OkStatus();
+      },
+      /*max_chunk=*/1);
 
   TFRecordShards shards;
   shards.first_.clear();

@@ -19,6 +19,8 @@
 
 namespace batchd {
 
+class Executor;  // base/executor.h
+
 class TFRecordShards {
  public:
   // Where record i of the set lives.
@@ -32,14 +34,17 @@ class TFRecordShards {
   using OnShard = std::function<void(size_t shards, uint64_t records)>;
 
   // Opens and indexes `paths` (TFRecordFile::Open with `options` for
-  // each) on up to `threads` threads: on network storage every open and
-  // read waits for a round trip, and the waits overlap. The set is in the
-  // order given whatever the threads; the first error in that order is
-  // returned as is. `on_shard` is called (serialised) as shards finish. An
-  // empty list is an empty set.
+  // each) on up to `parallel` threads at once, the caller's and those of
+  // `executor`'s serving class (base/executor.h; null: the caller's
+  // alone): on network storage every open and read waits for a round
+  // trip, and the waits overlap. The set is in the order given whatever
+  // the threads; the first error in that order is returned as is.
+  // `on_shard` is called (serialised) as shards finish. An empty list is an
+  // empty set.
   static absl::StatusOr<TFRecordShards> Open(
       const std::vector<std::string>& paths, const TFRecordOptions& options,
-      const OnShard& on_shard = nullptr, size_t threads = 1);
+      const OnShard& on_shard = nullptr, size_t parallel = 1,
+      Executor* executor = nullptr);
 
   TFRecordShards(TFRecordShards&&) = default;
   TFRecordShards& operator=(TFRecordShards&&) = default;

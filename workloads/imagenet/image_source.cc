@@ -15,7 +15,6 @@
 #include <ctime>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -23,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "base/executor.h"
 #include "base/log.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
@@ -141,22 +141,23 @@ void LogIndex(LogLevel level, const std::string& msg) {
   Log(level, "index_cache", {{"workload", "imagenet"}, {"msg", msg}});
 }
 
-// Threads that index at Open: metadata and header reads are latency-bound
-// on network storage (a round trip each), so more threads than cores.
+// Listings and shard opens in flight at Open at most, on the daemon's
+// executor (its serving threads bound them too): metadata and header reads
+// are latency-bound on network storage (a round trip each), so the waits
+// overlap.
 constexpr size_t kIndexThreads = 16;
 
-// fn(0) ... fn(n - 1), on up to kIndexThreads threads (this one included).
-void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min(n, kIndexThreads); ++t) {
-    threads.emplace_back(work);
-  }
-  work();
-  for (std::thread& t : threads) t.join();
+// fn(0) ... fn(n - 1), on up to kIndexThreads threads at once: this one and
+// the executor's (null: this one alone).
+void ParallelFor(Executor* executor, size_t n,
+                 const std::function<void(size_t)>& fn) {
+  (void)batchd::ParallelFor(
+      executor, Priority::kServing, n, kIndexThreads,
+      [&](uint64_t i) {
+        fn(size_t(i));
+        return absl::OkStatus();
+      },
+      /*max_chunk=*/1);
 }
 
 // The listing cache entry's kind and the rules its key names.
@@ -213,8 +214,8 @@ class ImageFolderSource : public ImageSource {
       if (!r.ok()) return r.status();
       root = std::move(*r);
     }
-    auto src = std::unique_ptr<ImageFolderSource>(
-        new ImageFolderSource(dir, std::move(root), options.max_file_bytes));
+    auto src = std::unique_ptr<ImageFolderSource>(new ImageFolderSource(
+        dir, std::move(root), options.max_file_bytes, options.executor));
     const CacheDir* cache = options.cache != nullptr && options.cache->enabled()
                                 ? options.cache.get()
                                 : nullptr;
@@ -294,10 +295,11 @@ class ImageFolderSource : public ImageSource {
 
  private:
   ImageFolderSource(std::string dir, std::shared_ptr<const DataRoot> root,
-                    uint64_t max_file_bytes)
+                    uint64_t max_file_bytes, Executor* executor)
       : dir_(std::move(dir)),
         root_(std::move(root)),
-        max_file_bytes_(max_file_bytes) {}
+        max_file_bytes_(max_file_bytes),
+        executor_(executor) {}
 
   std::string Path(uint64_t i) const {
     return absl::StrCat(dir_, "/", RelPath(i));
@@ -329,7 +331,7 @@ class ImageFolderSource : public ImageSource {
     for (size_t first = 0; first < classes_.size(); first += kBatch) {
       std::vector<ClassListing> batch(
           std::min(kBatch, classes_.size() - first));
-      ParallelFor(batch.size(),
+      ParallelFor(executor_, batch.size(),
                   [&](size_t i) { ListClass(classes_[first + i], &batch[i]); });
       for (size_t i = 0; i < batch.size(); ++i) {
         const size_t c = first + i;
@@ -525,7 +527,7 @@ class ImageFolderSource : public ImageSource {
   // no symlink taken as a file resolves to a directory.
   bool Unchanged() const {
     std::atomic<bool> same{true};
-    ParallelFor(walked_.size(), [&](size_t i) {
+    ParallelFor(executor_, walked_.size(), [&](size_t i) {
       if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
         same = false;
       }
@@ -550,6 +552,7 @@ class ImageFolderSource : public ImageSource {
   const std::string dir_;
   const std::shared_ptr<const DataRoot> root_;
   const uint64_t max_file_bytes_;
+  Executor* const executor_;  // borrowed; may be null
   std::vector<std::string> classes_;
   // Paths relative to dir_, packed: path i is names_[offsets_[i],
   // offsets_[i + 1]) (1.28 M paths as strings would cost ~3x the memory).
@@ -580,7 +583,7 @@ class TFRecordImageSource : public ImageSource {
           report.Maybe("indexed ", records, " records in ", opened, " of ",
                        files.size(), " shards");
         },
-        kIndexThreads);
+        kIndexThreads, options.executor);
     if (!shards.ok()) return shards.status();
     const uint64_t total = shards->size();
     for (size_t f = 0; f < shards->shard_count(); ++f) {

@@ -2,10 +2,10 @@
 // tree (torchvision's layout and order) or TFDS imagenet2012 TFRecord shards.
 //
 // Thread safety: immutable after Open; Read may be called from any number of
-// threads at once (it uses pread). Open indexes on up to 16 threads of its
-// own (class folders, cache validation, shards): on network storage each
-// listing, stat and header read waits for a round trip, and the waits
-// overlap. The result is the same as one thread's.
+// threads at once (it uses pread). Open indexes on up to 16 threads at once
+// of the executor it is given (class folders, cache validation, shards): on
+// network storage each listing, stat and header read waits for a round
+// trip, and the waits overlap. The result is the same as one thread's.
 #ifndef BATCHD_WORKLOADS_IMAGENET_IMAGE_SOURCE_H_
 #define BATCHD_WORKLOADS_IMAGENET_IMAGE_SOURCE_H_
 
@@ -20,6 +20,7 @@
 namespace batchd {
 
 class CacheDir;
+class Executor;  // base/executor.h
 
 // What indexing did at Open (for logs, tests and benchmarks).
 struct ImageIndexStats {
@@ -56,6 +57,10 @@ struct ImageSourceOptions {
   int64_t cache_settle_ns = 2'000'000'000;
   // When set, receives what indexing did.
   ImageIndexStats* stats = nullptr;
+  // Where Open lists folders and opens shards, several at once
+  // (base/executor.h), borrowed for Open only; null: one at a time on the
+  // caller's thread.
+  Executor* executor = nullptr;
 };
 
 class ImageSource {

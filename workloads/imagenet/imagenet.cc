@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/executor.h"
 #include "base/log.h"
 #include "workloads/counter_rng.h"
 #include "workloads/imagenet/image_decoder.h"
@@ -52,6 +53,10 @@ constexpr size_t kKeepBufferBytes = size_t(8) << 20;
 
 // Largest max_file_bytes a stream may ask for.
 constexpr uint64_t kMaxFileBytesLimit = uint64_t(256) << 20;
+
+// Largest eval_train_examples: eval_train is a subset of a train split of
+// fewer than 2^32 examples.
+constexpr uint64_t kMaxEvalTrainExamples = (uint64_t(1) << 32) - 1;
 
 // What one worker thread reuses from image to image.
 struct ThreadState {
@@ -106,11 +111,10 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   i = opts->Int("with_ids", 0, 0, 1);
   if (!i.ok()) return i.status();
   opt.with_ids = *i == 1;
-  absl::StatusOr<uint64_t> u =
-      opts->Uint("eval_train_examples", opt.eval_train_examples);
-  if (!u.ok() || *u == 0) {
-    return opts->Invalid("eval_train_examples", "is not a positive integer");
-  }
+  // eval_train is a subset of train (AlgoPerf's has 50,000 examples).
+  absl::StatusOr<uint64_t> u = opts->Uint(
+      "eval_train_examples", opt.eval_train_examples, 1, kMaxEvalTrainExamples);
+  if (!u.ok()) return u.status();
   opt.eval_train_examples = *u;
   u = opts->Uint("max_file_bytes", opt.max_file_bytes, 1, kMaxFileBytesLimit);
   if (!u.ok()) return u.status();
@@ -392,6 +396,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   source_options.progress = opt->progress;
   // The daemon's --cache-dir: listings and TFRecord offsets are kept there.
   source_options.cache = config.cache;
+  source_options.executor =
+      config.executor != nullptr ? config.executor : Executor::Default();
   if (split.empty() || split.find('/') != std::string::npos || split == "." ||
       split == "..") {
     return absl::InvalidArgumentError(

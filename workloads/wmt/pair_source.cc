@@ -25,8 +25,9 @@ namespace wmt {
 namespace {
 
 constexpr const char* kBuilders[] = {"wmt17_translate", "wmt14_translate"};
-// Shards indexed at once: on network storage each open and scan waits for
-// round trips, and the waits overlap.
+// Shards indexed at once at most (the executor's serving threads bound it
+// too): on network storage each open and scan waits for round trips, and
+// the waits overlap.
 constexpr size_t kOpenThreads = 16;
 
 // ---------------------------------------------------------------------------
@@ -50,7 +51,8 @@ class TfdsSource : public PairSource {
       absl::StrAppend(&identity, FileIdentity(path, st));
     }
     absl::StatusOr<TFRecordShards> opened =
-        TFRecordShards::Open(shards, tfr, nullptr, kOpenThreads);
+        TFRecordShards::Open(shards, tfr, nullptr, kOpenThreads,
+                             options.executor);
     if (!opened.ok()) return opened.status();
     std::string describe = shards.empty() ? "" : shards.front();
     if (shards.size() > 1)

@@ -30,6 +30,9 @@
 #include "workloads/common/data_file.h"
 
 namespace batchd {
+
+class Executor;  // base/executor.h
+
 namespace wmt {
 
 class PairSource {
@@ -76,6 +79,9 @@ struct PairSourceOptions {
   // Where text sources keep their line offsets; null or disabled: each
   // Open scans the files.
   std::shared_ptr<const CacheDir> cache;
+  // Where TFDS shards are opened, several at once (base/executor.h); null:
+  // one after another on the caller's thread.
+  Executor* executor = nullptr;
 };
 
 // kind: "auto", "tfds" or "text". NotFound names every path it tried.

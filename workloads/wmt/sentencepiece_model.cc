@@ -29,6 +29,7 @@ constexpr char kLibraryName[] = "libbatchd_sentencepiece.so";
 struct Shim {
   int (*abi_version)() = nullptr;
   void* (*load)(const char*, char*, size_t) = nullptr;
+  void* (*load_bytes)(const char*, size_t, char*, size_t) = nullptr;
   void (*free_model)(void*) = nullptr;
   int (*info)(const void*, int) = nullptr;
   long (*encode)(const void*, const char*, size_t, int*, size_t, char*,
@@ -109,6 +110,7 @@ Shim OpenShim() {
   };
   sym("batchd_spm_abi_version", &shim.abi_version);
   sym("batchd_spm_load", &shim.load);
+  sym("batchd_spm_load_bytes", &shim.load_bytes);
   sym("batchd_spm_free", &shim.free_model);
   sym("batchd_spm_info", &shim.info);
   sym("batchd_spm_encode", &shim.encode);
@@ -146,6 +148,23 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(
   }
   char message[512] = "";
   void* model = shim.load(path.c_str(), message, sizeof(message));
+  if (model == nullptr) {
+    *error = message;
+    return nullptr;
+  }
+  return std::unique_ptr<SentencePieceModel>(new SentencePieceModel(model));
+}
+
+std::unique_ptr<SentencePieceModel> SentencePieceModel::LoadBytes(
+    std::string_view bytes, std::string* error) {
+  const Shim& shim = GetShim();
+  if (!shim.error.empty()) {
+    *error = shim.error;
+    return nullptr;
+  }
+  char message[512] = "";
+  void* model =
+      shim.load_bytes(bytes.data(), bytes.size(), message, sizeof(message));
   if (model == nullptr) {
     *error = message;
     return nullptr;

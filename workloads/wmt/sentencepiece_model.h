@@ -39,6 +39,10 @@ class SentencePieceModel {
   // Loads a serialized model file. On failure returns null and sets *error.
   static std::unique_ptr<SentencePieceModel> Load(const std::string& path,
                                                   std::string* error);
+  // Loads a serialized model from its bytes (checked first: see
+  // SentencePieceVocab::Parse and its limits).
+  static std::unique_ptr<SentencePieceModel> LoadBytes(std::string_view bytes,
+                                                       std::string* error);
   ~SentencePieceModel();
   SentencePieceModel(const SentencePieceModel&) = delete;
   SentencePieceModel& operator=(const SentencePieceModel&) = delete;

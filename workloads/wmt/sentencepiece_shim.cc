@@ -56,6 +56,19 @@ __attribute__((visibility("default"))) void* batchd_spm_load(
   return sp;
 }
 
+__attribute__((visibility("default"))) void* batchd_spm_load_bytes(
+    const char* data, size_t size, char* error, size_t error_size) {
+  auto* sp = new sentencepiece::SentencePieceProcessor();
+  const sentencepiece::util::Status s =
+      sp->LoadFromSerializedProto(absl::string_view(data, size));
+  if (!s.ok()) {
+    SetError(s.ToString(), error, error_size);
+    delete sp;
+    return nullptr;
+  }
+  return sp;
+}
+
 __attribute__((visibility("default"))) void batchd_spm_free(void* model) {
   delete static_cast<sentencepiece::SentencePieceProcessor*>(model);
 }

@@ -14,12 +14,16 @@
 extern "C" {
 #endif
 
-#define BATCHD_SPM_ABI_VERSION 2
+#define BATCHD_SPM_ABI_VERSION 3
 
 // BATCHD_SPM_ABI_VERSION of the library.
 int batchd_spm_abi_version(void);
 // Loads a model file; NULL and a message in error[0, error_size) on failure.
 void* batchd_spm_load(const char* path, char* error, size_t error_size);
+// Loads a model from its bytes (a serialized ModelProto), as
+// batchd_spm_load does from a file.
+void* batchd_spm_load_bytes(const char* data, size_t size, char* error,
+                            size_t error_size);
 void batchd_spm_free(void* model);
 // 0: pieces in the vocabulary, 1: eos id (-1 when none), 2: unk id.
 int batchd_spm_info(const void* model, int what);

@@ -97,10 +97,17 @@ absl::Status ForEachField(std::string_view bytes, const char* what,
   return absl::OkStatus();
 }
 
-absl::Status ParsePiece(std::string_view bytes,
+absl::Status ParsePiece(std::string_view bytes, size_t index,
+                        const ModelLimits& limits,
                         SentencePieceVocab::Piece* piece) {
-  return ForEachField(bytes, "piece", [piece](const Field& f) {
+  return ForEachField(bytes, "piece", [&](const Field& f) {
     if (f.number == 1 && f.type == 2) {
+      if (f.b.size() > limits.max_piece_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "piece ", index, " is ", f.b.size(), " bytes, over the limit of ",
+            limits.max_piece_bytes,
+            " (pieces of real models are a few dozen bytes)"));
+      }
       piece->text = std::string(f.b);
     } else if (f.number == 2 && f.type == 5) {
       const uint32_t bits = uint32_t(f.value);
@@ -141,13 +148,23 @@ absl::Status ParseNormalizerSpec(std::string_view bytes,
 }  // namespace
 
 absl::StatusOr<SentencePieceVocab> SentencePieceVocab::Parse(
-    std::string_view model) {
+    std::string_view model, const ModelLimits& limits) {
+  if (model.size() > limits.max_file_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model is ", model.size(), " bytes, over the limit of ",
+                     limits.max_file_bytes));
+  }
   SentencePieceVocab v;
-  absl::Status s = ForEachField(model, "field", [&v](const Field& f) {
+  absl::Status s = ForEachField(model, "field", [&](const Field& f) {
     if (f.type != 2) return absl::OkStatus();
     if (f.number == 1) {
+      if (v.pieces.size() >= limits.max_pieces) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the model holds more than ", limits.max_pieces,
+            " pieces, the limit (AlgoPerf's WMT model has 32000)"));
+      }
       v.pieces.emplace_back();
-      return ParsePiece(f.b, &v.pieces.back());
+      return ParsePiece(f.b, v.pieces.size() - 1, limits, &v.pieces.back());
     }
     if (f.number == 2) return ParseTrainerSpec(f.b, &v);
     if (f.number == 3) return ParseNormalizerSpec(f.b, &v);

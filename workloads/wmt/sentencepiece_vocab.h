@@ -6,6 +6,10 @@
 // with certain properties (a unigram model, no piece with a space inside,
 // no normalisation rule that looks across a space, ...), and SentencePiece's
 // public API (0.1.97) exposes neither the normaliser spec nor its rules.
+// And a model is checked here before SentencePiece sees it (ModelLimits): a
+// model file is hostile input, and SentencePiece trusts it (its trie
+// builder recurses once per byte of a piece, so one 8 MiB piece overflows a
+// thread's stack; millions of pieces take gigabytes).
 //
 // Thread safety: a plain value; const methods may be called from any number
 // of threads.
@@ -21,6 +25,20 @@
 
 namespace batchd {
 namespace wmt {
+
+// What a model may hold. AlgoPerf's WMT model has 32,000 pieces of at
+// most 16 characters in 0.8 MB; the limits leave a wide margin for real
+// models (large multilingual ones have 250,000 pieces in 5 MB) and none
+// for what only an attacker writes.
+struct ModelLimits {
+  // Bytes of the model file. Default: 16 MiB.
+  uint64_t max_file_bytes = uint64_t(16) << 20;
+  // Pieces of the vocabulary. Default: 1,048,576.
+  uint64_t max_pieces = uint64_t(1) << 20;
+  // Bytes of one piece's text (SentencePiece's trie recurses once per
+  // byte). Default: 1024.
+  uint64_t max_piece_bytes = 1024;
+};
 
 struct SentencePieceVocab {
   // ModelProto.SentencePiece.Type.
@@ -49,8 +67,12 @@ struct SentencePieceVocab {
   bool remove_extra_whitespaces = true;
   bool escape_whitespaces = true;
 
-  // InvalidArgument naming the field when `model` is not a ModelProto.
-  static absl::StatusOr<SentencePieceVocab> Parse(std::string_view model);
+  // InvalidArgument naming the field when `model` is not a ModelProto, and
+  // naming the piece, its size and the limit when it holds more than
+  // `limits` allow (checked as it is read: an oversized model is refused
+  // before it takes memory).
+  static absl::StatusOr<SentencePieceVocab> Parse(
+      std::string_view model, const ModelLimits& limits = ModelLimits());
 };
 
 // The keys of a precompiled character map (NormalizerSpec's

@@ -61,12 +61,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/executor.h"
+#include "base/files.h"
+#include "workloads/common/cache_dir.h"
+#include "workloads/shared_work.h"
 #include "workloads/wmt/sentencepiece_model.h"
 #include "workloads/wmt/sentencepiece_vocab.h"
 
@@ -177,39 +182,67 @@ Tokenizer::Tokenizer(std::unique_ptr<SentencePieceModel> model,
 
 Tokenizer::~Tokenizer() = default;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
-    const std::string& model_path) {
-  struct stat st;
-  if (stat(model_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::NotFoundError(
-        absl::StrCat("SentencePiece model ", model_path, " not found"));
+namespace {
+
+// What a loaded model costs, per piece (SentencePiece's ModelProto, piece
+// maps and trie, and the word analysis' own tables) and per byte of its
+// file (the copies kept): a model of 300,000 pieces in 5 MB took 98 MB in
+// the daemon (Debian 12's SentencePiece 0.1.97), charged 105 MB.
+constexpr uint64_t kResidentBytesPerPiece = 300;
+constexpr uint64_t kResidentBytesPerFileByte = 3;
+
+// SentencePiece loads on a thread of the executor, whose stack is known
+// (the checks bound its recursion anyway).
+absl::Status OnIndexThread(Executor* executor,
+                           const std::function<absl::Status()>& fn) {
+  if (executor == nullptr) executor = Executor::Default();
+  if (executor == nullptr) return fn();
+  return executor->Run(Priority::kServing, fn);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromBytes(
+    std::string bytes, const std::string& what, Executor* executor,
+    SharedWork* budget) {
+  // Checked before SentencePiece sees a byte: sizes, pieces, their lengths.
+  absl::StatusOr<SentencePieceVocab> parsed = SentencePieceVocab::Parse(bytes);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SentencePiece model ", what, " is refused: ",
+                     parsed.status().message()));
   }
+  // Charged before it is loaded, from what the checked file holds.
+  const uint64_t resident =
+      kResidentBytesPerPiece * uint64_t(parsed->pieces.size()) +
+      kResidentBytesPerFileByte * uint64_t(bytes.size());
+  std::shared_ptr<const SharedWork::Charge> charge;
+  if (budget != nullptr) {
+    absl::StatusOr<std::shared_ptr<const SharedWork::Charge>> c =
+        budget->ChargeModel(resident,
+                            absl::StrCat("SentencePiece model ", what));
+    if (!c.ok()) return c.status();
+    charge = *std::move(c);
+  }
+  std::unique_ptr<SentencePieceModel> m;
   std::string error;
-  std::unique_ptr<SentencePieceModel> m =
-      SentencePieceModel::Load(model_path, &error);
+  absl::Status loaded = OnIndexThread(executor, [&] {
+    m = SentencePieceModel::LoadBytes(bytes, &error);
+    return absl::OkStatus();
+  });
+  if (!loaded.ok()) return loaded;
   if (m == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot load SentencePiece model ", model_path, ": ", error));
+        "cannot load SentencePiece model ", what, ": ", error));
   }
   if (m->eos_id() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "SentencePiece model ", model_path,
+        "SentencePiece model ", what,
         " has no EOS piece (train it with the default ids: eos_id=2)"));
   }
-  // The file SentencePiece accepted, read again for what its API hides.
-  std::ifstream f(model_path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << f.rdbuf();
   auto vocab = std::make_unique<Vocab>();
-  std::string off;
-  absl::StatusOr<SentencePieceVocab> parsed =
-      SentencePieceVocab::Parse(bytes.str());
-  if (!parsed.ok()) {
-    off = std::string(parsed.status().message());
-  } else {
-    vocab->model = std::move(*parsed);
-    off = CheckModel(vocab->model, m->vocab_size());
-  }
+  vocab->model = std::move(*parsed);
+  std::string off = CheckModel(vocab->model, m->vocab_size());
   if (off.empty()) {
     for (size_t id = 0; id < vocab->model.pieces.size(); ++id) {
       const SentencePieceVocab::Piece& p = vocab->model.pieces[id];
@@ -223,41 +256,88 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   auto t =
       std::unique_ptr<Tokenizer>(new Tokenizer(std::move(m), std::move(vocab)));
   t->cache_off_ = off;
+  t->resident_bytes_ = resident;
+  t->charge_ = std::move(charge);
+  t->model_bytes_ = std::move(bytes);
   return t;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
-    const std::string& model_path, const DataRoot& root) {
-  // A 32 000-piece model is under 1 MiB; 64 MiB refuses only what is not one
-  // (SentencePiece would read a sparse giant whole).
-  constexpr uint64_t kMaxModelBytes = uint64_t(64) << 20;
+    const std::string& model_path) {
   struct stat st;
-  absl::StatusOr<int> fd = root.OpenFile(model_path, &st);
-  if (!fd.ok()) {
-    if (absl::IsNotFound(fd.status())) {
-      return absl::NotFoundError(
-          absl::StrCat("SentencePiece model ", model_path, " not found"));
-    }
-    return absl::Status(
-        fd.status().code(),
-        absl::StrCat("SentencePiece model: ", fd.status().message()));
+  if (stat(model_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::NotFoundError(
+        absl::StrCat("SentencePiece model ", model_path, " not found"));
   }
-  if (uint64_t(st.st_size) > kMaxModelBytes) {
-    close(*fd);
+  const uint64_t limit = ModelLimits().max_file_bytes;
+  if (uint64_t(st.st_size) > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SentencePiece model ", model_path, " is ",
+                     uint64_t(st.st_size), " bytes, over the limit of ", limit));
+  }
+  absl::StatusOr<std::string> bytes = ReadFileToString(model_path);
+  if (!bytes.ok()) return bytes.status();
+  return FromBytes(*std::move(bytes), model_path, nullptr, nullptr);
+}
+
+namespace {
+
+// The model file's bytes, opened through `root` (confined to the data root,
+// regular file, non-blocking) and refused from its size when over the limit.
+absl::StatusOr<std::string> ReadModel(const std::string& model_path,
+                                      const DataRoot& root) {
+  const uint64_t limit = ModelLimits().max_file_bytes;
+  std::string bytes;
+  absl::Status s = ReadFileCapped(root, model_path, limit, &bytes);
+  if (absl::IsNotFound(s)) {
+    return absl::NotFoundError(
+        absl::StrCat("SentencePiece model ", model_path, " not found"));
+  }
+  if (absl::IsResourceExhausted(s)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "SentencePiece model ", model_path, " is ", uint64_t(st.st_size),
-        " bytes, over the limit of ", kMaxModelBytes));
+        "SentencePiece model ", model_path, " is refused: ", s.message(),
+        " (a 32,000-piece model is under 1 MiB)"));
   }
-  // SentencePiece opens by name: give it the descriptor already checked, so
-  // that no link swapped in after the check is followed.
-  absl::StatusOr<std::unique_ptr<Tokenizer>> t =
-      Load(absl::StrCat("/proc/self/fd/", *fd));
-  close(*fd);
-  if (!t.ok()) {
-    return absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                        " (", model_path, ")"));
+  if (!s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("SentencePiece model: ", s.message()));
   }
-  return t;
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
+    const std::string& model_path, const DataRoot& root) {
+  absl::StatusOr<std::string> bytes = ReadModel(model_path, root);
+  if (!bytes.ok()) return bytes.status();
+  return FromBytes(*std::move(bytes), model_path, nullptr, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::LoadShared(
+    const std::string& model_path, const DataRoot& root,
+    const LoadOptions& options) {
+  absl::StatusOr<std::string> bytes = ReadModel(model_path, root);
+  if (!bytes.ok()) return bytes.status();
+  auto load = [&]() -> absl::StatusOr<std::shared_ptr<const Tokenizer>> {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t =
+        FromBytes(*bytes, model_path, options.executor, options.shared);
+    if (!t.ok()) return t.status();
+    // Memory freed by a model goes back to the system with it (glibc keeps
+    // freed heap otherwise: a 3,000,000-piece model left 600 MB behind).
+    return std::shared_ptr<const Tokenizer>(t->release(), [](Tokenizer* p) {
+      delete p;
+      malloc_trim(0);
+    });
+  };
+  if (options.shared == nullptr) return load();
+  // Found by the hash of its bytes, and taken only when they are the same.
+  const std::string key = absl::StrFormat(
+      "%016x %d", StableHash64(*bytes), bytes->size());
+  absl::StatusOr<std::shared_ptr<const Tokenizer>> found =
+      options.shared->Find<const Tokenizer>("sentencepiece", key, load);
+  if (found.ok() && (*found)->model_bytes() != *bytes) return load();
+  return found;
 }
 
 int Tokenizer::vocab_size() const { return model_->vocab_size(); }

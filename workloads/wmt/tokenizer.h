@@ -27,6 +27,10 @@
 #include "workloads/wmt/packing.h"
 
 namespace batchd {
+
+class Executor;    // base/executor.h
+class SharedWork;  // workloads/shared_work.h
+
 namespace wmt {
 
 class SentencePieceModel;
@@ -52,14 +56,44 @@ enum class InvalidUtf8 : uint8_t {
 class Tokenizer {
  public:
   // NotFound naming the path when the file is missing; InvalidArgument when
-  // SentencePiece cannot load it or it has no EOS piece.
+  // it holds more than ModelLimits allow (sentencepiece_vocab.h: checked
+  // before SentencePiece sees it), SentencePiece cannot load it or it has
+  // no EOS piece.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& model_path);
   // The same, the file opened through `root` (confined to the data root,
-  // regular file, non-blocking) and at most kMaxModelBytes.
+  // regular file, non-blocking; its size checked before it is read).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& model_path, const DataRoot& root);
+  // How the daemon's streams load their models.
+  struct LoadOptions {
+    // A model loaded already (the same bytes) is shared, and a new one is
+    // charged to the budget of loaded models first (ResourceExhausted
+    // beyond it). Null: nothing shared, no budget.
+    SharedWork* shared = nullptr;
+    // SentencePiece loads on a thread of this executor, whose stack is
+    // known. Null: Executor::Default().
+    Executor* executor = nullptr;
+  };
+  // Load(model_path, root), shared by identity: the model's memory goes
+  // (back to the system, malloc_trim) with the last holder.
+  static absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadShared(
+      const std::string& model_path, const DataRoot& root,
+      const LoadOptions& options);
+  // A model from the bytes of its file (`what` names it in errors), checked
+  // and then loaded on a thread of `executor`, and charged to `budget`'s
+  // models first (either may be null).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromBytes(
+      std::string bytes, const std::string& what, Executor* executor,
+      SharedWork* budget);
   ~Tokenizer();
+
+  // The model file's bytes, as loaded.
+  const std::string& model_bytes() const { return model_bytes_; }
+  // What the loaded model takes in memory, estimated from its pieces and
+  // bytes (the figure charged to the budget). The word cache comes on top
+  // (at most kShards * kMaxWordsPerShard words).
+  uint64_t resident_bytes() const { return resident_bytes_; }
 
   int vocab_size() const;
   int eos_id() const;
@@ -113,6 +147,10 @@ class Tokenizer {
   const std::unique_ptr<SentencePieceModel> model_;
   const std::unique_ptr<Vocab> vocab_;  // null when cache_off_ is set
   std::string cache_off_;
+  std::string model_bytes_;
+  uint64_t resident_bytes_ = 0;
+  // The model's share of the daemon's budget, released with it.
+  std::shared_ptr<const void> charge_;
 
   static constexpr int kShards = 64;
   static constexpr size_t kMaxWordsPerShard = 1 << 15;

@@ -1,32 +1,28 @@
 // The WMT workload; see wmt.h.
-#include "base/paths.h"
 #include "workloads/wmt/wmt.h"
 
 #include <limits.h>
 #include <stdlib.h>
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/executor.h"
+#include "base/paths.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/packed_schedule.h"
+#include "workloads/shared_work.h"
+#include "workloads/wmt/epoch_tables.h"
 #include "workloads/wmt/length_cache.h"
+#include "workloads/wmt/length_index.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/pair_source.h"
 #include "workloads/wmt/tokenizer.h"
@@ -35,21 +31,11 @@ namespace batchd {
 namespace wmt {
 namespace {
 
-// Packed lengths of every pair; these values in `inputs` mark a dropped
-// pair (a kept one is at most max_length <= kMaxLength).
-constexpr uint16_t kDroppedTooLong = 0xffff;
-constexpr uint16_t kDroppedEmpty = 0xfffe;
-constexpr uint16_t kDroppedDamaged = 0xfffd;
-constexpr uint64_t kMaxLength = 4096;
 constexpr size_t kEpochTables = 4;  // per-epoch tables kept (LRU)
-// Pairs per entry of the index of where stored token ids start.
-constexpr uint64_t kTokenStride = 8;
-
-static_assert(kDroppedDamaged > kLengthUnknown && kMaxLength < kFirstMark,
-              "the drop marks are marks of a persisted table "
-              "(length_cache.h)");
-
-bool Dropped(const PackedLengths& l) { return l.inputs > kMaxLength; }
+// The largest index_threads asked (more means all the daemon's threads),
+// and eval_train pairs (AlgoPerf's eval_train has 3072).
+constexpr uint64_t kMaxIndexThreads = uint64_t(1) << 20;
+constexpr uint64_t kMaxEvalTrainExamples = uint64_t(1) << 24;
 
 struct Options {
   std::string vocab = "wmt_sentencepiece_model";
@@ -57,7 +43,7 @@ struct Options {
   bool int64 = false;
   uint64_t max_length = 256;
   bool skip_empty = false;
-  uint64_t index_threads = 0;
+  uint64_t index_threads = 0;  // 0: all of the executor's
   // eval_train: how many kept train pairs it serves (AlgoPerf's wmt
   // num_eval_train_examples: 3000 validation pairs rounded up to 128).
   uint64_t eval_train_examples = 3072;
@@ -83,16 +69,14 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   v = opts->Uint("skip_empty", 0, 0, 1);
   if (!v.ok()) return v.status();
   o.skip_empty = *v == 1;
-  v = opts->Uint("index_threads", 0);
+  // A bound on one stream's share of the daemon's threads, never a count
+  // of threads to start: more than the executor has means all of them.
+  v = opts->Uint("index_threads", 0, 0, kMaxIndexThreads);
   if (!v.ok()) return v.status();
-  o.index_threads = *v;
-  if (o.index_threads == 0) {
-    o.index_threads = std::max(1u, std::thread::hardware_concurrency());
-  }
-  v = opts->Uint("eval_train_examples", o.eval_train_examples);
-  if (!v.ok() || *v == 0) {
-    return opts->Invalid("eval_train_examples", "is not a positive integer");
-  }
+  o.index_threads = *v == 0 ? kMaxIndexThreads : *v;
+  v = opts->Uint("eval_train_examples", o.eval_train_examples, 1,
+                 kMaxEvalTrainExamples);
+  if (!v.ok()) return v.status();
   o.eval_train_examples = *v;
   absl::StatusOr<std::string> invalid_utf8 =
       opts->Choice("invalid_utf8", "encode", {"encode", "drop"});
@@ -130,42 +114,6 @@ absl::StatusOr<std::string> ModelPath(const std::string& data,
   return path;  // a missing file is reported by Tokenizer::Load
 }
 
-// Runs fn(i) for i in [0, n) on `threads` threads; the first error stops
-// the others and is returned. A thread takes up to `max_chunk` items at a
-// time: 1 where an item is long work, so that the threads end together.
-absl::Status ParallelFor(uint64_t n, uint64_t threads,
-                         const std::function<absl::Status(uint64_t)>& fn,
-                         uint64_t max_chunk = 256) {
-  threads = std::max<uint64_t>(1, std::min<uint64_t>(threads, n / 64 + 1));
-  std::atomic<uint64_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  absl::Status first_error;
-  // Chunks small enough for every thread to get some.
-  const uint64_t chunk =
-      std::max<uint64_t>(1, std::min<uint64_t>(max_chunk, n / (4 * threads)));
-  auto work = [&] {
-    while (!failed.load(std::memory_order_relaxed)) {
-      const uint64_t begin = next.fetch_add(chunk);
-      if (begin >= n) return;
-      for (uint64_t i = begin; i < std::min(n, begin + chunk); ++i) {
-        absl::Status s = fn(i);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = s;
-          failed = true;
-          return;
-        }
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (uint64_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  return first_error;
-}
-
 void WriteTokens(const std::vector<int32_t>& v, bool int64, uint8_t* out) {
   if (int64) {
     for (size_t i = 0; i < v.size(); ++i) {
@@ -184,90 +132,6 @@ void WritePadded(const std::vector<int32_t>& tokens, size_t max_length,
             tokens.begin() + std::min(tokens.size(), max_length), row.begin());
   WriteTokens(row, int64, out);
 }
-
-// Where each window of one epoch starts, and its first row. A table that is
-// not `complete` holds the epoch's first windows only (those whose pairs'
-// lengths were known when it was made), exactly as the complete table
-// holds them.
-struct EpochTable {
-  uint64_t seed = 0, epoch = 0, num_examples = 0;
-  bool complete = true;
-  // Position of the first pair each window considers (the one after the
-  // previous window's last kept pair), then num_examples (complete) or the
-  // position after the last window's last kept pair (not complete).
-  std::vector<uint64_t> window_start;
-  // First row of each window, then the rows of these windows.
-  std::vector<uint64_t> first_row;
-  uint64_t windows() const { return first_row.size() - 1; }
-  // The window holding `row` (< first_row.back()).
-  uint64_t WindowOfRow(uint64_t row) const {
-    return uint64_t(std::upper_bound(first_row.begin(), first_row.end(), row) -
-                    first_row.begin()) -
-           1;
-  }
-};
-
-// Makes an epoch's table from its pairs' lengths, in the epoch's order: a
-// window is `window` consecutive kept pairs; its rows are PlanWindow's. The
-// one place windows are cut, for complete tables and for the first windows
-// of an epoch still being indexed alike.
-class EpochTableBuilder {
- public:
-  EpochTableBuilder(const EpochOrder& order, uint64_t max_length)
-      : max_length_(max_length) {
-    table_.seed = order.seed;
-    table_.epoch = order.epoch;
-    table_.num_examples = order.num_examples;
-    in_window_.reserve(max_length);
-  }
-  // The next position's lengths (positions come in order, from 0).
-  void Add(const PackedLengths& l) {
-    const uint64_t p = next_position_++;
-    if (Dropped(l)) return;
-    if (in_window_.empty()) table_.window_start.push_back(next_start_);
-    in_window_.push_back(l);
-    if (in_window_.size() == max_length_) {
-      CloseWindow();
-      next_start_ = p + 1;
-    }
-  }
-  // After the epoch's last position: the last window, even if short.
-  void Finish() {
-    if (!in_window_.empty()) CloseWindow();
-    finished_ = true;
-  }
-  uint64_t next_position() const { return next_position_; }
-  bool finished() const { return finished_; }
-  uint64_t rows() const { return rows_; }
-  uint64_t closed_windows() const { return table_.first_row.size(); }
-  // The table so far: the closed windows (all of them once finished).
-  std::shared_ptr<EpochTable> Table() const {
-    auto t = std::make_shared<EpochTable>();
-    t->seed = table_.seed;
-    t->epoch = table_.epoch;
-    t->num_examples = table_.num_examples;
-    t->complete = finished_;
-    t->first_row = table_.first_row;
-    t->first_row.push_back(rows_);
-    t->window_start.assign(table_.window_start.begin(),
-                           table_.window_start.begin() + closed_windows());
-    t->window_start.push_back(finished_ ? table_.num_examples : next_start_);
-    return t;
-  }
-
- private:
-  void CloseWindow() {
-    table_.first_row.push_back(rows_);
-    rows_ += PlanWindow(in_window_, max_length_).size();
-    in_window_.clear();
-  }
-
-  const uint64_t max_length_;
-  EpochTable table_;  // window_start may hold the open window's start too
-  std::vector<PackedLengths> in_window_;
-  uint64_t next_position_ = 0, next_start_ = 0, rows_ = 0;
-  bool finished_ = false;
-};
 
 // The kept pairs of one window of a table and the window's rows (FillRow).
 struct WindowPlan {
@@ -292,12 +156,7 @@ class WmtWorkload : public Workload, public RowPacking {
  public:
   ~WmtWorkload() override {
     stopping_.store(true);
-    std::thread pass;
-    {
-      std::lock_guard<std::mutex> lock(lengths_mu_);
-      pass = std::move(pass_thread_);
-    }
-    if (pass.joinable()) pass.join();
+    if (index_ != nullptr) index_->Detach();
   }
 
   static absl::StatusOr<std::unique_ptr<Workload>> Create(
@@ -320,46 +179,36 @@ class WmtWorkload : public Workload, public RowPacking {
     absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
         config.data_root.empty() ? config.data_path : config.data_root);
     if (!root.ok()) return root.status();
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-        Tokenizer::Load(*model_path, **root);
+    Executor* executor =
+        config.executor != nullptr ? config.executor : Executor::Default();
+    // Checked before SentencePiece sees it, loaded on the executor, shared
+    // with the daemon's other streams of the same model and charged to the
+    // budget of loaded models.
+    absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer =
+        Tokenizer::LoadShared(*model_path, **root,
+                              Tokenizer::LoadOptions{config.shared, executor});
     if (!tokenizer.ok()) {
       return absl::Status(tokenizer.status().code(),
                           absl::StrCat("wmt: ", tokenizer.status().message()));
     }
+    PairSourceOptions source_options{*root, kDefaultMaxFileBytes, config.cache};
+    source_options.executor = executor;
     absl::StatusOr<std::unique_ptr<PairSource>> source = OpenPairSource(
         config.data_path, eval_train ? "train" : config.split, options->source,
-        PairSourceOptions{*root, kDefaultMaxFileBytes, config.cache});
+        source_options);
     if (!source.ok()) return source.status();
     if ((*source)->size() == 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("wmt: ", (*source)->Describe(), " holds no pairs"));
     }
-    std::unique_ptr<WmtWorkload> w(new WmtWorkload(
-        *options, train, std::move(*tokenizer), std::move(*source)));
-    if (const char* delay = getenv("BATCHD_TEST_WMT_INDEX_DELAY_US")) {
-      uint64_t us = 0;
-      if (absl::SimpleAtoi(delay, &us)) w->index_delay_us_ = us;
-    }
-    if (train && config.cache != nullptr && config.cache->enabled()) {
-      // The lengths depend on the model's bytes, not its path.
-      LengthsKeyParts key;
-      absl::Status read = ReadFileCapped(
-          **root, *model_path, kDefaultMaxFileBytes, &key.model_bytes);
-      if (!read.ok()) return read;
-      key.source_identity = w->source_->Identity();
-      key.max_length = options->max_length;
-      key.skip_empty = options->skip_empty;
-      key.invalid_utf8 =
-          options->invalid_utf8 == InvalidUtf8::kDrop ? "drop" : "encode";
-      key.source_kind = options->source;
-      key.split = config.split;
-      w->cache_ = config.cache;
-      w->lengths_key_ = LengthsKey(key);
-      w->token_width_ = w->tokenizer_->vocab_size() <= 65536 ? 2 : 4;
-      w->tokens_key_ = absl::StrCat(w->lengths_key_, "\ntoken bytes ",
-                                    w->token_width_);
-    }
-    if (!train) {
+    std::unique_ptr<WmtWorkload> w(
+        new WmtWorkload(*options, train, *std::move(tokenizer),
+                        std::shared_ptr<const PairSource>(*std::move(source)),
+                        executor));
+    if (train) {
+      absl::Status s = w->UseIndex(config);
+      if (!s.ok()) return s;
+    } else {
       absl::Status s = w->IndexEvalPairs(
           eval_train ? options->eval_train_examples : UINT64_MAX);
       if (!s.ok()) return s;
@@ -372,7 +221,7 @@ class WmtWorkload : public Workload, public RowPacking {
   std::unique_ptr<Schedule> MakeSchedule(
       const Sampler& sampler) const override {
     if (!train_) return Workload::MakeSchedule(sampler);
-    return std::make_unique<PackedSchedule>(*this, sampler);
+    return std::make_unique<PackedSchedule>(*this, sampler, executor_);
   }
   uint64_t num_examples() const override {
     return train_ ? source_->size() : eval_pairs_.size();
@@ -381,40 +230,24 @@ class WmtWorkload : public Workload, public RowPacking {
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
-    // An epoch's order is ShuffledOrder(N, seed, epoch); its first ids are
-    // in the key too, so that an order made otherwise never meets the count
-    // of another.
-    std::string key = absl::StrCat(lengths_key_, "\nseed ", order.seed,
-                                   " epoch ", order.epoch, " n ",
-                                   order.num_examples, " ids");
-    if (order.id_at) {
-      for (uint64_t p = 0; p < std::min<uint64_t>(order.num_examples, 16);
-           ++p) {
-        absl::StrAppend(&key, " ", order.id_at(p));
-      }
-    }
+    const std::string key = EpochRowsKey(lengths_key_, order);
     if (train_) {
+      index_->NoteSeed(order.seed);
       // All lengths first (from the cache when it holds them, else from the
-      // length pass, which this starts if need be and waits for).
-      if (absl::Status s = WaitLengths(); !s.ok()) return s;
+      // length pass, which this starts if need be and waits for; the
+      // schedule asks only once they are known: RowsUpTo).
+      if (absl::Status s = index_->Wait(); !s.ok()) return s;
     }
     if (cache_ != nullptr && train_) {
-      absl::StatusOr<std::string> v = cache_->Get(kEpochRowsKind, key);
-      if (v.ok() && v->size() == 8) {
-        uint64_t rows = 0;
-        for (int i = 7; i >= 0; --i) rows = rows << 8 | uint8_t((*v)[i]);
-        return rows;
+      if (std::optional<uint64_t> rows = StoredEpochRows(*cache_, key)) {
+        return *rows;
       }
     }
     absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
     if (!table.ok()) return table.status();
     const uint64_t rows = (*table)->first_row.back();
     CountEpochCounted();
-    if (cache_ != nullptr) {
-      std::string value(8, '\0');
-      for (int i = 0; i < 8; ++i) value[i] = char((rows >> (8 * i)) & 0xff);
-      (void)cache_->Put(kEpochRowsKind, key, value);  // best effort
-    }
+    if (cache_ != nullptr) StoreEpochRows(*cache_, key, rows);
     return rows;
   }
 
@@ -426,11 +259,10 @@ class WmtWorkload : public Workload, public RowPacking {
   absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
                                      uint64_t want_rows) const override {
     if (absl::Status s = CheckOrder(order); !s.ok()) return s;
-    StartLengths();
-    if (absl::Status s = PassError(); !s.ok()) return s;
-    if (!lengths_ready_.load(std::memory_order_acquire)) {
-      return Extend(order, want_rows, 0);
-    }
+    index_->NoteSeed(order.seed);
+    index_->Start();
+    if (absl::Status s = index_->Error(); !s.ok()) return s;
+    if (!index_->ready()) return Extend(order, want_rows, 0);
     absl::StatusOr<uint64_t> rows = RowsInEpoch(order);
     if (!rows.ok()) return rows.status();
     return KnownRows{*rows, true};
@@ -490,8 +322,9 @@ class WmtWorkload : public Workload, public RowPacking {
       return absl::InvalidArgumentError("wmt: only train rows have cursors");
     }
     if (absl::Status s = CheckOrder(order); !s.ok()) return s;
-    StartLengths();
-    if (!lengths_ready_.load(std::memory_order_acquire)) {
+    index_->NoteSeed(order.seed);
+    index_->Start();
+    if (!index_->ready()) {
       // Learn the epoch as far as the cursor's window (and one past it).
       absl::StatusOr<KnownRows> known =
           Extend(order, 0, cursor.window + 1);
@@ -512,19 +345,13 @@ class WmtWorkload : public Workload, public RowPacking {
 
  private:
   WmtWorkload(const Options& options, bool train,
-              std::unique_ptr<Tokenizer> tokenizer,
-              std::unique_ptr<PairSource> source)
+              std::shared_ptr<const Tokenizer> tokenizer,
+              std::shared_ptr<const PairSource> source, Executor* executor)
       : options_(options),
         train_(train),
         tokenizer_(std::move(tokenizer)),
-        source_(std::move(source)) {
-    if (train_) {
-      const uint64_t n = source_->size();
-      lengths_.reset(new std::atomic<uint32_t>[n]);
-      for (uint64_t id = 0; id < n; ++id) {
-        StoreLength(id, {kLengthUnknown, kLengthUnknown});
-      }
-    }
+        source_(std::move(source)),
+        executor_(executor) {
     const DType t =
         options_.int64 ? DType::kInt64 : DType::kInt32;
     const std::vector<int64_t> shape = {int64_t(options_.max_length)};
@@ -539,6 +366,51 @@ class WmtWorkload : public Workload, public RowPacking {
                   {"targets", t, shape},
                   {"weights", DType::kFloat32, shape}};
     }
+  }
+
+  // The train split's length index: the one the daemon's other streams of
+  // the same data use (joining its pass), else a new one.
+  absl::Status UseIndex(const WorkloadConfig& config) {
+    LengthsKeyParts key;
+    // The lengths depend on the model's bytes, not its path.
+    key.model_bytes = tokenizer_->model_bytes();
+    key.source_identity = source_->Identity();
+    key.max_length = options_.max_length;
+    key.skip_empty = options_.skip_empty;
+    key.invalid_utf8 =
+        options_.invalid_utf8 == InvalidUtf8::kDrop ? "drop" : "encode";
+    key.source_kind = options_.source;
+    key.split = config.split;
+    lengths_key_ = LengthsKey(key);
+    if (config.cache != nullptr && config.cache->enabled()) {
+      cache_ = config.cache;
+    }
+    LengthIndex::Options o;
+    o.max_length = options_.max_length;
+    o.skip_empty = options_.skip_empty;
+    o.invalid_utf8 = options_.invalid_utf8;
+    o.index_threads = options_.index_threads;
+    if (const char* delay = getenv("BATCHD_TEST_WMT_INDEX_DELAY_US")) {
+      uint64_t us = 0;
+      if (absl::SimpleAtoi(delay, &us)) o.delay_us = us;
+    }
+    auto make = [&]() -> absl::StatusOr<std::shared_ptr<LengthIndex>> {
+      // A daemon's pass with a cache runs to its end: its result is kept.
+      return LengthIndex::Create(source_, tokenizer_, o, lengths_key_, cache_,
+                                 executor_,
+                                 /*outlive_users=*/config.shared != nullptr);
+    };
+    if (config.shared != nullptr) {
+      absl::StatusOr<std::shared_ptr<LengthIndex>> found =
+          config.shared->Find<LengthIndex>("wmt-length-index", lengths_key_,
+                                           make);
+      if (!found.ok()) return found.status();
+      index_ = *std::move(found);
+      if (index_->Attach()) return absl::OkStatus();
+    }
+    index_ = *make();  // not shared, or the one found is stopping
+    index_->Attach();
+    return absl::OkStatus();
   }
 
   // Reads and tokenizes pair `id`. Damaged records are a fate, not an
@@ -567,39 +439,15 @@ class WmtWorkload : public Workload, public RowPacking {
                                     options_.invalid_utf8);
   }
 
-  static int64_t SteadyNanos() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-
  public:
   std::optional<IndexProgress> progress() const override {
-    if (!indexing_.load(std::memory_order_acquire)) return std::nullopt;
-    IndexProgress p;
-    p.what = tokens_only_.load(std::memory_order_relaxed) ? "wmt tokens"
-                                                          : "wmt lengths";
-    p.unit = "pairs";
-    p.total = index_total_.load(std::memory_order_relaxed);
-    p.done = std::min(index_done_.load(std::memory_order_relaxed), p.total);
-    const double elapsed =
-        double(SteadyNanos() - index_start_ns_.load(std::memory_order_relaxed)) /
-        1e9;
-    if (elapsed > 0 && p.done > 0) {
-      p.rate = double(p.done) / elapsed;
-      p.eta_seconds = double(p.total - p.done) / p.rate;
-    }
-    return p;
+    return index_ != nullptr ? index_->progress() : std::nullopt;
+  }
+  uint64_t resident_bytes() const override {
+    return tokenizer_->resident_bytes();
   }
 
  private:
-  static PackedLengths DroppedMark(PairFate fate) {
-    const uint16_t mark = fate == PairFate::kTooLong ? kDroppedTooLong
-                          : fate == PairFate::kEmpty ? kDroppedEmpty
-                                                     : kDroppedDamaged;
-    return {mark, mark};
-  }
-
   static void CountDrop(const PackedLengths& l, WorkloadCounters* counters) {
     if (counters == nullptr) return;
     if (l.inputs == kDroppedDamaged) {
@@ -609,367 +457,17 @@ class WmtWorkload : public Workload, public RowPacking {
     }
   }
 
-  // Lengths are one atomic word per pair (inputs | targets << 16), each
-  // written once, with its final value, by whichever of the length pass
-  // and Extend tokenizes the pair first (they compute the same), so
-  // readers need no lock; a reader reaches a pair only through a table
-  // made after its length was known.
-  PackedLengths LengthAt(uint64_t id) const {
-    const uint32_t v = lengths_[id].load(std::memory_order_relaxed);
-    return {uint16_t(v & 0xffff), uint16_t(v >> 16)};
-  }
-  static uint32_t Word(const PackedLengths& l) {
-    return uint32_t(l.inputs) | uint32_t(l.targets) << 16;
-  }
-  void StoreLength(uint64_t id, const PackedLengths& l) const {
-    lengths_[id].store(Word(l), std::memory_order_relaxed);
-  }
-  // Stores a length learnt by tokenizing; true if it was not known yet
-  // (the pass and Extend may both tokenize a pair; one of them learns it).
-  bool LearntLength(uint64_t id, const PackedLengths& l) const {
-    uint32_t unknown = Word({kLengthUnknown, kLengthUnknown});
-    return lengths_[id].compare_exchange_strong(unknown, Word(l),
-                                                std::memory_order_relaxed);
-  }
-  bool Known(uint64_t id) const {
-    return LengthAt(id).inputs != kLengthUnknown;
-  }
-
-  // Tokenizes pair `id` for its length and stores it, counting it into
-  // *learnt (and LengthPassTokenizations) if it was not known yet.
-  absl::Status LearnLength(uint64_t id, std::atomic<uint64_t>* learnt) const {
-    if (index_delay_us_ > 0) {
-      std::this_thread::sleep_for(std::chrono::microseconds(index_delay_us_));
-    }
-    TokenPair pair;
-    absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
-    if (!fate.ok()) return fate.status();
-    if (LearntLength(id, *fate == PairFate::kKept
-                             ? PackedLengthsOf(pair, options_.max_length)
-                             : DroppedMark(*fate))) {
-      learnt->fetch_add(1, std::memory_order_relaxed);
-      CountLengthPassTokenizations(1);
-    }
-    return absl::OkStatus();
-  }
-
-  // Takes the lengths the cache holds that are not known here yet; returns
-  // how many pairs are still unknown.
-  uint64_t LoadCachedLengths() const {
-    const uint64_t n = source_->size();
-    std::vector<PackedLengths> cached;
-    absl::StatusOr<std::string> value = cache_->Get(kLengthsKind, lengths_key_);
-    if (value.ok() &&
-        DecodeLengths(*value, n, options_.max_length, &cached)) {
-      for (uint64_t id = 0; id < n; ++id) {
-        if (cached[id].inputs != kLengthUnknown && !Known(id)) {
-          StoreLength(id, cached[id]);
-        }
-      }
-    }
-    uint64_t unknown = 0;
-    for (uint64_t id = 0; id < n; ++id) unknown += !Known(id);
-    return unknown;
-  }
-
-  // Starts learning every pair's length, once: from the cache when it holds
-  // them all (then they are ready on return), else on the length pass's
-  // thread (LengthPass).
-  void StartLengths() const {
-    std::lock_guard<std::mutex> lock(lengths_mu_);
-    if (pass_started_) return;
-    pass_started_ = true;
-    lengths_start_ = std::chrono::steady_clock::now();
-    if (cache_ != nullptr && LoadCachedLengths() == 0) {
-      LogLengths(0, "cache");
-      lengths_ready_.store(true, std::memory_order_release);
-      if (OpenTokens()) return;
-      tokens_only_.store(true);  // the pass stores the token ids alone
-    }
-    pass_thread_ = std::thread([this] { LengthPass(); });
-  }
-
-  // The length pass: every pair not known yet, in file order (sequential
-  // reads), on index_threads threads at a lower CPU priority (nice +10), so
-  // that serving the first windows (Extend, at normal priority) comes
-  // first. With a cache, under the entry's build lock, so that streams and
-  // daemons sharing the cache tokenize the data once: a second builder
-  // waits for the lock (in steps, to stop when asked) and then loads what
-  // the first stored. Stopped early, it stores what it has learnt (unknown
-  // pairs marked), which the next start takes up.
-  void LengthPass() const {
-    setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 10);  // best effort
-    if (cache_ == nullptr) {
-      absl::Status s = PlainPass();
-      if (s.ok()) LogLengths(pass_tokenized_.load(), "pass");
-      return FinishLengths(s);
-    }
-    CacheDir::Lock build_lock;
-    while (true) {
-      absl::StatusOr<CacheDir::Lock> locked =
-          cache_->TryLockEntry(kLengthsKind, lengths_key_);
-      if (!locked.ok()) return FinishLengths(locked.status());
-      if (locked->held()) {
-        build_lock = std::move(*locked);
-        break;
-      }
-      if (stopping_.load()) return FinishLengths(Stopping());
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    // Another builder may have stored them meanwhile.
-    if (!lengths_ready_.load() && LoadCachedLengths() == 0) {
-      LogLengths(0, "cache");
-      FinishLengths(absl::OkStatus());
-    }
-    if (lengths_ready_.load() && OpenTokens()) return;
-    absl::Status s = TokenPass();
-    if (!s.ok() && lengths_ready_.load() && !stopping_.load()) {
-      fprintf(stderr,
-              "batchd: level=warn event=wmt_tokens_failed error=\"%s\" "
-              "action=\"rows are tokenized as they are served\"\n",
-              std::string(s.message()).c_str());
-    }
-    FinishLengths(s);  // an error only counts while lengths are missing
-  }
-
-  // Marks the lengths ready, or failed with `error`.
-  void FinishLengths(const absl::Status& error) const {
-    std::lock_guard<std::mutex> lock(lengths_mu_);
-    if (error.ok()) {
-      lengths_ready_.store(true, std::memory_order_release);
-    } else if (!lengths_ready_.load()) {
-      pass_error_ = error;
-    }
-    lengths_cv_.notify_all();
-  }
-
-  void StartProgress(uint64_t total) const {
-    index_done_.store(0, std::memory_order_relaxed);
-    index_total_.store(total, std::memory_order_relaxed);
-    index_start_ns_.store(SteadyNanos(), std::memory_order_relaxed);
-    indexing_.store(true, std::memory_order_release);
-  }
-
-  // The length pass without a cache: every pair not known yet.
-  absl::Status PlainPass() const {
-    StartProgress(source_->size());
-    absl::Status s =
-        ParallelFor(source_->size(), options_.index_threads, [&](uint64_t id) {
-          if (stopping_.load(std::memory_order_relaxed)) return Stopping();
-          index_done_.fetch_add(1, std::memory_order_relaxed);
-          if (Known(id)) return absl::OkStatus();
-          return LearnLength(id, &pass_tokenized_);
-        });
-    indexing_.store(false, std::memory_order_release);
-    return s;
-  }
-
-  // The pass with a cache: every pair is tokenized, in file order and in
-  // blocks, for the lengths not known yet (stored, and marked ready, at the
-  // end) and for the token ids of every kept pair, streamed in order into
-  // the "wmt-tokens" blob (its first max-length-cut tokens of each side,
-  // as packing takes them), which later rows are read from (OpenTokens).
-  // Stopped early, it stores the lengths it learnt.
-  absl::Status TokenPass() const {
-    const uint64_t n = source_->size();
-    const bool had_lengths = lengths_ready_.load();
-    tokens_only_.store(had_lengths);
-    absl::StatusOr<std::unique_ptr<CacheDir::BlobWriter>> writer =
-        cache_->BeginBlob(kTokensKind, tokens_key_);
-    if (!writer.ok()) {
-      fprintf(stderr, "batchd: level=warn event=cache_put_failed kind=%s "
-              "error=\"%s\"\n", kTokensKind,
-              std::string(writer.status().message()).c_str());
-    }
-    constexpr uint64_t kBlock = 16384;
-    std::vector<TokenPair> pairs(kBlock);
-    std::vector<uint8_t> kept(kBlock);
-    std::string bytes;
-    StartProgress(n);
-    absl::Status s;
-    for (uint64_t lo = 0; lo < n && s.ok(); lo += kBlock) {
-      const uint64_t hi = std::min(n, lo + kBlock);
-      s = ParallelFor(hi - lo, options_.index_threads, [&](uint64_t i) {
-        if (stopping_.load(std::memory_order_relaxed)) return Stopping();
-        index_done_.fetch_add(1, std::memory_order_relaxed);
-        const uint64_t id = lo + i;
-        if (index_delay_us_ > 0) {
-          std::this_thread::sleep_for(
-              std::chrono::microseconds(index_delay_us_));
-        }
-        TokenPair& pair = pairs[i];
-        absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
-        if (!fate.ok()) return fate.status();
-        kept[i] = *fate == PairFate::kKept;
-        const PackedLengths l = kept[i]
-                                    ? PackedLengthsOf(pair, options_.max_length)
-                                    : DroppedMark(*fate);
-        if (LearntLength(id, l)) {
-          pass_tokenized_.fetch_add(1, std::memory_order_relaxed);
-          CountLengthPassTokenizations(1);
-        } else if (Word(LengthAt(id)) != Word(l)) {
-          return absl::DataLossError(
-              absl::StrCat("wmt: pair ", id, " of ", source_->Describe(),
-                           " changed since it was indexed"));
-        }
-        return absl::OkStatus();
-      });
-      if (!s.ok() || *writer == nullptr) continue;
-      bytes.clear();
-      for (uint64_t i = 0; i < hi - lo; ++i) {
-        if (!kept[i]) continue;
-        const PackedLengths l = LengthAt(lo + i);
-        AppendTokens(pairs[i].inputs, l.inputs, &bytes);
-        AppendTokens(pairs[i].targets, l.targets, &bytes);
-      }
-      absl::Status put = (*writer)->Append(bytes.data(), bytes.size());
-      if (!put.ok()) {
-        fprintf(stderr, "batchd: level=warn event=cache_put_failed kind=%s "
-                "error=\"%s\"\n", kTokensKind,
-                std::string(put.message()).c_str());
-        writer->reset();  // the lengths go on
-      }
-    }
-    indexing_.store(false, std::memory_order_release);
-    if (!had_lengths && (s.ok() || stopping_.load())) {
-      std::vector<PackedLengths> table(n);
-      for (uint64_t id = 0; id < n; ++id) table[id] = LengthAt(id);
-      absl::Status put =
-          cache_->Put(kLengthsKind, lengths_key_, EncodeLengths(table));
-      if (!put.ok()) {
-        fprintf(stderr,
-                "batchd: level=warn event=cache_put_failed kind=%s "
-                "error=\"%s\"\n",
-                kLengthsKind, std::string(put.message()).c_str());
-      }
-    }
-    if (!s.ok()) return s;
-    if (!had_lengths) {
-      LogLengths(pass_tokenized_.load(), "pass,cached");
-      FinishLengths(absl::OkStatus());
-    }
-    if (*writer != nullptr) {
-      absl::Status committed = (*writer)->Commit();
-      if (!committed.ok()) return committed;
-      if (!OpenTokens()) {
-        return absl::DataLossError("wmt: the stored token ids do not open");
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Appends the first `count` of `tokens` in token_width_ bytes each
-  // (little endian).
-  void AppendTokens(const std::vector<int32_t>& tokens, uint16_t count,
-                    std::string* out) const {
-    for (uint16_t i = 0; i < count; ++i) {
-      const uint32_t t = uint32_t(tokens[i]);
-      for (uint32_t b = 0; b < token_width_; ++b) {
-        out->push_back(char((t >> (8 * b)) & 0xff));
-      }
-    }
-  }
-
-  // Serves rows from the stored token ids if the cache holds them for every
-  // kept pair (lengths known): indexes where each pair's ids start.
-  bool OpenTokens() const {
-    if (cache_ == nullptr || !lengths_ready_.load()) return false;
-    if (tokens_ready_.load(std::memory_order_acquire)) return true;
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> blob =
-        cache_->OpenBlob(kTokensKind, tokens_key_);
-    if (!blob.ok()) return false;
-    const uint64_t n = source_->size();
-    std::vector<uint64_t> starts;
-    starts.reserve(n / kTokenStride + 2);
-    uint64_t at = 0;
-    for (uint64_t id = 0; id < n; ++id) {
-      if (id % kTokenStride == 0) starts.push_back(at);
-      const PackedLengths l = LengthAt(id);
-      if (!Dropped(l)) at += uint64_t(l.inputs) + l.targets;
-    }
-    if (at * token_width_ != (*blob)->size()) {
-      fprintf(stderr,
-              "batchd: level=warn event=cache_corrupt kind=%s reason=\"%llu "
-              "bytes, the lengths say %llu\" action=\"tokenize rows\"\n",
-              kTokensKind, (unsigned long long)(*blob)->size(),
-              (unsigned long long)(at * token_width_));
-      return false;
-    }
-    token_starts_ = std::move(starts);
-    tokens_ = *blob;
-    tokens_ready_.store(true, std::memory_order_release);
-    fprintf(stderr,
-            "batchd: level=info event=wmt_tokens pairs=%llu bytes=%llu "
-            "seconds=%.3f\n",
-            (unsigned long long)n, (unsigned long long)(*blob)->size(),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          start)
-                .count());
-    return true;
-  }
-
-  // Pair `id`'s token ids, as packing takes them, from the stored ones.
-  absl::Status StoredPair(uint64_t id, const PackedLengths& l,
-                          TokenPair* pair) const {
-    uint64_t at = token_starts_[id / kTokenStride];
-    for (uint64_t j = id - id % kTokenStride; j < id; ++j) {
-      const PackedLengths before = LengthAt(j);
-      if (!Dropped(before)) at += uint64_t(before.inputs) + before.targets;
-    }
-    const size_t count = size_t(l.inputs) + l.targets;
-    uint8_t buf[2 * kMaxLength * 4];
-    absl::Status s =
-        tokens_->Read(at * token_width_, count * token_width_, buf);
-    if (!s.ok()) return s;
-    auto token = [&](size_t i) {
-      const uint8_t* b = buf + i * token_width_;
-      return token_width_ == 2 ? int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8)
-                               : int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8 |
-                                         uint32_t(b[2]) << 16 |
-                                         uint32_t(b[3]) << 24);
-    };
-    pair->inputs.resize(l.inputs);
-    pair->targets.resize(l.targets);
-    for (size_t i = 0; i < l.inputs; ++i) pair->inputs[i] = token(i);
-    for (size_t i = 0; i < l.targets; ++i) {
-      pair->targets[i] = token(l.inputs + i);
-    }
-    return absl::OkStatus();
-  }
+  PackedLengths LengthAt(uint64_t id) const { return index_->LengthAt(id); }
 
   static absl::Status Stopping() {
     return absl::CancelledError("wmt: the workload is closing");
   }
 
-  // The end of the length pass: `tokenized` pairs by the pass itself,
-  // first_windows by Extend before the pass reached them.
-  void LogLengths(uint64_t tokenized, const char* from) const {
-    fprintf(stderr,
-            "batchd: level=info event=wmt_lengths pairs=%llu tokenized=%llu "
-            "first_windows=%llu from=%s seconds=%.3f\n",
-            (unsigned long long)source_->size(),
-            (unsigned long long)tokenized,
-            (unsigned long long)first_windows_.load(), from,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                          lengths_start_)
-                .count());
-  }
-
-  absl::Status PassError() const {
-    std::lock_guard<std::mutex> lock(lengths_mu_);
-    return pass_error_;
-  }
-
-  // Every pair's length: starts the pass if need be and waits for it.
-  absl::Status WaitLengths() const {
-    StartLengths();
-    std::unique_lock<std::mutex> lock(lengths_mu_);
-    lengths_cv_.wait(lock, [this] {
-      return lengths_ready_.load(std::memory_order_relaxed) ||
-             !pass_error_.ok();
-    });
-    return pass_error_;
+  // Up to index_threads of the executor's serving threads.
+  uint64_t Threads(uint64_t n) const {
+    return std::max<uint64_t>(1,
+                              std::min<uint64_t>(options_.index_threads,
+                                                 n / 64 + 1));
   }
 
   absl::Status CheckOrder(const EpochOrder& order) const {
@@ -1018,25 +516,21 @@ class WmtWorkload : public Workload, public RowPacking {
     std::lock_guard<std::mutex> lock(g->mu);
     EpochTableBuilder& b = g->builder;
     const uint64_t before = b.closed_windows();
-    std::vector<uint64_t> ids, todo;
+    std::vector<uint64_t> ids;
     while (!b.finished() &&
            (b.rows() < want_rows || b.closed_windows() < want_windows)) {
       if (stopping_.load()) return Stopping();
       const uint64_t p0 = b.next_position(), p1 = std::min(n, p0 + block);
       ids.resize(p1 - p0);
       EpochIds(order, p0, p1 - p0, ids.data());
-      todo.clear();
       for (uint64_t i = 0; i < ids.size(); ++i) {
         if (ids[i] >= source_->size()) {
           return absl::InternalError(absl::StrCat(
               "wmt: the epoch order gives id ", ids[i], " at position ",
               p0 + i));
         }
-        if (!Known(ids[i])) todo.push_back(ids[i]);
       }
-      absl::Status s = ParallelFor(
-          todo.size(), options_.index_threads,
-          [&](uint64_t i) { return LearnLength(todo[i], &first_windows_); });
+      absl::Status s = index_->Learn(ids);
       if (!s.ok()) return s;
       for (uint64_t id : ids) b.Add(LengthAt(id));
       if (b.next_position() == n) b.Finish();
@@ -1076,42 +570,17 @@ class WmtWorkload : public Workload, public RowPacking {
       const EpochOrder& order) const {
     if (absl::Status s = CheckOrder(order); !s.ok()) return s;
     std::shared_ptr<const EpochTable> cached = CachedTableFor(order);
-    if (!lengths_ready_.load(std::memory_order_acquire)) {
+    if (!index_->ready()) {
       if (cached != nullptr) return cached;
       // Not served by a schedule (a tool, a test): all lengths first.
-      if (absl::Status s = WaitLengths(); !s.ok()) return s;
+      if (absl::Status s = index_->Wait(); !s.ok()) return s;
     }
     if (cached != nullptr && cached->complete) return cached;
     // Built outside the lock: two threads may both build one (same result).
-    // The pairs' lengths in the epoch's order are gathered on index_threads
-    // threads (the permutation and the scattered reads are what costs),
-    // then cut into windows in order.
-    const uint64_t n = order.num_examples, pairs = source_->size();
-    std::vector<uint32_t> words(n);
-    constexpr uint64_t kSpan = 8192;
-    absl::Status gathered = ParallelFor(
-        (n + kSpan - 1) / kSpan, options_.index_threads, [&](uint64_t k) {
-          const uint64_t p0 = k * kSpan, count = std::min(kSpan, n - p0);
-          std::vector<uint64_t> ids(count);
-          EpochIds(order, p0, count, ids.data());
-          for (uint64_t i = 0; i < count; ++i) {
-            if (ids[i] >= pairs) {
-              return absl::InternalError(
-                  absl::StrCat("wmt: the epoch order gives id ", ids[i],
-                               " at position ", p0 + i));
-            }
-            words[p0 + i] = lengths_[ids[i]].load(std::memory_order_relaxed);
-          }
-          return absl::OkStatus();
-        },
-        /*max_chunk=*/1);
-    if (!gathered.ok()) return gathered;
-    EpochTableBuilder b(order, options_.max_length);
-    for (uint64_t p = 0; p < n; ++p) {
-      b.Add({uint16_t(words[p] & 0xffff), uint16_t(words[p] >> 16)});
-    }
-    b.Finish();
-    std::shared_ptr<const EpochTable> table = b.Table();
+    absl::StatusOr<std::shared_ptr<EpochTable>> built = BuildEpochTable(
+        *index_, order, options_.max_length, executor_, options_.index_threads);
+    if (!built.ok()) return built.status();
+    std::shared_ptr<const EpochTable> table = *std::move(built);
     std::lock_guard<std::mutex> lock(tables_mu_);
     Remember(table);
     return table;
@@ -1172,8 +641,9 @@ class WmtWorkload : public Workload, public RowPacking {
     for (uint64_t lo = 0; lo < n && eval_pairs_.size() < limit; lo += block) {
       const uint64_t hi = std::min(n, lo + block);
       std::vector<PackedLengths> marks(hi - lo);
-      absl::Status s =
-          ParallelFor(marks.size(), options_.index_threads, [&](uint64_t i) {
+      absl::Status s = ParallelFor(
+          executor_, Priority::kServing, marks.size(), Threads(marks.size()),
+          [&](uint64_t i) {
             TokenPair pair;
             absl::StatusOr<PairFate> fate = LoadPair(lo + i, &pair);
             if (!fate.ok()) return fate.status();
@@ -1207,57 +677,24 @@ class WmtWorkload : public Workload, public RowPacking {
     uint64_t last_use;
   };
 
-  // Constant after construction (eval_pairs_ after Create).
+  // Constant after construction (eval_pairs_ after Create, the index and
+  // its key after UseIndex).
   const Options options_;
   const bool train_;
-  const std::unique_ptr<Tokenizer> tokenizer_;
-  const std::unique_ptr<PairSource> source_;
+  const std::shared_ptr<const Tokenizer> tokenizer_;
+  const std::shared_ptr<const PairSource> source_;
+  Executor* const executor_;  // borrowed; outlives the workload
   std::vector<TensorLayout> tensors_;
   std::vector<EvalPair> eval_pairs_;
   ExamplePrefetch* prefetch_ = nullptr;  // set before the first FillItem
-
-  // Set by Create (train split, cache on); else null and empty.
-  std::shared_ptr<const CacheDir> cache_;
+  // The train split's lengths (and stored token ids), perhaps shared with
+  // other streams; null for the eval splits.
+  std::shared_ptr<LengthIndex> index_;
   std::string lengths_key_;
-
-  // The length pass's progress (progress()): set while it runs.
-  mutable std::atomic<bool> indexing_{false};
-  mutable std::atomic<uint64_t> index_done_{0};
-  mutable std::atomic<uint64_t> index_total_{0};
-  mutable std::atomic<int64_t> index_start_ns_{0};
-  // Test hook: microseconds slept per pair the length pass tokenizes
-  // ($BATCHD_TEST_WMT_INDEX_DELAY_US, read at Create); 0 otherwise.
-  uint64_t index_delay_us_ = 0;
-
-  // Every train pair's length (LengthAt), kLengthUnknown until learnt.
-  std::unique_ptr<std::atomic<uint32_t>[]> lengths_;
-  // All of them are known (set once, with release).
-  mutable std::atomic<bool> lengths_ready_{false};
-  // Asks the length pass and Extend to stop (the destructor).
+  // Where epoch row counts are kept (train split, cache on); else null.
+  std::shared_ptr<const CacheDir> cache_;
+  // Asks Extend to stop (the destructor).
   mutable std::atomic<bool> stopping_{false};
-  mutable std::mutex lengths_mu_;
-  mutable std::condition_variable lengths_cv_;  // lengths ready, or error
-  mutable bool pass_started_ = false;            // guarded by lengths_mu_
-  mutable absl::Status pass_error_;              // guarded by lengths_mu_
-  mutable std::thread pass_thread_;              // guarded by lengths_mu_
-  mutable std::chrono::steady_clock::time_point lengths_start_;
-  // Pairs whose lengths Extend learnt (the pass had not yet), and those the
-  // pass learnt.
-  mutable std::atomic<uint64_t> first_windows_{0};
-  mutable std::atomic<uint64_t> pass_tokenized_{0};
-
-  // The stored token ids (OpenTokens): tokens_ and token_starts_ (where
-  // the ids of pair k * kTokenStride start, in tokens) are written once,
-  // before tokens_ready_ (release). Set at Create: the blob's key and the
-  // bytes of one token.
-  std::string tokens_key_;
-  uint32_t token_width_ = 4;
-  mutable std::atomic<bool> tokens_ready_{false};
-  mutable std::shared_ptr<const CacheDir::Blob> tokens_;
-  mutable std::vector<uint64_t> token_starts_;
-  // The pass stores token ids only (the lengths were cached): progress
-  // says so.
-  mutable std::atomic<bool> tokens_only_{false};
 
   mutable std::mutex tables_mu_;
   mutable std::vector<CachedTable> tables_;  // guarded by tables_mu_
@@ -1319,17 +756,22 @@ absl::Status WmtWorkload::FillRow(const EpochOrder& order, uint64_t row,
   std::vector<TokenPair> pairs(end - starts[r]);
   std::vector<const TokenPair*> members;
   PackedRow packed;
-  if (tokens_ready_.load(std::memory_order_acquire)) {
+  if (index_->tokens_ready()) {
     // From the stored token ids: no reading of the text, no tokenizing.
-    for (size_t i = starts[r]; i < end; ++i) {
+    // The cache is an optimisation: a stored id that cannot be read (or is
+    // forged) sends the row to the text, never fails it.
+    bool stored = true;
+    for (size_t i = starts[r]; i < end && stored; ++i) {
       TokenPair& pair = pairs[i - starts[r]];
-      absl::Status s = StoredPair(ids[i], lengths[i], &pair);
-      if (!s.ok()) return s;
+      stored = index_->StoredPair(ids[i], lengths[i], &pair).ok();
       members.push_back(&pair);
     }
-    FillCutRow(members, options_.max_length, &packed);
-    CountRowFromStoredTokens();
-    return WriteRow(packed, out);
+    if (stored) {
+      FillCutRow(members, options_.max_length, &packed);
+      CountRowFromStoredTokens();
+      return WriteRow(packed, out);
+    }
+    members.clear();
   }
   for (size_t i = starts[r]; i < end; ++i) {
     TokenPair& pair = pairs[i - starts[r]];
@@ -1369,7 +811,7 @@ bool WmtWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
     return false;
   }
   // Rows made from stored token ids read nothing from the source.
-  if (tokens_ready_.load(std::memory_order_acquire)) return true;
+  if (index_->tokens_ready()) return true;
   const std::shared_ptr<const EpochTable> table = CachedTableFor(order);
   if (table == nullptr || first_row + count > table->first_row.back()) {
     return false;

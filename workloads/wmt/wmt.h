@@ -20,8 +20,12 @@
 //   max_length   row length, length filter and packing window. Default 256.
 //   skip_empty   1: drop pairs with an empty side (counted as skipped);
 //                0 keeps them as AlgoPerf does (EOS alone). Default: 0.
-//   index_threads  threads of the one-time length pass. Default: all cores.
-//                The token ids do not depend on it.
+//   index_threads  how many of the daemon's indexing threads (batchd
+//                --index-threads; base/executor.h) one stream's length pass
+//                and first windows may use at once: a bound on its share of
+//                a fixed pool, never a count of threads to start; 0 (the
+//                default) or more than the pool has: all of them. At most
+//                2^20. The token ids do not depend on it.
 //   invalid_utf8 encode or drop: what becomes of a pair with bytes that are
 //                not well-formed UTF-8. encode (the default) tokenizes them
 //                as AlgoPerf's tensorflow-text SentencePiece op does (each
@@ -51,12 +55,15 @@
 // epochs. The train split's schedule is a PackedSchedule (its items are
 // rows; the workload is its RowPacking, workloads/packed_schedule.h).
 // Packing needs every pair's packed length (4 bytes per pair, kept): the
-// first use starts a length pass over every pair, in file order, on its own
-// thread at nice +10 (index_threads threads). While it runs, the schedule
-// asks RowsUpTo for the epoch's first rows only: the pairs of those windows
-// are tokenized then (in the epoch's order, at normal priority), so the
-// first batches of a never-seen set come in seconds; the windows are cut by
-// the same code as once every length is known, so the rows are the same.
+// first use starts a length pass over every pair, in file order, as
+// background work of the daemon's executor (nice +10, on index_threads of
+// its threads), owned by a LengthIndex (length_index.h) that every stream
+// of the same data shares, so that a second stream joins the running pass.
+// While it runs, the schedule asks RowsUpTo for the epoch's first rows
+// only: the pairs of those windows are tokenized then (in the epoch's
+// order, as serving work), so the first batches of a never-seen set come
+// in seconds; the windows are cut by the same code as once every length is
+// known, so the rows are the same.
 // After the pass RowsInEpoch is arithmetic over lengths, and FillRow
 // tokenizes only its row's pairs.
 // With a cache (WorkloadConfig::cache) the lengths table is loaded from it
@@ -64,7 +71,12 @@
 // bytes and the options that change lengths; length_cache.h), or built once
 // under the entry's build lock, which other streams and daemons on the
 // same cache wait for (serving their own first windows meanwhile), and
-// stored; a pass stopped early stores what it learnt. The pass also stores
+// stored. In a daemon (WorkloadConfig::shared) the pass then runs to its
+// end even after every stream of the data has closed, and then counts and
+// stores the first epochs' row counts of the seeds its streams used; only
+// the daemon's shutdown stops it early, and a pass stopped early stores
+// what it learnt, which the next open takes up. A cache that cannot be used is a warning:
+// the pass runs without it. The pass also stores
 // every kept pair's token ids (kind "wmt-tokens", a blob), from which rows
 // are then made without reading the text or tokenizing. Text sources keep
 // their line offsets there too (pair_source.h), and each train epoch's row
@@ -78,6 +90,11 @@
 // ExamplesOfRows, which answers from the epoch's table once it is built)
 // or by the eval example; FillItem parses what was read ahead. Text files
 // are not read ahead, nor rows made from stored token ids.
+//
+// The SentencePiece model is checked before SentencePiece loads it
+// (sentencepiece_vocab.h's limits), loaded on the executor, shared by the
+// daemon's streams of the same model bytes and charged to its budget of
+// model memory (resident_bytes()).
 //
 // Thread safety: as Workload; the length table and the per-epoch window
 // tables are built under a mutex.

@@ -1,0 +1,163 @@
+// The daemon's pool for indexing and counting work: a fixed set of threads,
+// started once, that runs what streams prepare (WMT's length pass and the
+// tokenizing of an epoch's first windows, packed schedules' epoch counts,
+// SentencePiece model loads, ImageFolder listings, TFRecord shard opens).
+// Workloads never start threads of their own: whatever a request asks, what
+// runs at once is bounded by this pool, and the daemon's thread count does
+// not depend on streams or their options.
+//
+// Two classes of work, each on threads of its own: serving work (what a
+// stream waits for before its next batches) at the daemon's CPU priority,
+// and background work (a one-time pass over a data set) on threads at a
+// lower one (nice +10), so that a pass yields the CPU to serving work and
+// never holds a thread that serving work needs.
+//
+// Nothing here waits for a task that has not started: ParallelFor runs its
+// loop on the calling thread too and revokes the helpers still queued when
+// the loop is done; TaskScope::Close revokes queued tasks and waits only for
+// running ones. So a task may use ParallelFor, or close a scope, on its own
+// pool without deadlock, however busy the pool is.
+//
+// Thread safety: thread-safe.
+#ifndef BATCHD_BASE_EXECUTOR_H_
+#define BATCHD_BASE_EXECUTOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace batchd {
+
+enum class Priority : int {
+  kServing = 0,     // a stream waits for it
+  kBackground = 1,  // a pass that may take its time
+};
+
+struct ExecutorOptions {
+  // Threads of serving work. Default: 1; at most Executor::kMaxThreads.
+  int serving_threads = 1;
+  // Threads of background work. Default: 1; at most Executor::kMaxThreads.
+  int background_threads = 1;
+  // Added to the daemon's nice value for the background threads (best
+  // effort; at most 19). Default: 10.
+  int background_nice = 10;
+  // Tasks each class may hold queued; Submit fails beyond. Default: 65536.
+  size_t max_queued = 65536;
+  // Stack of every thread, in bytes: tasks may recurse as deep as this
+  // allows (SentencePiece's trie builder recurses once per byte of a
+  // piece). Default: 8 MiB.
+  size_t stack_bytes = size_t(8) << 20;
+};
+
+class Executor {
+ public:
+  static constexpr int kMaxThreads = 256;
+
+  // Starts every thread. InvalidArgument for a count out of [1,
+  // kMaxThreads]; ResourceExhausted (naming the thread, the count and the
+  // remedy) when a thread cannot be started (a pids cgroup, TasksMax or
+  // RLIMIT_NPROC too low): the threads started are stopped again.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(
+      const ExecutorOptions& options);
+  // The process-wide executor of code that runs workloads outside a daemon
+  // (tools, tests): as many threads in each class as there are cores,
+  // started on first use and never stopped. The daemon never uses it: it
+  // gives workloads its own. Null when it cannot start.
+  static Executor* Default();
+
+  ~Executor();  // Shutdown()
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  int threads(Priority priority) const;
+  // Queues `task` for a thread of `priority`'s class. ResourceExhausted
+  // when max_queued tasks of the class wait already; FailedPrecondition
+  // once Shutdown has begun. Tasks must not throw.
+  absl::Status Submit(Priority priority, std::function<void()> task);
+  // Runs `fn` on a thread of `priority`'s class and waits for it; on the
+  // calling thread when that is already a thread of this executor (whose
+  // stack is as large). fn's status, or Submit's error.
+  absl::Status Run(Priority priority, const std::function<absl::Status()>& fn);
+  // From now on Submit fails and stopping() is true; the tasks queued still
+  // run (long ones should check stopping() and end early), then the threads
+  // are joined. Idempotent; never call it from a task of this executor.
+  void Shutdown();
+  bool stopping() const;
+  // Whether the calling thread is one of this executor's.
+  bool OnPoolThread() const;
+
+ private:
+  explicit Executor(const ExecutorOptions& options);
+  struct Start;
+  static void* ThreadMain(void* arg);
+  void WorkerLoop(Priority priority);
+  // Starts one thread of `priority`'s class; `index` names it in errors.
+  absl::Status StartThread(Priority priority, int index);
+
+  // Constant after construction.
+  const ExecutorOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> queues_[2] ABSL_GUARDED_BY(mu_);
+  absl::CondVar work_[2];  // a task was queued, or stopping_
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
+  // pthread_t of every thread started, and their class.
+  std::vector<std::pair<unsigned long, Priority>> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+// fn(i) for every i in [0, n), on up to `parallel` threads at once: the
+// calling thread and helpers submitted to `executor` at `priority` (at most
+// as many as the class has threads). Items are handed out in chunks of at
+// most `max_chunk` (1 where an item is long work, so that threads end
+// together). The first error stops the loop and is returned. Helpers that
+// cannot be queued, or have not started when the caller's loop ends, are
+// left out: the loop always completes, on the caller alone if need be. A
+// null executor runs everything on the caller.
+absl::Status ParallelFor(Executor* executor, Priority priority, uint64_t n,
+                         uint64_t parallel,
+                         const std::function<absl::Status(uint64_t)>& fn,
+                         uint64_t max_chunk = 256);
+
+// Tasks that refer to one object, which may go once the scope is closed:
+// Submit runs a task on the executor only while the scope is open; Close
+// (and the destructor) revokes those not yet started and waits for those
+// running, but never for the task that calls it.
+//
+// Thread safety: thread-safe.
+class TaskScope {
+ public:
+  // `executor` may be null: then Submit fails (FailedPrecondition).
+  TaskScope(Executor* executor, Priority priority);
+  ~TaskScope();  // Close()
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+
+  // Executor::Submit's errors, and FailedPrecondition once closed.
+  absl::Status Submit(std::function<void()> task);
+  void Close();
+  Executor* executor() const { return executor_; }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    absl::CondVar idle;  // running dropped
+    int running ABSL_GUARDED_BY(mu) = 0;
+    bool closed ABSL_GUARDED_BY(mu) = false;
+  };
+  Executor* const executor_;
+  const Priority priority_;
+  const std::shared_ptr<State> state_;
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_BASE_EXECUTOR_H_

@@ -1,0 +1,307 @@
+// The daemon's executor (base/executor.h): a fixed pool whatever is asked of
+// it, errors instead of terminates, no deadlock when a task waits for
+// parallel work on its own pool, background work on threads of a lower
+// priority, scopes that revoke and wait, and a pool that cannot start under
+// a pids limit (a real cgroup, in a forked child) is a status.
+#include "base/executor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace batchd {
+namespace {
+
+int ThreadsOfThisProcess() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+std::unique_ptr<Executor> Make(int serving, int background,
+                               size_t max_queued = 65536) {
+  ExecutorOptions o;
+  o.serving_threads = serving;
+  o.background_threads = background;
+  o.max_queued = max_queued;
+  absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+TEST(Executor, ThreadCountIsFixedWhateverParallelForAsks) {
+  auto ex = Make(2, 2);
+  const int before = ThreadsOfThisProcess();
+  std::atomic<int> most{0};
+  std::atomic<uint64_t> sum{0};
+  absl::Status s = ParallelFor(
+      ex.get(), Priority::kServing, 200000, /*parallel=*/100000,
+      [&](uint64_t i) {
+        int now = ThreadsOfThisProcess();
+        for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+        }
+        sum += i;
+        return absl::OkStatus();
+      },
+      /*max_chunk=*/4096);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(sum.load(), uint64_t(200000) * 199999 / 2);
+  EXPECT_EQ(most.load(), before);
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
+}
+
+TEST(Executor, ParallelForInsideTasksOfAFullPoolCompletes) {
+  // One serving thread, and a task on it that asks for eight threads: the
+  // helpers it queues can never start while it runs, so it does the loop
+  // alone instead of waiting for them.
+  auto ex = Make(1, 1);
+  absl::Notification done;
+  std::atomic<uint64_t> items{0};
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                  absl::Status s = ParallelFor(
+                      ex.get(), Priority::kServing, 10000, 8,
+                      [&](uint64_t) {
+                        ++items;
+                        return absl::OkStatus();
+                      });
+                  EXPECT_TRUE(s.ok());
+                  done.Notify();
+                }).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(items.load(), 10000u);
+}
+
+TEST(Executor, FirstErrorOfParallelForIsReturned) {
+  auto ex = Make(2, 1);
+  absl::Status s =
+      ParallelFor(ex.get(), Priority::kServing, 1000, 4, [](uint64_t i) {
+        return i == 500 ? absl::DataLossError("item 500") : absl::OkStatus();
+      });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), "item 500");
+}
+
+TEST(Executor, AFullQueueIsAnErrorNotATerminate) {
+  auto ex = Make(1, 1, /*max_queued=*/2);
+  absl::Notification release, running;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                  running.Notify();
+                  release.WaitForNotification();
+                }).ok());
+  running.WaitForNotification();
+  EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
+  EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
+  absl::Status full = ex->Submit(Priority::kServing, [] {});
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("queued"), std::string::npos) << full;
+  // The other class has a queue of its own.
+  absl::Notification background;
+  EXPECT_TRUE(
+      ex->Submit(Priority::kBackground, [&] { background.Notify(); }).ok());
+  EXPECT_TRUE(background.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // ParallelFor does not need the queue: its loop runs on the caller.
+  std::atomic<int> items{0};
+  EXPECT_TRUE(ParallelFor(ex.get(), Priority::kServing, 100, 4, [&](uint64_t) {
+                ++items;
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(items.load(), 100);
+  release.Notify();
+}
+
+TEST(Executor, BackgroundWorkRunsAtALowerPriority) {
+  auto ex = Make(1, 1);
+  std::atomic<int> serving_nice{-100}, background_nice{-100};
+  absl::Notification a, b;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                  errno = 0;
+                  serving_nice = getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)));
+                  a.Notify();
+                }).ok());
+  ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
+                  background_nice =
+                      getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)));
+                  b.Notify();
+                }).ok());
+  ASSERT_TRUE(a.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(b.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // Relative to the process's own (a daemon run under `nice` keeps it).
+  EXPECT_EQ(background_nice.load(), std::min(19, serving_nice.load() + 10));
+}
+
+TEST(Executor, RunUsesAThreadWithTheStackAsked) {
+  ExecutorOptions o;
+  o.stack_bytes = size_t(32) << 20;
+  auto ex = Executor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  size_t stack = 0;
+  bool on_pool = false;
+  absl::Status s = (*ex)->Run(Priority::kServing, [&] {
+    pthread_attr_t attr;
+    pthread_getattr_np(pthread_self(), &attr);
+    pthread_attr_getstacksize(&attr, &stack);
+    pthread_attr_destroy(&attr);
+    on_pool = (*ex)->OnPoolThread();
+    return absl::NotFoundError("fn's own status");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(on_pool);
+  EXPECT_GE(stack, size_t(32) << 20);
+  EXPECT_FALSE((*ex)->OnPoolThread());
+}
+
+TEST(Executor, ShutdownRunsWhatIsQueuedAndRefusesMore) {
+  auto ex = Make(1, 1);
+  absl::Notification release, running;
+  std::atomic<int> ran{0};
+  std::atomic<bool> saw_stopping{false};
+  ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
+                  running.Notify();
+                  release.WaitForNotification();
+                }).ok());
+  running.WaitForNotification();
+  ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
+                  saw_stopping = ex->stopping();
+                  ++ran;
+                }).ok());
+  std::thread stopper([&] { ex->Shutdown(); });
+  while (!ex->stopping()) std::this_thread::yield();
+  EXPECT_EQ(ex->Submit(Priority::kServing, [] {}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  release.Notify();
+  stopper.join();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_TRUE(saw_stopping.load());
+}
+
+TEST(TaskScope, CloseRevokesQueuedTasksAndWaitsForRunningOnes) {
+  auto ex = Make(1, 1);
+  auto scope = std::make_unique<TaskScope>(ex.get(), Priority::kServing);
+  absl::Notification running, release;
+  std::atomic<bool> finished{false}, second_ran{false};
+  ASSERT_TRUE(scope->Submit([&] {
+                running.Notify();
+                release.WaitForNotification();
+                finished = true;
+              }).ok());
+  ASSERT_TRUE(scope->Submit([&] { second_ran = true; }).ok());
+  running.WaitForNotification();
+  std::thread closer([&] { scope->Close(); });
+  // Once Close has begun (Submit then fails), the running task is
+  // released, and Close returns after it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (scope->Submit([] {}).ok()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::yield();
+  }
+  release.Notify();
+  closer.join();
+  EXPECT_TRUE(finished.load());
+  EXPECT_EQ(scope->Submit([] {}).code(), absl::StatusCode::kFailedPrecondition);
+  // The queued task is run by the pool, finds its scope closed, does nothing.
+  absl::Notification drained;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] { drained.Notify(); }).ok());
+  ASSERT_TRUE(drained.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_FALSE(second_ran.load());
+}
+
+TEST(TaskScope, ATaskMayCloseItsOwnScope) {
+  auto ex = Make(1, 1);
+  TaskScope scope(ex.get(), Priority::kServing);
+  absl::Notification done;
+  ASSERT_TRUE(scope.Submit([&] {
+                scope.Close();  // waits for the others, not for itself
+                done.Notify();
+              }).ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+}
+
+// The pids controller of cgroup v1, where a test may make a group of its
+// own; empty when there is none (the test is skipped).
+std::string PidsCgroupRoot() {
+  struct stat st;
+  if (stat("/sys/fs/cgroup/pids/cgroup.procs", &st) == 0) {
+    return "/sys/fs/cgroup/pids";
+  }
+  return "";
+}
+
+bool WriteTo(const std::string& path, const std::string& value) {
+  std::ofstream f(path);
+  f << value;
+  f.flush();
+  return bool(f);
+}
+
+TEST(Executor, APoolThatCannotStartIsAStatusNotATerminate) {
+  const std::string root = PidsCgroupRoot();
+  if (root.empty() || geteuid() != 0) {
+    GTEST_SKIP() << "needs root and the cgroup v1 pids controller";
+  }
+  const std::string group =
+      root + "/batchd-executor-test-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(group.c_str(), 0755), 0) << strerror(errno);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // The child alone in a group that allows two more tasks.
+    close(pipefd[0]);
+    bool ok = WriteTo(group + "/cgroup.procs", std::to_string(getpid()));
+    std::ifstream current(group + "/pids.current");
+    int tasks = 0;
+    current >> tasks;
+    ok = ok && WriteTo(group + "/pids.max", std::to_string(tasks + 2));
+    ExecutorOptions o;
+    o.serving_threads = 8;
+    absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(o);
+    const std::string report =
+        !ok ? "setup failed"
+            : e.ok() ? "started"
+                     : std::to_string(int(e.status().code())) + " " +
+                           std::string(e.status().message());
+    (void)!write(pipefd[1], report.data(), report.size());
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) {
+    report.append(buf, size_t(n));
+  }
+  close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  rmdir(group.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal "
+                                 << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(report.rfind(std::to_string(int(absl::StatusCode::kResourceExhausted)),
+                         0),
+            0u)
+      << report;
+  EXPECT_NE(report.find("serving thread 3 of 8"), std::string::npos) << report;
+  EXPECT_NE(report.find("--index-threads"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace batchd

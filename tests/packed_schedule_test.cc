@@ -1,0 +1,131 @@
+// The packed rows' schedule (workloads/packed_schedule.h) on the daemon's
+// executor: counting starts no thread of its own, runs on the executor it is
+// given, and every final error of the packer reaches Ready as an error, even
+// one whose code Ready's contract reads as "being prepared" (Unavailable)
+// or "ended" (OutOfRange).
+#include "workloads/packed_schedule.h"
+
+#include <dirent.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace batchd {
+namespace {
+
+int ThreadsOfThisProcess() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// Ten rows an epoch, or `error` from every count.
+class Rows : public RowPacking {
+ public:
+  explicit Rows(absl::Status error = absl::OkStatus())
+      : error_(std::move(error)) {}
+  absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder&) const override {
+    ++counts;
+    on_pool = executor != nullptr && executor->OnPoolThread();
+    if (!error_.ok()) return error_;
+    return 10;
+  }
+  absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& o,
+                                        uint64_t row) const override {
+    return RowCursor{o.epoch, row, 0};
+  }
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder&,
+                                       const RowCursor& c) const override {
+    return c.window;
+  }
+  absl::Status FillRow(const EpochOrder&, uint64_t, uint8_t* const*,
+                       WorkloadCounters*) const override {
+    return absl::OkStatus();
+  }
+  mutable std::atomic<int> counts{0};
+  mutable std::atomic<bool> on_pool{false};
+  Executor* executor = nullptr;
+
+ private:
+  const absl::Status error_;
+};
+
+// Ready(step) once it is no longer "being prepared", within a generous
+// bound.
+absl::Status ReadyWithin(PackedSchedule& s, uint64_t step) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  absl::Status r = s.Ready(step);
+  while (absl::IsUnavailable(r) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    r = s.Ready(step);
+  }
+  return r;
+}
+
+std::unique_ptr<Executor> MakeExecutor() {
+  ExecutorOptions o;
+  o.serving_threads = 1;
+  o.background_threads = 1;
+  auto e = Executor::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return *std::move(e);
+}
+
+TEST(PackedSchedule, CountsOnTheExecutorItIsGivenAndStartsNoThread) {
+  auto executor = MakeExecutor();
+  Rows rows;
+  rows.executor = executor.get();
+  auto sampler = Sampler::Create(100, 2, 1, 3, true);
+  ASSERT_TRUE(sampler.ok());
+  const int before = ThreadsOfThisProcess();
+  PackedSchedule schedule(rows, *sampler, executor.get());
+  // Step 40 lies in epoch 8 (5 steps an epoch): nine epochs are counted.
+  ASSERT_TRUE(ReadyWithin(schedule, 40).ok());
+  EXPECT_TRUE(rows.on_pool.load());
+  EXPECT_GE(rows.counts.load(), 9);
+  absl::StatusOr<StepItems> items = schedule.Locate(40, 0);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(items->epoch, 8u);
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
+}
+
+TEST(PackedSchedule, ACountThatFailsUnavailableIsAFinalErrorWithItsMessage) {
+  // A cache directory removed under the daemon: its I/O errors are
+  // Unavailable, which Ready must not pass on as "being prepared" (the
+  // engine would wait for ever, and the client never learn why).
+  auto executor = MakeExecutor();
+  for (const absl::Status& error :
+       {absl::UnavailableError("cache: cannot open the lock /gone/x.lock"),
+        absl::OutOfRangeError("row 12 of epoch 0 (which has 10)")}) {
+    SCOPED_TRACE(error.ToString());
+    Rows rows(error);
+    auto sampler = Sampler::Create(100, 2, 1, 3, true);
+    ASSERT_TRUE(sampler.ok());
+    PackedSchedule schedule(rows, *sampler, executor.get());
+    const absl::Status r = ReadyWithin(schedule, 0);
+    EXPECT_FALSE(r.ok());
+    EXPECT_FALSE(absl::IsUnavailable(r)) << r;
+    EXPECT_FALSE(absl::IsOutOfRange(r)) << r;
+    EXPECT_EQ(r.message(), error.message());
+  }
+}
+
+TEST(PackedSchedule, ACountThatCannotBeQueuedIsAnError) {
+  auto executor = MakeExecutor();
+  executor->Shutdown();
+  Rows rows;
+  auto sampler = Sampler::Create(100, 2, 1, 3, true);
+  ASSERT_TRUE(sampler.ok());
+  PackedSchedule schedule(rows, *sampler, executor.get());
+  const absl::Status r = schedule.Ready(0);
+  EXPECT_EQ(r.code(), absl::StatusCode::kFailedPrecondition) << r;
+  EXPECT_NE(r.message().find("cannot count the epochs"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace batchd

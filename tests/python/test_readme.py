@@ -1,0 +1,80 @@
+"""The README's table of every workload's tensors ("What a batch holds")
+is what the daemon reports: for each workload and split, the same tensor
+names, dtypes and shapes, no more and no fewer, so that the table cannot
+drift from the code.
+
+    BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
+        /usr/bin/python3 -m pytest tests/python/test_readme.py
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from batchd_daemon import Daemon, binary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+SPLITS = {"synthetic": ["train", "validation", "test"],
+          "imagenet": ["train", "validation", "eval_train", "test"],
+          "wmt": ["train", "validation", "eval_train", "test"]}
+GLOBAL_BATCH = 8
+SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
+
+
+def readme_table():
+    """{(workload, split): {tensor: (dtype, shape)}} from the README."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text.split("### What a batch holds", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| workload")]
+    table = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        workload, splits, names, dtype, shape = cells[:5]
+        dims = [SYMBOLS[d] if d in SYMBOLS else int(d)
+                for d in shape.strip("[]").split(", ")]
+        for split in (SPLITS[workload] if splits == "all"
+                      else [s.strip() for s in splits.split(",")]):
+            entry = table.setdefault((workload, split), {})
+            for name in re.findall(r"`([a-z_]+)`", names):
+                assert name not in entry, f"{workload} {split} {name} twice"
+                entry[name] = (dtype, dims)
+    return table
+
+
+@pytest.fixture(scope="module")
+def daemon(shared_data, tmp_path_factory):
+    # The shared data with an imagenet test split (a copy of val), so that
+    # every split has data.
+    root = tmp_path_factory.mktemp("readme")
+    for name in ("imagenet", "wmt"):
+        shutil.copytree(shared_data / name, root / name, symlinks=True)
+    shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
+    d = Daemon(root, root / "batchd.log")
+    yield d
+    d.stop()
+
+
+def reported(daemon, workload, split):
+    data = "" if workload == "synthetic" else workload
+    out = subprocess.run(
+        [binary("batchctl"), "plan", "--server", daemon.address, "--json",
+         "--workload", workload, "--data", data, "--split", split,
+         "--global-batch-size", str(GLOBAL_BATCH)],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 3), out.stderr
+    return {t["name"]: (t["dtype"], t["shape"])
+            for t in json.loads(out.stdout)["tensors"]}
+
+
+def test_the_readme_table_is_what_the_daemon_reports(daemon):
+    table = readme_table()
+    assert set(table) == {(w, s) for w, splits in SPLITS.items()
+                          for s in splits}
+    for (workload, split), want in sorted(table.items()):
+        assert reported(daemon, workload, split) == want, (workload, split)

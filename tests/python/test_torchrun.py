@@ -1,0 +1,138 @@
+"""DDP jobs over batchd launched by torch's own torchrun (PyPI's torch 2.x;
+scripts/test-torch.sh runs this in its venv): the slices of every step
+disjoint and complete (tests/python/ddp_check.py), examples/synthetic_ddp.py
+as its docstring runs it, and a clean stop on Ctrl-C (SIGINT to the
+launcher's process group) and when one rank is killed. Skipped where torch
+is older than 2 or has no torchrun beside the interpreter (Debian's torch
+1.13 torchrun fails on Python 3.11; examples/launch.py stands in there).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+if int(torch.__version__.split(".")[0]) < 2 or not os.access(TORCHRUN, os.X_OK):
+    pytest.skip(f"needs torch >= 2 and its torchrun (torch {torch.__version__}, "
+                f"{TORCHRUN})", allow_module_level=True)
+
+from batchd_daemon import Server  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEADLINE = 120  # seconds: torch's import alone takes several on a loaded machine
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+def torchrun(server, *args, **popen):
+    env = dict(os.environ, OMP_NUM_THREADS="1", BATCHD_SERVER=server.address)
+    return subprocess.Popen(
+        [TORCHRUN, "--standalone", "--nproc_per_node", "2", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, **popen)
+
+
+def read_until(proc, pattern, lines):
+    """Lines of proc's output up to the first that matches (or its end)."""
+    for line in proc.stdout:
+        lines.append(line)
+        m = re.search(pattern, line)
+        if m:
+            return m
+    return None
+
+
+def gone(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return False
+    except ProcessLookupError:
+        return True
+
+
+def wait_until(cond, seconds=DEADLINE):
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_torchrun_ranks_get_disjoint_complete_slices_every_step(server):
+    proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
+                    "--stream", "tr-check", "--steps", "25")
+    out, _ = proc.communicate(timeout=DEADLINE * 3)
+    assert proc.returncode == 0, out
+    assert "every step's slices disjoint and complete, every epoch whole" in out, out
+    assert len(re.findall(r"^step \d+ ok$", out, re.M)) == 25, out
+    # The ranks detached: their rings are freed, the daemon serves on.
+    assert wait_until(lambda: server.segments() == []), server.segments()
+
+
+def test_torchrun_runs_synthetic_ddp_example(server):
+    proc = torchrun(server, os.path.join(REPO, "examples", "synthetic_ddp.py"),
+                    "--steps", "20", "--global-batch-size", "64",
+                    "--examples", "2048", "--features", "16")
+    out, _ = proc.communicate(timeout=DEADLINE * 3)
+    assert proc.returncode == 0, out
+    assert "every step's ranks held disjoint examples" in out, out
+
+
+def test_ctrl_c_stops_torchrun_and_its_ranks_cleanly(server):
+    proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
+                    "--stream", "tr-sigint", "--steps", "-1")
+    lines = []
+    try:
+        assert read_until(proc, r"^step 5 ok$", lines), "".join(lines)
+        assert len(server.segments()) == 2
+        # What a terminal's Ctrl-C does: SIGINT to the whole foreground group.
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(lines) + rest
+    assert proc.returncode != 0, out
+    assert wait_until(lambda: gone(proc.pid)), "a rank outlived torchrun"
+    assert wait_until(lambda: server.segments() == []), server.segments()
+    # No stuck worker, no torn daemon: a new job runs.
+    again = torchrun(server, os.path.join(HERE, "ddp_check.py"),
+                     "--stream", "tr-after-sigint", "--steps", "3")
+    out2, _ = again.communicate(timeout=DEADLINE * 3)
+    assert again.returncode == 0, out2
+
+
+def test_a_killed_rank_stops_the_job_and_frees_the_rings(server):
+    proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
+                    "--stream", "tr-kill", "--steps", "-1")
+    lines = []
+    try:
+        assert read_until(proc, r"^step 5 ok$", lines), "".join(lines)
+        # Both ranks write to torchrun's one stdout: their lines may
+        # interleave, so no anchors.
+        pids = dict(re.findall(r"rank (\d) pid (\d+)", "".join(lines)))
+        assert set(pids) == {"0", "1"}, "".join(lines)
+        os.kill(int(pids["1"]), signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(lines) + rest
+    # torchrun reports the failed rank and stops the other one.
+    assert proc.returncode != 0, out
+    assert re.search(r"Signal 9|SIGKILL", out), out
+    assert wait_until(lambda: gone(proc.pid)), "rank 0 outlived torchrun"
+    assert wait_until(lambda: server.segments() == []), server.segments()

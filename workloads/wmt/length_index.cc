@@ -1,0 +1,647 @@
+// Every WMT train pair's packed length, and the pass that learns them; see
+// length_index.h.
+#include "workloads/wmt/length_index.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "workloads/sampler.h"
+#include "workloads/wmt/epoch_tables.h"
+
+namespace batchd {
+namespace wmt {
+namespace {
+
+// Pairs per entry of the index of where stored token ids start.
+constexpr uint64_t kTokenStride = 8;
+// Pairs the pass tokenizes (and stores the ids of) at a time.
+constexpr uint64_t kBlock = 16384;
+// How often a running pass logs its progress (event wmt_pass).
+constexpr int64_t kProgressLogSeconds = 30;
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The largest of n little-endian ids of `width` bytes at p. Vectorised
+// where the compiler can (GCC does not at -O2 by itself): the check reads
+// the 0.7 GB of WMT17's ids at every start, 4x faster so.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+uint32_t LargestId(const uint8_t* p, size_t n, uint32_t width) {
+  uint32_t most = 0;
+  if (width == 2) {
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t t;
+      memcpy(&t, p + 2 * i, 2);  // x86 and the blob are little endian
+      most = std::max<uint32_t>(most, t);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t t;
+      memcpy(&t, p + 4 * i, 4);
+      most = std::max(most, t);
+    }
+  }
+  return most;
+}
+
+// "" when every token id of `value` (the piece at byte `at` of the blob)
+// is below `vocab`; else which is not.
+std::string CheckTokenIds(absl::string_view value, uint64_t at,
+                          uint32_t width, uint32_t vocab) {
+  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
+  const size_t n = value.size() / width;
+  if (LargestId(p, n, width) < vocab) return "";
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t t = 0;
+    for (uint32_t b = 0; b < width; ++b) {
+      t |= uint32_t(p[i * width + b]) << (8 * b);
+    }
+    if (t >= vocab) {
+      return absl::StrCat("token id ", t, " at byte ", at + i * width,
+                          " is outside the vocabulary of ", vocab);
+    }
+  }
+  return "";
+}
+
+// Threads for a loop of n items: a thread for every 64 items at least.
+uint64_t ThreadsFor(uint64_t n, uint64_t index_threads) {
+  return std::max<uint64_t>(1, std::min<uint64_t>(index_threads, n / 64 + 1));
+}
+
+}  // namespace
+
+PackedLengths DroppedMark(PairFate fate) {
+  const uint16_t mark = fate == PairFate::kTooLong ? kDroppedTooLong
+                        : fate == PairFate::kEmpty ? kDroppedEmpty
+                                                   : kDroppedDamaged;
+  return {mark, mark};
+}
+
+std::shared_ptr<LengthIndex> LengthIndex::Create(
+    std::shared_ptr<const PairSource> source,
+    std::shared_ptr<const Tokenizer> tokenizer, const Options& options,
+    std::string key, std::shared_ptr<const CacheDir> cache, Executor* executor,
+    bool outlive_users) {
+  if (cache != nullptr && !cache->enabled()) cache.reset();
+  return std::shared_ptr<LengthIndex>(
+      new LengthIndex(std::move(source), std::move(tokenizer), options,
+                      std::move(key), std::move(cache), executor,
+                      outlive_users && cache != nullptr));
+}
+
+LengthIndex::LengthIndex(std::shared_ptr<const PairSource> source,
+                         std::shared_ptr<const Tokenizer> tokenizer,
+                         const Options& options, std::string key,
+                         std::shared_ptr<const CacheDir> cache,
+                         Executor* executor, bool outlive_users)
+    : source_(std::move(source)),
+      tokenizer_(std::move(tokenizer)),
+      options_(options),
+      key_(std::move(key)),
+      tokens_key_(absl::StrCat(key_, "\ntoken bytes ",
+                               tokenizer_->vocab_size() <= 65536 ? 2 : 4)),
+      token_width_(tokenizer_->vocab_size() <= 65536 ? 2 : 4),
+      cache_(std::move(cache)),
+      executor_(executor),
+      outlive_users_(outlive_users),
+      n_(source_->size()),
+      lengths_(new std::atomic<uint32_t>[n_]) {
+  for (uint64_t id = 0; id < n_; ++id) {
+    StoreLength(id, {kLengthUnknown, kLengthUnknown});
+  }
+}
+
+LengthIndex::~LengthIndex() = default;
+
+bool LengthIndex::Attach() {
+  absl::MutexLock lock(&mu_);
+  if (stop_.load()) return false;
+  ++users_;
+  return true;
+}
+
+void LengthIndex::Detach() {
+  absl::MutexLock lock(&mu_);
+  if (--users_ > 0 || outlive_users_) return;
+  // Nobody will use what the pass learns: stop it (it stores what it has
+  // learnt when there is a cache) and wait for it if it runs, as the
+  // workload's end did. A pass still queued behind others is not waited
+  // for (that could take as long as they do): it ends as it starts.
+  stop_.store(true);
+  while (pass_running_) changed_.Wait(&mu_);
+}
+
+bool LengthIndex::Stopping() const {
+  return stop_.load(std::memory_order_relaxed) ||
+         (executor_ != nullptr && executor_->stopping());
+}
+
+absl::Status LengthIndex::StoppingError() {
+  return absl::CancelledError("wmt: the length pass is stopping");
+}
+
+void LengthIndex::Delay() const {
+  if (options_.delay_us > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(options_.delay_us));
+  }
+}
+
+absl::StatusOr<PairFate> LengthIndex::LoadPair(uint64_t id,
+                                               TokenPair* pair) const {
+  std::string de, en;
+  absl::Status s = source_->Read(id, &de, &en);
+  if (s.code() == absl::StatusCode::kDataLoss ||
+      s.code() == absl::StatusCode::kInvalidArgument) {
+    return PairFate::kDamaged;
+  }
+  if (!s.ok()) return s;
+  return tokenizer_->TokenizePair(de, en, options_.max_length,
+                                  options_.skip_empty, pair,
+                                  options_.invalid_utf8);
+}
+
+absl::Status LengthIndex::LearnLength(uint64_t id,
+                                      std::atomic<uint64_t>* learnt) const {
+  Delay();
+  TokenPair pair;
+  absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+  if (!fate.ok()) return fate.status();
+  if (LearntLength(id, *fate == PairFate::kKept
+                           ? PackedLengthsOf(pair, options_.max_length)
+                           : DroppedMark(*fate))) {
+    learnt->fetch_add(1, std::memory_order_relaxed);
+    CountLengthPassTokenizations(1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LengthIndex::Learn(const std::vector<uint64_t>& ids) {
+  std::vector<uint64_t> todo;
+  for (uint64_t id : ids) {
+    if (id >= n_) {
+      return absl::InternalError(
+          absl::StrCat("wmt: pair ", id, " of ", n_, " asked for"));
+    }
+    if (!Known(id)) todo.push_back(id);
+  }
+  return ParallelFor(
+      executor_, Priority::kServing, todo.size(),
+      ThreadsFor(todo.size(), options_.index_threads),
+      [&](uint64_t i) { return LearnLength(todo[i], &first_windows_); });
+}
+
+uint64_t LengthIndex::LoadCachedLengths() {
+  std::vector<PackedLengths> cached;
+  absl::StatusOr<std::string> value = cache_->Get(kLengthsKind, key_);
+  if (value.ok() && DecodeLengths(*value, n_, options_.max_length, &cached)) {
+    for (uint64_t id = 0; id < n_; ++id) {
+      if (cached[id].inputs != kLengthUnknown && !Known(id)) {
+        StoreLength(id, cached[id]);
+      }
+    }
+  }
+  uint64_t unknown = 0;
+  for (uint64_t id = 0; id < n_; ++id) unknown += !Known(id);
+  return unknown;
+}
+
+void LengthIndex::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_) return;
+    started_ = true;
+  }
+  start_ns_.store(SteadyNanos());
+  if (cache_ != nullptr && LoadCachedLengths() == 0) {
+    LogLengths(0, "cache");
+    Finish(absl::OkStatus());
+    if (OpenTokens()) return;
+    tokens_only_.store(true);  // the pass stores the token ids alone
+  }
+  absl::MutexLock lock(&mu_);
+  // The pass holds the index: it may outlive every stream (outlive_users_).
+  std::shared_ptr<LengthIndex> self = shared_from_this();
+  absl::Status queued =
+      executor_ == nullptr
+          ? absl::FailedPreconditionError("no executor")
+          : executor_->Submit(Priority::kBackground, [self] { self->Pass(); });
+  if (!queued.ok()) {
+    if (!ready_.load()) {
+      error_ = absl::Status(
+          queued.code(),
+          absl::StrCat("wmt: cannot start the length pass: ", queued.message()));
+    }
+    changed_.SignalAll();
+  }
+}
+
+absl::Status LengthIndex::Error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+absl::Status LengthIndex::Wait() {
+  Start();
+  absl::MutexLock lock(&mu_);
+  while (!ready_.load(std::memory_order_relaxed) && error_.ok()) {
+    changed_.Wait(&mu_);
+  }
+  return error_;
+}
+
+void LengthIndex::Finish(const absl::Status& error) {
+  absl::MutexLock lock(&mu_);
+  if (error.ok()) {
+    ready_.store(true, std::memory_order_release);
+  } else if (!ready_.load()) {
+    error_ = error;
+  }
+  changed_.SignalAll();
+}
+
+void LengthIndex::StartProgress(uint64_t total) {
+  index_done_.store(0, std::memory_order_relaxed);
+  index_total_.store(total, std::memory_order_relaxed);
+  index_start_ns_.store(SteadyNanos(), std::memory_order_relaxed);
+  indexing_.store(true, std::memory_order_release);
+}
+
+std::optional<IndexProgress> LengthIndex::progress() const {
+  if (!indexing_.load(std::memory_order_acquire)) return std::nullopt;
+  IndexProgress p;
+  p.what = tokens_only_.load(std::memory_order_relaxed) ? "wmt tokens"
+                                                        : "wmt lengths";
+  p.unit = "pairs";
+  p.total = index_total_.load(std::memory_order_relaxed);
+  p.done = std::min(index_done_.load(std::memory_order_relaxed), p.total);
+  const double elapsed =
+      double(SteadyNanos() - index_start_ns_.load(std::memory_order_relaxed)) /
+      1e9;
+  if (elapsed > 0 && p.done > 0) {
+    p.rate = double(p.done) / elapsed;
+    p.eta_seconds = double(p.total - p.done) / p.rate;
+  }
+  return p;
+}
+
+void LengthIndex::WarnCache(const char* kind, const absl::Status& why,
+                            const char* action) const {
+  Log(LogLevel::kWarn, "cache_unusable",
+      {{"kind", kind},
+       {"dir", cache_ != nullptr ? cache_->path() : ""},
+       {"error", std::string(why.message())},
+       {"action", action}});
+}
+
+// The pass: every pair not known yet, in file order (sequential reads), as
+// background work (below the serving of the first windows, Learn). With a
+// cache, under the entry's build lock, so that streams and daemons sharing
+// the cache tokenize the data once: a second builder waits for the lock (in
+// steps, to stop when asked) and then loads what the first stored.
+void LengthIndex::Pass() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_.load()) {
+      if (!ready_.load()) error_ = StoppingError();
+      changed_.SignalAll();
+      return;
+    }
+    pass_running_ = true;
+  }
+  absl::Status s = cache_ == nullptr ? PlainPass() : PassWithCache();
+  if (s.ok() && outlive_users_ && ready_.load()) CountFirstEpochs();
+  if (!s.ok() && ready_.load() && !Stopping()) {
+    Log(LogLevel::kWarn, "wmt_tokens_failed",
+        {{"error", std::string(s.message())},
+         {"action", "rows are tokenized as they are served"}});
+  }
+  Finish(s);  // an error only counts while lengths are missing
+  absl::MutexLock lock(&mu_);
+  pass_running_ = false;
+  changed_.SignalAll();
+}
+
+absl::Status LengthIndex::PassWithCache() {
+  CacheDir::Lock build_lock;
+  while (true) {
+    absl::StatusOr<CacheDir::Lock> locked =
+        cache_->TryLockEntry(kLengthsKind, key_);
+    if (!locked.ok()) {
+      // An optimisation that cannot be had is no reason to fail or wait.
+      WarnCache(kLengthsKind, locked.status(),
+                "the length pass runs without the cache");
+      return ready_.load() ? absl::OkStatus() : PlainPass();
+    }
+    if (locked->held()) {
+      build_lock = *std::move(locked);
+      break;
+    }
+    if (Stopping()) return StoppingError();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Another builder may have stored them meanwhile.
+  if (!ready_.load() && LoadCachedLengths() == 0) {
+    LogLengths(0, "cache");
+    Finish(absl::OkStatus());
+  }
+  if (ready_.load() && OpenTokens()) return absl::OkStatus();
+  return TokenPass();
+}
+
+absl::Status LengthIndex::PlainPass() {
+  StartProgress(n_);
+  absl::Status s;
+  for (uint64_t lo = 0; lo < n_ && s.ok(); lo += kBlock) {
+    const uint64_t hi = std::min(n_, lo + kBlock);
+    s = ParallelFor(
+        executor_, Priority::kBackground, hi - lo,
+        ThreadsFor(hi - lo, options_.index_threads), [&](uint64_t i) {
+          if (Stopping()) return StoppingError();
+          index_done_.fetch_add(1, std::memory_order_relaxed);
+          if (Known(lo + i)) return absl::OkStatus();
+          return LearnLength(lo + i, &pass_tokenized_);
+        });
+    LogProgress();
+  }
+  indexing_.store(false, std::memory_order_release);
+  if (s.ok()) {
+    LogLengths(pass_tokenized_.load(),
+               cache_ == nullptr ? "pass" : "pass,uncached");
+  }
+  return s;
+}
+
+// Every kProgressLogSeconds while the pass runs: its streams may all have
+// closed, and then no stream's status shows it.
+void LengthIndex::LogProgress() {
+  const int64_t now = SteadyNanos();
+  if (now - last_progress_log_ns_ < kProgressLogSeconds * 1000000000) return;
+  last_progress_log_ns_ = now;
+  std::optional<IndexProgress> p = progress();
+  if (!p) return;
+  Log(LogLevel::kInfo, "wmt_pass",
+      {{"what", p->what},
+       {"done", absl::StrCat(p->done)},
+       {"total", absl::StrCat(p->total)},
+       {"unit", p->unit},
+       {"rate", absl::StrFormat("%.0f", p->rate)},
+       {"eta_s", absl::StrFormat("%.0f", p->eta_seconds)}});
+}
+
+absl::Status LengthIndex::TokenBlock(uint64_t lo, uint64_t hi,
+                                     std::vector<TokenPair>* pairs,
+                                     std::vector<uint8_t>* kept) {
+  return ParallelFor(
+      executor_, Priority::kBackground, hi - lo,
+      ThreadsFor(hi - lo, options_.index_threads), [&](uint64_t i) {
+        if (Stopping()) return StoppingError();
+        index_done_.fetch_add(1, std::memory_order_relaxed);
+        const uint64_t id = lo + i;
+        Delay();
+        TokenPair& pair = (*pairs)[i];
+        absl::StatusOr<PairFate> fate = LoadPair(id, &pair);
+        if (!fate.ok()) return fate.status();
+        (*kept)[i] = *fate == PairFate::kKept;
+        const PackedLengths l = (*kept)[i]
+                                    ? PackedLengthsOf(pair, options_.max_length)
+                                    : DroppedMark(*fate);
+        if (LearntLength(id, l)) {
+          pass_tokenized_.fetch_add(1, std::memory_order_relaxed);
+          CountLengthPassTokenizations(1);
+        } else if (WordAt(id) != Word(l)) {
+          return absl::DataLossError(
+              absl::StrCat("wmt: pair ", id, " of ", source_->Describe(),
+                           " changed since it was indexed"));
+        }
+        return absl::OkStatus();
+      });
+}
+
+// The pass with a cache: every pair is tokenized, in file order and in
+// blocks, for the lengths not known yet (stored, and marked ready, at the
+// end) and for the token ids of every kept pair, streamed in order into the
+// "wmt-tokens" blob (its first max-length-cut tokens of each side, as
+// packing takes them), which later rows are read from (OpenTokens). Stopped
+// early, it stores the lengths it learnt.
+absl::Status LengthIndex::TokenPass() {
+  const bool had_lengths = ready_.load();
+  tokens_only_.store(had_lengths);
+  absl::StatusOr<std::unique_ptr<CacheDir::BlobWriter>> writer =
+      cache_->BeginBlob(kTokensKind, tokens_key_);
+  if (!writer.ok()) {
+    WarnCache(kTokensKind, writer.status(), "rows are tokenized as served");
+    writer = std::unique_ptr<CacheDir::BlobWriter>();
+  }
+  std::vector<TokenPair> pairs(kBlock);
+  std::vector<uint8_t> kept(kBlock);
+  std::string bytes;
+  StartProgress(n_);
+  absl::Status s;
+  for (uint64_t lo = 0; lo < n_ && s.ok(); lo += kBlock) {
+    const uint64_t hi = std::min(n_, lo + kBlock);
+    s = TokenBlock(lo, hi, &pairs, &kept);
+    LogProgress();
+    if (!s.ok() || *writer == nullptr) continue;
+    bytes.clear();
+    for (uint64_t i = 0; i < hi - lo; ++i) {
+      if (!kept[i]) continue;
+      const PackedLengths l = LengthAt(lo + i);
+      AppendTokens(pairs[i].inputs, l.inputs, &bytes);
+      AppendTokens(pairs[i].targets, l.targets, &bytes);
+    }
+    absl::Status put = (*writer)->Append(bytes.data(), bytes.size());
+    if (!put.ok()) {
+      WarnCache(kTokensKind, put, "rows are tokenized as served");
+      writer->reset();  // the lengths go on
+    }
+  }
+  indexing_.store(false, std::memory_order_release);
+  if (!had_lengths && (s.ok() || Stopping())) StoreLengths();
+  if (!s.ok()) return s;
+  if (!had_lengths) {
+    LogLengths(pass_tokenized_.load(), "pass,cached");
+    Finish(absl::OkStatus());
+  }
+  if (*writer != nullptr) {
+    absl::Status committed = (*writer)->Commit();
+    if (!committed.ok()) {
+      WarnCache(kTokensKind, committed, "rows are tokenized as served");
+      return absl::OkStatus();
+    }
+    if (!OpenTokens()) {
+      return absl::DataLossError("wmt: the stored token ids do not open");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void LengthIndex::NoteSeed(uint64_t seed) {
+  absl::MutexLock lock(&mu_);
+  if (std::find(seeds_.begin(), seeds_.end(), seed) != seeds_.end()) return;
+  if (seeds_.size() < kMaxSeeds) seeds_.push_back(seed);
+}
+
+// Row counts of the first epochs of the seeds noted, stored (at the pass's
+// priority, stopping between epochs when asked).
+void LengthIndex::CountFirstEpochs() {
+  std::vector<uint64_t> seeds;
+  {
+    absl::MutexLock lock(&mu_);
+    seeds = seeds_;
+  }
+  const int64_t start = SteadyNanos();
+  uint64_t counted = 0;
+  for (uint64_t seed : seeds) {
+    for (uint64_t epoch = 0; epoch < kCountedEpochs && !Stopping(); ++epoch) {
+      const EpochOrder order = ShuffledOrder(n_, seed, epoch);
+      const std::string key = EpochRowsKey(key_, order);
+      if (StoredEpochRows(*cache_, key)) continue;
+      absl::StatusOr<std::shared_ptr<EpochTable>> table =
+          BuildEpochTable(*this, order, options_.max_length, executor_,
+                          options_.index_threads, Priority::kBackground);
+      if (!table.ok()) return;  // the streams that need it will say why
+      StoreEpochRows(*cache_, key, (*table)->first_row.back());
+      CountEpochCounted();
+      ++counted;
+    }
+  }
+  if (counted > 0) {
+    Log(LogLevel::kInfo, "wmt_epochs_counted",
+        {{"seeds", absl::StrCat(seeds.size())},
+         {"epochs", absl::StrCat(counted)},
+         {"seconds",
+          absl::StrFormat("%.1f", double(SteadyNanos() - start) / 1e9)}});
+  }
+}
+
+// Stores the lengths learnt (unknown pairs marked), which the next start
+// takes up; best effort.
+void LengthIndex::StoreLengths() {
+  std::vector<PackedLengths> table(n_);
+  for (uint64_t id = 0; id < n_; ++id) table[id] = LengthAt(id);
+  absl::Status put = cache_->Put(kLengthsKind, key_, EncodeLengths(table));
+  if (!put.ok()) WarnCache(kLengthsKind, put, "not stored");
+}
+
+void LengthIndex::AppendTokens(const std::vector<int32_t>& tokens,
+                               uint16_t count, std::string* out) const {
+  for (uint16_t i = 0; i < count; ++i) {
+    const uint32_t t = uint32_t(tokens[i]);
+    for (uint32_t b = 0; b < token_width_; ++b) {
+      out->push_back(char((t >> (8 * b)) & 0xff));
+    }
+  }
+}
+
+// Serves rows from the stored token ids if the cache holds them for every
+// kept pair (lengths known), every id within the vocabulary (checked as the
+// blob is read for its checksum): indexes where each pair's ids start.
+bool LengthIndex::OpenTokens() {
+  if (cache_ == nullptr || !ready_.load()) return false;
+  if (tokens_ready_.load(std::memory_order_acquire)) return true;
+  const auto start = std::chrono::steady_clock::now();
+  const uint32_t vocab = uint32_t(std::max(0, tokenizer_->vocab_size()));
+  const uint32_t width = token_width_;
+  absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> blob =
+      cache_->OpenBlob(kTokensKind, tokens_key_,
+                       [vocab, width](absl::string_view value, uint64_t at) {
+                         return CheckTokenIds(value, at, width, vocab);
+                       });
+  if (!blob.ok()) return false;
+  std::vector<uint64_t> starts;
+  starts.reserve(n_ / kTokenStride + 2);
+  uint64_t at = 0;
+  for (uint64_t id = 0; id < n_; ++id) {
+    if (id % kTokenStride == 0) starts.push_back(at);
+    const PackedLengths l = LengthAt(id);
+    if (!Dropped(l)) at += uint64_t(l.inputs) + l.targets;
+  }
+  if (at * token_width_ != (*blob)->size()) {
+    Log(LogLevel::kWarn, "cache_corrupt",
+        {{"kind", kTokensKind},
+         {"reason", absl::StrCat((*blob)->size(), " bytes, the lengths say ",
+                                 at * token_width_)},
+         {"action", "tokenize rows"}});
+    return false;
+  }
+  token_starts_ = std::move(starts);
+  tokens_ = *blob;
+  tokens_ready_.store(true, std::memory_order_release);
+  Log(LogLevel::kInfo, "wmt_tokens",
+      {{"pairs", absl::StrCat(n_)},
+       {"bytes", absl::StrCat((*blob)->size())},
+       {"seconds",
+        absl::StrFormat("%.3f", std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count())}});
+  return true;
+}
+
+void LengthIndex::DropTokens(const std::string& why) const {
+  if (tokens_bad_.exchange(true)) return;
+  Log(LogLevel::kWarn, "cache_corrupt",
+      {{"kind", kTokensKind}, {"reason", why}, {"action", "tokenize rows"}});
+}
+
+absl::Status LengthIndex::StoredPair(uint64_t id, const PackedLengths& l,
+                                     TokenPair* pair) const {
+  if (tokens_bad_.load(std::memory_order_relaxed)) {
+    return absl::DataLossError("wmt: the stored token ids are dropped");
+  }
+  uint64_t at = token_starts_[id / kTokenStride];
+  for (uint64_t j = id - id % kTokenStride; j < id; ++j) {
+    const PackedLengths before = LengthAt(j);
+    if (!Dropped(before)) at += uint64_t(before.inputs) + before.targets;
+  }
+  const size_t count = size_t(l.inputs) + l.targets;
+  uint8_t buf[2 * kMaxLength * 4];
+  absl::Status s = tokens_->Read(at * token_width_, count * token_width_, buf);
+  if (!s.ok()) return s;
+  const int32_t vocab = tokenizer_->vocab_size();
+  auto token = [&](size_t i) {
+    const uint8_t* b = buf + i * token_width_;
+    return token_width_ == 2 ? int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8)
+                             : int32_t(uint32_t(b[0]) | uint32_t(b[1]) << 8 |
+                                       uint32_t(b[2]) << 16 |
+                                       uint32_t(b[3]) << 24);
+  };
+  pair->inputs.resize(l.inputs);
+  pair->targets.resize(l.targets);
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t t = token(i);
+    if (t < 0 || t >= vocab) {
+      const std::string why = absl::StrCat(
+          "token id ", t, " of pair ", id, " is outside the vocabulary of ",
+          vocab);
+      DropTokens(why);
+      return absl::DataLossError(absl::StrCat("wmt: ", why));
+    }
+    (i < l.inputs ? pair->inputs[i] : pair->targets[i - l.inputs]) = t;
+  }
+  return absl::OkStatus();
+}
+
+// The end of the length pass: `tokenized` pairs by the pass itself,
+// first_windows by Learn before the pass reached them.
+void LengthIndex::LogLengths(uint64_t tokenized, const char* from) const {
+  Log(LogLevel::kInfo, "wmt_lengths",
+      {{"pairs", absl::StrCat(n_)},
+       {"tokenized", absl::StrCat(tokenized)},
+       {"first_windows", absl::StrCat(first_windows_.load())},
+       {"from", from},
+       {"seconds", absl::StrFormat(
+                       "%.3f", double(SteadyNanos() - start_ns_.load()) / 1e9)}});
+}
+
+}  // namespace wmt
+}  // namespace batchd
