@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -147,27 +148,40 @@ TEST(DaemonTest, MetricsAreScrapedAndParse) {
   auto l = Loader::Open(Options(server, "scraped"));
   ASSERT_TRUE(l.ok()) << l.status();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*l)->Next().ok());
-  const std::string resp = testing::HttpGet(port, "/metrics");
-  ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp;
-  const std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
   // Every line is a comment or `name{labels} value`.
   const std::regex sample(
       R"(^([a-z_]+)(\{([a-z_]+="[^"]*",?)*\})? (-?[0-9.eE+-]+|NaN)$)");
-  std::istringstream in(body);
-  std::string line;
   double examples = -1, threads = -1;
   int samples = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
-    ++samples;
-    if (line.rfind("batchd_examples_total{stream=\"scraped\",owner=\"" +
-                       std::to_string(getuid()) + "\",rank=\"0\"}",
-                   0) == 0) {
-      examples = std::stod(m[4]);
+  // A batch is counted just after it is published: the rank may have
+  // taken the fifth before its examples are counted. Scrape until they
+  // are (or 60 s have passed).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    const std::string resp = testing::HttpGet(port, "/metrics");
+    ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp;
+    const std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
+    std::istringstream in(body);
+    std::string line;
+    examples = threads = -1;
+    samples = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+      ++samples;
+      if (line.rfind("batchd_examples_total{stream=\"scraped\",owner=\"" +
+                         std::to_string(getuid()) + "\",rank=\"0\"}",
+                     0) == 0) {
+        examples = std::stod(m[4]);
+      }
+      if (m[1] == "batchd_threads") threads = std::stod(m[4]);
     }
-    if (m[1] == "batchd_threads") threads = std::stod(m[4]);
+    if (examples >= 5 * 8 || std::chrono::steady_clock::now() >= deadline) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_GT(samples, 10);
   EXPECT_GE(examples, 5 * 8);
