@@ -144,6 +144,14 @@ absl::StatusOr<v1::OpenStreamResponse> CallOpenStream(
   ctx.set_wait_for_ready(true);
   v1::OpenStreamResponse resp;
   grpc::Status s = stub->OpenStream(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::CANCELLED) {
+    // This call is never cancelled here: the daemon cancelled it, as one
+    // does with the calls it has not answered when it stops (SIGTERM, a
+    // restart). Unavailable, so that the rank waits for the next daemon.
+    return absl::UnavailableError(absl::StrCat(
+        "OpenStream ", o.stream, " rank ", o.rank, ": batchd at ", o.server,
+        " cancelled the call (it is stopping?): ", s.error_message()));
+  }
   if (!s.ok()) {
     const std::string where =
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||

@@ -4,8 +4,9 @@
 // connection: an exiting daemon that refuses, a daemon that answers and
 // stops before the ring is mapped, and a socket that drops connections while
 // the daemon restarts. Each is a pause for the rank, never an error, and a
-// short one. And a daemon killed while it creates a ring: the daemon that
-// follows removes the half-made segment.
+// short one; so is a call the daemon cancels as it stops. And a daemon
+// killed while it creates a ring: the daemon that follows removes the
+// half-made segment.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -235,6 +236,25 @@ TEST(ClientRestartTest, ARingGoneBeforeItWasMappedIsOpenedAgain) {
       resp->set_slots(2);
       return grpc::Status::OK;
     }
+    return ring.Fill(resp);
+  });
+  ASSERT_TRUE(daemon.ok());
+  auto loader = Loader::Open(Options(dir + "/sock"));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(daemon.calls(), 2);
+}
+
+TEST(ClientRestartTest, AnOpenTheDaemonCancelsWaitsForTheNextOne) {
+  // SIGTERM while ranks reopen: a daemon that stops cancels the OpenStream
+  // calls it has not answered (the soak saw "OpenStream wmt-train rank 0:
+  // CANCELLED"). The rank took it for its stream closed and raised it to
+  // the trainer; the client never cancels the call itself.
+  const std::string dir = MakeTempDir();
+  Ring ring("cancelled");
+  ASSERT_TRUE(ring.ok());
+  ScriptedDaemon daemon(dir + "/sock", [&](int call,
+                                           v1::OpenStreamResponse* resp) {
+    if (call == 0) return grpc::Status(grpc::StatusCode::CANCELLED, "");
     return ring.Fill(resp);
   });
   ASSERT_TRUE(daemon.ok());
