@@ -100,6 +100,22 @@ void FillSpec(const LoaderOptions& o, v1::StreamSpec* spec) {
   for (const auto& [k, v] : o.options) (*spec->mutable_options())[k] = v;
 }
 
+// The channel of one OpenStream call. A daemon that restarts drops the
+// connection or refuses it for a moment, and gRPC waits its reconnect
+// backoff (1 s, then 1.6 s, ...) before it tries again: with 100 ms at
+// first and 1 s at most, a rank reaches a restarted daemon within a tenth
+// of a second of its socket accepting. Its own subchannel pool: the
+// process-wide one would hand a new channel a connection of an earlier one
+// that is still waiting out its backoff.
+std::shared_ptr<grpc::Channel> OpenStreamChannel(const std::string& server) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(ParseAddress(server).grpc_target,
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
 // OpenStream for rank o.rank, beginning at `resume` when given. The channel
 // lives only for this call: trainers fork (DataLoader workers, launchers)
 // and gRPC's threads must not be running then.
@@ -122,15 +138,21 @@ absl::StatusOr<v1::OpenStreamResponse> CallOpenStream(
       c->set_step(resume->cursor_step);
     }
   }
-  auto channel = grpc::CreateChannel(ParseAddress(o.server).grpc_target,
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::Batchd::NewStub(channel);
+  auto stub = v1::Batchd::NewStub(OpenStreamChannel(o.server));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(int64_t(deadline_seconds * 1000)));
   ctx.set_wait_for_ready(true);
   v1::OpenStreamResponse resp;
   grpc::Status s = stub->OpenStream(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::CANCELLED) {
+    // This call is never cancelled here: the daemon cancelled it, as one
+    // does with the calls it has not answered when it stops (SIGTERM, a
+    // restart). Unavailable, so that the rank waits for the next daemon.
+    return absl::UnavailableError(absl::StrCat(
+        "OpenStream ", o.stream, " rank ", o.rank, ": batchd at ", o.server,
+        " cancelled the call (it is stopping?): ", s.error_message()));
+  }
   if (!s.ok()) {
     const std::string where =
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
@@ -173,13 +195,58 @@ absl::StatusOr<std::unique_ptr<RingReader>> OpenRing(
   // Over TCP there is no peer to ask: the ring must still be the daemon's
   // uid as configured, or root's, or ours.
   ro.owner_uid = *uid >= 0 ? *uid : o.server_uid;
-  return RingReader::Attach(resp->segment(), ro);
+  absl::StatusOr<std::unique_ptr<RingReader>> reader =
+      RingReader::Attach(resp->segment(), ro);
+  if (absl::IsNotFound(reader.status())) {
+    // The daemon that answered stopped before the ring was mapped (an
+    // exiting daemon unlinks its rings, a restarted one removes a dead
+    // one's): the daemon that follows opens it again.
+    return absl::UnavailableError(absl::StrCat(
+        "the ring batchd (pid ", resp->server_pid(),
+        ") opened is gone before it was mapped (the daemon stopped?): ",
+        reader.status().message()));
+  }
+  return reader;
 }
 
 // Errors a restarted daemon may clear: it is gone, not yet back, exiting
 // or draining. Anything else (a refused spec, an impostor) is final.
 bool MayReconnect(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+}
+
+// The pause before the next try to reach a daemon that may be restarting:
+// 50 ms for the first 2 s (a restart takes a fraction of a second, and a
+// refused connect to a unix socket costs microseconds), then doubling to
+// 1 s for one that stays away.
+double NextBackoff(double backoff, double elapsed_seconds) {
+  return elapsed_seconds < 2.0 ? 0.05 : std::min(1.0, backoff * 2);
+}
+
+// OpenRing, tried again while the daemon may be restarting (not there yet,
+// exiting, gone during the call) until `seconds` have passed: a rank that
+// opens its stream during a restart waits for the daemon that follows.
+absl::StatusOr<std::unique_ptr<RingReader>> OpenRingWithin(
+    const LoaderOptions& o, double seconds, v1::OpenStreamResponse* resp) {
+  const uint64_t start = MonotonicNanos();
+  uint32_t tries = 0;
+  for (double backoff = 0.05;;
+       backoff = NextBackoff(backoff, Seconds(MonotonicNanos() - start))) {
+    ++tries;
+    const double left = seconds - Seconds(MonotonicNanos() - start);
+    absl::StatusOr<std::unique_ptr<RingReader>> reader =
+        OpenRing(o, nullptr, std::max(left, 0.001), resp);
+    if (reader.ok() || !MayReconnect(reader.status())) return reader;
+    const double spent = Seconds(MonotonicNanos() - start);
+    if (spent + backoff >= seconds) {
+      return absl::Status(
+          reader.status().code(),
+          absl::StrFormat("%s; tried %u times over %.1f s (connect_timeout)",
+                          reader.status().message(), tries, spent));
+    }
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(int64_t(backoff * 1000)));
+  }
 }
 
 absl::Status CheckStateMatches(const LoaderOptions& o, const LoaderState& st) {
@@ -316,7 +383,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   }
   v1::OpenStreamResponse resp;
   absl::StatusOr<std::unique_ptr<RingReader>> reader =
-      OpenRing(o, nullptr, o.connect_timeout_seconds, &resp);
+      OpenRingWithin(o, o.connect_timeout_seconds, &resp);
   if (!reader.ok()) return reader.status();
 
   auto impl = std::make_unique<Impl>();
@@ -491,7 +558,8 @@ absl::Status Loader::Reconnect(const absl::Status& why) {
           o.reconnect_seconds);
   absl::Status last = why;
   uint32_t tries = 0;
-  for (double backoff = 0.05;; backoff = std::min(1.0, backoff * 2)) {
+  for (double backoff = 0.05;;
+       backoff = NextBackoff(backoff, Seconds(MonotonicNanos() - start))) {
     const double left = o.reconnect_seconds - Seconds(MonotonicNanos() - start);
     if (left <= 0) break;
     if (m.Interrupted()) return absl::AbortedError("interrupted");

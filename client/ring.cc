@@ -13,6 +13,7 @@
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,28 @@ uint64_t ShmFreeBytes() {
 
 // ---------------------------------------------------------------- RingWriter
 
+namespace {
+
+// Writes the creator's pid, start time and pid namespace at their header
+// offsets of a segment not yet mapped (the magic and version stay 0).
+absl::Status RecordCreator(int fd, const std::string& name) {
+  const uint32_t pid = uint32_t(getpid());
+  const uint64_t start = ProcessStartTicks(getpid());
+  const uint64_t ns = SelfPidNamespace();
+  if (pwrite(fd, &pid, sizeof(pid), offsetof(shm::RingHeader, server_pid)) !=
+          ssize_t(sizeof(pid)) ||
+      pwrite(fd, &start, sizeof(start),
+             offsetof(shm::RingHeader, server_start)) != ssize_t(sizeof(start)) ||
+      pwrite(fd, &ns, sizeof(ns), offsetof(shm::RingHeader, server_pid_ns)) !=
+          ssize_t(sizeof(ns))) {
+    return absl::InternalError(absl::StrCat(
+        "cannot write the header of ring ", name, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
     const std::string& name, const RingGeometry& geometry, gid_t gid) {
   if (absl::Status s = geometry.Check(); !s.ok()) return s;
@@ -116,6 +139,13 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
           "ring ", name, " is not a regular file of uid ", geteuid()));
     }
     fchmod(fd, mode);
+    // Who creates it, before the reservation (the slow step): a daemon
+    // killed meanwhile leaves a segment that the next one sees is dead and
+    // removes at once, rather than once it is a minute old.
+    if (absl::Status s = RecordCreator(fd, name); !s.ok()) {
+      bip::shared_memory_object::remove(BareSegmentName(name).c_str());
+      return s;
+    }
     // Reserve every page now: tmpfs allocates lazily and a full /dev/shm
     // would otherwise SIGBUS whichever process touches a page first.
     const int rc = posix_fallocate(fd, 0, off_t(bytes));
@@ -348,8 +378,13 @@ std::vector<std::string> RemoveStaleSegments(
     const ssize_t got = pread(fd, raw, sizeof(raw), 0);
     const auto& h = *reinterpret_cast<const shm::RingHeader*>(raw);
     close(fd);
+    // The creator is recorded before the pages are reserved: a segment
+    // whose creator died while it was being made (magic still 0) is stale
+    // as one whose server died.
+    const ssize_t identity =
+        ssize_t(offsetof(shm::RingHeader, server_pid_ns) + sizeof(uint64_t));
     bool stale;
-    if (got == ssize_t(sizeof(h)) && h.magic == shm::kMagic &&
+    if (got >= identity && (h.magic == shm::kMagic || h.magic == 0) &&
         h.server_pid != 0) {
       stale = !ProcessAlive(h.server_pid, h.server_start, h.server_pid_ns);
     } else {

@@ -233,7 +233,9 @@ class RingReader {
 
 // Removes segments under /dev/shm whose names start with `prefix` (e.g.
 // "batchd.1000.") and whose recorded server is dead, or that were never
-// finished by a creator that has since died. Returns the names removed.
+// finished by a creator that has since died (Create records its creator
+// before it reserves the pages; one without even that is removed once a
+// minute old). Returns the names removed.
 // Entries that are not regular files of this process's uid (FIFOs, links,
 // another user's files) are never opened blocking, followed, trusted or
 // removed; each is added to `skipped` (when given) with the reason.

@@ -6,7 +6,10 @@
 # installed by pip into venvs (scripts/test-pip.sh).
 #
 # Usage: scripts/test.sh [--ci]
-#   --ci  also builds and runs the C++ suites under AddressSanitizer + UBSan
+#   --ci  also runs a second soak that kills (-9) and restarts the daemon
+#         under synthetic, imagenet and wmt streams (tests/soak.py
+#         --kill-daemon, as long as the first; it prints the stall per
+#         restart), builds and runs the C++ suites under AddressSanitizer + UBSan
 #         (scripts/sanitize.sh asan, build-asan/), runs every fuzz target
 #         for a fixed number of inputs (scripts/fuzz.sh, build-fuzz/), builds
 #         the manylinux wheels (scripts/build-wheel.sh) and checks them in a
@@ -15,7 +18,7 @@
 #         suites and torchrun under PyPI's torch (scripts/test-torch.sh) and
 #         builds against its CUDA libtorch (scripts/build-cuda.sh): what
 #         .ci/run does. ThreadSanitizer stays in scripts/sanitize.sh tsan.
-# BATCHD_SOAK_SECONDS changes the soak's length (0 skips it).
+# BATCHD_SOAK_SECONDS changes the soaks' length (0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci=0
@@ -50,6 +53,10 @@ soak_seconds=${BATCHD_SOAK_SECONDS:-60}
 if [ "$soak_seconds" != 0 ]; then
   /usr/bin/python3 tests/soak.py --seconds "$soak_seconds"
   stage soak
+  if [ "$ci" = 1 ]; then
+    /usr/bin/python3 tests/soak.py --kill-daemon --seconds "$soak_seconds"
+    stage "soak, daemon restarts"
+  fi
 fi
 scripts/test-pip.sh
 stage pip

@@ -331,8 +331,9 @@ absl::StatusOr<int> ClaimSocket(const std::string& listen,
   return lock_fd;
 }
 
-// Step 4. Signals are taken by sigwait, never by a handler: blocked before
-// any thread starts so that every thread inherits the mask.
+// Before step 1. Signals are taken by sigwait, never by a handler: blocked
+// before any thread starts (gRPC's too) so that every thread inherits the
+// mask.
 sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
@@ -634,6 +635,9 @@ void Stop(const std::string& socket_path, Serving* serving,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: reading the settings makes gRPC credentials, and gRPC starts
+  // its threads then; each must inherit the mask.
+  const sigset_t signals = BlockStopSignals();
   batchd::DaemonConfig config;
   if (std::optional<int> done = ReadSettings(argc, argv, &config)) return *done;
 
@@ -652,7 +656,6 @@ int main(int argc, char** argv) {
     socket_gid = *gid;
   }
 
-  const sigset_t signals = BlockStopSignals();
   RemoveStaleSegments(config);
 
   absl::StatusOr<std::unique_ptr<batchd::Core>> core = StartCore(config);

@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "batchd/loader.h"
@@ -327,6 +329,17 @@ class BadInputTest : public ::testing::Test {
                                      8, 1, 0));
     ASSERT_TRUE(good.ok()) << good.status();
     EXPECT_TRUE((*good)->Next().ok());
+    // The daemon frees the closed rank's ring when it next looks: wait for
+    // it, so that the next call's count before is not taken while it goes.
+    good->reset();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (server_.Segments().size() != before &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(server_.Segments().size(), before)
+        << "the ring of a closed rank is still there after 60 s";
   }
 
   TestServer server_{"bad"};

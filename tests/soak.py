@@ -7,6 +7,9 @@ independent implementation of the sampler and of the synthetic payload.
     BATCHD_BIN=build/server/batchd PYTHONPATH=build/python \\
         /usr/bin/python3 tests/soak.py --seconds 60
 
+With --kill-daemon it is the other way round (tests/soak_restart.py): the
+clients live for the whole run and the daemon is killed and restarted.
+
 Streams (synthetic workload, payload bytes derived from the example):
   train-w4   train split, 4 ranks, 1000 examples, G = 24 (the remainder of
              each epoch dropped), 68-byte payloads (a tail that is not a
@@ -16,20 +19,9 @@ Streams (synthetic workload, payload bytes derived from the example):
              12 batches, the last padded; each rank starts it again at step
              0 when it ends
 
-The reference here is written from DESIGN.md's determinism contract and
-workloads/sampler.h's description, not by calling the C++ code: the epoch
-permutation is a 6-round balanced Feistel network over the smallest
-even-bit power of two >= n with cycle walking, round keys
-Mix64(Mix64(seed ^ "batchd\\0\\0") ^ Mix64(epoch) ^ r << 56) and round
-function Mix64(right ^ key) & mask (Mix64 = SplitMix64's finaliser);
-global batch s of a training stream is epoch s // (n // G), positions
-(s % (n // G)) * G + r * G / W ... + G / W - 1 for rank r of W; an eval
-stream is one pass in order, the last batch padded (id 2^64 - 1, weight
-0, zero payload). The payload of example (seed, epoch, position, id) is
-the arithmetic sequence of 64-bit words starting at
-Mix64(seed ^ Mix64(id)) ^ w0 with step w1 | 1, where w0, w1 are the first
-words of Philox4x32-10 keyed by Mix64(seed) at counter (position, epoch, 0)
-(workloads/counter_rng.h, workloads/synthetic.cc).
+The reference (tests/soak_reference.py) is written from DESIGN.md's
+determinism contract and workloads/sampler.h's description, not by calling
+the C++ code.
 
 Each client checks every batch it gets and reports its step; the driver
 checks that every rank's steps come exactly once and in order across kills
@@ -56,8 +48,7 @@ import tempfile
 import time
 import uuid
 
-M64 = (1 << 64) - 1
-M32 = (1 << 32) - 1
+from soak_reference import Reference, check_batch
 
 STREAMS = {
     "train-w4": dict(split="train", world_size=4, global_batch_size=24,
@@ -67,152 +58,6 @@ STREAMS = {
     "eval-w3": dict(split="validation", world_size=3, global_batch_size=9,
                     examples=100, payload_bytes=16, seed=3, slots=0),
 }
-
-
-# --- the independent reference ---------------------------------------------
-
-def mix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-    return x ^ (x >> 31)
-
-
-class Feistel:
-    """The epoch permutation of [0, n) for (seed, epoch)."""
-
-    ROUNDS = 6
-
-    def __init__(self, n, seed, epoch):
-        self.n = n
-        bits = 0
-        while bits < 64 and (1 << bits) < n:
-            bits += 1
-        bits += bits % 2
-        self.half = bits // 2
-        self.mask = (1 << self.half) - 1
-        base = mix64(seed ^ 0x6261746368640000) ^ mix64(epoch)
-        self.keys = [mix64(base ^ (r << 56)) for r in range(self.ROUNDS)]
-
-    def _encrypt(self, x):
-        left, right = x >> self.half, x & self.mask
-        for k in self.keys:
-            left, right = right, left ^ (mix64(right ^ k) & self.mask)
-        return (left << self.half) | right
-
-    def __call__(self, position):
-        x = position
-        while True:
-            x = self._encrypt(x)
-            if x < self.n:
-                return x
-
-
-def philox4x32(ctr, key):
-    k0, k1 = key & M32, key >> 32
-    c0, c1, c2, c3 = ctr
-    for _ in range(10):
-        p0 = 0xD2511F53 * c0
-        p1 = 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0, p1 & M32,
-                          (p0 >> 32) ^ c3 ^ k1, p0 & M32)
-        k0 = (k0 + 0x9E3779B9) & M32
-        k1 = (k1 + 0xBB67AE85) & M32
-    return c0, c1, c2, c3
-
-
-def payload(seed, epoch, position, example_id, nbytes):
-    w = philox4x32((position & M32, (position >> 32) & M32, epoch & M32, 0),
-                   mix64(seed))
-    first = (w[0] << 32) | w[1]
-    step = ((w[2] << 32) | w[3]) | 1
-    x = mix64(seed ^ mix64(example_id)) ^ first
-    out = bytearray()
-    while len(out) + 8 <= nbytes:
-        out += x.to_bytes(8, "little")
-        x = (x + step) & M64
-    i = len(out)
-    while i < nbytes:
-        out.append((x >> (8 * (i % 8))) & 0xFF)
-        i += 1
-    return bytes(out)
-
-
-class Reference:
-    """What rank `rank` of stream `spec` must receive at each step."""
-
-    def __init__(self, spec, rank):
-        self.spec = spec
-        self.rank = rank
-        self.n = spec["examples"]
-        self.g = spec["global_batch_size"]
-        self.per_rank = self.g // spec["world_size"]
-        self.train = spec["split"] == "train"
-        self.steps_per_epoch = (self.n // self.g if self.train
-                                else -(-self.n // self.g))
-        self._perms = {}
-
-    def batch(self, step):
-        """[(epoch, position, id or None)] of the rank's slice of `step`."""
-        if self.train:
-            epoch, in_epoch = divmod(step, self.steps_per_epoch)
-        else:
-            epoch, in_epoch = 0, step
-        first = in_epoch * self.g + self.rank * self.per_rank
-        out = []
-        for p in range(first, first + self.per_rank):
-            if self.train:
-                perm = self._perms.get(epoch)
-                if perm is None:
-                    perm = self._perms[epoch] = Feistel(self.n,
-                                                        self.spec["seed"], epoch)
-                    if len(self._perms) > 4:
-                        del self._perms[min(self._perms)]
-                out.append((epoch, p, perm(p)))
-            else:
-                out.append((epoch, p, p if p < self.n else None))
-        return out
-
-
-def check_batch(ref, step, info, batch):
-    """A list of what is wrong with one delivered batch (empty: correct).
-    `batch`: numpy arrays by tensor name."""
-    errors = []
-    expected = ref.batch(step)
-    ids = [int(v) & M64 for v in batch["ids"].tolist()]
-    epochs = [int(v) & M64 for v in batch["epochs"].tolist()]
-    positions = [int(v) & M64 for v in batch["positions"].tolist()]
-    pay = batch["payload"]
-    nbytes = ref.spec["payload_bytes"]
-    if info.step != step:
-        errors.append(f"step {info.step} delivered where {step} was due")
-    if len(ids) != len(expected) or pay.shape != (len(expected), nbytes):
-        return errors + [f"step {step}: {len(ids)} rows, payload {pay.shape}"]
-    valid = sum(1 for e in expected if e[2] is not None)
-    if info.valid_count != valid:
-        errors.append(f"step {step}: valid_count {info.valid_count}, "
-                      f"expected {valid}")
-    if info.epoch != expected[0][0] or info.position != expected[0][1]:
-        errors.append(f"step {step}: batch info epoch {info.epoch} position "
-                      f"{info.position}, expected {expected[0][:2]}")
-    weights = batch["weights"].tolist() if "weights" in batch else None
-    for i, (epoch, position, example_id) in enumerate(expected):
-        want_id = M64 if example_id is None else example_id
-        if (ids[i], epochs[i], positions[i]) != (want_id, epoch, position):
-            errors.append(
-                f"step {step} row {i}: (id, epoch, position) = "
-                f"({ids[i]}, {epochs[i]}, {positions[i]}), expected "
-                f"({want_id}, {epoch}, {position})")
-            continue
-        want = (bytes(nbytes) if example_id is None else
-                payload(ref.spec["seed"], epoch, position, example_id, nbytes))
-        if pay[i].tobytes() != want:
-            errors.append(f"step {step} row {i}: payload of example "
-                          f"{example_id} differs")
-        if weights is not None and weights[i] != (0.0 if example_id is None
-                                                  else 1.0):
-            errors.append(f"step {step} row {i}: weight {weights[i]}")
-    return errors
 
 
 # --- a client process --------------------------------------------------------
@@ -558,6 +403,10 @@ class Soak:
 
 
 def main():
+    if "--kill-daemon" in sys.argv[1:]:
+        import soak_restart
+        soak_restart.main([a for a in sys.argv[1:] if a != "--kill-daemon"])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "client":
         p = argparse.ArgumentParser()
         p.add_argument("--stream", required=True)
@@ -568,6 +417,9 @@ def main():
         client_main(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kill-daemon", action="store_true",
+                   help="the daemon-restart soak instead (tests/soak_restart.py; "
+                   "--kill-daemon --help lists its flags)")
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--batchd", default=os.environ.get("BATCHD_BIN"),
                    help="the daemon (default $BATCHD_BIN)")

@@ -87,6 +87,11 @@ class Daemon:
             self.proc.wait(timeout=30)
         self._start()
 
+    def start(self):
+        """Starts it again after kill(), on the same socket, flags and
+        cache."""
+        self._start()
+
     def _wait_until_accepting(self, path):
         deadline = time.monotonic() + 30
         while True:

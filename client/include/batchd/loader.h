@@ -127,7 +127,9 @@ struct LoaderOptions {
   // A server whose heartbeat is older than this is taken as stopped.
   // Default: 3 s.
   double server_stale_seconds = 3.0;
-  // Deadline for the OpenStream call. Default: 30 s.
+  // How long Open() tries to open the stream: a daemon that is not there
+  // yet, is exiting, or stops during the call (a restart) is tried again
+  // until then. Default: 30 s.
   double connect_timeout_seconds = 30.0;
 };
 

@@ -218,7 +218,9 @@ class Loader(_batchd.Loader):
         rank's next step, with exactly the batches it would have had;
         0 or None raises ServerUnavailableError at once.
     server_stale_seconds: a server heartbeat older than this means stopped.
-    connect_timeout: deadline of the OpenStream call.
+    connect_timeout: how long opening the stream is tried: a daemon that is
+        not there yet, is exiting, or stops meanwhile (a restart) is tried
+        again until then.
     owner: None, your own stream named `stream` (opened when missing); a
         uid, that uid's existing stream, which the server lets only its
         administrators join (others get batchd.Error, code
