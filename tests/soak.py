@@ -19,7 +19,7 @@ Streams (synthetic workload, payload bytes derived from the example):
              12 batches, the last padded; each rank starts it again at step
              0 when it ends
 
-The reference (tests/soak_reference.py) is written from DESIGN.md's
+The reference (tests/soak_reference.py) is written from docs/design.md's
 determinism contract and workloads/sampler.h's description, not by calling
 the C++ code.
 

@@ -1,6 +1,6 @@
 """The independent reference of the soak tests (tests/soak.py,
 tests/soak_restart.py): what every rank of a stream must receive, written
-from DESIGN.md's determinism contract and workloads/sampler.h's
+from docs/design.md's determinism contract and workloads/sampler.h's
 description, not by calling the C++ code.
 
 The epoch permutation is a 6-round balanced Feistel network over the
