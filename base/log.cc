@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "base/clock.h"
+
 namespace batchd {
 
 namespace {
@@ -59,12 +61,6 @@ Limiter& limiter() {
 }
 
 constexpr uint64_t kRepeatNs = 10ULL * 1000 * 1000 * 1000;
-
-uint64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
-}
 
 std::string Fields(const LogFields& fields) {
   std::string line;

@@ -20,10 +20,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/address.h"
+#include "base/clock.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
 #include "client/daemon_peer.h"
-#include "client/process.h"
 #include "client/ring.h"
 
 namespace batchd {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/process.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 namespace batchd {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "client/process.h"
+#include "base/clock.h"
 
 namespace batchd {
 
