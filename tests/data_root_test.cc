@@ -217,10 +217,8 @@ class ImageTreeTest : public ::testing::Test {
     ex.seed = 3;
     ex.position = id;
     ex.id = id;
-    std::vector<uint8_t> inputs(16 * 16 * 3);
-    int64_t label = 0;
-    uint8_t* out[] = {inputs.data(), reinterpret_cast<uint8_t*>(&label)};
-    return w.FillItem(ex, out, counters);
+    testutil::RowBuffers out(w.tensors());
+    return w.FillItem(ex, out.out(), counters);
   }
 
   std::string root_, outside_;
