@@ -37,6 +37,7 @@ const batchd::CacheDir& Cache() {
 }
 
 void Place(const std::string& name, const std::string& file) {
+  Cache();  // makes the directory on first use
   batchd::fuzz::WriteScratchFile(
       "cache/" + name, reinterpret_cast<const uint8_t*>(file.data()),
       file.size());

@@ -211,7 +211,8 @@ def cache_files():
     value = bytes(range(64)) * 3
     entry, blob = cache_entry(value), cache_blob(value)
     return [b"\0" + entry, b"\2" + entry, b"\0" + cache_entry(b""),
-            b"\0" + entry[:-9], b"\2" + cache_entry(value, key=b"other"),
+            b"\0" + entry[:-9], b"\2" + entry[:-4] + b"tail" + entry[-4:],
+            b"\2" + cache_entry(value, key=b"other"),
             b"\2" + cache_entry(value, version=2),
             b"\1" + blob, b"\3" + blob, b"\1" + cache_blob(b""),
             b"\3" + blob[:40] + blob[-36:]]
