@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 
 namespace batchd {
 
@@ -61,12 +62,6 @@ Limiter& limiter() {
 }
 
 constexpr uint64_t kRepeatNs = 10ULL * 1000 * 1000 * 1000;
-
-uint64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
-}
 
 std::string Fields(const LogFields& fields) {
   std::string line;

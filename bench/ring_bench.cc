@@ -38,7 +38,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/process.h"
+#include "base/clock.h"
+#include "base/process.h"
 #include "client/ring.h"
 #include "client/shm_layout.h"
 

@@ -3,7 +3,6 @@
 // next step (see batchd/loader.h).
 #include "batchd/loader.h"
 
-#include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -21,10 +20,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/address.h"
+#include "base/clock.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
+#include "client/cuda_host.h"
 #include "client/daemon_peer.h"
-#include "client/process.h"
 #include "client/ring.h"
 
 namespace batchd {
@@ -304,6 +304,7 @@ class Loader::Impl {
   uint64_t all_held_since = 0;
   uint32_t reconnects = 0;
   uint64_t reconnect_ns = 0;
+  void* pinned = nullptr;  // the mapping RegisterPinned registered
 
   absl::Mutex mu;
   absl::CondVar cv;
@@ -639,31 +640,17 @@ void Loader::SetInterruptCheck(std::function<bool()> check) {
 }
 
 absl::Status Loader::RegisterPinned() {
-  // The runtime torch loaded is the one to use; RTLD_NOLOAD finds it
-  // without loading another.
-  void* cudart = nullptr;
-  for (const char* name : {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                           "libcudart.so.11.0"}) {
-    cudart = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
-    if (cudart == nullptr) cudart = dlopen(name, RTLD_LAZY);
-    if (cudart != nullptr) break;
-  }
-  if (cudart == nullptr) {
-    return absl::FailedPreconditionError("no CUDA runtime (libcudart)");
-  }
-  using Register = int (*)(void*, size_t, unsigned);
-  auto reg = reinterpret_cast<Register>(dlsym(cudart, "cudaHostRegister"));
-  if (reg == nullptr) {
-    return absl::FailedPreconditionError("libcudart has no cudaHostRegister");
-  }
-  const int rc = reg(mapped_address(), mapped_bytes(), 0);
-  if (rc != 0) {
-    // 35: no driver for this runtime; 100: no device. Either way the copies
-    // stay synchronous, which is all a caller can do about it.
-    return absl::FailedPreconditionError(
-        absl::StrCat("cudaHostRegister of the ring failed: CUDA error ", rc));
-  }
-  return absl::OkStatus();
+  void* const address = mapped_address();
+  absl::Status s = CudaHostRegister(address, mapped_bytes());
+  if (s.ok()) impl_->pinned = address;
+  return s;
+}
+
+absl::Status Loader::UnregisterPinned() {
+  void* const address = impl_->pinned;
+  if (address == nullptr) return absl::OkStatus();
+  impl_->pinned = nullptr;
+  return CudaHostUnregister(address);
 }
 
 void* Loader::mapped_address() const { return impl_->Reader()->base(); }

@@ -18,8 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "base/format.h"
-#include "client/process.h"
+#include "base/process.h"
 #include "client/ring_internal.h"
 
 namespace batchd {

@@ -19,7 +19,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "workloads", "common"))
-from records import field_bytes, field_varint, tfrecord, varint  # noqa: E402
+from records import (crc32c, field_bytes, field_varint, tfrecord,  # noqa: E402
+                     varint)
 
 
 # --- tf.train.Example (tensorflow/core/example/{example,feature}.proto) ---
@@ -187,6 +188,55 @@ def models():
             model(words)[:-5], b"\x0a\xff", b""]
 
 
+# --- the cache's entry and blob files (workloads/common/cache_dir.h) ------
+
+CACHE_KIND, CACHE_KEY = b"fuzz-entry", b"a fuzzed key"  # cache_entry_fuzz.cc
+
+
+def cache_entry(value, kind=CACHE_KIND, key=CACHE_KEY, version=1):
+    body = (b"BATCHDC\x01" + struct.pack("<IIQQ", version, len(kind),
+                                          len(key), len(value)) +
+            kind + key + value)
+    return body + struct.pack("<I", crc32c(body))
+
+
+def cache_blob(value, kind=CACHE_KIND, key=CACHE_KEY):
+    body = (value + kind + key + b"BATCHDB\x01" +
+            struct.pack("<IIQQ", 1, len(kind), len(key), len(value)))
+    return body + struct.pack("<I", crc32c(body))
+
+
+def cache_files():
+    """cache_entry_fuzz inputs: byte 0 is the mode (bit 0 blob, bit 1 seal)."""
+    value = bytes(range(64)) * 3
+    entry, blob = cache_entry(value), cache_blob(value)
+    return [b"\0" + entry, b"\2" + entry, b"\0" + cache_entry(b""),
+            b"\0" + entry[:-9], b"\2" + entry[:-4] + b"tail" + entry[-4:],
+            b"\2" + cache_entry(value, key=b"other"),
+            b"\2" + cache_entry(value, version=2),
+            b"\1" + blob, b"\3" + blob, b"\1" + cache_blob(b""),
+            b"\3" + blob[:40] + blob[-36:]]
+
+
+def cache_values():
+    """cache_index_fuzz inputs: byte 0 picks the entry (bit 0: listing)
+    and the mode (bits 1-2: raw, overwrite at, cut at; LE16 offset next)."""
+    return [b"\0" + varint(0), b"\1" + varint(1) + b"\0\0\0",
+            b"\2\x01\x00\xff", b"\3\x04\x00\x05", b"\4\x08\x00",
+            b"\5\x10\x00", b"\6\x02\x00\x80\x80\x80\x80",
+            b"\7\x00\x01" + varint(1 << 40)]
+
+
+def length_tables():
+    """wmt_lengths_fuzz inputs: byte 0 is max_length, then uint16 pairs."""
+    def table(max_length, pairs):
+        return bytes([max_length]) + b"".join(struct.pack("<HH", a, b)
+                                              for a, b in pairs)
+    return [table(255, [(3, 5), (255, 0), (0xfffc, 0xfffc), (0xfffd, 0xfffd)]),
+            table(16, [(17, 1)]), table(16, [(0xfffc, 3)]), table(8, [])[:1],
+            table(64, [(1, 2)] * 40) + b"\x01"]
+
+
 def images(out):
     import numpy as np
     from PIL import Image
@@ -232,6 +282,12 @@ def main():
         write(f"{out}/tokenizer_fuzz", f"bad{i}", data)
     for i, data in enumerate(models()):
         write(f"{out}/sentencepiece_model_fuzz", f"model{i}", data)
+    for i, data in enumerate(cache_files()):
+        write(f"{out}/cache_entry_fuzz", f"file{i}", data)
+    for i, data in enumerate(cache_values()):
+        write(f"{out}/cache_index_fuzz", f"value{i}", data)
+    for i, data in enumerate(length_tables()):
+        write(f"{out}/wmt_lengths_fuzz", f"table{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 

@@ -9,18 +9,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/coding.h"
 #include "fuzz/fuzz_util.h"
 #include "workloads/common/tfrecord.h"
-
-namespace {
-
-uint64_t LoadLE64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path =
@@ -31,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t pos = 0;
   for (size_t i = 0; i < (*file)->size(); ++i) {
     if (size - pos < 16) batchd::fuzz::Fail("record header past the end");
-    const uint64_t length = LoadLE64(data + pos);
+    const uint64_t length = batchd::LoadLE64(data + pos);
     if (length > size - pos - 16) {
       batchd::fuzz::Fail(absl::StrCat("record ", i, " longer than the file"));
     }

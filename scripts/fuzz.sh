@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/: TFRecord framing, tf.train.Example,
 # JPEG/PNG decode, the WMT tokenizer, SentencePiece model files, the TOML
-# config, OpenStream requests)
+# config, OpenStream requests, the cache's entry and blob files and the
+# values in them: TFRecord offsets, ImageFolder listings, WMT length tables)
 # with clang, AddressSanitizer and UBSan into build-fuzz/, writes their seed
 # corpora (fuzz/make_seeds.py) and runs each target over its seeds and then
 # a fixed number of generated inputs: bounded and deterministic (-seed=1),
@@ -26,7 +27,8 @@ rm -rf "$BUILD/seeds"
 /usr/bin/python3 fuzz/make_seeds.py "$BUILD/seeds"
 failed=()
 for target in tfrecord_fuzz example_fuzz image_decoder_fuzz tokenizer_fuzz \
-  sentencepiece_model_fuzz config_fuzz spec_fuzz; do
+  sentencepiece_model_fuzz config_fuzz spec_fuzz cache_entry_fuzz \
+  cache_index_fuzz wmt_lengths_fuzz; do
   # The corpus grows in a scratch copy; the seeds stay as generated.
   corpus="$BUILD/corpus/$target"
   rm -rf "$corpus" && mkdir -p "$corpus" "$BUILD/crashes/$target"

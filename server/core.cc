@@ -20,10 +20,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "batchd/version.h"
-#include "client/process.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/paths.h"
+#include "base/process.h"
+#include "batchd/version.h"
 
 namespace batchd {
 

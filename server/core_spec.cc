@@ -9,8 +9,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/clock.h"
 #include "base/paths.h"
-#include "client/process.h"
 #include "server/core.h"
 #include "workloads/registry.h"
 

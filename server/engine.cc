@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "client/process.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 namespace batchd {

@@ -20,8 +20,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/log.h"
-#include "client/process.h"
 
 namespace batchd {
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "base/log.h"
-#include "client/process.h"
 
 namespace batchd {
 

@@ -17,6 +17,7 @@
 #include "base/paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -70,9 +71,8 @@ TEST(FreeLoopbackPort, GivesAPortThatCanBeBound) {
 }
 
 TEST(UnixSocketAccepts, IsTrueOnlyWhileSomethingListens) {
-  char dir[] = "/tmp/batchd-base-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/s.sock";
+  testutil::TempDir dir("base");
+  const std::string path = dir.Path("s.sock");
   EXPECT_FALSE(UnixSocketAccepts(path));
   const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un a{};
@@ -83,8 +83,6 @@ TEST(UnixSocketAccepts, IsTrueOnlyWhileSomethingListens) {
   EXPECT_TRUE(UnixSocketAccepts(path));
   close(fd);
   EXPECT_FALSE(UnixSocketAccepts(path)) << "nothing accepts after close";
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 TEST(ReadFileToString, ReadsBinaryBytesWhole) {

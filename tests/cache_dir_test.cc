@@ -23,34 +23,17 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testutil.h"
+
 namespace batchd {
 namespace {
 
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/batchd-cache-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  char resolved[PATH_MAX];
-  return realpath(d, resolved) == nullptr ? d : resolved;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
-}
+using testutil::ReadFile;
+using testutil::WriteFile;
 
 class CacheDirTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = MakeTempDir() + "/cache"; }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(std::filesystem::path(dir_).parent_path(), ec);
-  }
+  void SetUp() override { dir_ = tmp_.Path("cache"); }
   std::shared_ptr<const CacheDir> OpenCache() {
     absl::StatusOr<std::shared_ptr<const CacheDir>> c = CacheDir::Open(dir_);
     EXPECT_TRUE(c.ok()) << c.status();
@@ -59,6 +42,7 @@ class CacheDirTest : public ::testing::Test {
   std::string EntryPath(const std::string& kind, const std::string& key) {
     return dir_ + "/" + CacheDir::EntryName(kind, key);
   }
+  testutil::TempDir tmp_{"cache"};
   std::string dir_;
 };
 

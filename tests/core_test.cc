@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/process.h"
+#include "base/process.h"
 #include "client/ring.h"
 
 namespace batchd {

@@ -18,25 +18,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_images.h"
+#include "tests/testutil.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
-#include "workloads/imagenet/test_images.h"
 #include "workloads/wmt/pair_source.h"
 #include "workloads/registry.h"
 
 namespace batchd {
 namespace {
 
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/batchd-root-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  char resolved[PATH_MAX];
-  return realpath(d, resolved) == nullptr ? d : resolved;
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary) << data;
-}
+using testutil::MakeTempDir;
+using testutil::WriteFile;
 
 std::string Jpeg(unsigned seed) {
   return testing_images::EncodeJpeg(testing_images::Picture(40, 30, 3, seed),
@@ -81,8 +74,8 @@ class DataRootTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     DataRoot::DisableOpenat2ForTesting(GetParam());
-    root_ = MakeTempDir();
-    outside_ = MakeTempDir();
+    root_ = MakeTempDir("root");
+    outside_ = MakeTempDir("root");
     WriteFile(outside_ + "/secret", "root's secret");
     mkdir((root_ + "/a").c_str(), 0755);
     mkdir((root_ + "/b").c_str(), 0755);
@@ -177,8 +170,8 @@ INSTANTIATE_TEST_SUITE_P(WithAndWithoutOpenat2, DataRootTest,
 class ImageTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = MakeTempDir();
-    outside_ = MakeTempDir();
+    root_ = MakeTempDir("root");
+    outside_ = MakeTempDir("root");
     const std::string cls = root_ + "/imagenet/train/n01";
     mkdir((root_ + "/imagenet").c_str(), 0755);
     mkdir((root_ + "/imagenet/train").c_str(), 0755);
@@ -224,10 +217,8 @@ class ImageTreeTest : public ::testing::Test {
     ex.seed = 3;
     ex.position = id;
     ex.id = id;
-    std::vector<uint8_t> inputs(16 * 16 * 3);
-    int64_t label = 0;
-    uint8_t* out[] = {inputs.data(), reinterpret_cast<uint8_t*>(&label)};
-    return w.FillItem(ex, out, counters);
+    testutil::RowBuffers out(w.tensors());
+    return w.FillItem(ex, out.out(), counters);
   }
 
   std::string root_, outside_;
@@ -303,7 +294,7 @@ TEST_F(ImageTreeTest, WorkerDoesNotKeepABufferOfTheLargestFile) {
 // ------------------------------------------------------ TFRecord shards
 
 TEST(TFRecordCap, OversizedRecordIsRefusedWithoutReadingIt) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("root");
   const std::string path = dir + "/x.tfrecord";
   ASSERT_TRUE(
       WriteTFRecordFile(path, {std::string(100, 'a'), std::string(5000, 'b')})
@@ -319,7 +310,7 @@ TEST(TFRecordCap, OversizedRecordIsRefusedWithoutReadingIt) {
 }
 
 TEST(TFRecordCap, SparseGiantRecordCostsNoMemory) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("root");
   const std::string path = dir + "/giant.tfrecord";
   // One record whose header claims 1 GiB, the data a hole.
   const uint64_t length = uint64_t(1) << 30;
@@ -340,7 +331,7 @@ TEST(TFRecordCap, SparseGiantRecordCostsNoMemory) {
 }
 
 TEST(TFRecordCap, FifoNamedLikeAShardDoesNotBlock) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("root");
   ASSERT_EQ(mkfifo((dir + "/s.tfrecord").c_str(), 0644), 0);
   EXPECT_EQ(InChild(10,
                     [&] {
@@ -357,8 +348,8 @@ TEST(TFRecordCap, FifoNamedLikeAShardDoesNotBlock) {
 // ------------------------------------------------------------ WMT text
 
 TEST(WmtText, FifoAndLinkOutOfTheRootAreRefused) {
-  const std::string dir = MakeTempDir();
-  const std::string outside = MakeTempDir();
+  const std::string dir = MakeTempDir("root");
+  const std::string outside = MakeTempDir("root");
   ASSERT_EQ(mkfifo((dir + "/train.de").c_str(), 0644), 0);
   WriteFile(dir + "/train.en", "hello\n");
   EXPECT_EQ(InChild(10,
@@ -380,7 +371,7 @@ TEST(WmtText, FifoAndLinkOutOfTheRootAreRefused) {
 }
 
 TEST(WmtText, OverlongLineIsADamagedPair) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("root");
   WriteFile(dir + "/train.de", "kurz\n" + std::string(5000, 'x') + "\nende\n");
   WriteFile(dir + "/train.en", "short\nlong\nend\n");
   wmt::PairSourceOptions o;

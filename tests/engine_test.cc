@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/process.h"
+#include "base/clock.h"
 #include "client/ring.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/synthetic.h"

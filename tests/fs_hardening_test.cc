@@ -26,14 +26,14 @@
 #include <thread>
 #include <vector>
 
-#include "base/files.h"
 #include "base/address.h"
 #include "batchd/loader.h"
 #include "client/ring.h"
 #include "client/shm_layout.h"
 #include "server/config.h"
 #include "tests/test_server.h"
-#include "workloads/imagenet/test_images.h"
+#include "tests/test_images.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -57,10 +57,6 @@ int AsNobody(const std::function<int()>& fn) {
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) == 99) return -1;
   return WEXITSTATUS(status);
-}
-
-std::string ReadAll(const std::string& path) {
-  return ReadFileToString(path).value_or("");
 }
 
 // Runs the daemon with `args`; returns its wait status and its output. A
@@ -191,7 +187,7 @@ TEST(ShmEntries, AnotherUsersFilesCannotDenyOrPoisonAStream) {
     EXPECT_TRUE(b.ok()) << b.status();
     loaders.push_back(std::move(*l));
   }
-  EXPECT_EQ(ReadAll(victim), "precious");
+  EXPECT_EQ(testutil::ReadFile(victim), "precious");
   // The forged ring is neither trusted nor touched by a restart's scan.
   std::vector<std::string> skipped;
   const std::vector<std::string> removed = RemoveStaleSegments(
@@ -260,7 +256,8 @@ TEST(SocketDirectory, LockFileLinkPlantedByAnotherUserIsNotFollowed) {
       server.RunExpectingExit(&err, {"--allow-shared-socket-dir"});
   EXPECT_TRUE(Exited(status, 1)) << err;
   EXPECT_NE(err.find("symbolic link"), std::string::npos) << err;
-  EXPECT_EQ(ReadAll(victim), "precious") << "truncated through the link";
+  EXPECT_EQ(testutil::ReadFile(victim), "precious")
+      << "truncated through the link";
 }
 
 TEST(SocketDirectory, LockFileLinkIsNotFollowedWhateverTheSysctls) {
@@ -274,7 +271,8 @@ TEST(SocketDirectory, LockFileLinkIsNotFollowedWhateverTheSysctls) {
   std::string err;
   EXPECT_TRUE(Exited(server.RunExpectingExit(&err), 1)) << err;
   EXPECT_NE(err.find("symbolic link"), std::string::npos) << err;
-  EXPECT_EQ(ReadAll(victim), "precious") << "truncated through the link";
+  EXPECT_EQ(testutil::ReadFile(victim), "precious")
+      << "truncated through the link";
 }
 
 TEST(SocketDirectory, LockFileOfAnotherUserIsRefused) {

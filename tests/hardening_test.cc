@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "base/address.h"
+#include "base/process.h"
 #include "batchd/loader.h"
-#include "client/process.h"
 #include "client/ring.h"
 #include "tests/test_server.h"
 

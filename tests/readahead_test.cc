@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/process.h"
+#include "base/clock.h"
 #include "client/ring.h"
 #include "server/engine.h"
+#include "tests/testutil.h"
 #include "workloads/imagenet/image_source.h"
 
 namespace batchd {
@@ -192,9 +193,6 @@ TEST(ReadAheadTest, FiniteLaneStopsAtItsEnd) {
 class FileTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/batchd-readahead-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     ASSERT_EQ(mkdir((dir_ + "/c").c_str(), 0755), 0);
     for (int i = 0; i < 8; ++i) {
       std::ofstream(Path(i)) << "image " << i;
@@ -203,17 +201,14 @@ class FileTreeTest : public ::testing::Test {
     ASSERT_TRUE(src.ok()) << src.status();
     source_ = std::move(*src);
   }
-  void TearDown() override {
-    std::string cmd = "rm -rf '" + dir_ + "'";
-    EXPECT_EQ(system(cmd.c_str()), 0);
-  }
   std::string Path(int i) const { return absl::StrCat(dir_, "/c/", i, ".jpg"); }
   ExampleReadFn Reader() const {
     return [src = source_.get()](uint64_t id, std::string* b, int64_t* l) {
       return src->Read(id, b, l);
     };
   }
-  std::string dir_;
+  testutil::TempDir tmp_{"readahead"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<ImageSource> source_;
 };
 

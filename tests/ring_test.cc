@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/process.h"
+#include "base/clock.h"
 #include "tests/test_server.h"
 
 namespace batchd {

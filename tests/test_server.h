@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/address.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace testing {
@@ -55,11 +56,8 @@ inline std::string HttpGet(int port, const std::string& path) {
   return resp;
 }
 
-inline std::string MakeTempDir() {
-  char tmpl[] = "/tmp/batchd-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d == nullptr ? std::string("/tmp") : std::string(d);
-}
+// A fresh directory for a daemon's socket and files (testutil.h).
+inline std::string MakeTempDir() { return testutil::MakeTempDir("test"); }
 
 using ::batchd::UnixSocketAccepts;  // base/address.h
 

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -15,11 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string TempDir() {
-  static const std::string dir = [] {
-    char tmpl[] = "/tmp/batchd-shards-XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    return std::string(d == nullptr ? "/tmp" : d);
-  }();
+  static const std::string dir = testutil::MakeTempDir("shards");
   return dir;
 }
 

@@ -14,37 +14,18 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
 
 using ::testing::HasSubstr;
+using testutil::ReadFile;
+using testutil::WriteFile;
 
 std::string TempPath(const std::string& name) {
-  static const std::string dir = [] {
-    char tmpl[] = "/tmp/batchd-tfrecord-XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    return std::string(d == nullptr ? "/tmp" : d);
-  }();
+  static const std::string dir = testutil::MakeTempDir("tfrecord");
   return dir + "/" + name;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::string s;
-  FILE* f = fopen(path.c_str(), "rb");
-  if (f == nullptr) return s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
-  fclose(f);
-  return s;
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  FILE* f = fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-  fclose(f);
 }
 
 TEST(Crc32c, MatchesKnownVectors) {
@@ -92,7 +73,7 @@ TEST(TFRecord, RoundTripsRecords) {
 
 TEST(TFRecord, EmptyFileHasNoRecords) {
   const std::string path = TempPath("empty.tfrecord");
-  WriteAll(path, "");
+  WriteFile(path, "");
   auto f = TFRecordFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ((*f)->size(), 0u);
@@ -103,7 +84,7 @@ TEST(TFRecord, MatchesTensorFlowFraming) {
   // length 3, masked CRC32C of the length, the data, masked CRC32C of it.
   const std::string path = TempPath("abc.tfrecord");
   ASSERT_TRUE(WriteTFRecordFile(path, {"abc"}).ok());
-  const std::string bytes = ReadAll(path);
+  const std::string bytes = ReadFile(path);
   ASSERT_EQ(bytes.size(), 12u + 3 + 4);
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
   auto le32 = [&](size_t at) {
@@ -119,11 +100,11 @@ TEST(TFRecord, MatchesTensorFlowFraming) {
 TEST(TFRecord, FlippedDataByteIsDataLossNamingFileAndOffset) {
   const std::string path = TempPath("flipped.tfrecord");
   ASSERT_TRUE(WriteTFRecordFile(path, {"first", "second", "third"}).ok());
-  std::string bytes = ReadAll(path);
+  std::string bytes = ReadFile(path);
   // Record 1 starts after record 0 (12 + 5 + 4 bytes); flip its 3rd byte.
   const size_t record1 = 12 + 5 + 4;
   bytes[record1 + 12 + 2] ^= 0x20;
-  WriteAll(path, bytes);
+  WriteFile(path, bytes);
   auto f = TFRecordFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status();  // data CRCs are checked on Read
   EXPECT_TRUE((*f)->Read(0).ok());
@@ -139,10 +120,10 @@ TEST(TFRecord, FlippedDataByteIsDataLossNamingFileAndOffset) {
 TEST(TFRecord, FlippedLengthByteFailsOpen) {
   const std::string path = TempPath("badlength.tfrecord");
   ASSERT_TRUE(WriteTFRecordFile(path, {"first", "second"}).ok());
-  std::string bytes = ReadAll(path);
+  std::string bytes = ReadFile(path);
   const size_t record1 = 12 + 5 + 4;
   bytes[record1] ^= 0x01;
-  WriteAll(path, bytes);
+  WriteFile(path, bytes);
   auto f = TFRecordFile::Open(path);
   ASSERT_EQ(f.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(f.status().message(), HasSubstr(path));
@@ -154,13 +135,13 @@ TEST(TFRecord, FlippedLengthByteFailsOpen) {
 TEST(TFRecord, TruncatedFileFailsOpenNamingTheRecord) {
   const std::string full = TempPath("full.tfrecord");
   ASSERT_TRUE(WriteTFRecordFile(full, {"first", "second"}).ok());
-  const std::string bytes = ReadAll(full);
+  const std::string bytes = ReadFile(full);
   const size_t record1 = 12 + 5 + 4;
   // Cut inside the second record's data, its footer, and its header.
   for (size_t cut :
        {bytes.size() - 1, bytes.size() - 4, record1 + 12 + 2, record1 + 5}) {
     const std::string path = TempPath("truncated.tfrecord");
-    WriteAll(path, bytes.substr(0, cut));
+    WriteFile(path, bytes.substr(0, cut));
     auto f = TFRecordFile::Open(path);
     ASSERT_EQ(f.status().code(), absl::StatusCode::kDataLoss) << cut;
     EXPECT_THAT(f.status().message(), HasSubstr(path));

@@ -333,13 +333,27 @@ class PyLoader {
     return info;
   }
 
-  // (address, bytes) of the ring's mapping, for cudaHostRegister.
+  // (address, bytes) of the ring's mapping: what _register_pinned pins.
   py::tuple Mapping() {
     absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) throw py::value_error("the loader is closed");
     return py::make_tuple(
         reinterpret_cast<uintptr_t>(loader_->mapped_address()),
         loader_->mapped_bytes());
+  }
+
+  // Loader::RegisterPinned / UnregisterPinned, the one implementation of
+  // pinning the ring (batchd.algoperf calls these): whether it worked
+  // (False where there is no CUDA runtime, driver or device).
+  bool RegisterPinned() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return loader_ != nullptr && loader_->RegisterPinned().ok();
+  }
+  bool UnregisterPinned() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return loader_ != nullptr && loader_->UnregisterPinned().ok();
   }
 
   double WaitSeconds() {
@@ -524,6 +538,8 @@ void DefineModule(py::module_& m) {
       .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true)
       .def("_info", &PyLoader::Info)
       .def("_mapping", &PyLoader::Mapping)
+      .def("_register_pinned", &PyLoader::RegisterPinned)
+      .def("_unregister_pinned", &PyLoader::UnregisterPinned)
       .def("_state_json", &PyLoader::StateJson)
       .def("_load_state_json", &PyLoader::LoadState)
       .def("_reconnects", &PyLoader::Reconnects)

@@ -275,6 +275,70 @@ def test_normalize_on_cuda():
     assert torch.allclose(out.cpu(), batchd.normalize(images))
 
 
+# A stand-in for the CUDA runtime: it records what is registered, and says
+# rc $FAKE_CUDART_RC (0: success; 100: no device).
+FAKE_CUDART = r"""
+#include <stdio.h>
+#include <stdlib.h>
+static void note(const char* what, void* p, size_t n) {
+  FILE* f = fopen(getenv("FAKE_CUDART_LOG"), "a");
+  fprintf(f, "%s %lu %zu\n", what, (unsigned long)p, n);
+  fclose(f);
+}
+int cudaHostRegister(void* p, size_t n, unsigned flags) {
+  note(flags == 0 ? "register" : "register-flags", p, n);
+  return atoi(getenv("FAKE_CUDART_RC"));
+}
+int cudaHostUnregister(void* p) { note("unregister", p, 0); return 0; }
+"""
+
+PIN_SCRIPT = """
+import ctypes, json, sys
+# Loaded as torch loads its CUDA runtime: under a file name of its own.
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+import batchd
+from batchd import algoperf
+loader = batchd.Loader("pin", 32, server=sys.argv[2], connect_timeout=10.0,
+                       options={"examples": "100", "payload_bytes": "64"})
+address, size = loader._mapping()
+pinned = algoperf._register_pinned(loader)
+algoperf._unregister_pinned(loader)
+loader.close()
+print(json.dumps([pinned, address, size]))
+"""
+
+
+@pytest.mark.parametrize("rc", [0, 100])
+def test_algoperf_pins_the_ring_through_the_client_library(server, tmp_path,
+                                                           rc):
+    """batchd.algoperf registers the ring with the runtime already in the
+    process, whatever its file is called, through the C++ client's one
+    implementation (Loader::RegisterPinned), and unregisters exactly what
+    was registered; a runtime that refuses (no device) leaves it unpinned
+    with nothing to undo."""
+    source = tmp_path / "fake_cudart.c"
+    source.write_text(FAKE_CUDART)
+    lib = tmp_path / "libcudart-1a2b3c4d.so.12"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(source)],
+                   check=True)
+    log = tmp_path / "cudart.log"
+    p = subprocess.run(
+        [sys.executable, "-c", PIN_SCRIPT, str(lib), server.address],
+        env={**os.environ, "FAKE_CUDART_LOG": str(log),
+             "FAKE_CUDART_RC": str(rc)},
+        capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    pinned, address, size = json.loads(p.stdout.splitlines()[-1])
+    calls = log.read_text().splitlines()
+    assert calls[0] == f"register {address} {size}"
+    if rc == 0:
+        assert pinned is True
+        assert calls[1:] == [f"unregister {address} 0"]
+    else:
+        assert pinned is False
+        assert calls[1:] == []
+
+
 def _worker(mode, address, stream, *args):
     """One rank of a job (rank and world size from the environment)."""
     if mode == "pull":

@@ -250,11 +250,21 @@ def test_invalid_utf8_is_tokenized_as_tensorflow_text_does(model, tmp_path):
     assert p.returncode != 0 and "invalid_utf8" in p.stderr
 
 
-def test_tensorflow_text_reference_is_available():
-    """Says (by skipping) when the comparison with tensorflow-text above
-    could not run."""
+def test_tensorflow_text_reference_gives_sentencepiece_ids(model):
+    """The reference the invalid-UTF-8 test compares with, checked so that
+    it can fail: a bench venv that exists must have tensorflow-text, and
+    on valid text its ids must be whole-sentence SentencePiece's + EOS (if
+    they were not, that comparison would prove nothing). Skips, saying so,
+    only where there is no bench venv at all."""
+    model_path, sp, plain, _ = model
     venv = os.environ.get("BATCHD_BENCH_VENV",
                           os.path.expanduser("~/.cache/batchd-bench-venv"))
     if not os.path.exists(os.path.join(venv, "bin", "python")):
         pytest.skip(f"no tensorflow-text venv at {venv} "
                     "(bench/wmt_bench.sh creates it)")
+    texts = [line.encode() for line in plain[:20]]
+    got = tensorflow_text_ids(model_path, texts)
+    assert got is not None, (
+        f"the venv {venv} has no tensorflow-text: remove it and rerun "
+        "bench/wmt_bench.sh, which makes it")
+    assert got == [sp.encode(t.decode(), add_eos=True) for t in texts]

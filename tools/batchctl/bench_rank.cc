@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/process.h"
+#include "base/clock.h"
+#include "base/process.h"
 #include "tools/batchctl/bench.h"
 
 namespace batchd::batchctl {

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/process.h"
+#include "base/process.h"
 
 namespace batchd::batchctl {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/process.h"
+#include "base/clock.h"
 #include "tools/batchctl/commands.h"
 #include "tools/batchctl/control.h"
 #include "tools/batchctl/interrupt.h"

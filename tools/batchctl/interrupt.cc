@@ -8,7 +8,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "client/process.h"
+#include "base/clock.h"
 
 namespace batchd::batchctl {
 namespace {

@@ -27,23 +27,6 @@ constexpr size_t kHeaderBytes = 32;
 constexpr const char* kTempPrefix = ".tmp.";
 constexpr time_t kStaleTempSeconds = 3600;
 
-void StoreLE32(uint32_t v, char* p) {
-  for (int i = 0; i < 4; ++i) p[i] = char(uint8_t(v >> (8 * i)));
-}
-void StoreLE64(uint64_t v, char* p) {
-  for (int i = 0; i < 8; ++i) p[i] = char(uint8_t(v >> (8 * i)));
-}
-uint32_t LoadLE32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
-  return v;
-}
-uint64_t LoadLE64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
-  return v;
-}
-
 std::string Errno(int err) { return strerror(err); }
 
 absl::Status CheckKind(absl::string_view kind) {
@@ -650,38 +633,6 @@ absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
   posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
   return std::shared_ptr<const Blob>(
       new Blob(fd, value_len, absl::StrCat(path_, "/", name)));
-}
-
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(char(uint8_t(v)));
-}
-
-void AppendString(absl::string_view s, std::string* out) {
-  AppendVarint(s.size(), out);
-  out->append(s.data(), s.size());
-}
-
-bool ReadVarint(absl::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    const uint8_t b = uint8_t(in->front());
-    in->remove_prefix(1);
-    *v |= uint64_t(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-bool ReadString(absl::string_view* in, absl::string_view* s) {
-  uint64_t n;
-  if (!ReadVarint(in, &n) || n > in->size()) return false;
-  *s = in->substr(0, n);
-  in->remove_prefix(n);
-  return true;
 }
 
 int64_t Nanos(const struct timespec& t) {

@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/coding.h"
 
 namespace batchd {
 
@@ -202,13 +203,10 @@ class CacheDir {
   const std::string path_;
 };
 
-// The encoding cache values use: LEB128 varints and length-prefixed
-// strings. The Read functions consume from *in and return false on a value
-// cut short (a damaged entry, which the caller rebuilds).
-void AppendVarint(uint64_t v, std::string* out);
-void AppendString(absl::string_view s, std::string* out);
-bool ReadVarint(absl::string_view* in, uint64_t* v);
-bool ReadString(absl::string_view* in, absl::string_view* s);
+// Cache values are encoded with base/coding.h: LEB128 varints and
+// length-prefixed strings (AppendVarint, AppendString; ReadVarint and
+// ReadString return false on a value cut short, a damaged entry, which the
+// caller rebuilds).
 // A timestamp of struct stat in nanoseconds, for identities.
 int64_t Nanos(const struct timespec& t);
 

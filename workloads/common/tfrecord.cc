@@ -15,7 +15,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/clock.h"
+#include "base/coding.h"
 #include "base/log.h"
+#include "base/wire_reader.h"
 #include "workloads/common/cache_dir.h"
 
 namespace batchd {
@@ -45,23 +48,6 @@ CrcTables MakeCrcTables() {
 const CrcTables& Tables() {
   static const CrcTables tables = MakeCrcTables();
   return tables;
-}
-
-inline uint32_t LoadLE32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
-         uint32_t(p[3]) << 24;
-}
-
-inline uint64_t LoadLE64(const uint8_t* p) {
-  return uint64_t(LoadLE32(p)) | uint64_t(LoadLE32(p + 4)) << 32;
-}
-
-inline void StoreLE32(uint32_t v, uint8_t* p) {
-  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
-}
-
-inline void StoreLE64(uint64_t v, uint8_t* p) {
-  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
 }
 
 constexpr uint32_t kMaskDelta = 0xa282ead8u;
@@ -254,10 +240,9 @@ std::string RootRelative(const DataRoot* root, const std::string& path) {
 }
 
 bool Settled(const struct stat& st, int64_t settle_ns) {
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  return Nanos(now) - Nanos(st.st_ctim) >= settle_ns &&
-         Nanos(now) - Nanos(st.st_mtim) >= settle_ns;
+  const int64_t now = RealtimeNanos();
+  return now - Nanos(st.st_ctim) >= settle_ns &&
+         now - Nanos(st.st_mtim) >= settle_ns;
 }
 
 void Warn(const std::string& msg) {
@@ -453,84 +438,6 @@ absl::Status WriteTFRecordFile(const std::string& path,
 
 namespace {
 
-enum WireType : uint32_t {
-  kVarint = 0,
-  kFixed64 = 1,
-  kLengthDelimited = 2,
-  kFixed32 = 5,
-};
-
-// A bounds-checked cursor over a byte range.
-class WireReader {
- public:
-  WireReader(const char* p, size_t n)
-      : p_(reinterpret_cast<const uint8_t*>(p)), end_(p_ + n) {}
-
-  bool done() const { return p_ == end_; }
-
-  bool ReadVarint(uint64_t* v) {
-    uint64_t result = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ == end_) return false;
-      const uint8_t b = *p_++;
-      // The tenth byte may only carry the top bit of a 64-bit value.
-      if (shift == 63 && b > 1) return false;
-      result |= uint64_t(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) {
-        *v = result;
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // Reads a tag; field 0 and the group wire types (3, 4) are malformed.
-  bool ReadTag(uint32_t* field, uint32_t* wire) {
-    uint64_t tag;
-    if (!ReadVarint(&tag) || tag > 0xffffffffu) return false;
-    *field = uint32_t(tag >> 3);
-    *wire = uint32_t(tag & 7);
-    return *field != 0 && (*wire == kVarint || *wire == kFixed64 ||
-                           *wire == kLengthDelimited || *wire == kFixed32);
-  }
-
-  bool ReadBytes(const char** data, size_t* n) {
-    uint64_t len;
-    if (!ReadVarint(&len) || len > uint64_t(end_ - p_)) return false;
-    *data = reinterpret_cast<const char*>(p_);
-    *n = size_t(len);
-    p_ += len;
-    return true;
-  }
-
-  bool Skip(uint32_t wire) {
-    uint64_t v;
-    const char* d;
-    size_t n;
-    switch (wire) {
-      case kVarint:
-        return ReadVarint(&v);
-      case kFixed64:
-        return Advance(8);
-      case kFixed32:
-        return Advance(4);
-      case kLengthDelimited:
-        return ReadBytes(&d, &n);
-      default:
-        return false;
-    }
-  }
-
- private:
-  bool Advance(size_t n) {
-    if (n > size_t(end_ - p_)) return false;
-    p_ += n;
-    return true;
-  }
-  const uint8_t* p_;
-  const uint8_t* const end_;
-};
-
 enum class FeatureKind { kNone, kBytes, kFloat, kInt64 };
 
 struct ParsedFeature {
@@ -549,7 +456,7 @@ bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out) {
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return false;
-    if (field == 1 && wire == kLengthDelimited) {
+    if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len)) return false;
@@ -566,11 +473,11 @@ bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out) {
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return false;
-    if (field == 1 && wire == kVarint) {
+    if (field == 1 && wire == kWireVarint) {
       uint64_t v;
       if (!r.ReadVarint(&v)) return false;
       out->push_back(int64_t(v));
-    } else if (field == 1 && wire == kLengthDelimited) {
+    } else if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len)) return false;
@@ -593,7 +500,7 @@ bool CheckFloatList(const char* p, size_t n) {
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return false;
-    if (field == 1 && wire == kLengthDelimited) {
+    if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len) || len % 4 != 0) return false;
@@ -609,7 +516,7 @@ absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f) {
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return Malformed("Feature tag");
-    if (wire == kLengthDelimited && field >= 1 && field <= 3) {
+    if (wire == kWireLengthDelimited && field >= 1 && field <= 3) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len)) return Malformed("Feature length");
@@ -635,7 +542,7 @@ absl::Status ParseFeatures(const char* p, size_t n,
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return Malformed("Features tag");
-    if (field == 1 && wire == kLengthDelimited) {
+    if (field == 1 && wire == kWireLengthDelimited) {
       const char* entry;
       size_t entry_len;
       if (!r.ReadBytes(&entry, &entry_len)) return Malformed("map entry");
@@ -647,10 +554,10 @@ absl::Status ParseFeatures(const char* p, size_t n,
         if (!er.ReadTag(&ef, &ew)) return Malformed("map entry tag");
         const char* d;
         size_t len;
-        if (ef == 1 && ew == kLengthDelimited) {
+        if (ef == 1 && ew == kWireLengthDelimited) {
           if (!er.ReadBytes(&d, &len)) return Malformed("feature name");
           key.assign(d, len);
-        } else if (ef == 2 && ew == kLengthDelimited) {
+        } else if (ef == 2 && ew == kWireLengthDelimited) {
           if (!er.ReadBytes(&d, &len)) return Malformed("feature length");
           absl::Status s = ParseFeature(d, len, &value);
           if (!s.ok()) return s;
@@ -666,18 +573,10 @@ absl::Status ParseFeatures(const char* p, size_t n,
   return absl::OkStatus();
 }
 
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(char(v));
-}
-
 void PutLengthDelimited(uint32_t field, const std::string& data,
                         std::string* out) {
-  PutVarint((uint64_t(field) << 3) | kLengthDelimited, out);
-  PutVarint(data.size(), out);
+  AppendVarint((uint64_t(field) << 3) | kWireLengthDelimited, out);
+  AppendVarint(data.size(), out);
   out->append(data);
 }
 
@@ -697,7 +596,7 @@ absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized) {
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return Malformed("Example tag");
-    if (field == 1 && wire == kLengthDelimited) {
+    if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len)) return Malformed("Features length");
@@ -729,7 +628,7 @@ std::string SerializeExample(const ExampleFeatures& features) {
   }
   for (const auto& [name, values] : features.int64s) {
     std::string packed;
-    for (int64_t v : values) PutVarint(uint64_t(v), &packed);
+    for (int64_t v : values) AppendVarint(uint64_t(v), &packed);
     std::string list;
     PutLengthDelimited(1, packed, &list);
     std::string feature;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "base/clock.h"
 #include "base/executor.h"
 #include "base/log.h"
 #include "workloads/common/cache_dir.h"
@@ -128,12 +129,6 @@ std::string RootRelative(const DataRoot& root, const std::string& path) {
   const std::string prefix = absl::StrCat(root.path(), "/");
   if (absl::StartsWith(path, prefix)) return path.substr(prefix.size());
   return path == root.path() ? "." : path;
-}
-
-int64_t NowNanos() {
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  return Nanos(now);
 }
 
 // An index-cache line of the daemon's log (event index_cache).
@@ -254,7 +249,7 @@ class ImageFolderSource : public ImageSource {
       src->walked_.shrink_to_fit();
       return std::unique_ptr<ImageSource>(std::move(src));
     }
-    const int64_t begin_ns = NowNanos();
+    const int64_t begin_ns = RealtimeNanos();
     absl::Status st = src->Build(options.progress);
     if (!st.ok()) return st;
     if (begin_ns - src->latest_change_ns_ >= options.cache_settle_ns) {

@@ -269,9 +269,15 @@ class Loader {
   void* mapped_address() const;
   size_t mapped_bytes() const;
   // Registers that mapping with the CUDA runtime the process has loaded
-  // (cudaHostRegister through dlopen: the client never links CUDA).
-  // FailedPrecondition where there is no CUDA runtime, driver or device.
+  // (cudaHostRegister through dlopen: the client never links CUDA; the
+  // Python module calls this too). FailedPrecondition where there is no
+  // CUDA runtime, driver or device. Next()'s thread, as UnregisterPinned.
   absl::Status RegisterPinned();
+  // Undoes RegisterPinned (cudaHostUnregister of the mapping it registered)
+  // while that mapping is still there: before the Loader closes, or a later
+  // mapping at the same address could not be registered. Ok when nothing is
+  // registered.
+  absl::Status UnregisterPinned();
 
  private:
   class Impl;

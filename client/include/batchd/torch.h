@@ -47,12 +47,18 @@ inline std::map<std::string, torch::Tensor> ToTorch(Batch batch) {
 }
 
 // ImageNet's normalisation, done by the consumer after the uint8 transport:
-// float32 (x - 255 * mean) / (255 * std) on `device` (the input's device
-// when undefined). `images` is uint8 [B, H, W, 3] (nhwc) or [B, 3, H, W].
+// float32 (x - 255 * mean) / (255 * std), computed and returned on `device`
+// (default the CPU, whatever the input's device: pass a CUDA tensor's own
+// device to keep it there). `images` is uint8 [B, H, W, 3] (nhwc) or
+// [B, 3, H, W]. The copy to `device` is blocking, as batchd.normalize's:
+// `images` may view a ring slot that goes back to the server as soon as the
+// caller drops it, and an asynchronous copy could still be reading it
+// (DeviceFeeder's copies are asynchronous because it holds the slot until
+// they are done).
 inline torch::Tensor NormalizeImages(const torch::Tensor& images,
                                      bool nchw = false,
                                      torch::Device device = torch::kCPU) {
-  torch::Tensor x = images.to(device, /*non_blocking=*/true).to(torch::kFloat32);
+  torch::Tensor x = images.to(device).to(torch::kFloat32);
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   torch::Tensor mean =
       torch::tensor({0.485f * 255, 0.456f * 255, 0.406f * 255}, opts);
@@ -66,10 +72,12 @@ inline torch::Tensor NormalizeImages(const torch::Tensor& images,
 }
 
 // Batches on a device. On the CPU they are the ring's own tensors (no copy).
-// On CUDA the ring is registered as pinned memory once, each batch is copied
-// asynchronously on the current stream, and its slot is held until an event
-// recorded after the copy has completed — a released slot is overwritten by
-// the server, so the copy must be done reading it first.
+// On CUDA the ring is registered as pinned memory once (Loader::
+// RegisterPinned, as batchd.algoperf does; unregistered when the feeder
+// goes), each batch is copied asynchronously on the current stream, and its
+// slot is held until an event recorded after the copy has completed — a
+// released slot is overwritten by the server, so the copy must be done
+// reading it first.
 //
 // Thread safety: one thread at a time; `loader` must outlive the feeder.
 class DeviceFeeder {
@@ -78,7 +86,10 @@ class DeviceFeeder {
       : loader_(loader), device_(device) {
     if (device_.is_cuda()) pinned_ = loader_.RegisterPinned().ok();
   }
-  ~DeviceFeeder() { Drain(0); }
+  ~DeviceFeeder() {
+    Drain(0);
+    if (pinned_) loader_.UnregisterPinned().IgnoreError();
+  }
 
   bool pinned() const { return pinned_; }
 

@@ -119,24 +119,19 @@ def _default_device(torch):
     return torch.device("cpu")
 
 
-def _register_pinned(torch, loader):
-    """Registers the ring's mapping with CUDA; its address, or None where
-    that fails."""
-    try:
-        address, size = loader._mapping()
-        rc = torch.cuda.cudart().cudaHostRegister(address, size, 0)
-        return address if int(getattr(rc, "value", rc)) == 0 else None
-    except Exception:  # an old torch or no CUDA runtime: copies stay sync
-        return None
+def _register_pinned(loader):
+    """Registers the ring's mapping as pinned memory, through the C++
+    client's Loader::RegisterPinned (the libtorch adapter's too); whether
+    it worked (not where there is no CUDA runtime, driver or device: the
+    copies then stay synchronous)."""
+    return loader._register_pinned()
 
 
-def _unregister_pinned(torch, address):
+def _unregister_pinned(loader):
     """Undoes _register_pinned before the mapping goes: a later mapping at
-    the same address could not be registered otherwise."""
-    try:
-        torch.cuda.cudart().cudaHostUnregister(address)
-    except Exception:  # registration is only a speed-up
-        pass
+    the same address could not be registered otherwise. A failure is
+    ignored: registration is only a speed-up."""
+    loader._unregister_pinned()
 
 
 class InputQueue:
@@ -233,18 +228,16 @@ class InputQueue:
         if state is not None:
             args = dict(args, start_step=0, state=state)
         self.loader = Loader(**args)
-        self._pinned_address = (
-            _register_pinned(self._torch, self.loader)
-            if self.device.type == "cuda" else None)
-        self._pinned = self._pinned_address is not None
+        self._pinned = (self.device.type == "cuda" and
+                        _register_pinned(self.loader))
 
     def _close_loader(self):
         # Every copy from the ring has finished, and nothing handed out
         # views it: the registration can go, then the mapping.
         self._retire_copies(keep=0)
         if self._pinned:
-            _unregister_pinned(self._torch, self._pinned_address)
-            self._pinned, self._pinned_address = False, None
+            _unregister_pinned(self.loader)
+            self._pinned = False
         self.loader.close()
 
     def _restart(self):

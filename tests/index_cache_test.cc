@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
@@ -23,17 +24,11 @@
 namespace batchd {
 namespace {
 
+using testutil::ReadFile;
+using testutil::WriteFile;
+
 // Short, so that tests wait little; the rule is the same as the default's.
 constexpr int64_t kSettleNs = 50'000'000;
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary) << data;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // What a source lists: (path, label) in order, and the classes.
 struct Listing {
@@ -62,9 +57,6 @@ Listing ListOf(const ImageSource& src) {
 class IndexCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/index_cache_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    tmp_ = tmpl;
     root_ = tmp_ + "/data";
     ASSERT_EQ(mkdir(root_.c_str(), 0755), 0);
     auto cache = CacheDir::Open(tmp_ + "/cache");
@@ -74,7 +66,6 @@ class IndexCacheTest : public ::testing::Test {
     ASSERT_TRUE(root.ok()) << root.status();
     data_root_ = *root;
   }
-  void TearDown() override { ASSERT_EQ(system(("rm -rf " + tmp_).c_str()), 0); }
   void Mkdir(const std::string& rel) {
     ASSERT_EQ(mkdir((root_ + "/" + rel).c_str(), 0755), 0) << rel;
   }
@@ -143,7 +134,9 @@ class IndexCacheTest : public ::testing::Test {
     return found;
   }
 
-  std::string tmp_, root_;
+  testutil::TempDir dir_{"index-cache"};
+  const std::string tmp_ = dir_.path();
+  std::string root_;
   std::shared_ptr<const CacheDir> cache_;
   std::shared_ptr<const DataRoot> data_root_;
 };
@@ -255,7 +248,7 @@ TEST_F(IndexCacheTest, ACorruptListingEntryIsRebuiltWithAWarning) {
   const std::string entry = EntryPath("imagefolder");
   ASSERT_NE(entry, "");
   for (const char* how : {"flip", "truncate"}) {
-    std::string data = ReadAll(entry);
+    std::string data = ReadFile(entry);
     if (std::string(how) == "flip") {
       data[data.size() / 2] ^= 0x01;
     } else {
@@ -275,16 +268,9 @@ TEST_F(IndexCacheTest, ACorruptListingEntryIsRebuiltWithAWarning) {
 
 TEST_F(IndexCacheTest, TheImageNetWorkloadUsesTheDaemonsCache) {
   MakeTree();
-  for (int s = 0; s < 2; ++s) {
-    ExampleFeatures f;
-    f.bytes["image"] = {"not decoded here"};
-    f.int64s["label"] = {s};
-    ASSERT_TRUE(WriteTFRecordFile(root_ +
-                                      "/imagenet2012-validation.tfrecord-0000" +
-                                      std::to_string(s) + "-of-00002",
-                                  {SerializeExample(f)})
-                    .ok());
-  }
+  testutil::WriteTfdsShards(root_, "imagenet2012", "validation",
+                            {{testutil::ImageExample("not decoded here", 0)},
+                             {testutil::ImageExample("not decoded here", 1)}});
   // The workload's sources keep the default settling time (2 s).
   usleep(2'100'000);
   WorkloadConfig c;
@@ -431,7 +417,7 @@ TEST_F(TFRecordCacheTest, ACorruptOffsetEntryIsRebuiltWithAWarning) {
   ASSERT_TRUE(stored);
   const std::string entry = EntryPath("tfrecord-offsets");
   ASSERT_NE(entry, "");
-  std::string data = ReadAll(entry);
+  std::string data = ReadFile(entry);
   data[data.size() - 10] ^= 0x40;
   WriteFile(entry, data);
   testing::internal::CaptureStderr();

@@ -1,5 +1,5 @@
 // Process facts read from /proc, and the futex calls the rings wait with.
-#include "client/process.h"
+#include "base/process.h"
 
 #include <linux/futex.h>
 #include <sys/stat.h>
@@ -14,12 +14,6 @@
 #include <sstream>
 
 namespace batchd {
-
-uint64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
-}
 
 namespace {
 

@@ -1,17 +1,16 @@
 // Facts about processes that either side of a ring needs to tell a dead peer
-// from a slow one: monotonic time, process start times, pid namespaces.
-// All functions are thread-safe.
-#ifndef BATCHD_CLIENT_PROCESS_H_
-#define BATCHD_CLIENT_PROCESS_H_
+// from a slow one (process start times, pid namespaces), the calling
+// process's own figures, whole reads and writes on pipes, and the futex calls
+// the rings wait with. The clocks are base/clock.h. All functions are
+// thread-safe.
+#ifndef BATCHD_BASE_PROCESS_H_
+#define BATCHD_BASE_PROCESS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace batchd {
-
-// CLOCK_MONOTONIC in nanoseconds (shared by every process of the machine).
-uint64_t MonotonicNanos();
 
 // Field 22 of /proc/<pid>/stat (start time in clock ticks since boot); 0 if
 // the process does not exist.
@@ -45,4 +44,4 @@ void FutexWakeAll(const void* word);
 
 }  // namespace batchd
 
-#endif  // BATCHD_CLIENT_PROCESS_H_
+#endif  // BATCHD_BASE_PROCESS_H_

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "tools/batchctl/test_argv.h"
+#include "tests/batchctl_test_argv.h"
 
 namespace batchd::batchctl {
 namespace {

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "workloads/imagenet/test_images.h"
+#include "tests/test_images.h"
 #include "workloads/imagenet/transforms.h"
 
 namespace batchd {

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/test_images.h"
+#include "tests/testutil.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
 #include "workloads/imagenet/python_random.h"
 #include "workloads/registry.h"
-#include "workloads/imagenet/test_images.h"
 
 namespace batchd {
 namespace {
@@ -25,21 +26,10 @@ namespace {
 using testing_images::EncodeJpeg;
 using testing_images::EncodePng;
 using testing_images::Picture;
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary) << data;
-}
+using testutil::WriteFile;
 
 class ImageNetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/imagenet_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override {
-    ASSERT_EQ(system(("rm -rf " + root_).c_str()), 0);
-  }
   void Mkdir(const std::string& rel) {
     ASSERT_EQ(mkdir((root_ + "/" + rel).c_str(), 0755), 0) << rel;
   }
@@ -76,7 +66,8 @@ class ImageNetTest : public ::testing::Test {
     return CreateWorkload("imagenet", c);
   }
 
-  std::string root_;
+  testutil::TempDir dir_{"imagenet"};
+  const std::string root_ = dir_.path();
 };
 
 TEST_F(ImageNetTest, ImageFolderOrderIsTorchvisions) {
@@ -225,26 +216,13 @@ TEST_F(ImageNetTest, TFRecordShardsGiveTheSamePixels) {
   for (uint64_t i = 0; i < (*folder)->size(); ++i) {
     int64_t label;
     ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
-    ExampleFeatures f;
-    f.bytes["image"] = {bytes};
-    f.int64s["label"] = {label};
-    records.push_back(SerializeExample(f));
+    records.push_back(testutil::ImageExample(bytes, label));
   }
   Mkdir("tfds");
-  ASSERT_TRUE(
-      WriteTFRecordFile(
-          root_ + "/tfds/imagenet2012-validation.tfrecord-00000-of-00002",
-          {records[0], records[1]})
-          .ok());
-  ASSERT_TRUE(
-      WriteTFRecordFile(
-          root_ + "/tfds/imagenet2012-validation.tfrecord-00001-of-00002",
-          {records[2]})
-          .ok());
-  ASSERT_TRUE(WriteTFRecordFile(
-                  root_ + "/tfds/imagenet2012-train.tfrecord-00000-of-00001",
-                  {records[0]})
-                  .ok());
+  testutil::WriteTfdsShards(root_ + "/tfds", "imagenet2012", "validation",
+                            {{records[0], records[1]}, {records[2]}});
+  testutil::WriteTfdsShards(root_ + "/tfds", "imagenet2012", "train",
+                            {{records[0]}});
   WorkloadConfig c;
   c.data_path = root_ + "/tfds";
   c.split = "validation";
@@ -278,14 +256,10 @@ TEST_F(ImageNetTest, CorruptTFRecordIsADecodeErrorNamingTheFile) {
   for (uint64_t i = 0; i < (*folder)->size(); ++i) {
     int64_t label;
     ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
-    ExampleFeatures f;
-    f.bytes["image"] = {bytes};
-    f.int64s["label"] = {label};
-    records.push_back(SerializeExample(f));
+    records.push_back(testutil::ImageExample(bytes, label));
   }
-  const std::string shard =
-      root_ + "/imagenet2012-validation.tfrecord-00000-of-00001";
-  ASSERT_TRUE(WriteTFRecordFile(shard, records).ok());
+  const std::string shard = testutil::WriteTfdsShards(
+      root_, "imagenet2012", "validation", {records})[0];
   // Flip a byte inside the second record's data.
   std::string data;
   {
@@ -419,11 +393,8 @@ TEST_F(ImageNetTest, TestFallsBackToImageNetV2InItsTfdsLayout) {
   for (uint64_t i = (*folder)->size(); i-- > 0;) {  // labels out of order
     int64_t label;
     ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
-    ExampleFeatures f;
-    f.bytes["image"] = {bytes};
-    f.int64s["label"] = {label};
-    f.bytes["file_name"] = {"ImageNetV2-" + std::to_string(i) + ".jpeg"};
-    records.push_back(SerializeExample(f));
+    records.push_back(testutil::ImageExample(
+        bytes, label, "ImageNetV2-" + std::to_string(i) + ".jpeg"));
     labels.push_back(label);
   }
   EXPECT_EQ(Make("test").status().code(), absl::StatusCode::kNotFound);
@@ -431,15 +402,9 @@ TEST_F(ImageNetTest, TestFallsBackToImageNetV2InItsTfdsLayout) {
                         "imagenet_v2/matched-frequency/3.0.0"}) {
     Mkdir(d);
   }
-  const std::string dir = root_ + "/imagenet_v2/matched-frequency/3.0.0/";
-  ASSERT_TRUE(
-      WriteTFRecordFile(dir + "imagenet_v2-test.tfrecord-00000-of-00002",
-                        {records[0], records[1]})
-          .ok());
-  ASSERT_TRUE(
-      WriteTFRecordFile(dir + "imagenet_v2-test.tfrecord-00001-of-00002",
-                        {records[2]})
-          .ok());
+  testutil::WriteTfdsShards(root_ + "/imagenet_v2/matched-frequency/3.0.0",
+                            "imagenet_v2", "test",
+                            {{records[0], records[1]}, {records[2]}});
   auto w = Make("test");
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_FALSE((*w)->shuffle());

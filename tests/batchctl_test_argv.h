@@ -1,6 +1,6 @@
 // An argv for the unit tests of batchctl's parsers: Argv{"plan", "--x", "1"}.
-#ifndef BATCHD_TOOLS_BATCHCTL_TEST_ARGV_H_
-#define BATCHD_TOOLS_BATCHCTL_TEST_ARGV_H_
+#ifndef BATCHD_TESTS_BATCHCTL_TEST_ARGV_H_
+#define BATCHD_TESTS_BATCHCTL_TEST_ARGV_H_
 
 #include <initializer_list>
 #include <string>
@@ -24,4 +24,4 @@ class Argv {
 
 }  // namespace batchd::batchctl
 
-#endif  // BATCHD_TOOLS_BATCHCTL_TEST_ARGV_H_
+#endif  // BATCHD_TESTS_BATCHCTL_TEST_ARGV_H_

@@ -9,7 +9,8 @@
 
 #include <fstream>
 
-#include "tools/batchctl/test_argv.h"
+#include "tests/batchctl_test_argv.h"
+#include "tests/testutil.h"
 
 namespace batchd::batchctl {
 namespace {
@@ -117,17 +118,14 @@ TEST_F(BenchArgsTest, RefusesBadRunsBeforeForkingAnything) {
 }
 
 TEST_F(BenchArgsTest, RefusesTls) {
-  char dir[] = "/tmp/batchctl_bench_testXXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string ca = std::string(dir) + "/ca.pem";
-  std::ofstream(ca) << "-----BEGIN CERTIFICATE-----\n";
+  testutil::TempDir dir("batchctl-bench");
+  const std::string ca = dir.Path("ca.pem");
+  testutil::WriteFile(ca, "-----BEGIN CERTIFICATE-----\n");
   EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--server",
                      "tcp://127.0.0.1:7070", "--tls-ca", ca})
                   .status()
                   .message(),
               HasSubstr("bench's ranks connect without TLS"));
-  unlink(ca.c_str());
-  rmdir(dir);
 }
 
 TEST(TouchTensor, ReadsOneBytePerPageOrEveryByte) {

@@ -1,7 +1,7 @@
 // Test-only helpers: small JPEG and PNG files made in memory (libjpeg,
 // libpng), and a smooth-plus-texture test picture.
-#ifndef BATCHD_WORKLOADS_IMAGENET_TEST_IMAGES_H_
-#define BATCHD_WORKLOADS_IMAGENET_TEST_IMAGES_H_
+#ifndef BATCHD_TESTS_TEST_IMAGES_H_
+#define BATCHD_TESTS_TEST_IMAGES_H_
 
 #include <jpeglib.h>
 #include <png.h>
@@ -91,4 +91,4 @@ inline std::string EncodePng(const std::vector<uint8_t>& pixels, int w, int h,
 }  // namespace testing_images
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_IMAGENET_TEST_IMAGES_H_
+#endif  // BATCHD_TESTS_TEST_IMAGES_H_

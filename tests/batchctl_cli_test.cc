@@ -11,8 +11,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tests/batchctl_test_argv.h"
+#include "tests/testutil.h"
 #include "tools/batchctl/close.h"
-#include "tools/batchctl/test_argv.h"
 
 namespace batchd::batchctl {
 namespace {
@@ -158,10 +159,9 @@ TEST_F(CliTest, TlsOverTcpNeedsTheRootsAndACompleteClientPair) {
           .message(),
       HasSubstr("--tls-ca /nonexistent/ca.pem: No such file"));
 
-  char dir[] = "/tmp/batchctl_cli_testXXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string ca = std::string(dir) + "/ca.pem";
-  std::ofstream(ca) << "-----BEGIN CERTIFICATE-----\n";
+  testutil::TempDir dir("batchctl-cli");
+  const std::string ca = dir.Path("ca.pem");
+  testutil::WriteFile(ca, "-----BEGIN CERTIFICATE-----\n");
   EXPECT_THAT(
       ParseConnection({"t", "--server", tcp, "--tls-ca", ca, "--tls-cert", ca})
           .status()
@@ -176,8 +176,6 @@ TEST_F(CliTest, TlsOverTcpNeedsTheRootsAndACompleteClientPair) {
   c = ParseConnection({"t", "--server", tcp});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NE(c->credentials, nullptr);
-  unlink(ca.c_str());
-  rmdir(dir);
 }
 
 absl::StatusOr<std::string> CloseName(Argv args) {

@@ -1,0 +1,91 @@
+// Fixtures the C++ suites share: temporary directories that remove
+// themselves, whole files, TFRecord / TFDS shards of tf.train.Examples, and
+// the per-item output buffers Workload::FillItem writes into. Test-only;
+// failures are GoogleTest failures that name the path.
+//
+// Thread safety: the free functions may be called from any thread; a
+// TempDir or RowBuffers belongs to one thread at a time.
+#ifndef BATCHD_TESTS_TESTUTIL_H_
+#define BATCHD_TESTS_TESTUTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "workloads/workload.h"
+
+namespace batchd {
+namespace testutil {
+
+// Makes a fresh directory /tmp/batchd-<tag>-XXXXXX and returns its real
+// path (symbolic links resolved, as the data root and cache compare paths).
+// Nobody removes it: for directories that live as long as the process or
+// whose owner removes them; else use TempDir.
+std::string MakeTempDir(absl::string_view tag);
+
+// Removes `path` and everything beneath it; a missing path is no error.
+void RemoveTree(const std::string& path);
+
+// A MakeTempDir directory removed, with everything in it, when the TempDir
+// goes.
+class TempDir {
+ public:
+  explicit TempDir(absl::string_view tag = "test")
+      : path_(MakeTempDir(tag)) {}
+  ~TempDir() { RemoveTree(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // path()/rel.
+  std::string Path(absl::string_view rel) const;
+
+ private:
+  const std::string path_;
+};
+
+// Writes `data` to `path`, replacing what was there.
+void WriteFile(const std::string& path, absl::string_view data);
+// The whole of `path`; empty when it cannot be read.
+std::string ReadFile(const std::string& path);
+
+// A tf.train.Example as TFDS's ImageNet records hold it: the encoded
+// image, the label and, where not empty, the file name.
+std::string ImageExample(absl::string_view image, int64_t label,
+                         absl::string_view file_name = "");
+
+// Writes one split of a TFDS data set as TFRecord shards named as TFDS
+// names them, dir/<dataset>-<split>.tfrecord-0000s-of-0000n, shard s holding
+// shards[s]; returns their paths in order.
+std::vector<std::string> WriteTfdsShards(
+    const std::string& dir, absl::string_view dataset, absl::string_view split,
+    const std::vector<std::vector<std::string>>& shards);
+
+// The output of one item for Workload::FillItem: buffer k holds
+// tensors[k].ExampleBytes() bytes, zeroed.
+class RowBuffers {
+ public:
+  explicit RowBuffers(const std::vector<TensorLayout>& tensors);
+  RowBuffers(const RowBuffers&) = delete;
+  RowBuffers& operator=(const RowBuffers&) = delete;
+
+  // What FillItem takes: out()[k] is buffer k.
+  uint8_t* const* out() { return pointers_.data(); }
+  std::vector<uint8_t>& bytes(size_t k) { return buffers_[k]; }
+  const std::vector<uint8_t>& bytes(size_t k) const { return buffers_[k]; }
+  // Buffer k as elements of T (its tensor's dtype).
+  template <typename T>
+  const T* as(size_t k) const {
+    return reinterpret_cast<const T*>(buffers_[k].data());
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> buffers_;
+  std::vector<uint8_t*> pointers_;
+};
+
+}  // namespace testutil
+}  // namespace batchd
+
+#endif  // BATCHD_TESTS_TESTUTIL_H_
