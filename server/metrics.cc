@@ -21,9 +21,9 @@ std::string Label(const std::string& v) {
 }
 
 // A stream's labels: streams are keyed by owner and name, so both.
-std::string StreamLabels(const StreamStatusData& st) {
-  return absl::StrCat("stream=\"", Label(st.spec.name), "\",owner=\"",
-                      st.owner_known ? absl::StrCat(st.owner_uid) : "tcp",
+std::string StreamLabels(const v1::StreamStatus& st) {
+  return absl::StrCat("stream=\"", Label(st.spec().name()), "\",owner=\"",
+                      st.owner_known() ? absl::StrCat(st.owner_uid()) : "tcp",
                       "\"");
 }
 
@@ -35,7 +35,7 @@ struct Family {
 
 }  // namespace
 
-std::string PrometheusText(const ServerStatusData& s) {
+std::string PrometheusText(const v1::GetStatusResponse& s) {
   std::string out;
   auto family = [&](const Family& f) {
     absl::StrAppend(&out, "# HELP ", f.name, " ", f.help, "\n# TYPE ",
@@ -48,18 +48,18 @@ std::string PrometheusText(const ServerStatusData& s) {
                     absl::StrFormat("%.17g", value), "\n");
   };
   family({"batchd_threads", "gauge", "Threads of the server process."});
-  sample("batchd_threads", "", s.threads);
+  sample("batchd_threads", "", s.threads());
   family({"batchd_worker_threads", "gauge", "Worker pool size."});
-  sample("batchd_worker_threads", "", s.worker_threads);
+  sample("batchd_worker_threads", "", s.worker_threads());
   family({"batchd_rss_bytes", "gauge",
           "Resident bytes of the server, without the rings."});
-  sample("batchd_rss_bytes", "", double(s.rss_bytes));
+  sample("batchd_rss_bytes", "", double(s.rss_bytes()));
   family({"batchd_ring_bytes", "gauge", "Bytes of all attached rings."});
-  sample("batchd_ring_bytes", "", double(s.ring_bytes));
+  sample("batchd_ring_bytes", "", double(s.ring_bytes()));
   family({"batchd_streams", "gauge", "Streams served."});
-  sample("batchd_streams", "", double(s.streams.size()));
+  sample("batchd_streams", "", double(s.streams_size()));
   family({"batchd_uptime_seconds", "gauge", "Seconds since start."});
-  sample("batchd_uptime_seconds", "", s.uptime_seconds);
+  sample("batchd_uptime_seconds", "", s.uptime_seconds());
 
   const Family per_rank[] = {
       {"batchd_examples_total", "counter", "Examples written to the ring."},
@@ -76,38 +76,38 @@ std::string PrometheusText(const ServerStatusData& s) {
   };
   for (size_t k = 0; k < sizeof(per_rank) / sizeof(per_rank[0]); ++k) {
     family(per_rank[k]);
-    for (const StreamStatusData& st : s.streams) {
-      for (const RankStatusData& r : st.ranks) {
+    for (const v1::StreamStatus& st : s.streams()) {
+      for (const v1::RankStatus& r : st.ranks()) {
         const std::string labels =
-            absl::StrCat(StreamLabels(st), ",rank=\"", r.rank, "\"");
-        const double values[] = {double(r.examples),
-                                 double(r.bytes),
-                                 double(r.ring_fill),
-                                 double(r.ring_slots),
-                                 double(r.produced_step),
-                                 double(r.consumed_step),
-                                 r.client_wait_seconds,
-                                 r.server_wait_seconds,
-                                 r.attached ? 1.0 : 0.0};
+            absl::StrCat(StreamLabels(st), ",rank=\"", r.rank(), "\"");
+        const double values[] = {double(r.examples()),
+                                 double(r.bytes()),
+                                 double(r.ring_fill()),
+                                 double(r.ring_slots()),
+                                 double(r.produced_step()),
+                                 double(r.consumed_step()),
+                                 r.client_wait_seconds(),
+                                 r.server_wait_seconds(),
+                                 r.attached() ? 1.0 : 0.0};
         sample(per_rank[k].name, labels, values[k]);
       }
     }
   }
   family({"batchd_decode_errors_total", "counter",
           "Examples that failed to decode (substituted or failed)."});
-  for (const StreamStatusData& st : s.streams) {
+  for (const v1::StreamStatus& st : s.streams()) {
     sample("batchd_decode_errors_total", StreamLabels(st),
-           double(st.decode_errors));
+           double(st.decode_errors()));
   }
   family({"batchd_skipped_examples_total", "counter",
           "Examples skipped (e.g. too long)."});
-  for (const StreamStatusData& st : s.streams) {
+  for (const v1::StreamStatus& st : s.streams()) {
     sample("batchd_skipped_examples_total", StreamLabels(st),
-           double(st.skipped_examples));
+           double(st.skipped_examples()));
   }
   family({"batchd_readahead_budget_bytes", "gauge",
           "Bytes the read-ahead may hold over all streams (0: off)."});
-  sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes));
+  sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes()));
   // Per stream: is storage (io wait, depth at the budget) or the CPU the
   // limit?
   const Family readahead[] = {
@@ -127,15 +127,16 @@ std::string PrometheusText(const ServerStatusData& s) {
   };
   for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
     family(readahead[k]);
-    for (const StreamStatusData& st : s.streams) {
-      const ReadAheadStats& ra = st.readahead;
-      const double values[] = {double(ra.depth_examples),
-                               double(ra.bytes_in_flight),
-                               double(ra.bytes_buffered),
-                               double(ra.reads_issued),
-                               double(ra.hits),
-                               double(ra.sync_reads),
-                               double(ra.io_wait_ns) / 1e9};
+    for (const v1::StreamStatus& st : s.streams()) {
+      // Zeros when the stream is not read ahead.
+      const v1::ReadAheadStatus& ra = st.readahead();
+      const double values[] = {double(ra.depth_examples()),
+                               double(ra.bytes_in_flight()),
+                               double(ra.bytes_buffered()),
+                               double(ra.reads_issued()),
+                               double(ra.hits()),
+                               double(ra.sync_reads()),
+                               ra.io_wait_seconds()};
       sample(readahead[k].name, StreamLabels(st), values[k]);
     }
   }

@@ -18,7 +18,7 @@ struct mg_connection;
 namespace batchd {
 
 // The exposition text (version 0.0.4) of one status snapshot.
-std::string PrometheusText(const ServerStatusData& status);
+std::string PrometheusText(const v1::GetStatusResponse& status);
 
 class MetricsServer {
  public:

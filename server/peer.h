@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "server/core.h"
+#include "server/caller.h"
 
 namespace grpc {
 class Server;
