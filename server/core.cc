@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "client/process.h"

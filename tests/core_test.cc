@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -249,6 +250,51 @@ TEST(CoreStreamOwnership,
   EXPECT_NE(s.message().find("--owner 65534"), std::string::npos) << s;
   ASSERT_TRUE(Close(*core, "only", As(0), kUserA).ok());
   EXPECT_EQ(Listed(*core), (std::vector<std::string>{"0:s"}));
+}
+
+// The spec is compared in one place (FirstDifference), field by field of
+// the proto: a field added to StreamSpec must be named here, saying how a
+// later rank's spec may differ in it, and is then refused when it does.
+TEST(CoreSpecs, ALaterRankWhoseSpecDiffersInAnyFieldIsRefusedNamingIt) {
+  std::unique_ptr<Core> core = MakeCore("diff");
+  ASSERT_NE(core, nullptr);
+  const v1::StreamSpec base = Spec("d", 2);
+  ASSERT_TRUE(Open(*core, base, 0, getpid()).ok());
+  using Change = std::function<void(v1::StreamSpec*)>;
+  const std::map<std::string, Change> change = {
+      {"workload", [](v1::StreamSpec* s) { s->set_workload("imagenet"); }},
+      {"data", [](v1::StreamSpec* s) { s->set_data("elsewhere"); }},
+      {"split", [](v1::StreamSpec* s) { s->set_split("eval"); }},
+      {"global_batch_size",
+       [](v1::StreamSpec* s) { s->set_global_batch_size(128); }},
+      {"world_size", [](v1::StreamSpec* s) { s->set_world_size(4); }},
+      {"seed", [](v1::StreamSpec* s) { s->set_seed(4); }},
+      {"start_step", [](v1::StreamSpec* s) { s->set_start_step(1); }},
+      {"slots", [](v1::StreamSpec* s) { s->set_slots(5); }},
+      {"options",
+       [](v1::StreamSpec* s) { (*s->mutable_options())["examples"] = "4000"; }},
+      {"start_cursor",
+       [](v1::StreamSpec* s) { s->mutable_start_cursor()->set_row(1); }},
+  };
+  const google::protobuf::Descriptor* d = v1::StreamSpec::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const std::string field = d->field(i)->name();
+    if (field == "name") continue;  // the stream's key
+    const auto it = change.find(field);
+    ASSERT_NE(it, change.end())
+        << "StreamSpec." << field << " is new: compare it in FirstDifference "
+        << "and say here how a later rank's spec may differ in it";
+    v1::StreamSpec other = base;
+    it->second(&other);
+    // Rank 1 never attached: every field counts, start_step too.
+    auto refused = Open(*core, other, 1, getpid());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+        << field << ": " << refused.status();
+    EXPECT_NE(refused.status().message().find(field + " is "),
+              std::string::npos)
+        << refused.status();
+  }
+  EXPECT_TRUE(Open(*core, base, 1, getpid()).ok());
 }
 
 TEST(CoreQuotas, StreamsPerUidStopOneUidNotAnotherNorAdministrators) {
