@@ -109,7 +109,6 @@ class Executor {
   std::deque<std::function<void()>> queues_[2] ABSL_GUARDED_BY(mu_);
   absl::CondVar work_[2];  // a task was queued, or stopping_
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool joined_ ABSL_GUARDED_BY(mu_) = false;
   // pthread_t of every thread started, and their class.
   std::vector<std::pair<unsigned long, Priority>> threads_ ABSL_GUARDED_BY(mu_);
 };

@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace batchd {
 
@@ -45,12 +47,12 @@ std::string Quote(const std::string& v) {
 }
 
 struct Limiter {
-  std::mutex mu;
+  absl::Mutex mu;
   struct Entry {
     uint64_t last_ns = 0;
     uint64_t dropped = 0;
   };
-  std::map<std::string, Entry> entries;  // guarded by mu
+  std::map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
 };
 
 Limiter& limiter() {
@@ -79,7 +81,7 @@ void Write(LogLevel level, const std::string& event, const std::string& key,
   uint64_t dropped = 0;
   if (level >= LogLevel::kWarn) {
     Limiter& lim = limiter();
-    std::lock_guard<std::mutex> lock(lim.mu);
+    absl::MutexLock lock(&lim.mu);
     Limiter::Entry& e = lim.entries[key];
     const uint64_t now = MonotonicNanos();
     if (e.last_ns != 0 && now - e.last_ns < kRepeatNs) {

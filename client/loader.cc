@@ -10,15 +10,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "base/address.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
@@ -237,26 +238,27 @@ class Loader::Impl {
   uint32_t reconnects = 0;
   uint64_t reconnect_ns = 0;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::shared_ptr<RingReader> reader;  // guarded by mu (the heartbeat reads it)
-  bool stop = false;                   // guarded by mu
+  absl::Mutex mu;
+  absl::CondVar cv;
+  // The heartbeat reads it.
+  std::shared_ptr<RingReader> reader ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
   std::thread heartbeat;
 
   std::shared_ptr<RingReader> Reader() {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     return reader;
   }
   void SetReader(std::shared_ptr<RingReader> r) {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     reader = std::move(r);
   }
   void StartHeartbeat() {
     heartbeat = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       while (!stop) {
         reader->Heartbeat();
-        cv.wait_for(lock, std::chrono::milliseconds(100));
+        cv.WaitWithTimeout(&mu, absl::Milliseconds(100));
       }
     });
   }
@@ -264,10 +266,10 @@ class Loader::Impl {
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       stop = true;
     }
-    cv.notify_all();
+    cv.SignalAll();
     if (heartbeat.joinable()) heartbeat.join();
   }
 };
@@ -325,7 +327,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
   std::copy(o.start_cursor, o.start_cursor + 3, impl->next.cursor);
   impl->next.cursor_step =
       o.has_start_cursor_step ? o.start_cursor_step : o.start_step;
-  impl->reader = std::move(*reader);
+  impl->SetReader(std::move(*reader));
   impl->StartHeartbeat();
   std::unique_ptr<Loader> loader(new Loader(std::move(impl)));
   loader->options_ = o;

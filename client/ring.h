@@ -12,12 +12,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/shm_layout.h"
 
 namespace batchd {
@@ -225,9 +226,9 @@ class RingReader {
     uint32_t slot;
     uint64_t step;
   };
-  mutable std::mutex mu_;
-  uint64_t next_acquire_ = 0;             // guarded by mu_
-  std::map<uint64_t, Held> held_;         // guarded by mu_; by position
+  mutable absl::Mutex mu_;
+  uint64_t next_acquire_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Held> held_ ABSL_GUARDED_BY(mu_);  // by position
 };
 
 // Removes segments under /dev/shm whose names start with `prefix` (e.g.

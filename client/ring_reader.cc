@@ -193,7 +193,7 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
   uint64_t last_check = 0;  // the first sleep checks the server first
   uint64_t pos;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     pos = next_acquire_;
   }
   // Check liveness at least every 100 ms of waiting.
@@ -241,7 +241,7 @@ absl::StatusOr<uint64_t> RingReader::Acquire(double timeout_seconds) {
   }
   const uint64_t waited = MonotonicNanos() - start;
   header_->client_wait_ns.fetch_add(waited, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   next_acquire_ = pos + 1;
   held_[pos] = Held{slot, reinterpret_cast<const shm::SlotHeader*>(
                               SlotAt(slot))->step};
@@ -253,7 +253,7 @@ uint8_t* RingReader::SlotAt(uint32_t slot) const {
 }
 
 uint8_t* RingReader::SlotBase(uint64_t pos) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = held_.find(pos);
   return it == held_.end() ? nullptr : SlotAt(it->second.slot);
 }
@@ -263,7 +263,7 @@ const shm::SlotHeader* RingReader::Slot(uint64_t pos) const {
 }
 
 std::vector<uint64_t> RingReader::HeldSteps() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<uint64_t> steps;
   for (const auto& [pos, held] : held_) steps.push_back(held.step);
   return steps;
@@ -318,7 +318,7 @@ absl::StatusOr<std::vector<SlotTensor>> RingReader::Tensors(
 void RingReader::Release(uint64_t pos) {
   // A forked child must not give its parent's slots back.
   if (!InOwnerProcess()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = held_.find(pos);
   if (it == held_.end()) return;  // not held
   const uint32_t slot = it->second.slot;

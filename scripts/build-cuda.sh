@@ -5,8 +5,8 @@
 # nvcc and headers; Torch's CMake files want a toolkit). Builds into
 # build-cuda/ (or $BATCHD_CUDA_BUILD) the DDP trainers (examples/, with the
 # NCCL process group), batchd/torch.h with its DeviceFeeder (pinned ring,
-# asynchronous copies) in torch_adapter_test, and the daemon that test
-# starts. No GPU is needed: it checks that the trainers link
+# asynchronous copies) in torch_adapter_test, and, where build/ has no
+# daemon (or $BATCHD_BIN names none), the daemon that test starts. No GPU is needed: it checks that the trainers link
 # ProcessGroupNCCL and libtorch_cuda, that they start (--help), and runs
 # torch_adapter_test on the CPU. scripts/gpu-check is the run on a GPU.
 #
@@ -27,15 +27,26 @@ launcher=()
 if command -v ccache > /dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
+# torch_adapter_test's daemon: build/'s when it is there (the daemon does not
+# link torch: a second build of it here would only cost minutes).
+daemon_flags=() targets=(batchd)
+DAEMON=${BATCHD_BIN:-$PWD/build/server/batchd}
+if [ -x "$DAEMON" ]; then
+  daemon_flags=(-DBATCHD_TORCH_TEST_EXTERNAL_DAEMON=ON) targets=()
+  export BATCHD_TEST_DAEMON=$DAEMON
+else
+  daemon_flags=(-DBATCHD_TORCH_TEST_EXTERNAL_DAEMON=OFF)
+fi
 # TORCH_CUDA_ARCH_LIST: Torch's CMake files otherwise probe for a GPU and,
 # finding none, list every architecture; nothing here is compiled by nvcc.
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" \
   -DCUDAToolkit_ROOT="$CUDA" -DCMAKE_CUDA_COMPILER="$CUDA/bin/nvcc" \
   -DTORCH_CUDA_ARCH_LIST=9.0 -DBATCHD_WITH_PYTHON=OFF "${launcher[@]}" \
+  "${daemon_flags[@]}" \
   > "$BUILD.configure.log" 2>&1 \
   || { cat "$BUILD.configure.log" >&2; echo "build-cuda: configure failed" >&2; exit 1; }
 rm -f "$BUILD.configure.log"
-ninja -C "$BUILD" imagenet_resnet_ddp wmt_transformer_ddp torch_adapter_test batchd
+ninja -C "$BUILD" imagenet_resnet_ddp wmt_transformer_ddp torch_adapter_test "${targets[@]}"
 for t in imagenet_resnet_ddp wmt_transformer_ddp; do
   bin="$BUILD/examples/$t"
   # (grep -q on a pipe would end it early: pipefail then fails the test)
@@ -46,5 +57,6 @@ for t in imagenet_resnet_ddp wmt_transformer_ddp; do
   "$bin" --help > /dev/null \
     || { echo "build-cuda: $t --help failed (its CUDA libraries do not load?)" >&2; exit 1; }
 done
+echo "build-cuda: torch_adapter_test against ${BATCHD_TEST_DAEMON:-the daemon of $BUILD}"
 "$BUILD/tests/torch_adapter_test"
 echo "build-cuda: trainers link ProcessGroupNCCL and libtorch_cuda; torch_adapter_test passed; took $((SECONDS - start)) s"

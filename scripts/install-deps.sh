@@ -20,7 +20,7 @@ PACKAGES=(
   libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench
   python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator
   clang libclang-rt-dev  # fuzz/: libFuzzer and the sanitizer runtimes
-  libfuse3-dev fuse3  # bench: latency_fs, the network-storage stand-in
+  libfuse3-dev fuse3  # bench: latency_fs, the network-storage stand-in; tests: stall_fs
   podman runc mmdebstrap catatonit  # scripts/container-check.sh: image, base, pods
 )
 # The daemon and batchctl alone (docker/Dockerfile's build stage).

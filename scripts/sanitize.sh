@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the GoogleTest suites under sanitizers, each in a build
-# directory of its own (no torch, no Python module):
+# directory of its own (no torch, no Python module), with clang, whose
+# -Werror=thread-safety also checks the lock annotations:
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer, undefined behaviour
 #         fatal (-fno-sanitize-recover=undefined), in build-asan/. CI runs
 #         this one (.ci/run through scripts/test.sh --ci).
@@ -22,8 +23,13 @@ for mode in "${modes[@]}"; do
     tsan | thread) san=thread dir=build-tsan ;;
     *) echo "sanitize.sh: unknown mode '$mode' (asan or tsan)" >&2; exit 2 ;;
   esac
-  echo "== $san: building in $dir"
+  # clang, so that the build also checks every lock annotation
+  # (-Werror=thread-safety, see CMakeLists.txt).
+  echo "== $san: building in $dir with clang;" \
+    "$(grep -rhoE 'ABSL_(PT_)?GUARDED_BY' base client server workloads tools | wc -l)" \
+    "fields carry a lock annotation"
   BATCHD_BUILD=$dir scripts/build.sh -DBATCHD_SANITIZE=$san \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DBATCHD_WITH_TORCH=OFF -DBATCHD_WITH_PYTHON=OFF
   echo "== $san: running the GoogleTest suites"
   (cd "$dir" &&

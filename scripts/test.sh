@@ -31,6 +31,13 @@ stage() {
   stage_start=$SECONDS
 }
 scripts/install-deps.sh
+if [ "$ci" = 1 ]; then
+  # PyPI's torch (3 GB, mostly download) comes while the C++ builds; the
+  # torch stages below wait for it (scripts/torch-venv.sh holds a lock).
+  mkdir -p build
+  scripts/torch-venv.sh > build/torch-venv.log 2>&1 &
+  torch_venv_pid=$!
+fi
 scripts/build.sh
 stage build
 BUILD=${BATCHD_BUILD:-build}
@@ -59,6 +66,8 @@ if [ "$ci" = 1 ]; then
   stage "wheel in a bare container, read-only install"
   scripts/container-check.sh
   stage "container image, sidecar, kube play"
+  wait "$torch_venv_pid" || { cat build/torch-venv.log >&2; echo "test.sh: the torch venv failed" >&2; exit 1; }
+  cat build/torch-venv.log
   scripts/test-torch.sh
   stage "PyPI torch and torchrun"
   scripts/build-cuda.sh

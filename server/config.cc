@@ -90,6 +90,19 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
         },                                                                    \
         [](const DaemonConfig& c) { return absl::StrCat(uint64_t(c.FIELD)); } \
   }
+// An integer flag that sizes threads or other resources: values above `HI`
+// are refused, naming the flag and the bound.
+#define BOUNDED_FLAG(NAME, FIELD, LO, HI, VALUE, HELP)                        \
+  Flag {                                                                      \
+    NAME, Kind::kInt, VALUE, HELP,                                            \
+        [](DaemonConfig* c, const std::string& v) {                           \
+          uint64_t n;                                                         \
+          absl::Status s = ParseU64(NAME, v, LO, HI, &n);                     \
+          if (s.ok()) c->FIELD = decltype(c->FIELD)(n);                       \
+          return s;                                                           \
+        },                                                                    \
+        [](const DaemonConfig& c) { return absl::StrCat(uint64_t(c.FIELD)); } \
+  }
 #define DOUBLE_FLAG(NAME, FIELD, VALUE, HELP)                             \
   Flag {                                                                  \
     NAME, Kind::kDouble, VALUE, HELP,                                     \
@@ -107,6 +120,9 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
         },                                                                \
         [](const DaemonConfig& c) { return c.FIELD; }                     \
   }
+
+// The most threads --threads and --readahead-threads may ask for.
+constexpr uint64_t kMaxThreadsFlag = 1024;
 
 const std::vector<Flag>& Flags() {
   static const std::vector<Flag>* flags = new std::vector<Flag>{
@@ -133,9 +149,9 @@ const std::vector<Flag>& Flags() {
              return absl::OkStatus();
            },
            [](const DaemonConfig& c) { return c.cache_dir; }},
-      U64_FLAG("threads", core.threads, 0, "N",
-               "worker threads shared by every stream and rank; 0: the "
-               "cores this process may use. Default: 0"),
+      BOUNDED_FLAG("threads", core.threads, 0, kMaxThreadsFlag, "N",
+                   "worker threads shared by every stream and rank; 0: the "
+                   "cores this process may use; at most 1024. Default: 0"),
       Flag{"index-threads", Kind::kInt, "N",
            "threads that index data and count epochs for every stream (WMT's "
            "length pass, an epoch's first windows, ImageFolder listings, "
@@ -322,9 +338,34 @@ const std::vector<Flag>& Flags() {
                "bytes read ahead of decoding (buffered and in flight), "
                "shared evenly between streams, then ranks; 0: no "
                "read-ahead. Default: 268435456 (256 MiB)"),
-      U64_FLAG("readahead-threads", core.readahead_threads, 1, "N",
-               "I/O threads of the read-ahead: reads in flight at most, "
-               "whatever the number of streams. Default: 32"),
+      BOUNDED_FLAG("readahead-threads", core.readahead_threads, 1,
+                   kMaxThreadsFlag, "N",
+                   "I/O threads of the read-ahead: reads in flight at most, "
+                   "whatever the number of streams; started when reads wait "
+                   "and ended when idle; at most 1024. Default: 32"),
+      // Stalled storage, connections and file descriptors.
+      DOUBLE_FLAG("read-stall-seconds", core.read_stall_seconds, "S",
+                  "a batch that has waited S seconds for a read that has "
+                  "not returned (a stalled mount) fails its stream's rank; "
+                  "its client sees which file and for how long. The "
+                  "stream's own reads wait; no other stream does. 0: "
+                  "never. Default: 60"),
+      BOUNDED_FLAG("max-connections", max_connections, 0, 1 << 20, "N",
+                   "connections to the unix socket at once, over all users; "
+                   "one more is closed at once. 0: auto, half of the file "
+                   "descriptors (RLIMIT_NOFILE, whose soft limit batchd "
+                   "raises to the hard one) up to 4096; never more than "
+                   "half, so that rings and data files keep the rest. "
+                   "Default: 0"),
+      BOUNDED_FLAG("max-connections-per-uid", max_connections_per_uid, 1,
+                   1 << 20, "N",
+                   "connections to the unix socket at once of one user. "
+                   "Default: 128"),
+      DOUBLE_FLAG("connection-idle-seconds", connection_idle_seconds, "S",
+                  "close a connection to the unix socket that has sent "
+                  "nothing for S seconds (every gRPC client sends at once; "
+                  "a call that waits, or a quiet client between calls, is "
+                  "never cut). 0: never. Default: 30"),
   };
   return *flags;
 }
@@ -393,9 +434,11 @@ std::string Usage() {
       "Signals: SIGTERM and SIGINT close every stream, unlink every "
       "segment\nand exit 0. At start, segments left by dead batchd "
       "processes are removed.\nUnder systemd (Type=notify) READY=1 is sent "
-      "once the socket accepts.\n\n"
-      "Exit codes: 0 clean shutdown, 1 could not start, 2 bad flags or "
-      "config.\n";
+      "once the socket accepts.\nA stop held up by storage that does not "
+      "answer ends 10 s after the signal,\nsegments unlinked, with exit "
+      "code 1.\n\n"
+      "Exit codes: 0 clean shutdown, 1 could not start (or a stop past its "
+      "deadline),\n2 bad flags or config.\n";
   return out;
 }
 

@@ -38,6 +38,12 @@ struct DaemonConfig {
   std::string tls_cert, tls_key, tls_client_ca;
   std::string metrics_listen;  // host:port; empty = no metrics endpoint
   std::string log_level = "info";
+  // Connections to the unix socket (server/peer.h): at once over all
+  // users (0: auto, from the file-descriptor limit), of one uid, and how
+  // long one may send nothing (0: no limit).
+  int max_connections = 0;
+  int max_connections_per_uid = 128;
+  double connection_idle_seconds = 30;
   // --allow-shared-socket-dir: a sticky world-writable socket directory
   // (/tmp) is accepted; refused otherwise.
   bool allow_shared_socket_dir = false;

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "client/process.h"
@@ -48,16 +50,6 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   if (o.index_threads <= 0) {
     o.index_threads = std::min(DefaultThreads(), Executor::kMaxThreads);
   }
-  // The pool workloads index and count on: started here, once, so that a
-  // limit on the daemon's tasks is an error now, not a crash later.
-  ExecutorOptions eo;
-  eo.serving_threads = eo.background_threads = o.index_threads;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
-  if (!executor.ok()) {
-    return absl::Status(executor.status().code(),
-                        absl::StrCat("--index-threads ", o.index_threads, ": ",
-                                     executor.status().message()));
-  }
   struct statvfs shm;
   const uint64_t shm_bytes = statvfs("/dev/shm", &shm) == 0
                                  ? uint64_t(shm.f_blocks) * shm.f_frsize
@@ -76,31 +68,84 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
     return absl::InvalidArgumentError(
         "--shm-prefix must be a non-empty name without '/' or '.'");
   }
-  return std::unique_ptr<Core>(new Core(o, *std::move(executor)));
+  // The workers start first (Core's constructor), then the pool workloads
+  // index and count on: started here, once, so that a limit on the
+  // daemon's tasks is an error now, not a crash later.
+  std::unique_ptr<Core> core(new Core(o));
+  if (!core->engine_->status().ok()) return core->engine_->status();
+  ExecutorOptions eo;
+  eo.serving_threads = eo.background_threads = o.index_threads;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(eo);
+  if (!executor.ok()) {
+    return absl::Status(executor.status().code(),
+                        absl::StrCat("--index-threads ", o.index_threads, ": ",
+                                     executor.status().message()));
+  }
+  if (absl::Status s = core->Start(*std::move(executor)); !s.ok()) return s;
+  return core;
 }
 
-Core::Core(const CoreOptions& options, std::unique_ptr<Executor> executor)
+namespace {
+std::atomic<int> abandoned_threads{0};
+}  // namespace
+
+int AbandonedThreads() { return abandoned_threads.load(); }
+
+Core::Core(const CoreOptions& options)
     : options_(options),
       start_ns_(MonotonicNanos()),
-      executor_(std::move(executor)),
-      shared_work_(std::make_unique<SharedWork>(options_.max_model_bytes)),
-      readahead_(std::make_unique<ReadAhead>(ReadAheadOptions(options_))),
-      engine_(std::make_unique<Engine>(options_.threads, readahead_.get())),
       access_(options_.admin_gid, options_.anonymous_admin),
       budget_(options_),
-      factory_(options_, executor_.get(), shared_work_.get(), engine_.get()),
-      registry_(options_, access_, budget_, factory_, *engine_, heartbeat_),
-      status_(options_, registry_, *engine_, *readahead_, start_ns_),
-      supervisor_(options_, registry_, status_) {}
+      readahead_(std::make_unique<ReadAhead>(ReadAheadOptions(options_))),
+      engine_(std::make_unique<Engine>(options_.threads, readahead_.get(),
+                                       options_.read_stall_seconds)) {}
+
+absl::Status Core::Start(std::unique_ptr<Executor> executor) {
+  executor_ = std::move(executor);
+  shared_work_ = std::make_unique<SharedWork>(options_.max_model_bytes);
+  factory_ = std::make_unique<StreamFactory>(options_, executor_.get(),
+                                             shared_work_.get(), engine_.get());
+  heartbeat_ = std::make_unique<Heartbeat>();
+  registry_ = std::make_unique<StreamRegistry>(options_, access_, budget_,
+                                               *factory_, *engine_, *heartbeat_);
+  status_ = std::make_unique<StatusReporter>(options_, *registry_, *engine_,
+                                             *readahead_, start_ns_);
+  supervisor_ = std::make_unique<Supervisor>(options_, *registry_, *status_);
+  const char* starting = "heartbeat";
+  try {
+    heartbeat_->Start();
+    starting = "supervisor";
+    supervisor_->Start();
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot start the ", starting, " thread: ", e.what(),
+        " (the daemon is at its thread limit: systemd's TasksMax, "
+        "RLIMIT_NPROC or the kernel's threads-max)"));
+  }
+  return absl::OkStatus();
+}
 
 Core::~Core() {
-  supervisor_.Stop();
-  heartbeat_.Stop();
-  engine_->Stop();
+  if (supervisor_ != nullptr) supervisor_->Stop();
+  if (heartbeat_ != nullptr) heartbeat_->Stop();
+  // Workers and I/O threads stuck in storage that does not answer are not
+  // waited for past the bound: they are left (with what they use) to end
+  // with the process.
+  const uint64_t deadline =
+      MonotonicNanos() + uint64_t(options_.stop_wait_seconds * 1e9) + 1;
+  const bool workers_stopped = engine_->Stop(deadline);
   CloseAll();
+  if (!workers_stopped) {
+    abandoned_threads.fetch_add(1);
+    engine_.release();  // never destroyed: its stuck workers use it
+  }
+  if (!readahead_->Stop(deadline)) {
+    abandoned_threads.fetch_add(1);
+    readahead_.release();  // never destroyed: its stuck threads use it
+  }
   // Passes still running (they outlive their streams) stop and store what
   // they learnt.
-  executor_->Shutdown();
+  if (executor_ != nullptr) executor_->Shutdown();
 }
 
 // OpenStream's steps: the client's protocol, the spec (with the server's
@@ -111,14 +156,14 @@ absl::StatusOr<v1::OpenStreamResponse> Core::OpenStream(
     const v1::OpenStreamRequest& req, const Caller& caller) {
   if (absl::Status s = CheckClientProtocol(req); !s.ok()) return s;
   absl::StatusOr<v1::StreamSpec> spec =
-      factory_.CheckedSpec(req.spec(), req.rank());
+      factory_->CheckedSpec(req.spec(), req.rank());
   if (!spec.ok()) return spec.status();
   absl::StatusOr<StreamKey> key = access_.AuthorizeOpen(
       spec->name(), caller,
       req.has_owner_uid() ? std::optional<uint32_t>(req.owner_uid())
                           : std::nullopt);
   if (!key.ok()) return key.status();
-  return registry_.Open(*key, *spec, req.rank(), caller,
+  return registry_->Open(*key, *spec, req.rank(), caller,
                         req.has_resume() ? &req.resume() : nullptr);
 }
 
@@ -129,11 +174,11 @@ absl::Status Core::CloseStream(const v1::CloseStreamRequest& req,
                           : std::nullopt;
   absl::StatusOr<StreamKey> key =
       access_.AuthorizeClose(req.name(), caller, owner_uid, [&] {
-        return registry_.OwnersNamedIfMissing(
+        return registry_->OwnersNamedIfMissing(
             StreamKey{OwnerOf(caller), req.name()});
       });
   if (!key.ok()) return key.status();
-  return registry_.Close(*key);
+  return registry_->Close(*key);
 }
 
 absl::Status Core::CheckAdmin(const Caller& caller,
@@ -146,10 +191,10 @@ bool Core::IsAdmin(const Caller& caller) const {
 }
 
 absl::StatusOr<v1::PlanResponse> Core::Plan(const v1::PlanRequest& req) const {
-  return factory_.Plan(req.spec());
+  return factory_->Plan(req.spec());
 }
 
-uint32_t Core::Drain() { return registry_.Drain(); }
+uint32_t Core::Drain() { return registry_->Drain(); }
 
 absl::StatusOr<v1::DrainResponse> Core::Drain(const v1::DrainRequest&,
                                               const Caller& caller) {
@@ -160,15 +205,20 @@ absl::StatusOr<v1::DrainResponse> Core::Drain(const v1::DrainRequest&,
 }
 
 void Core::SetOnDrained(std::function<void()> on_drained) {
-  registry_.SetOnDrained(std::move(on_drained));
+  registry_->SetOnDrained(std::move(on_drained));
 }
 
-v1::GetStatusResponse Core::GetStatus() const { return status_.Status(); }
+v1::GetStatusResponse Core::GetStatus(
+    std::vector<ReadAheadStats>* readahead) const {
+  return status_->Status(readahead);
+}
 
 std::vector<std::string> Core::ReapDeadClients() {
-  return registry_.ReapDeadClients();
+  return registry_->ReapDeadClients();
 }
 
-void Core::CloseAll() { registry_.CloseAll(); }
+void Core::CloseAll() {
+  if (registry_ != nullptr) registry_->CloseAll();
+}
 
 }  // namespace batchd

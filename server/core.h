@@ -114,7 +114,20 @@ struct CoreOptions {
   uint64_t readahead_bytes = uint64_t(256) << 20;
   // I/O threads of the read-ahead (reads in flight at most). Default: 32.
   int readahead_threads = 32;
+  // A batch that has waited this long for a read that has not returned
+  // (a stalled mount) fails its rank, naming the file; 0: never.
+  // Default: 60 s.
+  double read_stall_seconds = 60;
+  // How long the stop (the destructor) waits for workers and I/O threads
+  // before it leaves those stuck in the kernel to end with the process.
+  // Default: 3 s.
+  double stop_wait_seconds = 3;
 };
+
+// Threads the daemon's stop left running, stuck in calls that have not
+// returned (a stalled mount): the process must then end with _exit, not
+// run its static destructors under them.
+int AbandonedThreads();
 
 // Authorization: a stream belongs to the uid that opened it (TCP callers,
 // who have no kernel identity, share the owner kAnonymousUid), and streams
@@ -160,7 +173,11 @@ class Core {
   absl::StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& req,
                                           const Caller& caller);
   void SetOnDrained(std::function<void()> on_drained);
-  v1::GetStatusResponse GetStatus() const;
+  // `readahead` (may be null) receives each stream's read-ahead figures in
+  // the order of the response's streams (zeros for a stream not read
+  // ahead), with those the protocol does not carry (oldest_read_seconds).
+  v1::GetStatusResponse GetStatus(
+      std::vector<ReadAheadStats>* readahead = nullptr) const;
   // Frees the rings of ranks whose clients let go or died, and forgets
   // streams idle for idle_stream_seconds; called ~10x/s by the supervisor
   // thread. Returns the segments freed.
@@ -172,26 +189,32 @@ class Core {
   const CoreOptions& options() const { return options_; }
 
  private:
-  Core(const CoreOptions& options, std::unique_ptr<Executor> executor);
+  // The read-ahead and the engine (its workers start first, so that a
+  // daemon that cannot start threads names --threads).
+  explicit Core(const CoreOptions& options);
+  // The parts that use `executor`, then the heartbeat and supervisor
+  // threads; the error when one of these could not be started.
+  absl::Status Start(std::unique_ptr<Executor> executor);
 
   const CoreOptions options_;
   const uint64_t start_ns_;
-  // What workloads borrow (their indexing and counting work, the models
-  // and passes they share); before the streams, which use them until they
-  // go.
-  const std::unique_ptr<Executor> executor_;
-  const std::unique_ptr<SharedWork> shared_work_;
-  // Before engine_ and the streams: both use it until they go.
-  const std::unique_ptr<ReadAhead> readahead_;
-  const std::unique_ptr<Engine> engine_;
   const Access access_;
   const RingBudget budget_;
-  const StreamFactory factory_;
-  Heartbeat heartbeat_;
-  StreamRegistry registry_;
-  const StatusReporter status_;
-  // Last: its thread uses everything above.
-  Supervisor supervisor_;
+  // What workloads borrow (their indexing and counting work, the models
+  // and passes they share); before the streams, which use them until they
+  // go. Set by Start.
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<SharedWork> shared_work_;
+  // Before engine_ and the streams: both use it until they go. The stop
+  // releases (never destroys) either when threads of it are stuck.
+  std::unique_ptr<ReadAhead> readahead_;
+  std::unique_ptr<Engine> engine_;
+  // Set by Start, in this order; each uses those above it.
+  std::unique_ptr<StreamFactory> factory_;
+  std::unique_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<StreamRegistry> registry_;
+  std::unique_ptr<StatusReporter> status_;
+  std::unique_ptr<Supervisor> supervisor_;
 };
 
 }  // namespace batchd

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/process.h"
 #include "base/log.h"
 
@@ -71,33 +73,93 @@ RankProducer::RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
       schedule_(std::move(schedule)),
       next_step_(start_step) {}
 
-Engine::Engine(int threads, ReadAhead* readahead)
-    : thread_count_(std::max(1, threads)), readahead_(readahead) {
+Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds)
+    : thread_count_(std::max(1, threads)),
+      readahead_(readahead),
+      read_stall_ns_(uint64_t(std::max(0.0, read_stall_seconds) * 1e9)) {
+  if (readahead_ != nullptr) {
+    // A worker may be waiting for the chunk whose bytes just landed.
+    readahead_->SetOnLanded([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_one();
+    });
+  }
   for (int i = 0; i < thread_count_; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++live_workers_;
+    }
+    try {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    } catch (const std::system_error& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --live_workers_;
+      }
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "cannot start worker thread ", i + 1, " of --threads ",
+          thread_count_, ": ", e.what(),
+          " (the daemon is at its thread limit: systemd's TasksMax, "
+          "RLIMIT_NPROC or the kernel's threads-max; raise it or lower "
+          "--threads)"));
+      Stop();
+      break;
+    }
   }
 }
 
-Engine::~Engine() { Stop(); }
+Engine::~Engine() {
+  Stop();
+  if (readahead_ != nullptr) readahead_->SetOnLanded(nullptr);
+}
 
-void Engine::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
+bool Engine::Stop(uint64_t deadline_ns) {
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_ = true;
   cv_.notify_all();
+  while (live_workers_ > 0) {
+    if (deadline_ns == 0) {
+      exit_cv_.wait(lock);
+      continue;
+    }
+    const uint64_t now = MonotonicNanos();
+    if (now >= deadline_ns) break;
+    exit_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+  }
+  if (live_workers_ > 0) {
+    Log(LogLevel::kWarn, "workers_abandoned",
+        {{"threads", std::to_string(live_workers_)},
+         {"msg", "workers stuck in a call that has not returned are left "
+                 "to end with the process"}});
+    return false;
+  }
+  lock.unlock();
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
   }
+  return true;
 }
 
-void Engine::Prepare(StreamSetup* stream) {
-  if (readahead_ == nullptr) return;
-  stream->readahead =
-      readahead_->AddStream(stream->name, stream->workload->example_reader());
-  if (stream->readahead != nullptr) {
-    stream->workload->set_prefetch(stream->readahead.get());
+absl::Status Engine::Prepare(StreamSetup* stream) {
+  if (readahead_ == nullptr) return absl::OkStatus();
+  ExampleReadFn read = stream->workload->example_reader();
+  if (!read) return absl::OkStatus();
+  // The read function holds the workload: a read stuck in a stalled mount
+  // may return after the stream has gone.
+  std::shared_ptr<Workload> keep = stream->workload;
+  stream->readahead = readahead_->AddStream(
+      stream->name,
+      [keep, read](uint64_t id, std::string* bytes, int64_t* label) {
+        return read(id, bytes, label);
+      },
+      [keep](uint64_t id) { return keep->DescribeExample(id); });
+  if (stream->readahead == nullptr) return absl::OkStatus();  // off
+  if (absl::Status s = readahead_->EnsureThread(); !s.ok()) {
+    stream->readahead.reset();
+    return s;
   }
+  stream->workload->set_prefetch(stream->readahead.get());
+  return absl::OkStatus();
 }
 
 void Engine::Add(std::shared_ptr<RankProducer> producer) {
@@ -124,8 +186,18 @@ void Engine::Retire(const std::shared_ptr<RankProducer>& producer) {
   if (readahead_ != nullptr) readahead_->RemoveLane(producer->readahead_lane);
   std::lock_guard<std::mutex> lock(mu_);
   producer->retired_ = true;
+  DropParked(*producer);
   producers_.erase(std::remove(producers_.begin(), producers_.end(), producer),
                    producers_.end());
+}
+
+void Engine::DropParked(RankProducer& p) {
+  for (RankProducer::Job& job : p.inflight_) {
+    for (RankProducer::Parked& parked : job.parked) {
+      if (readahead_ != nullptr) readahead_->FinishItem(parked.item.get());
+    }
+    job.parked.clear();
+  }
 }
 
 namespace {
@@ -169,15 +241,28 @@ void WriteSlotHeader(const BatchLayout& layout, const StepItems& items,
 bool Engine::FindTask(Task* task, bool* some_ring_full) {
   *some_ring_full = false;
   const size_t n = producers_.size();
+  const uint64_t now = MonotonicNanos();
   const uint32_t max_chunks = uint32_t(2 * thread_count_);
   for (size_t i = 0; i < n; ++i) {
     const size_t idx = (round_robin_ + i) % n;
     const std::shared_ptr<RankProducer>& p = producers_[idx];
     if (p->failed.load(std::memory_order_relaxed)) continue;
-    // Unclaimed chunks of batches already started come first.
+    // Chunks whose bytes landed, then unclaimed chunks of batches already
+    // started, come first.
+    if (FindParked(p, now, task)) {
+      round_robin_ = idx + 1;
+      return true;
+    }
+    if (p->failed.load(std::memory_order_relaxed)) continue;  // stalled
     for (RankProducer::Job& job : p->inflight_) {
       if (job.next_chunk < job.chunks) {
-        *task = {p, job.step, job.pos, job.next_chunk++, job.chunks};
+        task->producer = p;
+        task->step = job.step;
+        task->pos = job.pos;
+        task->chunk = job.next_chunk++;
+        task->chunks = job.chunks;
+        task->next_item = kChunkStart;
+        task->item.reset();
         round_robin_ = idx + 1;
         return true;
       }
@@ -215,31 +300,72 @@ bool Engine::FindTask(Task* task, bool* some_ring_full) {
     if (readahead_ != nullptr) readahead_->Decoding(p->readahead_lane, step);
     const uint32_t chunks = uint32_t(std::max<uint64_t>(
         1, std::min<uint64_t>(s.layout.per_rank_batch, max_chunks)));
-    p->inflight_.push_back({step, pos, chunks, 1, 0, absl::OkStatus()});
-    *task = {p, step, pos, 0, chunks};
+    p->inflight_.push_back({step, pos, chunks, 1, 0, absl::OkStatus(), {}});
+    task->producer = p;
+    task->step = step;
+    task->pos = pos;
+    task->chunk = 0;
+    task->chunks = chunks;
+    task->next_item = kChunkStart;
+    task->item.reset();
     round_robin_ = idx + 1;
     return true;
   }
   return false;
 }
 
-void Engine::RunTask(const Task& t, absl::Status* status) {
+bool Engine::FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
+                        Task* task) {
+  for (RankProducer::Job& job : p->inflight_) {
+    for (size_t k = 0; k < job.parked.size(); ++k) {
+      RankProducer::Parked& parked = job.parked[k];
+      if (parked.item->landed()) {
+        task->producer = p;
+        task->step = job.step;
+        task->pos = job.pos;
+        task->chunk = parked.chunk;
+        task->chunks = job.chunks;
+        task->next_item = parked.next_item;
+        task->item = std::move(parked.item);
+        job.parked.erase(job.parked.begin() + k);
+        return true;
+      }
+      const uint64_t since = parked.item->pending_since_ns();
+      if (read_stall_ns_ != 0 && since != 0 && now > since &&
+          now - since >= read_stall_ns_) {
+        // Its storage does not answer: the rank ends with the reason, so
+        // that its client knows, and it holds nothing of the others.
+        const std::string why = absl::StrCat(
+            "storage stalled: ",
+            p->stream_->readahead->StallReason(*parked.item, now),
+            " (--read-stall-seconds ",
+            absl::StrFormat("%g", double(read_stall_ns_) / 1e9), ")");
+        Fail(*p, job.step, absl::DeadlineExceededError(why));
+        return false;
+      }
+    }
+  }
+  return false;
+}
+
+bool Engine::RunTask(Task* task, absl::Status* status) {
+  Task& t = *task;
   StreamSetup& s = *t.producer->stream_;
   // FindTask saw the step ready: this does not wait.
   Schedule& schedule = *t.producer->schedule_;
   absl::StatusOr<StepItems> items = schedule.Locate(t.step, t.producer->rank_);
   if (!items.ok()) {
     *status = items.status();
-    return;
+    return false;
   }
-  if (t.chunk == 0) {
+  if (t.chunk == 0 && t.next_item == kChunkStart) {
     // The global batch's cursor is rank 0's.
     RowCursor batch_cursor = items->cursor;
     if (t.producer->rank_ != 0) {
       absl::StatusOr<StepItems> first = schedule.Locate(t.step, 0);
       if (!first.ok()) {
         *status = first.status();
-        return;
+        return false;
       }
       batch_cursor = first->cursor;
     }
@@ -251,21 +377,62 @@ void Engine::RunTask(const Task& t, absl::Status* status) {
   uint8_t* base = t.producer->ring_->SlotBase(t.pos);
   const size_t nt = s.layout.entries.size();
   std::vector<uint8_t*> out(nt);
-  for (uint64_t e = lo; e < hi; ++e) {
+  ReadAheadStream* const ra = s.readahead.get();
+  if (ra != nullptr && t.item == nullptr) {
+    t.item = std::make_unique<ReadAheadItem>(ra, t.producer->readahead_lane,
+                                             t.step);
+  }
+  for (uint64_t e = t.next_item == kChunkStart ? lo : t.next_item; e < hi;
+       ++e) {
     const ItemRef item = schedule.Item(*items, e);
     for (size_t k = 0; k < nt; ++k) {
       const BatchLayout::Entry& entry = s.layout.entries[k];
       out[k] = base + entry.offset + e * entry.example_bytes;
     }
-    absl::Status st = s.workload->FillItem(item, out.data(), &s.counters);
+    absl::Status st;
+    if (ra == nullptr) {
+      st = s.workload->FillItem(item, out.data(), &s.counters);
+    } else {
+      // Counted only once the item is done: an item put back runs again.
+      WorkloadCounters counted;
+      {
+        ReadAheadItem::Scope scope(t.item.get());
+        st = s.workload->FillItem(item, out.data(), &counted);
+      }
+      if (t.item->pending()) {
+        t.next_item = e;
+        return true;
+      }
+      readahead_->FinishItem(t.item.get());
+      s.counters.decode_errors.fetch_add(counted.decode_errors.load(),
+                                         std::memory_order_relaxed);
+      s.counters.skipped_examples.fetch_add(counted.skipped_examples.load(),
+                                            std::memory_order_relaxed);
+    }
     if (!st.ok()) {
       *status = absl::Status(
           st.code(), absl::StrCat(st.message(), " (stream ", s.name,
                                   ", item ", item.id, ", epoch ", item.epoch,
                                   ", position ", item.position, ")"));
-      return;
+      return false;
     }
   }
+  return false;
+}
+
+void Engine::Park(Task* task) {
+  RankProducer& p = *task->producer;
+  if (!p.retired_ && !p.failed.load(std::memory_order_relaxed)) {
+    for (RankProducer::Job& job : p.inflight_) {
+      if (job.step == task->step) {
+        job.parked.push_back(
+            {task->chunk, task->next_item, std::move(task->item)});
+        return;
+      }
+    }
+  }
+  // Its rank went or failed meanwhile: nothing waits for the chunk.
+  if (readahead_ != nullptr) readahead_->FinishItem(task->item.get());
 }
 
 void Engine::Finish(const Task& t, absl::Status status) {
@@ -305,6 +472,7 @@ void Engine::Fail(RankProducer& p, uint64_t step, const absl::Status& why) {
        {"step", std::to_string(step)},
        {"msg", std::string(why.message())}});
   p.ring_->Close(absl::StrCat("step ", step, " failed: ", why.message()));
+  DropParked(p);
   p.inflight_.clear();
 }
 
@@ -335,10 +503,22 @@ void Engine::WorkerLoop() {
     cv_.notify_one();
     lock.unlock();
     absl::Status status;
-    RunTask(task, &status);
+    const bool parked = RunTask(&task, &status);
     lock.lock();
-    Finish(task, std::move(status));
+    if (parked) {
+      Park(&task);
+    } else {
+      Finish(task, std::move(status));
+    }
+    // The task may hold the last reference to its rank and stream (both
+    // closed meanwhile): they go without the engine's lock.
+    std::shared_ptr<RankProducer> producer = std::move(task.producer);
+    lock.unlock();
+    producer.reset();
+    lock.lock();
   }
+  --live_workers_;
+  exit_cv_.notify_all();
 }
 
 }  // namespace batchd

@@ -9,6 +9,13 @@
 // header), and the worker that finishes a batch publishes every finished
 // batch at the front of that rank's queue, in step order.
 //
+// Workers never wait for storage. An item of a read-ahead stream whose
+// bytes are not read yet (ReadAheadItem::pending) puts its chunk back, to
+// go on from that item once the bytes land, and the worker serves any other
+// chunk meanwhile; a chunk that has waited read_stall_seconds fails its
+// rank with a reason that names the read that has not returned, which the
+// client sees as the ring's close reason.
+//
 // Thread safety: Engine is thread-safe. RankProducer's mutable state is
 // guarded by Engine::mu_; the counters it exposes are atomics.
 #ifndef BATCHD_SERVER_ENGINE_H_
@@ -57,7 +64,9 @@ struct BatchLayout {
 // construction, except the counters.
 struct StreamSetup {
   std::string name;
-  std::unique_ptr<Workload> workload;
+  // Shared with the read-ahead's read function: a read stuck in a stalled
+  // mount may return after the stream has gone, and still uses it.
+  std::shared_ptr<Workload> workload;
   Sampler sampler;
   BatchLayout layout;
   WorkloadCounters counters;
@@ -66,7 +75,7 @@ struct StreamSetup {
   std::unique_ptr<Schedule> schedule;
   // The stream's read-ahead (null: off, or not a read-ahead workload); set
   // by Engine::Prepare before any rank is added. Last, so that it goes
-  // first: it waits for reads in flight, which call into the workload.
+  // first (reads in flight then hold the workload, not the stream).
   std::shared_ptr<ReadAheadStream> readahead;
 
   StreamSetup(std::string n, std::unique_ptr<Workload> w, Sampler sam,
@@ -112,6 +121,12 @@ class RankProducer {
 
  private:
   friend class Engine;
+  // A chunk put back until the bytes its item waits for land.
+  struct Parked {
+    uint32_t chunk;
+    uint64_t next_item;  // the item to fill first
+    std::unique_ptr<ReadAheadItem> item;
+  };
   struct Job {
     uint64_t step;
     uint64_t pos;
@@ -119,6 +134,7 @@ class RankProducer {
     uint32_t next_chunk = 0;
     uint32_t done_chunks = 0;
     absl::Status status;
+    std::vector<Parked> parked;
   };
 
   const std::shared_ptr<StreamSetup> stream_;
@@ -137,41 +153,70 @@ class RankProducer {
 
 class Engine {
  public:
-  // `readahead` (may be null: none) must outlive the engine.
-  explicit Engine(int threads, ReadAhead* readahead = nullptr);
-  ~Engine();  // stops the workers after their current chunk
+  // Default of read_stall_seconds (--read-stall-seconds).
+  static constexpr double kDefaultReadStallSeconds = 60;
 
+  // `readahead` (may be null: none) must outlive the engine. A chunk that
+  // has waited `read_stall_seconds` for its bytes fails its rank (0: never).
+  // When a worker thread cannot be started, status() says so and the
+  // engine has stopped the ones that did start.
+  explicit Engine(int threads, ReadAhead* readahead = nullptr,
+                  double read_stall_seconds = kDefaultReadStallSeconds);
+  // Stop() as long as it takes, then the engine goes.
+  ~Engine();
+
+  // OK, or why the workers could not all be started.
+  const absl::Status& status() const { return status_; }
   int threads() const { return thread_count_; }
   // Connects a new stream to the read-ahead; call once, before its first
-  // Add.
-  void Prepare(StreamSetup* stream);
+  // Add. ResourceExhausted when the read-ahead cannot start a thread.
+  absl::Status Prepare(StreamSetup* stream);
   void Add(std::shared_ptr<RankProducer> producer);
   // Stops producing for `producer`; chunks in flight finish first (the
   // producer and its ring live until the last worker lets go).
   void Retire(const std::shared_ptr<RankProducer>& producer);
-  // Stops all workers; idempotent.
-  void Stop();
+  // Stops all workers after their current item; idempotent. Waits until
+  // `deadline_ns` (MonotonicNanos; 0: as long as it takes) for them to
+  // end; false when some have not (stuck in storage, in a workload that is
+  // not read ahead): the engine must then never be destroyed.
+  bool Stop(uint64_t deadline_ns = 0);
 
  private:
+  static constexpr uint64_t kChunkStart = ~uint64_t(0);
   struct Task {
     std::shared_ptr<RankProducer> producer;
-    uint64_t step;
-    uint64_t pos;
-    uint32_t chunk;
-    uint32_t chunks;
+    uint64_t step = 0;
+    uint64_t pos = 0;
+    uint32_t chunk = 0;
+    uint32_t chunks = 0;
+    uint64_t next_item = kChunkStart;     // kChunkStart: the chunk's first
+    std::unique_ptr<ReadAheadItem> item;  // read-ahead streams only
   };
   bool FindTask(Task* task, bool* some_ring_full);  // requires mu_
-  void RunTask(const Task& task, absl::Status* status);
+  // A parked chunk of `p`'s jobs whose bytes landed, into `task`; fails
+  // `p` when one has waited past the deadline. Requires mu_.
+  bool FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
+                  Task* task);
+  // Fills the task's items; true when it stopped at an item whose bytes
+  // are not there yet (task->next_item).
+  bool RunTask(Task* task, absl::Status* status);
   void Finish(const Task& task, absl::Status status);  // requires mu_
+  void Park(Task* task);                                // requires mu_
+  // Frees what the parked chunks of `p`'s jobs hold. Requires mu_.
+  void DropParked(RankProducer& p);
   // Ends `p`'s ring with `why`, which its client sees. Requires mu_.
   void Fail(RankProducer& p, uint64_t step, const absl::Status& why);
   void WorkerLoop();
 
   const int thread_count_;
   ReadAhead* const readahead_;
+  const uint64_t read_stall_ns_;  // 0: no deadline
+  absl::Status status_;           // constant after construction
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable exit_cv_;  // a worker ended
   bool stop_ = false;                                     // guarded by mu_
+  int live_workers_ = 0;                                  // guarded by mu_
   std::vector<std::shared_ptr<RankProducer>> producers_;  // guarded by mu_
   size_t round_robin_ = 0;                                // guarded by mu_
   bool poller_active_ = false;                            // guarded by mu_

@@ -8,8 +8,6 @@
 
 namespace batchd {
 
-Heartbeat::Heartbeat() : thread_([this] { Loop(); }) {}
-
 Heartbeat::~Heartbeat() { Stop(); }
 
 void Heartbeat::Add(std::shared_ptr<RankProducer> producer) {
@@ -21,6 +19,10 @@ void Heartbeat::Remove(const std::shared_ptr<RankProducer>& producer) {
   absl::MutexLock lock(&mu_);
   beating_.erase(std::remove(beating_.begin(), beating_.end(), producer),
                  beating_.end());
+}
+
+void Heartbeat::Start() {
+  thread_ = std::thread([this] { Loop(); });
 }
 
 void Heartbeat::Stop() {

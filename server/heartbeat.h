@@ -2,7 +2,7 @@
 // every ring it is given ~10x/s and does nothing else, so that a busy
 // server never looks dead to its clients.
 //
-// Thread safety: thread-safe; its own lock, so that nothing else ever
+// Thread safety: thread-safe (Start and Stop from one thread); its own lock, so that nothing else ever
 // delays a heartbeat.
 #ifndef BATCHD_SERVER_HEARTBEAT_H_
 #define BATCHD_SERVER_HEARTBEAT_H_
@@ -20,8 +20,7 @@ namespace batchd {
 
 class Heartbeat {
  public:
-  // Starts the thread.
-  Heartbeat();
+  Heartbeat() = default;
   // Stop()s.
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
@@ -30,6 +29,8 @@ class Heartbeat {
   // `producer`'s ring beats from now on, until Remove.
   void Add(std::shared_ptr<RankProducer> producer);
   void Remove(const std::shared_ptr<RankProducer>& producer);
+  // Starts the thread; std::system_error when it cannot be started.
+  void Start();
   // Ends the thread (idempotent; the rings stop beating).
   void Stop();
 

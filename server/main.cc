@@ -3,25 +3,31 @@
 // ready, and on SIGTERM / SIGINT / Shutdown / a finished drain closes every
 // stream and unlinks every segment before it exits. main() is the list of
 // those steps; each is a function below.
+#include <dirent.h>
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -49,6 +55,14 @@ int Fail(int code, const std::string& msg) {
 }
 int Fail(int code, const absl::Status& status) {
   return Fail(code, std::string(status.message()));
+}
+// A start-up that cannot go on: the message, then out at once. Destructors
+// are not run: with gRPC initialised but its threads refused (a pids
+// limit), grpc_shutdown would wait for them for ever.
+[[noreturn]] void FailNow(int code, const absl::Status& status) {
+  Fail(code, status);
+  fflush(nullptr);
+  _exit(code);
 }
 
 // The directory that holds the socket must be writable by us (and root)
@@ -126,6 +140,37 @@ absl::StatusOr<int> OpenLockFile(const std::string& path) {
   return fd;
 }
 
+// Step 1b. File descriptors: the soft limit raised to the hard one (1,024
+// is systemd's default soft limit, and every connection, ring and data
+// file takes one), then the connection limits made to leave half of them
+// to rings and data files. Returns the soft limit now in force.
+uint64_t RaiseFileLimit(batchd::DaemonConfig* config) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    // A huge hard limit (infinity) would only make fd tables huge.
+    raised.rlim_cur = std::min<rlim_t>(lim.rlim_max, rlim_t(1) << 20);
+    if (raised.rlim_cur > lim.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      lim = raised;
+    }
+  }
+  const uint64_t soft = lim.rlim_cur == RLIM_INFINITY ? uint64_t(1) << 20
+                                                      : uint64_t(lim.rlim_cur);
+  const int half = int(std::max<uint64_t>(16, soft / 2));
+  if (config->max_connections == 0) {
+    config->max_connections = std::min(half, 4096);
+  } else if (config->max_connections > half) {
+    batchd::Log(batchd::LogLevel::kWarn, "max_connections_lowered",
+                {{"asked", std::to_string(config->max_connections)},
+                 {"now", std::to_string(half)},
+                 {"msg", absl::StrCat("half of RLIMIT_NOFILE ", soft,
+                                      ", so that rings and data files keep "
+                                      "the rest (raise LimitNOFILE=)")}});
+    config->max_connections = half;
+  }
+  return soft;
+}
+
 // Step 1. The settings: flags over --config over defaults. Returns the exit
 // code when the command is done already (--help, --version, --print-config,
 // a bad flag), nothing when the daemon is to run.
@@ -151,6 +196,7 @@ std::optional<int> ReadSettings(int argc, char** argv,
     return 0;
   }
   batchd::SetLogLevel(config->log_level);
+  RaiseFileLimit(config);
   return std::nullopt;
 }
 
@@ -359,7 +405,13 @@ absl::Status StartServing(const batchd::DaemonConfig& config,
                           batchd::Core& core, Serving* serving) {
   const std::string& socket_path = endpoints.socket_path;
   if (!socket_path.empty()) {
-    auto listener = batchd::PeerListener::Listen(socket_path);
+    batchd::PeerListener::Options limits;
+    limits.max_connections = config.max_connections;
+    limits.max_connections_per_uid = config.max_connections_per_uid;
+    limits.idle_seconds = config.connection_idle_seconds > 0
+                              ? config.connection_idle_seconds
+                              : 1e9;
+    auto listener = batchd::PeerListener::Listen(socket_path, limits);
     if (!listener.ok()) return listener.status();
     serving->peers = std::move(*listener);
   }
@@ -400,7 +452,12 @@ absl::Status StartServing(const batchd::DaemonConfig& config,
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", config.listen, " (in use, or no permission)"));
   }
-  if (serving->peers != nullptr) serving->peers->Serve(serving->server.get());
+  if (serving->peers != nullptr) {
+    if (absl::Status s = serving->peers->Serve(serving->server.get());
+        !s.ok()) {
+      return s;
+    }
+  }
   if (!socket_path.empty()) {
     chmod(socket_path.c_str(), config.socket_mode);
     if (socket_gid != gid_t(-1) &&
@@ -446,15 +503,21 @@ void AnnounceReady(const batchd::DaemonConfig& config,
 // thread of its own while the daemon serves; nothing when it is not enabled.
 class Watchdog {
  public:
-  void Start() {
+  absl::Status Start() {
     uint64_t usec = 0;
-    if (sd_watchdog_enabled(0, &usec) <= 0) return;
-    thread_ = std::thread([this, usec] {
-      while (!stopping_.load()) {
-        sd_notify(0, "WATCHDOG=1");
-        std::this_thread::sleep_for(std::chrono::microseconds(usec / 3));
-      }
-    });
+    if (sd_watchdog_enabled(0, &usec) <= 0) return absl::OkStatus();
+    try {
+      thread_ = std::thread([this, usec] {
+        while (!stopping_.load()) {
+          sd_notify(0, "WATCHDOG=1");
+          std::this_thread::sleep_for(std::chrono::microseconds(usec / 3));
+        }
+      });
+    } catch (const std::system_error& e) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot start the systemd watchdog thread: ", e.what()));
+    }
+    return absl::OkStatus();
   }
   void Stop() {
     stopping_.store(true);
@@ -477,6 +540,79 @@ int WaitForStopSignal(const sigset_t& signals) {
               {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
   return sig;
 }
+
+// The bound on a stop: if the steps of Stop have not finished
+// kStopSeconds after SIGTERM (a call stuck in a mount that does not answer
+// holds a lock or a gRPC handler), the rings this daemon created are
+// unlinked and the process exits with status 1 at once.
+class StopDeadline {
+ public:
+  static constexpr int kStopSeconds = 10;
+  explicit StopDeadline(const std::string& shm_prefix)
+      : state_(std::make_shared<State>()) {
+    state_->prefix = absl::StrCat(shm_prefix, ".", getuid(), ".");
+    try {
+      std::thread([state = state_] { Run(*state); }).detach();
+    } catch (const std::system_error&) {
+      // No thread to spare: the stop is then unbounded, as it was.
+    }
+  }
+  ~StopDeadline() {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->done = true;
+    state_->cv.notify_all();
+  }
+
+ private:
+  // Shared with the thread, which may wake after the stop is done.
+  struct State {
+    std::string prefix;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;  // guarded by mu
+  };
+  static void Run(State& state) {
+    std::unique_lock<std::mutex> lock(state.mu);
+    if (state.cv.wait_for(lock, std::chrono::seconds(kStopSeconds),
+                          [&state] { return state.done; })) {
+      return;
+    }
+    batchd::Log(batchd::LogLevel::kError, "stop_timeout",
+                {{"seconds", std::to_string(kStopSeconds)},
+                 {"msg", "the stop is stuck (in storage that does not "
+                         "answer?): rings unlinked, exiting now"}});
+    UnlinkOwnSegments(state.prefix);
+    fflush(nullptr);
+    _exit(1);
+  }
+  // Segments of this uid and prefix whose recorded server is this process.
+  static void UnlinkOwnSegments(const std::string& prefix) {
+    DIR* dir = opendir("/dev/shm");
+    if (dir == nullptr) return;
+    const int dir_fd = dirfd(dir);
+    while (dirent* e = readdir(dir)) {
+      if (strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+      const int fd = openat(dir_fd, e->d_name,
+                            O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) continue;
+      struct stat st;
+      // Plain fields only, from a byte copy of the header.
+      alignas(batchd::shm::RingHeader) unsigned char
+          raw[sizeof(batchd::shm::RingHeader)] = {};
+      const auto& h = *reinterpret_cast<const batchd::shm::RingHeader*>(raw);
+      const bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                        st.st_uid == geteuid() &&
+                        pread(fd, raw, sizeof(raw), 0) == ssize_t(sizeof(raw)) &&
+                        h.magic == batchd::shm::kMagic &&
+                        h.server_pid == uint32_t(getpid());
+      close(fd);
+      if (ours) unlinkat(dir_fd, e->d_name, 0);
+    }
+    closedir(dir);
+  }
+
+  const std::shared_ptr<State> state_;
+};
 
 // Step 11. New connections refused first, calls in flight given 2 s, then
 // every stream closed and every segment unlinked, then the socket. The lock
@@ -502,17 +638,17 @@ int main(int argc, char** argv) {
   if (std::optional<int> done = ReadSettings(argc, argv, &config)) return *done;
 
   absl::StatusOr<Endpoints> endpoints = ResolveEndpoints(config);
-  if (!endpoints.ok()) return Fail(2, endpoints.status());
+  if (!endpoints.ok()) FailNow(2, endpoints.status());
 
   absl::StatusOr<int> lock_fd = ClaimSocket(
       config.listen, endpoints->socket_path, config.allow_shared_socket_dir);
-  if (!lock_fd.ok()) return Fail(1, lock_fd.status());
+  if (!lock_fd.ok()) FailNow(1, lock_fd.status());
 
   gid_t socket_gid = gid_t(-1);
   if (!config.socket_group.empty()) {
     absl::StatusOr<gid_t> gid =
         batchd::ResolveGroup("socket-group", config.socket_group);
-    if (!gid.ok()) return Fail(2, gid.status());
+    if (!gid.ok()) FailNow(2, gid.status());
     socket_gid = *gid;
   }
 
@@ -520,24 +656,31 @@ int main(int argc, char** argv) {
   RemoveStaleSegments(config);
 
   absl::StatusOr<std::unique_ptr<batchd::Core>> core = StartCore(config);
-  if (!core.ok()) return Fail(1, core.status());
+  if (!core.ok()) FailNow(1, core.status());
 
   Serving serving;
   if (absl::Status s =
           StartServing(config, *endpoints, socket_gid, **core, &serving);
       !s.ok()) {
-    return Fail(1, s);
+    FailNow(1, s);
   }
   absl::StatusOr<std::unique_ptr<batchd::MetricsServer>> metrics =
       StartMetrics(*endpoints, **core);
-  if (!metrics.ok()) return Fail(1, metrics.status());
+  if (!metrics.ok()) FailNow(1, metrics.status());
 
-  AnnounceReady(config, *endpoints, serving, **core);
   Watchdog watchdog;
-  watchdog.Start();
+  if (absl::Status s = watchdog.Start(); !s.ok()) FailNow(1, s);
+  AnnounceReady(config, *endpoints, serving, **core);
 
   WaitForStopSignal(signals);
+  StopDeadline deadline(config.core.shm_prefix);
   watchdog.Stop();
   Stop(endpoints->socket_path, &serving, std::move(*metrics), std::move(*core));
+  if (batchd::AbandonedThreads() > 0) {
+    // Threads stuck in storage that does not answer still run: the static
+    // destructors must not run under them.
+    fflush(nullptr);
+    _exit(0);
+  }
   return 0;
 }

@@ -35,7 +35,8 @@ struct Family {
 
 }  // namespace
 
-std::string PrometheusText(const v1::GetStatusResponse& s) {
+std::string PrometheusText(const v1::GetStatusResponse& s,
+                           const std::vector<ReadAheadStats>& streams_ra) {
   std::string out;
   auto family = [&](const Family& f) {
     absl::StrAppend(&out, "# HELP ", f.name, " ", f.help, "\n# TYPE ",
@@ -124,19 +125,25 @@ std::string PrometheusText(const v1::GetStatusResponse& s) {
        "Examples the workers read themselves."},
       {"batchd_io_wait_seconds_total", "counter",
        "Time workers waited for stored bytes."},
+      {"batchd_readahead_oldest_read_seconds", "gauge",
+       "Age of the stream's oldest read in flight (a stalled mount grows "
+       "it until --read-stall-seconds fails the stream)."},
   };
   for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
     family(readahead[k]);
-    for (const v1::StreamStatus& st : s.streams()) {
-      // Zeros when the stream is not read ahead.
-      const v1::ReadAheadStatus& ra = st.readahead();
-      const double values[] = {double(ra.depth_examples()),
-                               double(ra.bytes_in_flight()),
-                               double(ra.bytes_buffered()),
-                               double(ra.reads_issued()),
-                               double(ra.hits()),
-                               double(ra.sync_reads()),
-                               ra.io_wait_seconds()};
+    for (int i = 0; i < s.streams_size(); ++i) {
+      const v1::StreamStatus& st = s.streams(i);
+      const ReadAheadStats ra = size_t(i) < streams_ra.size()
+                                    ? streams_ra[size_t(i)]
+                                    : ReadAheadStats();
+      const double values[] = {double(ra.depth_examples),
+                               double(ra.bytes_in_flight),
+                               double(ra.bytes_buffered),
+                               double(ra.reads_issued),
+                               double(ra.hits),
+                               double(ra.sync_reads),
+                               double(ra.io_wait_ns) / 1e9,
+                               ra.oldest_read_seconds};
       sample(readahead[k].name, StreamLabels(st), values[k]);
     }
   }
@@ -147,9 +154,16 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen, Core& core) {
   mg_init_library(0);
   std::unique_ptr<MetricsServer> server(new MetricsServer(core));
-  // Two threads: a scrape is cheap and rare.
-  const char* options[] = {"listening_ports", listen.c_str(),
-                           "num_threads",     "2",
+  // Each connection holds a civetweb thread until its request is read and
+  // answered: enough threads that a few peers who send slowly (or not at
+  // all) leave the others free, and a bound on how long one may take.
+  const std::string threads = std::to_string(kThreads);
+  const std::string timeout = std::to_string(kRequestTimeoutMs);
+  const char* options[] = {"listening_ports",    listen.c_str(),
+                           "num_threads",        threads.c_str(),
+                           "request_timeout_ms", timeout.c_str(),
+                           "linger_timeout_ms",  "0",
+                           "enable_keep_alive",  "no",
                            nullptr};
   mg_callbacks callbacks{};
   server->ctx_ = mg_start(&callbacks, server.get(), options);
@@ -167,8 +181,10 @@ MetricsServer::~MetricsServer() {
 }
 
 int MetricsServer::Handle(mg_connection* conn, void* self) {
-  const std::string body =
-      PrometheusText(static_cast<MetricsServer*>(self)->core_.GetStatus());
+  std::vector<ReadAheadStats> readahead;
+  const v1::GetStatusResponse status =
+      static_cast<MetricsServer*>(self)->core_.GetStatus(&readahead);
+  const std::string body = PrometheusText(status, readahead);
   mg_printf(conn,
             "HTTP/1.1 200 OK\r\n"
             "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"

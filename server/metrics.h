@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core.h"
@@ -18,10 +19,18 @@ struct mg_connection;
 namespace batchd {
 
 // The exposition text (version 0.0.4) of one status snapshot.
-std::string PrometheusText(const v1::GetStatusResponse& status);
+// `readahead`: each stream's read-ahead figures, in the order of
+// status.streams() (Core::GetStatus gives them).
+std::string PrometheusText(const v1::GetStatusResponse& status,
+                           const std::vector<ReadAheadStats>& readahead);
 
 class MetricsServer {
  public:
+  // civetweb's worker threads: connections served at once.
+  static constexpr int kThreads = 16;
+  // A request not read and answered within this is dropped.
+  static constexpr int kRequestTimeoutMs = 3000;
+
   // Listens on "HOST:PORT" (PORT 0 is not supported by civetweb: pick one).
   // `core` must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(

@@ -11,12 +11,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <chrono>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "client/process.h"
 
 namespace batchd {
 
@@ -54,7 +59,7 @@ Caller PeerOfSocket(int fd) {
 }
 
 absl::StatusOr<std::unique_ptr<PeerListener>> PeerListener::Listen(
-    const std::string& path) {
+    const std::string& path, const Options& options) {
   sockaddr_un addr;
   memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
@@ -72,7 +77,7 @@ absl::StatusOr<std::unique_ptr<PeerListener>> PeerListener::Listen(
     }
     unlink(path.c_str());
   }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
   }
@@ -86,46 +91,205 @@ absl::StatusOr<std::unique_ptr<PeerListener>> PeerListener::Listen(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", path, ": ", strerror(err)));
   }
-  return std::unique_ptr<PeerListener>(new PeerListener(fd, path));
+  std::unique_ptr<PeerListener> listener(new PeerListener(fd, path, options));
+  listener->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return listener;
 }
 
 PeerListener::~PeerListener() {
   Stop();
   close(fd_);
+  if (reserve_fd_ >= 0) close(reserve_fd_);
 }
 
 void PeerListener::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if (it->second.handed) {
+      ++it;
+      continue;
+    }
+    close(it->first);
+    auto next = std::next(it);
+    Forget(it);
+    it = next;
+  }
 }
 
-void PeerListener::Serve(grpc::Server* server) {
-  thread_ = std::thread([this, server] { AcceptLoop(server); });
+absl::Status PeerListener::Serve(grpc::Server* server) {
+  try {
+    thread_ = std::thread([this, server] { AcceptLoop(server); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start the thread that accepts connections: ",
+                     e.what()));
+  }
+  return absl::OkStatus();
 }
 
 void PeerListener::AcceptLoop(grpc::Server* server) {
+  uint64_t last_prune = 0;
+  std::vector<pollfd> fds;
+  std::vector<int> readable, hung_up;
   while (!stop_.load()) {
-    pollfd p{fd_, POLLIN, 0};
-    // A bounded wait, so that the destructor's stop is seen.
-    if (poll(&p, 1, 100) <= 0) continue;
-    const int conn =
-        accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (conn < 0) {
-      if (errno == EMFILE || errno == ENFILE) {
-        Log(LogLevel::kWarn, "accept_failed", {{"msg", strerror(errno)}});
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fds.assign(1, pollfd{fd_, POLLIN, 0});
+    {
+      // Only this thread adds, hands or closes waiting connections.
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [conn, c] : conns_) {
+        if (!c.handed) fds.push_back(pollfd{conn, POLLIN | POLLRDHUP, 0});
       }
+    }
+    // A bounded wait, so that Stop and the idle deadline are seen.
+    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const uint64_t now = MonotonicNanos();
+    readable.clear();
+    hung_up.clear();
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if ((fds[i].revents & POLLIN) != 0) {
+        readable.push_back(fds[i].fd);
+      } else if ((fds[i].revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0) {
+        hung_up.push_back(fds[i].fd);
+      }
+    }
+    std::vector<int> hand;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int conn : readable) {
+        auto it = conns_.find(conn);
+        if (it == conns_.end() || it->second.handed) continue;
+        // Recorded before gRPC sees the connection, so that its first call
+        // finds it.
+        it->second.handed = true;
+        --waiting_;
+        hand.push_back(conn);
+      }
+      CloseWaiting(hung_up, now);
+      if ((fds[0].revents & POLLIN) != 0) AcceptAll();
+      if (now - last_prune > 1000000000) {
+        Prune();
+        last_prune = now;
+      }
+    }
+    for (int conn : hand) grpc::AddInsecureChannelFromFd(server, conn);
+  }
+}
+
+void PeerListener::CloseWaiting(const std::vector<int>& hung_up,
+                                uint64_t now) {
+  for (int conn : hung_up) {
+    auto it = conns_.find(conn);
+    if (it == conns_.end() || it->second.handed) continue;
+    close(conn);
+    Forget(it);
+  }
+  const uint64_t idle_ns = uint64_t(options_.idle_seconds * 1e9);
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    const Conn& c = it->second;
+    if (c.handed || now - c.accepted_ns < idle_ns) {
+      ++it;
       continue;
     }
-    {
-      // Recorded before gRPC sees the connection, so that its first call
-      // finds it. An older entry for the same number is of a connection
-      // gRPC has closed (the kernel reuses only free numbers).
-      std::lock_guard<std::mutex> lock(mu_);
-      peers_[conn] = PeerOfSocket(conn);
-    }
-    grpc::AddInsecureChannelFromFd(server, conn);
+    ++idle_closed_;
+    LogKeyed(LogLevel::kWarn, absl::StrCat("connection_idle ", c.caller.uid),
+             "connection_closed",
+             {{"caller", c.caller.Describe()},
+              {"msg", absl::StrCat("sent nothing for ", options_.idle_seconds,
+                                   " s (--connection-idle-seconds)")}});
+    close(it->first);
+    auto next = std::next(it);
+    Forget(it);
+    it = next;
   }
+}
+
+void PeerListener::AcceptAll() {
+  for (int i = 0; i < 256; ++i) {
+    int conn = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (conn < 0) {
+      if ((errno == EMFILE || errno == ENFILE) && reserve_fd_ >= 0) {
+        // No descriptor left: one from the reserve accepts the connection,
+        // which is closed at once (refused, not left in the backlog, where
+        // it would wake this loop forever).
+        close(reserve_fd_);
+        reserve_fd_ = -1;
+        conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (conn >= 0) close(conn);
+        reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        ++refused_;
+        LogKeyed(LogLevel::kWarn, "accept_emfile", "connection_refused",
+                 {{"msg", "the daemon has no file descriptor left (raise "
+                          "LimitNOFILE= or lower --max-connections)"}});
+        continue;
+      }
+      return;  // EAGAIN: none left to accept
+    }
+    // A connection gRPC has closed is gone, whatever Prune knows yet.
+    auto old = conns_.find(conn);
+    if (old != conns_.end()) Forget(old);
+    Conn c;
+    c.caller = PeerOfSocket(conn);
+    c.accepted_ns = MonotonicNanos();
+    struct stat st;
+    if (fstat(conn, &st) == 0) c.inode = st.st_ino;
+    const uid_t uid = c.caller.uid;
+    const int total = int(conns_.size());
+    const int mine = per_uid_.count(uid) != 0 ? per_uid_[uid] : 0;
+    const bool over_total = total >= options_.max_connections;
+    if (over_total || mine >= options_.max_connections_per_uid) {
+      close(conn);
+      ++refused_;
+      LogKeyed(LogLevel::kWarn, absl::StrCat("connection_refused ", uid),
+               "connection_refused",
+               {{"caller", c.caller.Describe()},
+                {"connections", std::to_string(total)},
+                {"uid_connections", std::to_string(mine)},
+                {"limit",
+                 over_total
+                     ? absl::StrCat("--max-connections ",
+                                    options_.max_connections)
+                     : absl::StrCat("--max-connections-per-uid ",
+                                    options_.max_connections_per_uid)}});
+      continue;
+    }
+    conns_[conn] = std::move(c);
+    ++per_uid_[uid];
+    ++waiting_;
+  }
+}
+
+void PeerListener::Prune() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    struct stat st;
+    auto next = std::next(it);
+    if (it->second.handed &&
+        (fstat(it->first, &st) != 0 || st.st_ino != it->second.inode)) {
+      Forget(it);
+    }
+    it = next;
+  }
+}
+
+void PeerListener::Forget(std::map<int, Conn>::iterator it) {
+  const uid_t uid = it->second.caller.uid;
+  if (!it->second.handed) --waiting_;
+  auto u = per_uid_.find(uid);
+  if (u != per_uid_.end() && --u->second <= 0) per_uid_.erase(u);
+  conns_.erase(it);
+}
+
+PeerListener::Counts PeerListener::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Counts c;
+  c.connections = int(conns_.size());
+  c.waiting = waiting_;
+  c.refused = refused_;
+  c.idle_closed = idle_closed_;
+  return c;
 }
 
 Caller PeerListener::Lookup(const std::string& peer) const {
@@ -134,8 +298,8 @@ Caller PeerListener::Lookup(const std::string& peer) const {
     return Caller();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = peers_.find(fd);
-  return it == peers_.end() ? Caller() : it->second;
+  auto it = conns_.find(fd);
+  return it == conns_.end() ? Caller() : it->second.caller;
 }
 
 }  // namespace batchd

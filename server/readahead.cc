@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/log.h"
 #include "client/process.h"
 
 namespace batchd {
@@ -18,18 +22,121 @@ constexpr uint64_t kFirstGuessBytes = 128 << 10;
 // (an evaluation stream's padding steps hold no example).
 constexpr int kEmptyStepsPerPick = 4;
 
+// The item whose reads this thread makes (ReadAheadItem::Scope).
+thread_local ReadAheadItem* t_item = nullptr;
+
+std::string Seconds(uint64_t ns) {
+  return absl::StrFormat("%.1f", double(ns) / 1e9);
+}
+
 }  // namespace
 
+// ------------------------------------------------------------ items
+
+ReadAheadItem::Scope::Scope(ReadAheadItem* item) : previous_(t_item) {
+  t_item = item;
+  if (item->wait_ != nullptr) {
+    item->waited_ns_ += MonotonicNanos() - item->pending_since_ns_;
+    item->wait_.reset();
+    item->pending_since_ns_ = 0;
+  }
+}
+
+ReadAheadItem::Scope::~Scope() { t_item = previous_; }
+
+bool ReadAheadItem::landed() const {
+  return wait_ == nullptr || wait_->landed.load(std::memory_order_acquire);
+}
+
+// ------------------------------------------------------------ streams
+
 ReadAheadStream::~ReadAheadStream() { owner_->RemoveStream(this); }
+
+ReadAhead::StreamState* ReadAhead::StateOf(
+    const ReadAheadStream* handle) const {
+  return streams_.at(handle).get();
+}
 
 absl::Status ReadAheadStream::Read(uint64_t epoch, uint64_t position,
                                    uint64_t id, std::string* bytes,
                                    int64_t* label) {
+  ReadAheadItem* item = t_item;
+  if (item == nullptr || item->stream_ != this) {
+    return ReadBlocking(epoch, position, id, bytes, label);
+  }
+  ReadAhead& ra = *owner_;
+  std::lock_guard<std::mutex> lock(ra.mu_);
+  ReadAhead::StreamState& s = *ra.StateOf(this);
+  const ReadAhead::Key key{epoch, position, id};
+  auto it = s.entries.find(key);
+  if (it != s.entries.end() && it->second.done) {
+    ReadAhead::Entry& e = it->second;
+    if (e.status.ok() || e.retried) {
+      // Copied, not moved: the item may run again (a later read of it is
+      // pending) and must find the same bytes.
+      if (!e.taken) {
+        e.taken = true;
+        item->taken_.push_back(key);
+      }
+      if (!e.demand && !e.counted && e.status.ok()) {
+        e.counted = true;
+        ++s.stats.hits;
+      }
+      if (!e.status.ok()) return e.status;
+      *bytes = e.bytes;
+      *label = e.label;
+      return absl::OkStatus();
+    }
+    // A read that failed is made once more, as the worker would have made
+    // it without read-ahead; that result stands.
+    e.retried = true;
+    e.done = e.started = false;
+    e.demand = true;
+    e.status = absl::OkStatus();
+    e.serial = ra.next_serial_++;
+    s.demand.push_back(key);
+    ra.Wake(false);
+  } else if (it == s.entries.end()) {
+    ReadAhead::Entry& e = s.entries[key];
+    e.lane = item->lane_;
+    e.id = id;
+    e.step = item->step_;
+    e.demand = true;
+    e.serial = ra.next_serial_++;
+    s.demand.push_back(key);
+    ++s.stats.sync_reads;
+    ra.Wake(false);
+    it = s.entries.find(key);
+  } else if (!it->second.demand) {
+    ++s.stats.waits;
+  }
+  ReadAhead::Entry& e = it->second;
+  if (!e.taken) {
+    e.taken = true;
+    item->taken_.push_back(key);
+  }
+  if (e.wait == nullptr) e.wait = std::make_shared<ReadAheadItem::Wait>();
+  item->wait_ = e.wait;
+  item->waiting_for_ = key;
+  item->pending_since_ns_ = MonotonicNanos();
+  return ReadPendingError();
+}
+
+absl::Status ReadAheadStream::ReadBlocking(uint64_t epoch, uint64_t position,
+                                           uint64_t id, std::string* bytes,
+                                           int64_t* label) {
   ReadAhead& ra = *owner_;
   const uint64_t start = MonotonicNanos();
   std::unique_lock<std::mutex> lock(ra.mu_);
-  ReadAhead::StreamState& s = *ra.streams_.at(this);
-  const auto key = std::make_pair(epoch, position);
+  ReadAhead::StreamState& s = *ra.StateOf(this);
+  // What was read for this place under another id is not this example.
+  for (auto m = s.entries.lower_bound({epoch, position, 0});
+       m != s.entries.end() && std::get<0>(m->first) == epoch &&
+       std::get<1>(m->first) == position;) {
+    m = std::get<2>(m->first) != id && !m->second.taken ? ra.Erase(&s, m)
+                                                        : std::next(m);
+  }
+  const ReadAhead::Key key{epoch, position, id};
   auto it = s.entries.find(key);
   if (it != s.entries.end() && !it->second.done) {
     ++s.stats.waits;
@@ -38,20 +145,16 @@ absl::Status ReadAheadStream::Read(uint64_t epoch, uint64_t position,
       return it == s.entries.end() || it->second.done;
     });
   }
-  if (it != s.entries.end()) {
+  if (it != s.entries.end() && !it->second.taken) {
     ReadAhead::Entry& e = it->second;
-    auto lane = ra.lanes_.find(e.lane);
-    const bool ok = e.status.ok() && e.id == id;
+    const bool ok = e.status.ok();
     if (ok) {
       bytes->swap(e.bytes);
       *label = e.label;
       ++s.stats.hits;
     }
-    if (lane != ra.lanes_.end()) {
-      ra.Release(&lane->second, &e);
-    }
-    s.entries.erase(it);
-    ra.work_cv_.notify_one();
+    ra.Erase(&s, it);
+    ra.Wake(false);
     if (ok) {
       s.stats.io_wait_ns += MonotonicNanos() - start;
       return absl::OkStatus();
@@ -61,7 +164,7 @@ absl::Status ReadAheadStream::Read(uint64_t epoch, uint64_t position,
   // read-ahead, so that the error is the source's own.
   ++s.stats.sync_reads;
   lock.unlock();
-  absl::Status st = read_(id, bytes, label);
+  absl::Status st = s.read(id, bytes, label);
   const uint64_t waited = MonotonicNanos() - start;
   lock.lock();
   s.stats.io_wait_ns += waited;
@@ -71,112 +174,224 @@ absl::Status ReadAheadStream::Read(uint64_t epoch, uint64_t position,
 ReadAheadStats ReadAheadStream::stats() const {
   ReadAhead& ra = *owner_;
   std::lock_guard<std::mutex> lock(ra.mu_);
-  const ReadAhead::StreamState& s =
-      *ra.streams_.at(const_cast<ReadAheadStream*>(this));
+  const ReadAhead::StreamState& s = *ra.StateOf(this);
   ReadAheadStats out = s.stats;
   out.depth_examples = s.entries.size();
+  const uint64_t now = MonotonicNanos();
+  uint64_t oldest = now;
   for (const auto& [key, e] : s.entries) {
     (e.done ? out.bytes_buffered : out.bytes_in_flight) += e.held;
+    if (e.started && !e.done) oldest = std::min(oldest, e.start_ns);
   }
+  out.oldest_read_seconds = double(now - oldest) / 1e9;
   if (!s.lanes.empty()) {
     out.budget_bytes = ra.LaneShare(ra.lanes_.at(s.lanes[0])) * s.lanes.size();
   }
   return out;
 }
 
-ReadAhead::ReadAhead(const Options& options) : options_(options) {
-  if (!enabled()) return;
-  for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
-    threads_.emplace_back([this] { IoLoop(); });
+std::string ReadAheadStream::StallReason(const ReadAheadItem& item,
+                                         uint64_t now_ns) const {
+  ReadAhead& ra = *owner_;
+  std::lock_guard<std::mutex> lock(ra.mu_);
+  const ReadAhead::StreamState& s = *ra.StateOf(this);
+  auto describe = [&](uint64_t id) {
+    return s.describe ? s.describe(id) : absl::StrCat("example ", id);
+  };
+  const ReadAhead::Entry* stuck = nullptr;
+  auto it = s.entries.find(item.waiting_for_);
+  if (it != s.entries.end() && it->second.started && !it->second.done) {
+    stuck = &it->second;
+  } else {
+    // Not started: the stream's I/O threads are all in reads that have not
+    // returned; the oldest of them is the one to name.
+    for (const auto& [key, e] : s.entries) {
+      if (e.started && !e.done && (stuck == nullptr ||
+                                   e.start_ns < stuck->start_ns)) {
+        stuck = &e;
+      }
+    }
   }
+  if (stuck != nullptr) {
+    return absl::StrCat("reading ", describe(stuck->id),
+                        " has not returned for ",
+                        Seconds(now_ns - std::min(now_ns, stuck->start_ns)),
+                        " s");
+  }
+  const uint64_t id = std::get<2>(item.waiting_for_);
+  if (ra.live_ == 0) {
+    return absl::StrCat("no I/O thread could be started to read ",
+                        describe(id), " (", ra.thread_error_, ")");
+  }
+  return absl::StrCat("the read of ", describe(id), " has waited ",
+                      Seconds(now_ns - std::min(now_ns,
+                                                item.pending_since_ns())),
+                      " s for an I/O thread");
 }
 
-ReadAhead::~ReadAhead() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+// ------------------------------------------------------------ ReadAhead
+
+ReadAhead::ReadAhead(const Options& options) : options_(options) {}
+
+ReadAhead::~ReadAhead() { Stop(0); }
+
+int ReadAhead::live_threads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
 }
 
-std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(const std::string& name,
-                                                      ExampleReadFn read) {
+std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
+    const std::string& name, ExampleReadFn read, ExampleDescribeFn describe) {
   if (!enabled() || !read) return nullptr;
-  std::shared_ptr<ReadAheadStream> handle(
-      new ReadAheadStream(this, name, std::move(read)));
+  std::shared_ptr<ReadAheadStream> handle(new ReadAheadStream(this, name));
   auto state = std::make_unique<StreamState>();
   state->handle = handle.get();
+  state->read = std::move(read);
+  state->describe = std::move(describe);
   std::lock_guard<std::mutex> lock(mu_);
   streams_[handle.get()] = std::move(state);
   return handle;
 }
 
+absl::Status ReadAhead::EnsureThread() {
+  if (!enabled()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (live_ > 0 || stop_ || StartThread()) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "cannot start a read-ahead I/O thread: ", thread_error_,
+      " (the daemon is at its thread limit: systemd's TasksMax, "
+      "RLIMIT_NPROC or the kernel's threads-max; raise it or lower "
+      "--threads and --readahead-threads)"));
+}
+
 void ReadAhead::RemoveStream(ReadAheadStream* handle) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto it = streams_.find(handle);
-  if (it == streams_.end()) return;
-  StreamState* s = it->second.get();
-  for (LaneId id : std::vector<LaneId>(s->lanes)) {
-    lanes_.erase(id);
+  std::unique_ptr<StreamState> gone;
+  bool landed = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = streams_.find(handle);
+    if (it == streams_.end()) return;
+    StreamState* s = it->second.get();
+    for (LaneId id : s->lanes) lanes_.erase(id);
+    s->lanes.clear();
+    s->demand.clear();  // nothing more is issued for the stream
+    // Reads of storage that answers are waited for, as their function may
+    // use what goes with the stream; a read that has not returned within
+    // kRemoveWaitSeconds of its start (a stalled mount) is not.
+    while (!s->read_starts.empty()) {
+      const uint64_t until = *s->read_starts.rbegin() +
+                             uint64_t(kRemoveWaitSeconds * 1e9);
+      const uint64_t now = MonotonicNanos();
+      if (now >= until) break;
+      done_cv_.wait_for(lock, std::chrono::nanoseconds(until - now));
+    }
+    it = streams_.find(handle);
+    for (auto& [key, e] : s->entries) landed |= Land(&e);
+    s->entries.clear();
+    s->removed = true;
+    // A read still in flight (stuck in a stalled mount, perhaps) keeps the
+    // state, and the read function, until it returns.
+    if (s->in_flight > 0) {
+      orphaned_ += s->in_flight;
+      removed_.push_back(std::move(it->second));
+    } else {
+      gone = std::move(it->second);
+    }
+    streams_.erase(it);
+    done_cv_.notify_all();
+    Wake(true);  // the other streams' shares grew
   }
-  s->lanes.clear();
-  s->entries.clear();
-  // A read in flight calls the stream's read function, which belongs to the
-  // workload: wait for it before the workload may go.
-  done_cv_.wait(lock, [&] { return s->in_flight == 0; });
-  streams_.erase(it);
+  if (landed) CallOnLanded();
+  gone.reset();  // the read function (and what it holds) goes here
 }
 
 ReadAhead::LaneId ReadAhead::AddLane(
     const std::shared_ptr<ReadAheadStream>& stream, LaneOrderFn order,
     uint64_t first_step) {
   if (stream == nullptr) return 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    StreamState* s = streams_.at(stream.get()).get();
-    const LaneId id = next_lane_++;
-    Lane& lane = lanes_[id];
-    lane.stream = s;
-    lane.order = std::move(order);
-    lane.first_step = first_step;
-    lane.next_step = first_step;
-    s->lanes.push_back(id);
-  }
-  work_cv_.notify_all();
-  return next_lane_ - 1;
+  std::lock_guard<std::mutex> lock(mu_);
+  StreamState* s = StateOf(stream.get());
+  const LaneId id = next_lane_++;
+  Lane& lane = lanes_[id];
+  lane.stream = s;
+  lane.order = std::move(order);
+  lane.first_step = first_step;
+  lane.next_step = first_step;
+  s->lanes.push_back(id);
+  Wake(true);
+  return id;
 }
 
 void ReadAhead::RemoveLane(LaneId id) {
   if (id == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = lanes_.find(id);
-  if (it == lanes_.end()) return;
-  StreamState* s = it->second.stream;
-  for (auto e = s->entries.begin(); e != s->entries.end();) {
-    e = e->second.lane == id ? s->entries.erase(e) : std::next(e);
-  }
-  s->lanes.erase(std::remove(s->lanes.begin(), s->lanes.end(), id),
-                 s->lanes.end());
-  lanes_.erase(it);
-  work_cv_.notify_all();  // the other lanes' shares grew
-  done_cv_.notify_all();  // a worker may wait for an entry just dropped
-}
-
-void ReadAhead::Decoding(LaneId id, uint64_t step) {
-  if (id == 0) return;
+  bool landed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = lanes_.find(id);
     if (it == lanes_.end()) return;
-    Lane& lane = it->second;
-    if (!lane.any_decoding || step > lane.decoding) lane.decoding = step;
-    lane.any_decoding = true;
-    // A step the order did not know may be known now (a packed stream's
-    // epoch counted since).
-    lane.at_end = false;
+    StreamState* s = it->second.stream;
+    for (auto e = s->entries.begin(); e != s->entries.end();) {
+      if (e->second.lane == id) {
+        landed |= Land(&e->second);
+        e = s->entries.erase(e);
+      } else {
+        ++e;
+      }
+    }
+    s->lanes.erase(std::remove(s->lanes.begin(), s->lanes.end(), id),
+                   s->lanes.end());
+    lanes_.erase(it);
+    Wake(true);             // the other lanes' shares grew
+    done_cv_.notify_all();  // a waiter may wait for an entry just dropped
   }
-  work_cv_.notify_all();
+  if (landed) CallOnLanded();
+}
+
+void ReadAhead::Decoding(LaneId id, uint64_t step) {
+  if (id == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = lanes_.find(id);
+  if (it == lanes_.end()) return;
+  Lane& lane = it->second;
+  if (!lane.any_decoding || step > lane.decoding) lane.decoding = step;
+  lane.any_decoding = true;
+  // A step the order did not know may be known now (a packed stream's
+  // epoch counted since).
+  lane.at_end = false;
+  Wake(true);
+}
+
+void ReadAhead::FinishItem(ReadAheadItem* item) {
+  if (item->stream_ == nullptr ||
+      (item->taken_.empty() && item->waited_ns_ == 0)) {
+    item->wait_.reset();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto st = streams_.find(item->stream_);
+  if (st != streams_.end()) {
+    StreamState* s = st->second.get();
+    for (const Key& k : item->taken_) {
+      auto it = s->entries.find(k);
+      if (it != s->entries.end()) Erase(s, it);
+    }
+    s->stats.io_wait_ns += item->waited_ns_;
+    Wake(false);  // budget freed
+  }
+  item->taken_.clear();
+  item->waited_ns_ = 0;
+  item->wait_.reset();
+  item->pending_since_ns_ = 0;
+}
+
+void ReadAhead::SetOnLanded(std::function<void()> on_landed) {
+  std::lock_guard<std::mutex> lock(landed_mu_);
+  on_landed_ = std::move(on_landed);
+}
+
+void ReadAhead::CallOnLanded() {
+  std::lock_guard<std::mutex> lock(landed_mu_);
+  if (on_landed_) on_landed_();
 }
 
 uint64_t ReadAhead::MeanBytes(const StreamState& s) const {
@@ -190,6 +405,14 @@ uint64_t ReadAhead::LaneShare(const Lane& lane) const {
   streams = std::max<uint64_t>(1, streams);
   const uint64_t lanes = std::max<size_t>(1, lane.stream->lanes.size());
   return options_.budget_bytes / streams / lanes;
+}
+
+int ReadAhead::PerStreamThreads() const {
+  int streams = 0;
+  for (const auto& [handle, s] : streams_) {
+    streams += s->lanes.empty() && s->demand.empty() ? 0 : 1;
+  }
+  return std::max(1, options_.io_threads / std::max(1, streams));
 }
 
 void ReadAhead::NoteTotal() {
@@ -208,16 +431,58 @@ void ReadAhead::Release(Lane* lane, Entry* e) {
   e->held = 0;
 }
 
-bool ReadAhead::NextRead(LaneId* lane_id, ReadAheadKey* key, uint64_t* step) {
+bool ReadAhead::Land(Entry* e) {
+  if (e->wait == nullptr) return false;
+  e->wait->landed.store(true, std::memory_order_release);
+  e->wait.reset();
+  return true;
+}
+
+std::map<ReadAhead::Key, ReadAhead::Entry>::iterator ReadAhead::Erase(
+    StreamState* s, std::map<Key, Entry>::iterator it) {
+  auto lane = lanes_.find(it->second.lane);
+  if (lane != lanes_.end()) Release(&lane->second, &it->second);
+  Land(&it->second);
+  return s->entries.erase(it);
+}
+
+bool ReadAhead::NextRead(Pick* pick) {
+  return NextDemandRead(pick) || NextLaneRead(pick);
+}
+
+bool ReadAhead::NextDemandRead(Pick* pick) {
+  if (streams_.empty()) return false;
+  const int per_stream = PerStreamThreads();
+  const size_t n = streams_.size();
+  auto it = streams_.begin();
+  std::advance(it, demand_round_robin_ % n);
+  for (size_t i = 0; i < n; ++i, ++it) {
+    if (it == streams_.end()) it = streams_.begin();
+    StreamState* s = it->second.get();
+    // Keys whose entry went (its item finished or failed) or was read.
+    while (!s->demand.empty()) {
+      auto e = s->entries.find(s->demand.front());
+      if (e != s->entries.end() && !e->second.started && !e->second.done) {
+        break;
+      }
+      s->demand.pop_front();
+    }
+    if (s->demand.empty() || s->in_flight >= per_stream) continue;
+    const Entry& e = s->entries.at(s->demand.front());
+    *pick = {s, s->demand.front(), e.lane, e.step, true};
+    demand_round_robin_ = (demand_round_robin_ + i + 1) % n;
+    return true;
+  }
+  return false;
+}
+
+bool ReadAhead::NextLaneRead(Pick* pick) {
   if (lanes_.empty()) return false;
   uint64_t total = 0;
   for (const auto& [id, lane] : lanes_) total += lane.held;
   // A stream may keep its share of the I/O threads busy, no more, so that
   // one stream's stalled storage cannot take every I/O thread from another.
-  uint64_t streams = 0;
-  for (const auto& [handle, s] : streams_) streams += s->lanes.empty() ? 0 : 1;
-  const int per_stream =
-      std::max(1, int(threads_.size() / std::max<uint64_t>(1, streams)));
+  const int per_stream = PerStreamThreads();
   auto start = lanes_.upper_bound(round_robin_);
   if (start == lanes_.end()) start = lanes_.begin();
   auto it = start;
@@ -232,9 +497,11 @@ bool ReadAhead::NextRead(LaneId* lane_id, ReadAheadKey* key, uint64_t* step) {
     const bool room = (lane.held == 0 || lane.held + need <= share) &&
                       (total == 0 || total + need <= options_.budget_bytes);
     const bool threads_free = lane.stream->in_flight < per_stream;
-    for (int tries = 0; room && threads_free && !lane.at_end && tries < kEmptyStepsPerPick;
+    for (int tries = 0;
+         room && threads_free && !lane.at_end && tries < kEmptyStepsPerPick;
          ++tries) {
-      // Only steps after the one the workers decode: those are read by them.
+      // Only steps after the one the workers decode: what they decode now
+      // and is not read yet, they ask for on demand.
       if (lane.any_decoding && lane.next_step <= lane.decoding) {
         lane.next_step = lane.decoding + 1;
         lane.have_keys = false;
@@ -254,13 +521,12 @@ bool ReadAhead::NextRead(LaneId* lane_id, ReadAheadKey* key, uint64_t* step) {
         continue;
       }
       const ReadAheadKey& k = lane.keys[lane.next_index];
-      if (lane.stream->entries.count({k.epoch, k.position}) != 0) {
-        ++lane.next_index;  // already read ahead (by an earlier lane)
+      if (lane.stream->entries.count({k.epoch, k.position, k.id}) != 0) {
+        ++lane.next_index;  // already read (by an earlier lane, on demand)
         continue;
       }
-      *lane_id = it->first;
-      *key = k;
-      *step = lane.next_step;
+      *pick = {lane.stream, {k.epoch, k.position, k.id}, it->first,
+               lane.next_step, false};
       round_robin_ = it->first;
       return true;
     }
@@ -269,29 +535,26 @@ bool ReadAhead::NextRead(LaneId* lane_id, ReadAheadKey* key, uint64_t* step) {
   return false;
 }
 
-void ReadAhead::IoLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  std::string bytes;
-  while (true) {
-    LaneId lane_id = 0;
-    ReadAheadKey key;
-    uint64_t step = 0;
-    while (!stop_ && !NextRead(&lane_id, &key, &step)) work_cv_.wait(lock);
-    if (stop_) return;
-    Lane& lane = lanes_.at(lane_id);
+void ReadAhead::RunRead(const Pick& pick, std::unique_lock<std::mutex>* lock,
+                        std::string* bytes) {
+  StreamState* s = pick.stream;
+  ReadAheadStats& st = s->stats;
+  Entry& e = s->entries[pick.key];
+  if (pick.demand) {
+    s->demand.pop_front();  // NextDemandRead picked the front
+  } else {
+    Lane& lane = lanes_.at(pick.lane);
     ++lane.next_index;
-    StreamState* s = lane.stream;
-    const uint64_t ahead =
-        lane.any_decoding ? step - lane.decoding : step + 1 - lane.first_step;
-    ReadAheadStats& st = s->stats;
+    const uint64_t ahead = lane.any_decoding ? pick.step - lane.decoding
+                                             : pick.step + 1 - lane.first_step;
     st.min_steps_ahead =
         st.reads_issued == 0 ? ahead : std::min(st.min_steps_ahead, ahead);
     st.max_steps_ahead = std::max(st.max_steps_ahead, ahead);
     ++st.reads_issued;
-    const auto k = std::make_pair(key.epoch, key.position);
-    Entry& e = s->entries[k];
-    e.lane = lane_id;
-    e.id = key.id;
+    e.lane = pick.lane;
+    e.id = std::get<2>(pick.key);
+    e.step = pick.step;
+    e.serial = next_serial_++;
     // Counted at the mean size until it lands, at most the lane's share (a
     // first guess must not exceed a small budget on its own).
     e.held = std::min(MeanBytes(*s), LaneShare(lane));
@@ -299,50 +562,190 @@ void ReadAhead::IoLoop() {
     st.max_held_bytes = std::max(st.max_held_bytes, lane.held);
     NoteTotal();
     st.max_lane_share = std::max(st.max_lane_share, LaneShare(lane));
-    ++s->in_flight;
-    ++in_flight_;
-    // The stream waits for in_flight to drop, so its function outlives this.
-    const ExampleReadFn& read = s->handle->read_;
-    lock.unlock();
-    int64_t label = 0;
-    absl::Status status = read(key.id, &bytes, &label);
-    lock.lock();
-    --s->in_flight;
-    --in_flight_;
-    auto it = s->entries.find(k);
-    auto lane_it = lanes_.find(lane_id);
-    if (it != s->entries.end() && it->second.lane == lane_id &&
-        !it->second.done && lane_it != lanes_.end()) {
-      Entry& done = it->second;
-      Lane& l = lane_it->second;
-      done.done = true;
-      Release(&l, &done);
-      if (status.ok()) {
-        done.held = bytes.size();
-        l.held += done.held;
-        s->bytes_read += bytes.size();
-        ++s->reads_done;
-        done.bytes.swap(bytes);
-        done.label = label;
-        st.max_held_bytes = std::max(st.max_held_bytes, l.held);
-        NoteTotal();
-      } else {
-        ++st.failed_reads;
-        done.status = std::move(status);
-      }
-    }
-    done_cv_.notify_all();
   }
+  e.started = true;
+  e.start_ns = MonotonicNanos();
+  const uint64_t serial = e.serial, id = e.id, started = e.start_ns;
+  s->read_starts.insert(started);
+  ++s->in_flight;
+  ++in_flight_;
+  // This thread may not come back (a stalled mount): whatever else waits
+  // must find another, idle or new.
+  Pick next;
+  if (idle_ == 0 && NextRead(&next)) Wake(false);
+  // The state (and its function) stays while in_flight > 0, even after
+  // its stream went.
+  const ExampleReadFn& read = s->read;
+  lock->unlock();
+  int64_t label = 0;
+  bytes->clear();
+  absl::Status status = read(id, bytes, &label);
+  lock->lock();
+  s->read_starts.erase(s->read_starts.find(started));
+  --s->in_flight;
+  --in_flight_;
+  if (s->removed) {
+    --orphaned_;
+    if (s->in_flight == 0) {
+      std::unique_ptr<StreamState> gone;
+      for (auto& r : removed_) {
+        if (r.get() == s) gone = std::move(r);
+      }
+      removed_.erase(std::remove(removed_.begin(), removed_.end(), nullptr),
+                     removed_.end());
+      lock->unlock();
+      gone.reset();
+      lock->lock();
+    }
+    return;
+  }
+  bool landed = false;
+  auto it = s->entries.find(pick.key);
+  if (it != s->entries.end() && it->second.serial == serial &&
+      !it->second.done) {
+    Entry& done = it->second;
+    auto lane_it = lanes_.find(done.lane);
+    Lane* l = lane_it == lanes_.end() ? nullptr : &lane_it->second;
+    done.done = true;
+    if (l != nullptr) Release(l, &done);
+    if (status.ok()) {
+      // What a worker asked for now is outside the budget, as a worker's
+      // own read would be: bounded by the items in progress.
+      done.held = done.demand ? 0 : bytes->size();
+      if (l != nullptr) {
+        l->held += done.held;
+        st.max_held_bytes = std::max(st.max_held_bytes, l->held);
+      }
+      s->bytes_read += bytes->size();
+      ++s->reads_done;
+      done.bytes.swap(*bytes);
+      done.label = label;
+      NoteTotal();
+    } else {
+      ++st.failed_reads;
+      done.status = std::move(status);
+    }
+    landed = Land(&done);
+  }
+  done_cv_.notify_all();
+  if (landed) {
+    lock->unlock();
+    CallOnLanded();
+    lock->lock();
+  }
+}
+
+bool ReadAhead::StartThread() {
+  try {
+    const uint64_t id = next_thread_id_++;
+    threads_.emplace(id, std::thread([this, id] { IoLoop(id); }));
+    ++live_;
+    return true;
+  } catch (const std::system_error& e) {
+    thread_error_ = e.what();
+    LogKeyed(LogLevel::kWarn, "readahead_thread_failed", "thread_failed",
+             {{"what", "read-ahead I/O thread"},
+              {"threads", std::to_string(live_)},
+              {"msg", e.what()}});
+    return false;
+  }
+}
+
+bool ReadAhead::Wake(bool all) {
+  if (stop_) return false;
+  if (idle_ > 0) {
+    if (all) {
+      work_cv_.notify_all();
+    } else {
+      work_cv_.notify_one();
+    }
+    return true;
+  }
+  // Every thread is in a read: one more, up to io_threads that are neither
+  // stuck in streams that went nor beyond their stream's share now (a
+  // stream that had every thread before others came, whose reads then
+  // stalled), and never more than twice io_threads.
+  const int share = PerStreamThreads();
+  int excess = 0;
+  for (const auto& [handle, s] : streams_) {
+    excess += std::max(0, s->in_flight - share);
+  }
+  if (live_ - orphaned_ - excess < options_.io_threads &&
+      live_ < 2 * options_.io_threads) {
+    return StartThread() || live_ > 0;
+  }
+  return live_ > 0;
+}
+
+void ReadAhead::IoLoop(uint64_t thread_id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::string bytes;
+  const auto idle_exit = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(kIdleExitSeconds));
+  while (!stop_) {
+    Pick pick;
+    if (NextRead(&pick)) {
+      RunRead(pick, &lock, &bytes);
+      continue;
+    }
+    ++idle_;
+    const bool woken = work_cv_.wait_for(lock, idle_exit) ==
+                       std::cv_status::no_timeout;
+    --idle_;
+    if (!woken && !stop_ && !NextRead(&pick)) break;  // idle: end
+    if (!woken && !stop_) RunRead(pick, &lock, &bytes);
+  }
+  // Join the threads that ended before this one (at most one is left
+  // unjoined at a time: the last to end, joined by Stop or the next).
+  std::vector<std::thread> ended;
+  for (uint64_t id : finished_) {
+    ended.push_back(std::move(threads_.at(id)));
+    threads_.erase(id);
+  }
+  finished_.assign(1, thread_id);
+  --live_;
+  done_cv_.notify_all();
+  lock.unlock();
+  for (std::thread& t : ended) t.join();
+}
+
+bool ReadAhead::Stop(uint64_t deadline_ns) {
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_ = true;
+  work_cv_.notify_all();
+  while (live_ > 0) {
+    if (deadline_ns == 0) {
+      done_cv_.wait(lock);
+      continue;
+    }
+    const uint64_t now = MonotonicNanos();
+    if (now >= deadline_ns) break;
+    done_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+  }
+  if (live_ > 0) {
+    Log(LogLevel::kWarn, "readahead_threads_abandoned",
+        {{"threads", std::to_string(live_)},
+         {"msg", "I/O threads stuck in reads that have not returned are "
+                 "left to end with the process"}});
+    return false;
+  }
+  std::vector<std::thread> ended;
+  for (auto& [id, t] : threads_) ended.push_back(std::move(t));
+  threads_.clear();
+  finished_.clear();
+  lock.unlock();
+  for (std::thread& t : ended) t.join();
+  return true;
 }
 
 void ReadAhead::WaitIdleForTest() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    LaneId lane;
-    ReadAheadKey key;
-    uint64_t step;
-    if (in_flight_ == 0 && !NextRead(&lane, &key, &step)) return;
-    work_cv_.notify_all();
+    bool demand = false;
+    for (const auto& [handle, s] : streams_) demand |= !s->demand.empty();
+    Pick pick;
+    if (in_flight_ == 0 && !demand && !NextRead(&pick)) return;
+    Wake(true);
     done_cv_.wait_for(lock, std::chrono::milliseconds(5));
   }
 }

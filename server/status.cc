@@ -61,8 +61,9 @@ void RankToProto(uint32_t rank, const RankSeat& rs, v1::RankStatus* rd) {
 }
 
 // One stream: its spec and owner, figures, indexing, read-ahead, ranks.
+// `ra` receives its read-ahead figures (zeros when it is not read ahead).
 void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
-                   v1::StreamStatus* st) {
+                   v1::StreamStatus* st, ReadAheadStats* ra) {
   *st->mutable_spec() = stream.spec;
   st->set_owner_uid(key.first);
   st->set_owner_known(key.first != kAnonymousUid);
@@ -73,11 +74,10 @@ void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
   if (const std::optional<IndexProgress> p = setup.workload->progress()) {
     IndexingToProto(*p, st->mutable_indexing());
   }
-  if (setup.readahead != nullptr) {
-    const ReadAheadStats ra = setup.readahead->stats();
-    if (ra.reads_issued + ra.sync_reads > 0) {
-      ReadAheadToProto(ra, st->mutable_readahead());
-    }
+  *ra = setup.readahead != nullptr ? setup.readahead->stats()
+                                    : ReadAheadStats();
+  if (ra->reads_issued + ra->sync_reads > 0) {
+    ReadAheadToProto(*ra, st->mutable_readahead());
   }
   uint64_t examples = 0, bytes = 0;
   for (size_t r = 0; r < stream.ranks.size(); ++r) {
@@ -95,7 +95,8 @@ void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
 
 }  // namespace
 
-v1::GetStatusResponse StatusReporter::Status() const {
+v1::GetStatusResponse StatusReporter::Status(
+    std::vector<ReadAheadStats>* readahead) const {
   v1::GetStatusResponse s;
   s.set_pid(uint32_t(getpid()));
   s.set_version(kBatchdVersion);
@@ -120,7 +121,9 @@ v1::GetStatusResponse StatusReporter::Status() const {
     }
     AddToUsage(stream, s.mutable_uids()->Mutable(s.uids_size() - 1));
     ring_bytes += AttachedRingBytes(stream);
-    StreamToProto(key, stream, now, s.add_streams());
+    ReadAheadStats ra;
+    StreamToProto(key, stream, now, s.add_streams(), &ra);
+    if (readahead != nullptr) readahead->push_back(ra);
   });
   s.set_ring_bytes(ring_bytes);
   return s;

@@ -7,6 +7,7 @@
 #define BATCHD_SERVER_STATUS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "batchd/v1/batchd.pb.h"
 #include "server/engine.h"
@@ -30,7 +31,10 @@ class StatusReporter {
         readahead_(readahead),
         start_ns_(start_ns) {}
 
-  v1::GetStatusResponse Status() const;
+  // `readahead` (may be null) receives each stream's read-ahead figures in
+  // the order of the response's streams (zeros when not read ahead).
+  v1::GetStatusResponse Status(
+      std::vector<ReadAheadStats>* readahead = nullptr) const;
 
  private:
   const CoreOptions& options_;

@@ -245,7 +245,9 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   auto setup = std::make_shared<StreamSetup>(
       spec.name(), std::move(*workload), std::move(*sampler),
       std::move(*layout));
-  engine_->Prepare(setup.get());  // read-ahead
+  if (absl::Status s = engine_->Prepare(setup.get()); !s.ok()) {
+    return s;  // read-ahead
+  }
   Schedule& schedule = *setup->schedule;
   if (spec.has_start_cursor()) {
     // A cursor with its step may be any rank's row of that batch; one

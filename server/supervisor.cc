@@ -37,8 +37,11 @@ Supervisor::Supervisor(const CoreOptions& options, StreamRegistry& registry,
     : options_(options),
       registry_(registry),
       status_(status),
-      last_throughput_ns_(MonotonicNanos()),
-      thread_([this] { Loop(); }) {}
+      last_throughput_ns_(MonotonicNanos()) {}
+
+void Supervisor::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 Supervisor::~Supervisor() { Stop(); }
 

@@ -4,8 +4,8 @@
 // the log, and logs a throughput line per stream every
 // throughput_log_seconds.
 //
-// Thread safety: the constructor starts the thread, Stop() (or the
-// destructor) ends it; the fields below are the thread's alone.
+// Thread safety: Start() starts the thread, Stop() (or the destructor)
+// ends it, both from one thread; the fields below are the thread's alone.
 #ifndef BATCHD_SERVER_SUPERVISOR_H_
 #define BATCHD_SERVER_SUPERVISOR_H_
 
@@ -31,6 +31,8 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
+  // Starts the thread; std::system_error when it cannot be started.
+  void Start();
   // Ends the thread (idempotent).
   void Stop();
 

@@ -97,13 +97,82 @@ TEST(DaemonTest, RefusesNumbersTheSettingCannotHold) {
     EXPECT_NE(out.find("wants"), std::string::npos) << flag << ": " << out;
   }
   std::string out;
-  ASSERT_EQ(RunDaemon("--threads 2147483647 --max-stream-bytes "
+  // --threads is bounded (threads that sizes it must be startable): its
+  // largest value round-trips, as the largest of the others do.
+  ASSERT_EQ(RunDaemon("--threads 1024 --max-stream-bytes "
                       "9223372036854775807 --idle-stream-seconds 1e9 "
                       "--print-config",
                       &out),
             0)
       << out;
-  EXPECT_NE(out.find("threads = 2147483647"), std::string::npos) << out;
+  EXPECT_NE(out.find("threads = 1024"), std::string::npos) << out;
+}
+
+// Issue 22: a flag that sizes threads beyond what a daemon can start was
+// taken, and the thread that could not start aborted the daemon.
+// Issue 22: under a pids limit (systemd's TasksMax; RLIMIT_NPROC here) a
+// thread that could not start threw std::system_error, which nothing
+// caught: std::terminate, exit 134. It is a start-up error, named.
+TEST(DaemonTest, AThreadThatCannotStartIsAStartUpErrorNotAnAbort) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  if (system("command -v setpriv prlimit > /dev/null") != 0) {
+    GTEST_SKIP() << "needs setpriv and prlimit (util-linux)";
+  }
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+  // nobody may run one task: the daemon's main thread.
+  const std::string cmd =
+      "setpriv --reuid=65534 --regid=65534 --clear-groups "
+      "prlimit --nproc=1:1 " +
+      testing::DaemonPath() + " --listen unix://" + dir +
+      "/s.sock --data-root " + dir + " --cache-dir '' --shm-prefix bdtnproc" +
+      std::to_string(getpid()) + " --threads 4 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("cannot start worker thread 1 of --threads 4"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("TasksMax"), std::string::npos) << out;
+}
+
+TEST(DaemonTest, FlagsThatSizeThreadsAreBoundedAndNamed) {
+  const std::pair<const char*, const char*> refused[] = {
+      {"--threads 1025", "--threads wants an integer from 0 to 1024"},
+      {"--threads 2147483647", "--threads wants an integer from 0 to 1024"},
+      {"--readahead-threads 1025",
+       "--readahead-threads wants an integer from 1 to 1024"},
+      {"--max-connections 2000000",
+       "--max-connections wants an integer from 0 to 1048576"},
+      {"--max-connections-per-uid 0",
+       "--max-connections-per-uid wants an integer from 1 to 1048576"},
+  };
+  for (const auto& [flag, why] : refused) {
+    std::string out;
+    const int status = RunDaemon(std::string(flag) + " --print-config", &out);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << flag << ": " << out;
+    EXPECT_NE(out.find(why), std::string::npos) << flag << ": " << out;
+  }
+  std::string out;
+  ASSERT_EQ(RunDaemon("--threads 1024 --readahead-threads 1024 "
+                      "--read-stall-seconds 5 --max-connections 100 "
+                      "--max-connections-per-uid 10 "
+                      "--connection-idle-seconds 7 --print-config",
+                      &out),
+            0)
+      << out;
+  for (const char* line :
+       {"readahead-threads = 1024", "read-stall-seconds = 5",
+        "max-connections = 100", "max-connections-per-uid = 10",
+        "connection-idle-seconds = 7"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
 }
 
 TEST(DaemonTest, ReadyIsNotifiedOnlyOnceTheSocketAccepts) {

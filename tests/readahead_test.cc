@@ -14,11 +14,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/process.h"
 #include "client/ring.h"
 #include "server/engine.h"
 #include "workloads/imagenet/image_source.h"
@@ -348,7 +350,7 @@ EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
     auto stream = std::make_shared<StreamSetup>("s", std::move(owned),
                                                 *sampler, layout);
     Engine engine(2, &ra);
-    engine.Prepare(stream.get());
+    EXPECT_TRUE(engine.Prepare(stream.get()).ok());
     EXPECT_EQ(stream->readahead != nullptr, budget > 0);
     std::vector<std::unique_ptr<RingReader>> readers;
     std::vector<std::shared_ptr<RankProducer>> producers;
@@ -406,6 +408,214 @@ TEST(ReadAheadEngineTest, SameBytesWithAndWithoutReadAheadFromAResumePoint) {
   EXPECT_GT(on.stats.hits, 0u);
   EXPECT_LE(on.stats.max_held_bytes, on.stats.max_lane_share);
   EXPECT_LE(on.max_total_held, 40u * StoredBytesWorkload::kBytes);
+}
+
+// ------------------------------------------- workers never wait (issue 22)
+
+// Blocks every read while closed, like a mount that stops answering;
+// `entered` counts the reads that reached it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = true;
+  int entered = 0;
+  void Set(bool o) {
+    std::lock_guard<std::mutex> lock(mu);
+    open = o;
+    cv.notify_all();
+  }
+  void Pass() {
+    std::unique_lock<std::mutex> lock(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait(lock, [this] { return open; });
+  }
+  bool WaitEntered(int n, double seconds) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                       [&] { return entered >= n; });
+  }
+};
+
+TEST(ReadAheadTest, AReadInAnItemScopeNeverWaitsAndIsKeptForTheNextAttempt) {
+  ReadAhead ra(Budget(1 << 20));
+  RecordingReader reader;
+  auto stream = ra.AddStream("s", reader.Fn());
+  ReadAheadItem item(stream.get(), 0, 0);
+  std::string bytes;
+  int64_t label = -1;
+  {
+    ReadAheadItem::Scope scope(&item);
+    EXPECT_TRUE(IsReadPending(stream->Read(0, 7, 7, &bytes, &label)));
+  }
+  ASSERT_TRUE(item.pending());
+  for (int i = 0; i < 3000 && !item.landed(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(item.landed());
+  // The next attempt finds the bytes, as often as it asks, until the item
+  // is finished.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    ReadAheadItem::Scope scope(&item);
+    ASSERT_TRUE(stream->Read(0, 7, 7, &bytes, &label).ok());
+    EXPECT_EQ(bytes, std::string(kExampleBytes, char('a' + 7)));
+    EXPECT_EQ(label, 7);
+  }
+  EXPECT_FALSE(item.pending());
+  EXPECT_EQ(stream->stats().depth_examples, 1u);
+  ra.FinishItem(&item);
+  EXPECT_EQ(stream->stats().depth_examples, 0u);
+  EXPECT_EQ(stream->stats().sync_reads, 1u);
+  EXPECT_EQ(reader.Count(), 1u);
+}
+
+TEST(ReadAheadTest, ThreadsStartWhenReadsWaitAndEndWhenIdle) {
+  ReadAhead ra(Budget(100 * kExampleBytes, 4));
+  EXPECT_EQ(ra.live_threads(), 0);  // none before any stream reads
+  RecordingReader reader;
+  auto stream = ra.AddStream("s", reader.Fn());
+  EXPECT_EQ(ra.live_threads(), 0);
+  const auto lane = ra.AddLane(stream, PlainOrder(), 0);
+  ra.WaitIdleForTest();
+  EXPECT_GE(ra.live_threads(), 1);
+  EXPECT_LE(ra.live_threads(), 4);
+  ra.RemoveLane(lane);
+  // Idle threads end after kIdleExitSeconds.
+  for (int i = 0; i < 3000 && ra.live_threads() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(ra.live_threads(), 0);
+}
+
+TEST(ReadAheadTest, AStreamGoesAndStopEndsWithoutAReadThatDoesNotReturn) {
+  auto gate = std::make_shared<Gate>();
+  auto ra = std::make_unique<ReadAhead>(Budget(1 << 20, 2));
+  struct Reopen {
+    Gate& gate;
+    ~Reopen() { gate.Set(true); }
+  } reopen{*gate};
+  gate->Set(false);
+  auto stream = ra->AddStream(
+      "s", [gate](uint64_t id, std::string* b, int64_t* l) {
+        gate->Pass();
+        b->assign("x");
+        *l = 0;
+        return absl::OkStatus();
+      });
+  ra->AddLane(stream, PlainOrder(), 0);
+  ASSERT_TRUE(gate->WaitEntered(1, 30));
+  // The stream goes while its read is stuck: nothing waits for that read.
+  auto gone = std::async(std::launch::async, [&stream] { stream.reset(); });
+  EXPECT_EQ(gone.wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
+  // Stop gives up on it at its deadline.
+  EXPECT_FALSE(ra->Stop(MonotonicNanos() + 200 * 1000 * 1000));
+  gate->Set(true);  // the mount answers: the threads end, and may go
+  EXPECT_TRUE(ra->Stop());
+  ra.reset();
+}
+
+// Stored bytes whose reads pass through a gate; files are named.
+class GatedWorkload : public StoredBytesWorkload {
+ public:
+  GatedWorkload(uint64_t n, std::shared_ptr<Gate> gate)
+      : StoredBytesWorkload(n), gate_(std::move(gate)) {}
+  ExampleReadFn example_reader() const override {
+    ExampleReadFn inner = StoredBytesWorkload::example_reader();
+    return [gate = gate_, inner](uint64_t id, std::string* b, int64_t* l) {
+      gate->Pass();
+      return inner(id, b, l);
+    };
+  }
+  std::string DescribeExample(uint64_t id) const override {
+    return absl::StrCat("/mnt/stalled/file-", id);
+  }
+
+ private:
+  const std::shared_ptr<Gate> gate_;
+};
+
+TEST(ReadAheadEngineTest, AStalledStreamHoldsNoWorkerAndFailsNamingTheFile) {
+  const uint64_t g = 4, n = 64;
+  auto sampler = Sampler::Create(n, g, 1, 5, true);
+  ASSERT_TRUE(sampler.ok());
+  auto gate = std::make_shared<Gate>();
+  auto stalled_owned = std::make_unique<GatedWorkload>(n, gate);
+  auto local_owned = std::make_unique<StoredBytesWorkload>(n);
+  const BatchLayout layout = *BatchLayout::Make(local_owned->tensors(), g);
+  ReadAhead ra(Budget(16 * StoredBytesWorkload::kBytes));
+  // Whatever fails below, the mount answers before the read-ahead goes.
+  struct Reopen {
+    Gate& gate;
+    ~Reopen() { gate.Set(true); }
+  } reopen{*gate};
+  {
+    auto stalled = std::make_shared<StreamSetup>(
+        "stalled", std::move(stalled_owned), *sampler, layout);
+    auto local = std::make_shared<StreamSetup>(
+        "local", std::move(local_owned), *sampler, layout);
+    // One worker: had it waited for the stalled stream's read, the other
+    // stream would get nothing.
+    Engine engine(1, &ra, 3);
+    ASSERT_TRUE(engine.Prepare(stalled.get()).ok());
+    ASSERT_TRUE(engine.Prepare(local.get()).ok());
+    gate->Set(false);  // the stalled stream's storage stops answering
+    std::vector<std::unique_ptr<RingReader>> readers;
+    std::vector<std::shared_ptr<RankProducer>> producers;
+    for (const auto& setup : {stalled, local}) {
+      RingGeometry geo;
+      geo.slot_count = 2;
+      geo.payload_bytes = layout.payload_bytes;
+      const std::string name =
+          absl::StrCat("/bdstall", getpid(), ".", setup->name);
+      auto ring = RingWriter::Create(name, geo);
+      ASSERT_TRUE(ring.ok()) << ring.status();
+      readers.push_back(std::move(*RingReader::Attach(name)));
+      producers.push_back(
+          std::make_shared<RankProducer>(setup, 0, 0, std::move(*ring),
+                                         SharedSchedule(setup)));
+      engine.Add(producers.back());
+    }
+    // The server's heartbeat, as the core's thread beats it: the clients
+    // below wait longer than a heartbeat may be old.
+    std::atomic<bool> beating{true};
+    std::thread heart([&] {
+      while (beating.load()) {
+        for (auto& p : producers) p->ring().Heartbeat(MonotonicNanos());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    struct Join {
+      std::atomic<bool>& beating;
+      std::thread& heart;
+      ~Join() {
+        beating.store(false);
+        heart.join();
+      }
+    } join{beating, heart};
+    ASSERT_TRUE(gate->WaitEntered(1, 30));
+    for (int s = 0; s < 20; ++s) {
+      absl::StatusOr<uint64_t> pos = readers[1]->Acquire(30.0);
+      ASSERT_TRUE(pos.ok()) << "step " << s << ": " << pos.status();
+      EXPECT_EQ(readers[1]->Slot(*pos)->step, uint64_t(s));
+      readers[1]->Release(*pos);
+    }
+    absl::StatusOr<uint64_t> got = readers[0]->Acquire(60.0);
+    ASSERT_FALSE(got.ok());
+    const std::string why(got.status().message());
+    EXPECT_NE(why.find("step 0 failed: storage stalled: reading "
+                       "/mnt/stalled/file-"),
+              std::string::npos)
+        << why;
+    EXPECT_NE(why.find("has not returned for"), std::string::npos) << why;
+    EXPECT_NE(why.find("(--read-stall-seconds 3)"), std::string::npos)
+        << why;
+    EXPECT_TRUE(producers[0]->failed.load());
+    EXPECT_FALSE(producers[1]->failed.load());
+    gate->Set(true);
+    for (auto& p : producers) engine.Retire(p);
+    EXPECT_TRUE(engine.Stop());
+  }
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
                                 std::vector<ExampleKey>* keys) {
   Location loc;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     absl::StatusOr<Location> found = Find(step);
     if (!found.ok()) return false;
     loc = *found;
@@ -64,7 +64,7 @@ absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
                      "batch of ",
                      g_, ": take the cursor of rank 0's batch"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   anchor_step_ = step;
   anchor_epoch_ = cursor.epoch;
   anchor_row_ = *row;
@@ -75,14 +75,14 @@ absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
 
 PackedSchedule::~PackedSchedule() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     cancelled_ = true;
   }
   scope_.Close();  // a queued count never starts; a running one ends
 }
 
 void PackedSchedule::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   cancelled_ = true;
 }
 
@@ -96,7 +96,7 @@ void PackedSchedule::SetError(const absl::Status& error) {
 }
 
 absl::Status PackedSchedule::CheckReachable(uint64_t step) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return Reachable(step);
 }
 
@@ -148,7 +148,7 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::Find(
 
 absl::StatusOr<PackedSchedule::Location> PackedSchedule::TryLocate(
     uint64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::StatusOr<Location> loc = Find(step);
   if (loc.ok()) served_ = std::max(served_, loc->epoch - anchor_epoch_);
   if (loc.ok()) {
@@ -191,16 +191,16 @@ bool PackedSchedule::SubmitCount() {
 }
 
 void PackedSchedule::CountStep() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // One epoch a task: other streams' counts take turns on the executor.
-  if (CountEpoch(lock) && !cancelled_ && error_.ok() &&
+  if (CountEpoch() && !cancelled_ && error_.ok() &&
       (ends_.empty() || ends_.back() <= target_)) {
     if (SubmitCount()) return;
   }
   counting_ = false;
 }
 
-bool PackedSchedule::CountEpoch(std::unique_lock<std::mutex>& lock) {
+bool PackedSchedule::CountEpoch() {
   if (cancelled_ || !error_.ok() ||
       !(ends_.empty() || ends_.back() <= target_)) {
     return false;
@@ -224,11 +224,11 @@ bool PackedSchedule::CountEpoch(std::unique_lock<std::mutex>& lock) {
   const uint64_t first_step = first ? anchor_step_ : ends_.back();
   const uint64_t want =
       (first ? anchor_row_ : 0) + (target_ - first_step + 1) * g_;
-  lock.unlock();
+  mu_.Unlock();
   // The slow part, without the lock: only this task appends to ends_.
   absl::StatusOr<RowPacking::KnownRows> known =
       packer_.RowsUpTo(Order(epoch), want);
-  lock.lock();
+  mu_.Lock();
   if (!known.ok()) {
     SetError(known.status());
     return false;

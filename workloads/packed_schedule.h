@@ -9,10 +9,11 @@
 #define BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/executor.h"
 #include "workloads/sampler.h"
 #include "workloads/schedule.h"
@@ -162,40 +163,43 @@ class PackedSchedule : public Schedule {
   }
 
  private:
-  // Location of `step` from ends_, or Unavailable. Requires mu_.
-  absl::StatusOr<Location> Find(uint64_t step) const;
-  absl::Status Reachable(uint64_t step) const;  // requires mu_
-  // Submits CountStep (requires mu_); false, with error_ set, when it
-  // cannot be queued.
-  bool SubmitCount();
+  // Location of `step` from ends_, or Unavailable.
+  absl::StatusOr<Location> Find(uint64_t step) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status Reachable(uint64_t step) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Submits CountStep; false, with error_ set, when it cannot be queued.
+  bool SubmitCount() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The counting task: one epoch (or the part of it asked for), then
   // submits itself again while more is wanted.
-  void CountStep();
-  // Counts one epoch; false when counting should stop. Requires mu_, which
-  // it releases while the packer counts.
-  bool CountEpoch(std::unique_lock<std::mutex>& lock);
-  // Sets error_ (requires mu_), with a code Ready gives no other meaning.
-  void SetError(const absl::Status& error);
+  void CountStep() ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts one epoch; false when counting should stop. Releases mu_ while
+  // the packer counts.
+  bool CountEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets error_, with a code Ready gives no other meaning.
+  void SetError(const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RowPacking& packer_;
   const uint64_t n_, g_, per_rank_, seed_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   // The schedule starts at (anchor_step_, anchor_epoch_, anchor_row_):
-  // (0, 0, 0) unless resumed from a cursor. Guarded by mu_.
-  uint64_t anchor_step_ = 0, anchor_epoch_ = 0, anchor_row_ = 0;
-  // ends_[i]: first step after epoch anchor_epoch_ + i. Guarded by mu_.
-  std::vector<uint64_t> ends_;
-  // Count until ends_.back() > target_. Guarded by mu_.
-  uint64_t target_ = 0;
+  // (0, 0, 0) unless resumed from a cursor.
+  uint64_t anchor_step_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t anchor_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t anchor_row_ ABSL_GUARDED_BY(mu_) = 0;
+  // ends_[i]: first step after epoch anchor_epoch_ + i.
+  std::vector<uint64_t> ends_ ABSL_GUARDED_BY(mu_);
+  // Count until ends_.back() > target_.
+  uint64_t target_ ABSL_GUARDED_BY(mu_) = 0;
   // Rows known so far of the epoch being counted (anchor_epoch_ +
-  // ends_.size()), from RowsUpTo; 0 once it is counted. Guarded by mu_.
-  uint64_t partial_rows_ = 0;
+  // ends_.size()), from RowsUpTo; 0 once it is counted.
+  uint64_t partial_rows_ ABSL_GUARDED_BY(mu_) = 0;
   // Index in ends_ of the latest epoch a step was located in: counting
-  // stops kMaxReplayEpochs past it. Guarded by mu_.
-  uint64_t served_ = 0;
-  bool counting_ = false;   // a counting task is queued or runs; mu_
-  bool cancelled_ = false;  // guarded by mu_
-  absl::Status error_;      // final; guarded by mu_
+  // stops kMaxReplayEpochs past it.
+  uint64_t served_ ABSL_GUARDED_BY(mu_) = 0;
+  // A counting task is queued or runs.
+  bool counting_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);  // final
   // Last: the counting task refers to everything above.
   TaskScope scope_;
 };

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "client/shm_layout.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
@@ -96,13 +97,31 @@ class ExamplePrefetch {
  public:
   virtual ~ExamplePrefetch() = default;
   // Example `id` at (epoch, position) of the stream: the bytes read ahead when
-  // that read succeeded, else a synchronous read through the same function,
-  // whose error is returned exactly as the source reports it (a failed read
-  // ahead is never delivered: the read is retried here, as it would have
-  // been made without read-ahead).
+  // that read succeeded, else a read through the same function, whose error
+  // is returned exactly as the source reports it (a failed read ahead is
+  // never delivered: the read is made again, as it would have been made
+  // without read-ahead).
+  //
+  // On the server's workers, Read never waits for storage: when the bytes
+  // are not there yet it returns a status for which IsReadPending is true.
+  // FillItem must then return that status at once, unchanged, counting and
+  // logging nothing for it (no decode error, no substitute): the engine
+  // runs the item again, from its start, once the bytes are there, and the
+  // reads it made before then succeed at once with the same bytes.
   virtual absl::Status Read(uint64_t epoch, uint64_t position, uint64_t id,
                             std::string* bytes, int64_t* label) = 0;
 };
+
+// The status of an ExamplePrefetch::Read whose bytes are not there yet.
+inline constexpr char kReadPendingPayload[] = "batchd.dev/read-pending";
+inline absl::Status ReadPendingError() {
+  absl::Status s = absl::UnavailableError("the example's bytes are not read yet");
+  s.SetPayload(kReadPendingPayload, absl::Cord("1"));
+  return s;
+}
+inline bool IsReadPending(const absl::Status& s) {
+  return absl::IsUnavailable(s) && s.GetPayload(kReadPendingPayload).has_value();
+}
 
 // Example `id`'s stored bytes (and, for sources that keep them beside the
 // bytes, its label). Must be callable from any thread.
@@ -127,6 +146,12 @@ class Workload {
   // data, WMT text files). Which examples a step reads, and their keys, is
   // the schedule's ExamplesOf.
   virtual ExampleReadFn example_reader() const { return nullptr; }
+  // What example_reader reads for `id`, for messages (the file, or the
+  // shard and record): "/data/train/n01/x.JPEG". Never does I/O.
+  // Default: "example <id>".
+  virtual std::string DescribeExample(uint64_t id) const {
+    return "example " + std::to_string(id);
+  }
   // FillItem then takes the first read of each example it reads from
   // `prefetch`, keyed as the schedule's ExamplesOf keys it (the ItemRef's
   // epoch and position for items that are examples). Set once,

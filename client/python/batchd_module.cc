@@ -18,14 +18,15 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "batchd/loader.h"
 #include "batchd/version.h"
 
@@ -271,17 +272,21 @@ class PyLoader {
   // Returns ([(name, SlotView), ...], (step, epoch, position, valid_count,
   // (cursor epoch, window, row, step))). Raises StopIteration at the end of
   // an eval stream. `uint64_as_int64` is for torch (see ToDLDataType).
-  py::tuple Next(bool uint64_as_int64) {
+  // In a forked child mu_ may be held by a thread the child does not have:
+  // there it is not taken (the analysis cannot follow a lock taken only in
+  // one process).
+  py::tuple Next(bool uint64_as_int64) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     absl::StatusOr<Batch> batch;
     {
       py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
-      if (getpid() == owner_pid_) lock.lock();
+      const bool owner = getpid() == owner_pid_;
+      if (owner) mu_.Lock();
       if (loader_ == nullptr) {
         batch = absl::FailedPreconditionError("the Loader is closed");
       } else {
         batch = loader_->Next();
       }
+      if (owner) mu_.Unlock();
     }
     if (PyErr_Occurred() != nullptr) throw py::error_already_set();
     if (batch.ok()) return ToPython(*batch, uint64_as_int64);
@@ -292,7 +297,7 @@ class PyLoader {
   // The JSON text of the C++ LoaderState (the package turns it into the
   // dict state_dict() returns).
   std::string StateJson() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) throw py::value_error("the loader is closed");
     return loader_->State().ToJson();
   }
@@ -303,7 +308,7 @@ class PyLoader {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       s = loader_ == nullptr ? absl::FailedPreconditionError("the Loader is closed")
                              : loader_->LoadState(*state);
     }
@@ -311,7 +316,7 @@ class PyLoader {
   }
 
   py::dict Info() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) throw py::value_error("the loader is closed");
     const StreamInfo& i = loader_->info();
     py::dict info;
@@ -330,7 +335,7 @@ class PyLoader {
 
   // (address, bytes) of the ring's mapping, for cudaHostRegister.
   py::tuple Mapping() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) throw py::value_error("the loader is closed");
     return py::make_tuple(
         reinterpret_cast<uintptr_t>(loader_->mapped_address()),
@@ -339,26 +344,26 @@ class PyLoader {
 
   double WaitSeconds() {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return loader_ == nullptr ? closed_wait_seconds_ : loader_->wait_seconds();
   }
 
   // (times reopened on a restarted daemon, seconds spent reopening).
   py::tuple Reconnects() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) return py::make_tuple(0, 0.0);
     return py::make_tuple(loader_->reconnects(), loader_->reconnect_seconds());
   }
 
   // Detaches from the ring now rather than when Python collects the Loader.
   // Tensors already handed out stay valid: they own their slots.
-  void Close() {
+  void Close() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the child: as Next
     if (getpid() != owner_pid_) {
       (void)loader_.release();  // the parent's; see the class comment
       return;
     }
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) return;
     closed_wait_seconds_ = loader_->wait_seconds();
     loader_.reset();
@@ -383,9 +388,9 @@ class PyLoader {
   const std::string stream_;
   const pid_t owner_pid_ = getpid();
 
-  std::mutex mu_;
-  std::unique_ptr<Loader> loader_;  // guarded by mu_; null once closed
-  double closed_wait_seconds_ = 0;  // guarded by mu_
+  absl::Mutex mu_;
+  std::unique_ptr<Loader> loader_ ABSL_GUARDED_BY(mu_);  // null once closed
+  double closed_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Seconds from a Python number or None (-1: no bound).

@@ -46,9 +46,9 @@ def binary(name):
 class Daemon:
     """Starts batchd serving `data_root`, logging to `log_path`, and waits
     until its socket accepts. `hooks` sets BATCHD_TEST_HOOKS=1 for it;
-    `args` are more flags. Its --cache-dir is a fresh directory of its own
-    unless `args` names one. `preexec` runs in the child before batchd is
-    executed (e.g. to join a cgroup)."""
+    `args` are more flags; `preexec` runs in the child before batchd is
+    executed (limits, another user, a cgroup). Its --cache-dir is a fresh
+    directory of its own unless `args` names one."""
 
     def __init__(self, data_root, log_path, threads=2, hooks=False, args=(),
                  preexec=None):
@@ -64,11 +64,11 @@ class Daemon:
             args = (*args, "--cache-dir", os.path.join(self.dir, "cache"))
         if hooks:
             env["BATCHD_TEST_HOOKS"] = "1"
-        self._preexec = preexec
         self._argv = [binary("batchd"), "--listen", self.address,
                       "--data-root", str(data_root), "--shm-prefix",
                       self.prefix, "--threads", str(threads), *args]
         self._env = env
+        self._preexec = preexec
         self._start()
 
     def _start(self):

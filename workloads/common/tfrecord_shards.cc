@@ -3,9 +3,10 @@
 #include "workloads/common/tfrecord_shards.h"
 
 #include <algorithm>
-#include <mutex>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "base/executor.h"
 
 namespace batchd {
@@ -15,24 +16,26 @@ absl::StatusOr<TFRecordShards> TFRecordShards::Open(
     const OnShard& on_shard, size_t parallel, Executor* executor) {
   std::vector<std::unique_ptr<TFRecordFile>> opened(paths.size());
   std::vector<absl::Status> errors(paths.size());
-  std::mutex mu;
-  size_t done = 0;
-  uint64_t records = 0;
+  struct Progress {
+    absl::Mutex mu;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+    uint64_t records ABSL_GUARDED_BY(mu) = 0;
+  } progress;
   // Each shard's error is kept for its place in the order, not returned.
   (void)ParallelFor(
       executor, Priority::kServing, paths.size(), parallel,
       [&](uint64_t f) {
         absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
             TFRecordFile::Open(paths[f], options);
-        std::lock_guard<std::mutex> lock(mu);
-        ++done;
+        absl::MutexLock lock(&progress.mu);
+        ++progress.done;
         if (file.ok()) {
-          records += (*file)->size();
+          progress.records += (*file)->size();
           opened[f] = std::move(*file);
         } else {
           errors[f] = file.status();
         }
-        if (on_shard) on_shard(done, records);
+        if (on_shard) on_shard(progress.done, progress.records);
         return absl::OkStatus();
       },
       /*max_chunk=*/1);

@@ -183,10 +183,13 @@ class ImageNetWorkload : public Workload {
   bool shuffle() const override { return train_; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
-  // Read-ahead: the same Read that FillItem makes, by the id the engine gives.
+  // Read-ahead: the same Read that FillItem makes, by the id the engine
+  // gives, or (kSourceId set) by the source's own id: a substitute.
   ExampleReadFn example_reader() const override {
     return [this](uint64_t id, std::string* bytes, int64_t* label) {
-      if (!subset_.empty()) {
+      if ((id & kSourceId) != 0) {
+        id &= ~kSourceId;
+      } else if (!subset_.empty()) {
         if (id >= subset_.size()) {
           return absl::OutOfRangeError(
               absl::StrCat("imagenet: example ", id, " of ", subset_.size()));
@@ -198,6 +201,14 @@ class ImageNetWorkload : public Workload {
   }
   void set_prefetch(ExamplePrefetch* prefetch) override {
     prefetch_ = prefetch;
+  }
+  std::string DescribeExample(uint64_t id) const override {
+    if ((id & kSourceId) != 0) return source_->Describe(id & ~kSourceId);
+    if (!subset_.empty()) {
+      return id < subset_.size() ? source_->Describe(subset_[id])
+                                 : absl::StrCat("example ", id);
+    }
+    return source_->Describe(id);
   }
 
   absl::Status FillItem(const ItemRef& example, uint8_t* const* out,
@@ -237,8 +248,9 @@ class ImageNetWorkload : public Workload {
   absl::Status FillValid(const ItemRef& ex, uint64_t request_id,
                          uint8_t* inputs, int64_t* label,
                          WorkloadCounters* counters) const {
-    absl::Status st = FillImage(ex, ex.id, inputs, label, &request_id);
-    if (st.ok()) return st;
+    absl::Status st = FillImage(ex, ex.id, inputs, label, request_id);
+    // Bytes not read yet: the engine runs the item again once they are.
+    if (st.ok() || IsReadPending(st)) return st;
     ReportError(ex.id, st, counters);
     if (!opt_.substitute || source_->size() < 2) {
       return absl::DataLossError(absl::StrCat("imagenet: cannot decode ",
@@ -251,8 +263,8 @@ class ImageNetWorkload : public Workload {
     const uint64_t n = source_->size();
     for (int t = 0; t < kSubstituteTries; ++t) {
       const uint64_t other = (ex.id + 1 + pick.NextU64() % (n - 1)) % n;
-      st = FillImage(ex, other, inputs, label, nullptr);
-      if (st.ok()) return st;
+      st = FillImage(ex, other, inputs, label, other | kSourceId);
+      if (st.ok() || IsReadPending(st)) return st;
       ReportError(other, st, counters);
     }
     return absl::DataLossError(absl::StrCat(
@@ -284,11 +296,12 @@ class ImageNetWorkload : public Workload {
   }
 
   // Example `id` (the example itself or its substitute) into `inputs`, with
-  // the augmentation randomness of ex. With `prefetch_id` (the example
-  // itself, not a substitute), the bytes come through the read-ahead, which
-  // reads them as source_->Read does when they were not read ahead.
+  // the augmentation randomness of ex. With a prefetch, the bytes come
+  // through the read-ahead under `prefetch_id` (the id the engine gave, or
+  // a substitute's source id with kSourceId), which reads them as
+  // source_->Read does.
   absl::Status FillImage(const ItemRef& ex, uint64_t id, uint8_t* inputs,
-                         int64_t* label, const uint64_t* prefetch_id) const {
+                         int64_t* label, uint64_t prefetch_id) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
     struct ReleaseLargeBuffer {
@@ -297,8 +310,8 @@ class ImageNetWorkload : public Workload {
         if (bytes.capacity() > kKeepBufferBytes) std::string().swap(bytes);
       }
     } release{ts.bytes};
-    absl::Status st = prefetch_ != nullptr && prefetch_id != nullptr
-                          ? prefetch_->Read(ex.epoch, ex.position, *prefetch_id,
+    absl::Status st = prefetch_ != nullptr
+                          ? prefetch_->Read(ex.epoch, ex.position, prefetch_id,
                                             &ts.bytes, label)
                           : source_->Read(id, &ts.bytes, label);
     if (!st.ok()) return st;
@@ -375,6 +388,9 @@ class ImageNetWorkload : public Workload {
   // Rate-limit key of this instance's decode warnings (its address).
   const std::string log_key_ = absl::StrCat(reinterpret_cast<uintptr_t>(this));
   ExamplePrefetch* prefetch_ = nullptr;  // set before the first FillItem
+  // Marks a read-ahead id that is the source's own (a substitute), not one
+  // of the stream's examples (eval_train's subset maps those).
+  static constexpr uint64_t kSourceId = uint64_t(1) << 63;
 };
 
 }  // namespace

@@ -155,6 +155,77 @@ long RssKiB() {
   return 0;
 }
 
+// The workload's path without the ring: header, crop (train: random
+// resized, eval: resize and center crop), decode at 224x224.
+bool DecodeTransformed(ImageDecoder* dec, const std::string& bytes,
+                       int transform, size_t i, uint8_t* out) {
+  absl::Status st =
+      dec->Open(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  if (!st.ok()) return false;
+  ResampleAxis ax, ay;
+  const int w = dec->header().width, h = dec->header().height;
+  if (transform == 1) {
+    ExampleRng rng(0, 0, i);
+    CropResizeAxes(
+        SampleRandomResizedCrop(w, h, RandomResizedCropParams(), &rng), 224,
+        &ax, &ay);
+  } else {
+    ResizeCenterCropAxes(w, h, 256, 224, &ax, &ay);
+  }
+  return dec->DecodeResized(ax, ay, out).ok();
+}
+
+// A whole image at scale/8 (libjpeg-turbo's own decoder where it is
+// there, the workload's otherwise): the full-decode limit.
+class FullDecoder {
+ public:
+#ifdef BATCHD_HAVE_TURBOJPEG
+  FullDecoder() : tj_(tjInitDecompress()) {}
+  ~FullDecoder() { tjDestroy(tj_); }
+  static const char* name() { return "turbojpeg"; }
+  bool Decode(const std::string& bytes, int scale, std::vector<uint8_t>* rgb,
+              uint64_t* pixels) {
+    int w, h, subsamp, colorspace;
+    const auto* buf = reinterpret_cast<const unsigned char*>(bytes.data());
+    if (tjDecompressHeader3(tj_, buf, bytes.size(), &w, &h, &subsamp,
+                            &colorspace) != 0) {
+      return false;
+    }
+    const tjscalingfactor sf{scale, 8};
+    w = TJSCALED(w, sf);
+    h = TJSCALED(h, sf);
+    rgb->resize(size_t(w) * h * 3);
+    if (tjDecompress2(tj_, buf, bytes.size(), rgb->data(), w, 0, h, TJPF_RGB,
+                      0) != 0 &&
+        tjGetErrorCode(tj_) == TJERR_FATAL) {
+      return false;
+    }
+    *pixels = uint64_t(w) * h;
+    return true;
+  }
+
+ private:
+  tjhandle tj_;
+#else
+  static const char* name() { return "libjpeg"; }
+  bool Decode(const std::string& bytes, int scale, std::vector<uint8_t>* rgb,
+              uint64_t* pixels) {
+    int w, h;
+    if (!dec_.Open(reinterpret_cast<const uint8_t*>(bytes.data()),
+                   bytes.size())
+             .ok() ||
+        !dec_.DecodeFull(scale, rgb, &w, &h).ok()) {
+      return false;
+    }
+    *pixels = uint64_t(w) * h;
+    return true;
+  }
+
+ private:
+  ImageDecoder dec_;
+#endif
+};
+
 int FullDecode(int argc, char** argv) {
   int threads = 1, scale = 8;
   int transform = 0;  // 0: full decode; 1: train; 2: eval
@@ -178,73 +249,20 @@ int FullDecode(int argc, char** argv) {
   auto work = [&] {
     std::string bytes;
     std::vector<uint8_t> rgb;
-#ifdef BATCHD_HAVE_TURBOJPEG
-    tjhandle tj = tjInitDecompress();
-#else
-    ImageDecoder dec;
-#endif
+    FullDecoder full;
     ImageDecoder tdec;
     tdec.set_dct_headroom(1.25);
     std::vector<uint8_t> out(224 * 224 * 3);
     for (size_t i; (i = next.fetch_add(1)) < files.size();) {
-      if (!ReadFile(files[i], &bytes)) {
-        failed.fetch_add(1);
-        continue;
-      }
-      if (transform != 0) {
-        // The workload's path without the ring: header, crop, decode.
-        absl::Status st = tdec.Open(
-            reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-        ResampleAxis ax, ay;
-        if (st.ok()) {
-          const int w = tdec.header().width, h = tdec.header().height;
-          if (transform == 1) {
-            ExampleRng rng(0, 0, i);
-            CropResizeAxes(
-                SampleRandomResizedCrop(w, h, RandomResizedCropParams(), &rng),
-                224, &ax, &ay);
-          } else {
-            ResizeCenterCropAxes(w, h, 256, 224, &ax, &ay);
-          }
-          st = tdec.DecodeResized(ax, ay, out.data());
-        }
-        (st.ok() ? decoded : failed).fetch_add(1);
-        continue;
-      }
-#ifdef BATCHD_HAVE_TURBOJPEG
-      int w, h, subsamp, colorspace;
-      const auto* buf = reinterpret_cast<const unsigned char*>(bytes.data());
-      if (tjDecompressHeader3(tj, buf, bytes.size(), &w, &h, &subsamp,
-                              &colorspace) != 0) {
-        failed.fetch_add(1);
-        continue;
-      }
-      const tjscalingfactor sf{scale, 8};
-      w = TJSCALED(w, sf);
-      h = TJSCALED(h, sf);
-      rgb.resize(size_t(w) * h * 3);
-      if (tjDecompress2(tj, buf, bytes.size(), rgb.data(), w, 0, h, TJPF_RGB,
-                        0) != 0 &&
-          tjGetErrorCode(tj) == TJERR_FATAL) {
-        failed.fetch_add(1);
-        continue;
-      }
-#else
-      int w, h;
-      if (!dec.Open(reinterpret_cast<const uint8_t*>(bytes.data()),
-                    bytes.size())
-               .ok() ||
-          !dec.DecodeFull(scale, &rgb, &w, &h).ok()) {
-        failed.fetch_add(1);
-        continue;
-      }
-#endif
-      decoded.fetch_add(1);
-      pixels.fetch_add(uint64_t(w) * h);
+      uint64_t px = 0;
+      const bool ok =
+          ReadFile(files[i], &bytes) &&
+          (transform != 0
+               ? DecodeTransformed(&tdec, bytes, transform, i, out.data())
+               : full.Decode(bytes, scale, &rgb, &px));
+      (ok ? decoded : failed).fetch_add(1);
+      pixels.fetch_add(px);
     }
-#ifdef BATCHD_HAVE_TURBOJPEG
-    tjDestroy(tj);
-#endif
   };
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
@@ -258,15 +276,9 @@ int FullDecode(int argc, char** argv) {
       "\"decoded\": %llu, \"failed\": %llu, \"seconds\": %.3f, "
       "\"images_per_s\": %.1f, \"megapixels_per_s\": %.1f, "
       "\"rss_bytes\": %ld}\n",
-#ifdef BATCHD_HAVE_TURBOJPEG
       transform == 1   ? "batchd-train"
       : transform == 2 ? "batchd-eval"
-                       : "turbojpeg",
-#else
-      transform == 1 ? "batchd-train"
-      : transform == 2 ? "batchd-eval"
-                       : "libjpeg",
-#endif
+                       : FullDecoder::name(),
       scale, threads, files.size(), (unsigned long long)decoded.load(),
       (unsigned long long)failed.load(), s, decoded.load() / s,
       pixels.load() / s / 1e6, RssKiB() * 1024);

@@ -297,6 +297,10 @@ class WmtWorkload : public Workload, public RowPacking {
   void set_prefetch(ExamplePrefetch* prefetch) override {
     prefetch_ = prefetch;
   }
+  std::string DescribeExample(uint64_t id) const override {
+    if (!train_ && id < eval_pairs_.size()) id = eval_pairs_[id].id;
+    return absl::StrCat("pair ", id, " of ", source_->Describe());
+  }
 
   bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                       uint64_t count,
