@@ -33,21 +33,69 @@ struct Family {
   const char* help;
 };
 
+void AppendFamily(std::string* out, const Family& f) {
+  absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                  " ", f.type, "\n");
+}
+
+void AppendSample(std::string* out, const char* name,
+                  const std::string& labels, double value) {
+  absl::StrAppend(out, name, labels.empty() ? "" : "{", labels,
+                  labels.empty() ? "" : "}", " ",
+                  absl::StrFormat("%.17g", value), "\n");
+}
+
+// Per stream: is storage (io wait, depth at the budget) or the CPU the
+// limit? `streams_ra` holds the figures of s.streams(), in order.
+void AppendReadAhead(const v1::GetStatusResponse& s,
+                     const std::vector<ReadAheadStats>& streams_ra,
+                     std::string* out) {
+  const Family readahead[] = {
+      {"batchd_readahead_depth_examples", "gauge",
+       "Examples read ahead of decoding (buffered or in flight)."},
+      {"batchd_readahead_in_flight_bytes", "gauge",
+       "Bytes of reads ahead under way (estimated)."},
+      {"batchd_readahead_buffered_bytes", "gauge",
+       "Bytes read ahead, not yet decoded."},
+      {"batchd_readahead_reads_total", "counter", "Reads issued ahead."},
+      {"batchd_readahead_hits_total", "counter",
+       "Examples decoded from bytes read ahead."},
+      {"batchd_readahead_sync_reads_total", "counter",
+       "Examples the workers read themselves."},
+      {"batchd_io_wait_seconds_total", "counter",
+       "Time workers waited for stored bytes."},
+      {"batchd_readahead_oldest_read_seconds", "gauge",
+       "Age of the stream's oldest read in flight (a stalled mount grows "
+       "it until --read-stall-seconds fails the stream)."},
+  };
+  for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
+    AppendFamily(out, readahead[k]);
+    for (int i = 0; i < s.streams_size(); ++i) {
+      const v1::StreamStatus& st = s.streams(i);
+      const ReadAheadStats ra = size_t(i) < streams_ra.size()
+                                    ? streams_ra[size_t(i)]
+                                    : ReadAheadStats();
+      const double values[] = {double(ra.depth_examples),
+                               double(ra.bytes_in_flight),
+                               double(ra.bytes_buffered),
+                               double(ra.reads_issued),
+                               double(ra.hits),
+                               double(ra.sync_reads),
+                               double(ra.io_wait_ns) / 1e9,
+                               ra.oldest_read_seconds};
+      AppendSample(out, readahead[k].name, StreamLabels(st), values[k]);
+    }
+  }
+}
+
 }  // namespace
 
 std::string PrometheusText(const v1::GetStatusResponse& s,
                            const std::vector<ReadAheadStats>& streams_ra) {
   std::string out;
-  auto family = [&](const Family& f) {
-    absl::StrAppend(&out, "# HELP ", f.name, " ", f.help, "\n# TYPE ",
-                    f.name, " ", f.type, "\n");
-  };
+  auto family = [&](const Family& f) { AppendFamily(&out, f); };
   auto sample = [&](const char* name, const std::string& labels,
-                    double value) {
-    absl::StrAppend(&out, name, labels.empty() ? "" : "{", labels,
-                    labels.empty() ? "" : "}", " ",
-                    absl::StrFormat("%.17g", value), "\n");
-  };
+                    double value) { AppendSample(&out, name, labels, value); };
   family({"batchd_threads", "gauge", "Threads of the server process."});
   sample("batchd_threads", "", s.threads());
   family({"batchd_worker_threads", "gauge", "Worker pool size."});
@@ -109,44 +157,7 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
   family({"batchd_readahead_budget_bytes", "gauge",
           "Bytes the read-ahead may hold over all streams (0: off)."});
   sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes()));
-  // Per stream: is storage (io wait, depth at the budget) or the CPU the
-  // limit?
-  const Family readahead[] = {
-      {"batchd_readahead_depth_examples", "gauge",
-       "Examples read ahead of decoding (buffered or in flight)."},
-      {"batchd_readahead_in_flight_bytes", "gauge",
-       "Bytes of reads ahead under way (estimated)."},
-      {"batchd_readahead_buffered_bytes", "gauge",
-       "Bytes read ahead, not yet decoded."},
-      {"batchd_readahead_reads_total", "counter", "Reads issued ahead."},
-      {"batchd_readahead_hits_total", "counter",
-       "Examples decoded from bytes read ahead."},
-      {"batchd_readahead_sync_reads_total", "counter",
-       "Examples the workers read themselves."},
-      {"batchd_io_wait_seconds_total", "counter",
-       "Time workers waited for stored bytes."},
-      {"batchd_readahead_oldest_read_seconds", "gauge",
-       "Age of the stream's oldest read in flight (a stalled mount grows "
-       "it until --read-stall-seconds fails the stream)."},
-  };
-  for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
-    family(readahead[k]);
-    for (int i = 0; i < s.streams_size(); ++i) {
-      const v1::StreamStatus& st = s.streams(i);
-      const ReadAheadStats ra = size_t(i) < streams_ra.size()
-                                    ? streams_ra[size_t(i)]
-                                    : ReadAheadStats();
-      const double values[] = {double(ra.depth_examples),
-                               double(ra.bytes_in_flight),
-                               double(ra.bytes_buffered),
-                               double(ra.reads_issued),
-                               double(ra.hits),
-                               double(ra.sync_reads),
-                               double(ra.io_wait_ns) / 1e9,
-                               ra.oldest_read_seconds};
-      sample(readahead[k].name, StreamLabels(st), values[k]);
-    }
-  }
+  AppendReadAhead(s, streams_ra, &out);
   return out;
 }
 
