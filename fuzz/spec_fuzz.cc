@@ -1,6 +1,6 @@
 // libFuzzer target for request validation: the bytes are an
 // OpenStreamRequest as a client sends it, parsed as the gRPC service does,
-// converted with FromProto and checked by the core (Core::Plan: the spec's
+// and its spec checked by the core (Core::Plan: the spec's
 // limits, the data path's confinement to --data-root, the workload's
 // options, the sampler and the ring's sizes) without gRPC and without
 // creating anything. Any request gives a plan or a Status, never a crash,
@@ -19,9 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "batchd/v1/batchd.pb.h"
-#include "client/shm_layout.h"
+#include "batchd/dtype.h"
 #include "fuzz/fuzz_util.h"
-#include "server/convert.h"
 #include "server/core.h"
 
 namespace {
@@ -58,46 +57,55 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   batchd::v1::OpenStreamRequest request;
   if (!request.ParseFromArray(data, int(size))) return 0;
-  const batchd::StreamSpec spec = batchd::FromProto(request.spec());
-  absl::StatusOr<batchd::PlanResult> plan = core->Plan(spec);
+  batchd::v1::PlanRequest plan_request;
+  *plan_request.mutable_spec() = request.spec();
+  const batchd::v1::StreamSpec& spec = plan_request.spec();
+  absl::StatusOr<batchd::v1::PlanResponse> plan = core->Plan(plan_request);
   if (!plan.ok()) return 0;
 
-  if (plan->ranks != spec.world_size || plan->slots == 0 ||
-      (spec.slots != 0 && plan->slots != spec.slots)) {
-    batchd::fuzz::Fail(absl::StrCat("plan of ", plan->ranks, " ranks and ",
-                                    plan->slots, " slots for a spec of ",
-                                    spec.world_size, " and ", spec.slots));
+  if (plan->ranks() != spec.world_size() || plan->slots() == 0 ||
+      (spec.slots() != 0 && plan->slots() != spec.slots())) {
+    batchd::fuzz::Fail(absl::StrCat("plan of ", plan->ranks(), " ranks and ",
+                                    plan->slots(), " slots for a spec of ",
+                                    spec.world_size(), " and ", spec.slots()));
   }
-  const u128 per_rank = spec.global_batch_size / spec.world_size;
+  const u128 per_rank = spec.global_batch_size() / spec.world_size();
   u128 batch_bytes = 0;
-  for (const batchd::TensorLayout& t : plan->tensors) {
-    if (t.example_shape.empty() || u128(t.example_shape[0]) != per_rank) {
+  for (const batchd::v1::TensorInfo& t : plan->tensors()) {
+    if (t.shape().empty() || u128(t.shape(0)) != per_rank) {
       batchd::fuzz::Fail(absl::StrCat(
-          "tensor ", t.name, " does not lead with the per-rank batch"));
+          "tensor ", t.name(), " does not lead with the per-rank batch"));
     }
-    u128 bytes = batchd::shm::DTypeSize(uint32_t(t.dtype));
-    for (int64_t d : t.example_shape) {
-      if (d < 0) batchd::fuzz::Fail("negative dimension in tensor " + t.name);
+    u128 bytes = 0;
+    for (const batchd::DTypeInfo& d : batchd::kDTypes) {
+      if (t.dtype() == d.name) bytes = d.size;
+    }
+    if (bytes == 0) {
+      batchd::fuzz::Fail("unknown dtype " + t.dtype() + " of tensor " +
+                         t.name());
+    }
+    for (int64_t d : t.shape()) {
+      if (d < 0) batchd::fuzz::Fail("negative dimension in tensor " + t.name());
       bytes *= u128(uint64_t(d));
       // Past 2^100 the check below holds or fails whatever the rest is.
       if (bytes > (u128(1) << 100)) bytes = u128(1) << 100;
     }
     batch_bytes += bytes;
   }
-  if (u128(plan->slot_bytes) < batch_bytes) {
-    batchd::fuzz::Fail(absl::StrCat("slot of ", plan->slot_bytes,
+  if (u128(plan->slot_bytes()) < batch_bytes) {
+    batchd::fuzz::Fail(absl::StrCat("slot of ", plan->slot_bytes(),
                                     " bytes for a batch of ",
                                     Str(batch_bytes)));
   }
-  if (u128(plan->segment_bytes) < u128(plan->slots) * plan->slot_bytes) {
-    batchd::fuzz::Fail(absl::StrCat("segment of ", plan->segment_bytes,
-                                    " bytes for ", plan->slots, " slots of ",
-                                    plan->slot_bytes));
+  if (u128(plan->segment_bytes()) < u128(plan->slots()) * plan->slot_bytes()) {
+    batchd::fuzz::Fail(absl::StrCat("segment of ", plan->segment_bytes(),
+                                    " bytes for ", plan->slots(), " slots of ",
+                                    plan->slot_bytes()));
   }
-  if (u128(plan->total_bytes) < u128(plan->segment_bytes) * plan->ranks) {
-    batchd::fuzz::Fail(absl::StrCat("total of ", plan->total_bytes,
-                                    " bytes for ", plan->ranks, " segments of ",
-                                    plan->segment_bytes));
+  if (u128(plan->total_bytes()) < u128(plan->segment_bytes()) * plan->ranks()) {
+    batchd::fuzz::Fail(absl::StrCat("total of ", plan->total_bytes(),
+                                    " bytes for ", plan->ranks(), " segments of ",
+                                    plan->segment_bytes()));
   }
   return 0;
 }

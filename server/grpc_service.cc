@@ -1,42 +1,43 @@
-// gRPC handlers: one line each, into the core; convert.cc does the rest.
+// gRPC handlers: one line each, into the core, which takes and returns the
+// messages; only the status is converted, here.
 #include "server/grpc_service.h"
-
-#include "server/convert.h"
 
 namespace batchd {
 
 namespace {
 
-template <typename T, typename P>
-grpc::Status Reply(const absl::StatusOr<T>& result, P* proto) {
-  if (result.ok()) ToProto(*result, proto);
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                      std::string(s.message()));
+}
+
+template <typename T>
+grpc::Status Reply(absl::StatusOr<T> result, T* proto) {
+  if (result.ok()) *proto = *std::move(result);
   return ToGrpc(result.status());
 }
 
 }  // namespace
 
-// req->client_pid() is not read: anyone could name another job's pid.
 grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
-  if (absl::Status s = CheckClientProtocol(*req); !s.ok()) return ToGrpc(s);
-  const std::optional<RankResume> resume = FromProto(*req);
-  return Reply(core_.OpenStream(FromProto(req->spec()), req->rank(),
-                                CallerOf(ctx), OwnerOf(*req),
-                                resume ? &*resume : nullptr),
-               resp);
+  return Reply(core_.OpenStream(*req, CallerOf(ctx)), resp);
 }
 
 grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
                                         const v1::CloseStreamRequest* req,
                                         v1::CloseStreamResponse*) {
-  return ToGrpc(core_.CloseStream(req->name(), CallerOf(ctx), OwnerOf(*req)));
+  return ToGrpc(core_.CloseStream(*req, CallerOf(ctx)));
 }
 
 grpc::Status BatchdService::GetStatus(grpc::ServerContext*,
                                       const v1::GetStatusRequest*,
                                       v1::GetStatusResponse* resp) {
-  return Reply(absl::StatusOr<ServerStatusData>(core_.GetStatus()), resp);
+  *resp = core_.GetStatus();
+  return grpc::Status::OK;
 }
 
 grpc::Status BatchdService::Shutdown(grpc::ServerContext* ctx,
@@ -47,17 +48,15 @@ grpc::Status BatchdService::Shutdown(grpc::ServerContext* ctx,
 }
 
 grpc::Status BatchdService::Drain(grpc::ServerContext* ctx,
-                                  const v1::DrainRequest*,
+                                  const v1::DrainRequest* req,
                                   v1::DrainResponse* resp) {
-  absl::StatusOr<uint32_t> attached = core_.Drain(CallerOf(ctx));
-  if (attached.ok()) resp->set_attached_ranks(*attached);
-  return ToGrpc(attached.status());
+  return Reply(core_.Drain(*req, CallerOf(ctx)), resp);
 }
 
 grpc::Status BatchdService::Plan(grpc::ServerContext*,
                                  const v1::PlanRequest* req,
                                  v1::PlanResponse* resp) {
-  return Reply(core_.Plan(FromProto(req->spec())), resp);
+  return Reply(core_.Plan(*req), resp);
 }
 
 }  // namespace batchd

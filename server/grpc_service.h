@@ -34,7 +34,7 @@ class BatchdService final : public v1::Batchd::Service {
                          v1::GetStatusResponse* resp) override;
   grpc::Status Shutdown(grpc::ServerContext*, const v1::ShutdownRequest*,
                         v1::ShutdownResponse*) override;
-  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*,
+  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest* req,
                      v1::DrainResponse* resp) override;
   grpc::Status Plan(grpc::ServerContext*, const v1::PlanRequest* req,
                     v1::PlanResponse* resp) override;

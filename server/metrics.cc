@@ -21,9 +21,9 @@ std::string Label(const std::string& v) {
 }
 
 // A stream's labels: streams are keyed by owner and name, so both.
-std::string StreamLabels(const StreamStatusData& st) {
-  return absl::StrCat("stream=\"", Label(st.spec.name), "\",owner=\"",
-                      st.owner_known ? absl::StrCat(st.owner_uid) : "tcp",
+std::string StreamLabels(const v1::StreamStatus& st) {
+  return absl::StrCat("stream=\"", Label(st.spec().name()), "\",owner=\"",
+                      st.owner_known() ? absl::StrCat(st.owner_uid()) : "tcp",
                       "\"");
 }
 
@@ -33,83 +33,23 @@ struct Family {
   const char* help;
 };
 
-}  // namespace
+void AppendFamily(std::string* out, const Family& f) {
+  absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                  " ", f.type, "\n");
+}
 
-std::string PrometheusText(const ServerStatusData& s) {
-  std::string out;
-  auto family = [&](const Family& f) {
-    absl::StrAppend(&out, "# HELP ", f.name, " ", f.help, "\n# TYPE ",
-                    f.name, " ", f.type, "\n");
-  };
-  auto sample = [&](const char* name, const std::string& labels,
-                    double value) {
-    absl::StrAppend(&out, name, labels.empty() ? "" : "{", labels,
-                    labels.empty() ? "" : "}", " ",
-                    absl::StrFormat("%.17g", value), "\n");
-  };
-  family({"batchd_threads", "gauge", "Threads of the server process."});
-  sample("batchd_threads", "", s.threads);
-  family({"batchd_worker_threads", "gauge", "Worker pool size."});
-  sample("batchd_worker_threads", "", s.worker_threads);
-  family({"batchd_rss_bytes", "gauge",
-          "Resident bytes of the server, without the rings."});
-  sample("batchd_rss_bytes", "", double(s.rss_bytes));
-  family({"batchd_ring_bytes", "gauge", "Bytes of all attached rings."});
-  sample("batchd_ring_bytes", "", double(s.ring_bytes));
-  family({"batchd_streams", "gauge", "Streams served."});
-  sample("batchd_streams", "", double(s.streams.size()));
-  family({"batchd_uptime_seconds", "gauge", "Seconds since start."});
-  sample("batchd_uptime_seconds", "", s.uptime_seconds);
+void AppendSample(std::string* out, const char* name,
+                  const std::string& labels, double value) {
+  absl::StrAppend(out, name, labels.empty() ? "" : "{", labels,
+                  labels.empty() ? "" : "}", " ",
+                  absl::StrFormat("%.17g", value), "\n");
+}
 
-  const Family per_rank[] = {
-      {"batchd_examples_total", "counter", "Examples written to the ring."},
-      {"batchd_bytes_total", "counter", "Batch bytes written to the ring."},
-      {"batchd_ring_fill", "gauge", "Published slots not yet released."},
-      {"batchd_ring_slots", "gauge", "Slots of the ring."},
-      {"batchd_produced_step", "gauge", "Next step to publish."},
-      {"batchd_consumed_step", "gauge", "Steps released by the rank."},
-      {"batchd_data_wait_seconds_total", "counter",
-       "Time the rank waited for data."},
-      {"batchd_server_wait_seconds_total", "counter",
-       "Time the server waited on a full ring."},
-      {"batchd_rank_attached", "gauge", "1 while a client is attached."},
-  };
-  for (size_t k = 0; k < sizeof(per_rank) / sizeof(per_rank[0]); ++k) {
-    family(per_rank[k]);
-    for (const StreamStatusData& st : s.streams) {
-      for (const RankStatusData& r : st.ranks) {
-        const std::string labels =
-            absl::StrCat(StreamLabels(st), ",rank=\"", r.rank, "\"");
-        const double values[] = {double(r.examples),
-                                 double(r.bytes),
-                                 double(r.ring_fill),
-                                 double(r.ring_slots),
-                                 double(r.produced_step),
-                                 double(r.consumed_step),
-                                 r.client_wait_seconds,
-                                 r.server_wait_seconds,
-                                 r.attached ? 1.0 : 0.0};
-        sample(per_rank[k].name, labels, values[k]);
-      }
-    }
-  }
-  family({"batchd_decode_errors_total", "counter",
-          "Examples that failed to decode (substituted or failed)."});
-  for (const StreamStatusData& st : s.streams) {
-    sample("batchd_decode_errors_total", StreamLabels(st),
-           double(st.decode_errors));
-  }
-  family({"batchd_skipped_examples_total", "counter",
-          "Examples skipped (e.g. too long)."});
-  for (const StreamStatusData& st : s.streams) {
-    sample("batchd_skipped_examples_total", StreamLabels(st),
-           double(st.skipped_examples));
-  }
-  family({"batchd_readahead_budget_bytes", "gauge",
-          "Bytes the read-ahead may hold over all streams (0: off)."});
-  sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes));
-  // Per stream: is storage (io wait, depth at the budget) or the CPU the
-  // limit?
+// Per stream: is storage (io wait, depth at the budget) or the CPU the
+// limit? `streams_ra` holds the figures of s.streams(), in order.
+void AppendReadAhead(const v1::GetStatusResponse& s,
+                     const std::vector<ReadAheadStats>& streams_ra,
+                     std::string* out) {
   const Family readahead[] = {
       {"batchd_readahead_depth_examples", "gauge",
        "Examples read ahead of decoding (buffered or in flight)."},
@@ -129,9 +69,12 @@ std::string PrometheusText(const ServerStatusData& s) {
        "it until --read-stall-seconds fails the stream)."},
   };
   for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
-    family(readahead[k]);
-    for (const StreamStatusData& st : s.streams) {
-      const ReadAheadStats& ra = st.readahead;
+    AppendFamily(out, readahead[k]);
+    for (int i = 0; i < s.streams_size(); ++i) {
+      const v1::StreamStatus& st = s.streams(i);
+      const ReadAheadStats ra = size_t(i) < streams_ra.size()
+                                    ? streams_ra[size_t(i)]
+                                    : ReadAheadStats();
       const double values[] = {double(ra.depth_examples),
                                double(ra.bytes_in_flight),
                                double(ra.bytes_buffered),
@@ -140,9 +83,81 @@ std::string PrometheusText(const ServerStatusData& s) {
                                double(ra.sync_reads),
                                double(ra.io_wait_ns) / 1e9,
                                ra.oldest_read_seconds};
-      sample(readahead[k].name, StreamLabels(st), values[k]);
+      AppendSample(out, readahead[k].name, StreamLabels(st), values[k]);
     }
   }
+}
+
+}  // namespace
+
+std::string PrometheusText(const v1::GetStatusResponse& s,
+                           const std::vector<ReadAheadStats>& streams_ra) {
+  std::string out;
+  auto family = [&](const Family& f) { AppendFamily(&out, f); };
+  auto sample = [&](const char* name, const std::string& labels,
+                    double value) { AppendSample(&out, name, labels, value); };
+  family({"batchd_threads", "gauge", "Threads of the server process."});
+  sample("batchd_threads", "", s.threads());
+  family({"batchd_worker_threads", "gauge", "Worker pool size."});
+  sample("batchd_worker_threads", "", s.worker_threads());
+  family({"batchd_rss_bytes", "gauge",
+          "Resident bytes of the server, without the rings."});
+  sample("batchd_rss_bytes", "", double(s.rss_bytes()));
+  family({"batchd_ring_bytes", "gauge", "Bytes of all attached rings."});
+  sample("batchd_ring_bytes", "", double(s.ring_bytes()));
+  family({"batchd_streams", "gauge", "Streams served."});
+  sample("batchd_streams", "", double(s.streams_size()));
+  family({"batchd_uptime_seconds", "gauge", "Seconds since start."});
+  sample("batchd_uptime_seconds", "", s.uptime_seconds());
+
+  const Family per_rank[] = {
+      {"batchd_examples_total", "counter", "Examples written to the ring."},
+      {"batchd_bytes_total", "counter", "Batch bytes written to the ring."},
+      {"batchd_ring_fill", "gauge", "Published slots not yet released."},
+      {"batchd_ring_slots", "gauge", "Slots of the ring."},
+      {"batchd_produced_step", "gauge", "Next step to publish."},
+      {"batchd_consumed_step", "gauge", "Steps released by the rank."},
+      {"batchd_data_wait_seconds_total", "counter",
+       "Time the rank waited for data."},
+      {"batchd_server_wait_seconds_total", "counter",
+       "Time the server waited on a full ring."},
+      {"batchd_rank_attached", "gauge", "1 while a client is attached."},
+  };
+  for (size_t k = 0; k < sizeof(per_rank) / sizeof(per_rank[0]); ++k) {
+    family(per_rank[k]);
+    for (const v1::StreamStatus& st : s.streams()) {
+      for (const v1::RankStatus& r : st.ranks()) {
+        const std::string labels =
+            absl::StrCat(StreamLabels(st), ",rank=\"", r.rank(), "\"");
+        const double values[] = {double(r.examples()),
+                                 double(r.bytes()),
+                                 double(r.ring_fill()),
+                                 double(r.ring_slots()),
+                                 double(r.produced_step()),
+                                 double(r.consumed_step()),
+                                 r.client_wait_seconds(),
+                                 r.server_wait_seconds(),
+                                 r.attached() ? 1.0 : 0.0};
+        sample(per_rank[k].name, labels, values[k]);
+      }
+    }
+  }
+  family({"batchd_decode_errors_total", "counter",
+          "Examples that failed to decode (substituted or failed)."});
+  for (const v1::StreamStatus& st : s.streams()) {
+    sample("batchd_decode_errors_total", StreamLabels(st),
+           double(st.decode_errors()));
+  }
+  family({"batchd_skipped_examples_total", "counter",
+          "Examples skipped (e.g. too long)."});
+  for (const v1::StreamStatus& st : s.streams()) {
+    sample("batchd_skipped_examples_total", StreamLabels(st),
+           double(st.skipped_examples()));
+  }
+  family({"batchd_readahead_budget_bytes", "gauge",
+          "Bytes the read-ahead may hold over all streams (0: off)."});
+  sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes()));
+  AppendReadAhead(s, streams_ra, &out);
   return out;
 }
 
@@ -177,8 +192,10 @@ MetricsServer::~MetricsServer() {
 }
 
 int MetricsServer::Handle(mg_connection* conn, void* self) {
-  const std::string body =
-      PrometheusText(static_cast<MetricsServer*>(self)->core_.GetStatus());
+  std::vector<ReadAheadStats> readahead;
+  const v1::GetStatusResponse status =
+      static_cast<MetricsServer*>(self)->core_.GetStatus(&readahead);
+  const std::string body = PrometheusText(status, readahead);
   mg_printf(conn,
             "HTTP/1.1 200 OK\r\n"
             "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"

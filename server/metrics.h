@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core.h"
@@ -18,7 +19,10 @@ struct mg_connection;
 namespace batchd {
 
 // The exposition text (version 0.0.4) of one status snapshot.
-std::string PrometheusText(const ServerStatusData& status);
+// `readahead`: each stream's read-ahead figures, in the order of
+// status.streams() (Core::GetStatus gives them).
+std::string PrometheusText(const v1::GetStatusResponse& status,
+                           const std::vector<ReadAheadStats>& readahead);
 
 class MetricsServer {
  public:

@@ -36,7 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/core.h"
+#include "server/caller.h"
 
 namespace grpc {
 class Server;

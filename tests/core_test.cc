@@ -8,27 +8,59 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/process.h"
+#include "batchd/version.h"
 #include "client/ring.h"
 
 namespace batchd {
 namespace {
 
-StreamSpec Spec(const std::string& name, uint32_t w) {
-  StreamSpec s;
-  s.name = name;
-  s.workload = "synthetic";
-  s.split = "train";
-  s.global_batch_size = 64;
-  s.world_size = w;
-  s.seed = 3;
-  s.slots = 3;
-  s.options = {{"examples", "5000"}, {"payload_bytes", "256"}};
+v1::StreamSpec Spec(const std::string& name, uint32_t w) {
+  v1::StreamSpec s;
+  s.set_name(name);
+  s.set_workload("synthetic");
+  s.set_split("train");
+  s.set_global_batch_size(64);
+  s.set_world_size(w);
+  s.set_seed(3);
+  s.set_slots(3);
+  (*s.mutable_options())["examples"] = "5000";
+  (*s.mutable_options())["payload_bytes"] = "256";
   return s;
+}
+
+// OpenStream of rank `rank` of `spec` as a client of this release sends
+// it, for `caller` (naming `owner_uid`'s stream when given).
+absl::StatusOr<v1::OpenStreamResponse> Open(
+    Core& core, const v1::StreamSpec& spec, uint32_t rank,
+    const Caller& caller, std::optional<uint32_t> owner_uid = std::nullopt) {
+  v1::OpenStreamRequest req;
+  *req.mutable_spec() = spec;
+  req.set_rank(rank);
+  req.set_protocol_version(kProtocolVersion);
+  if (owner_uid.has_value()) req.set_owner_uid(*owner_uid);
+  return core.OpenStream(req, caller);
+}
+
+// The same for a process of this machine.
+absl::StatusOr<v1::OpenStreamResponse> Open(Core& core,
+                                            const v1::StreamSpec& spec,
+                                            uint32_t rank, pid_t pid) {
+  return Open(core, spec, rank, Caller::Process(uint32_t(pid)));
+}
+
+absl::Status Close(Core& core, const std::string& name, const Caller& caller,
+                   std::optional<uint32_t> owner_uid = std::nullopt) {
+  v1::CloseStreamRequest req;
+  req.set_name(name);
+  if (owner_uid.has_value()) req.set_owner_uid(*owner_uid);
+  return core.CloseStream(req, caller);
 }
 
 TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
@@ -43,9 +75,9 @@ TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
   std::atomic<int> failures{0};
   for (const char* stream : {"a", "b"}) {
     for (uint32_t r = 0; r < 4; ++r) {
-      auto opened = (*core)->OpenStream(Spec(stream, 4), r, getpid());
+      auto opened = Open(**core, Spec(stream, 4), r, getpid());
       ASSERT_TRUE(opened.ok()) << opened.status();
-      readers.emplace_back([seg = opened->segment, r, &failures] {
+      readers.emplace_back([seg = opened->segment(), r, &failures] {
         auto reader = RingReader::Attach(seg);
         if (!reader.ok()) {
           ++failures;
@@ -65,18 +97,18 @@ TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
   }
   // Status is read while the workers fill.
   for (int i = 0; i < 20; ++i) {
-    ServerStatusData st = (*core)->GetStatus();
-    EXPECT_EQ(st.streams.size(), 2u);
-    EXPECT_EQ(st.worker_threads, 3u);
+    v1::GetStatusResponse st = (*core)->GetStatus();
+    EXPECT_EQ(st.streams_size(), 2);
+    EXPECT_EQ(st.worker_threads(), 3u);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(failures.load(), 0);
-  ServerStatusData st = (*core)->GetStatus();
-  for (const StreamStatusData& s : st.streams) {
-    for (const RankStatusData& r : s.ranks) {
+  v1::GetStatusResponse st = (*core)->GetStatus();
+  for (const v1::StreamStatus& s : st.streams()) {
+    for (const v1::RankStatus& r : s.ranks()) {
       // Counted across the ring's life, even once the reader let go.
-      EXPECT_GE(r.examples, uint64_t(steps) * 16);
+      EXPECT_GE(r.examples(), uint64_t(steps) * 16);
     }
   }
 }
@@ -88,23 +120,23 @@ TEST(CoreTest, DeadRankIsReapedAndCanReattach) {
   o.threads = 1;
   auto core = Core::Create(o);
   ASSERT_TRUE(core.ok());
-  auto opened = (*core)->OpenStream(Spec("s", 1), 0, getpid());
+  auto opened = Open(**core, Spec("s", 1), 0, getpid());
   ASSERT_TRUE(opened.ok());
   {
-    auto reader = RingReader::Attach(opened->segment);
+    auto reader = RingReader::Attach(opened->segment());
     ASSERT_TRUE(reader.ok());
   }  // let go
   std::vector<std::string> freed = (*core)->ReapDeadClients();
   // The supervisor thread may have got there first.
-  EXPECT_TRUE(freed.empty() || freed[0] == opened->segment);
-  ServerStatusData st = (*core)->GetStatus();
-  ASSERT_EQ(st.streams.size(), 1u);
-  EXPECT_FALSE(st.streams[0].ranks[0].attached);
-  StreamSpec again = Spec("s", 1);
-  again.start_step = 9;  // a re-attaching rank may resume elsewhere
-  auto reopened = (*core)->OpenStream(again, 0, getpid());
+  EXPECT_TRUE(freed.empty() || freed[0] == opened->segment());
+  v1::GetStatusResponse st = (*core)->GetStatus();
+  ASSERT_EQ(st.streams_size(), 1);
+  EXPECT_FALSE(st.streams(0).ranks(0).attached());
+  v1::StreamSpec again = Spec("s", 1);
+  again.set_start_step(9);  // a re-attaching rank may resume elsewhere
+  auto reopened = Open(**core, again, 0, getpid());
   ASSERT_TRUE(reopened.ok()) << reopened.status();
-  auto reader = RingReader::Attach(reopened->segment);
+  auto reader = RingReader::Attach(reopened->segment());
   ASSERT_TRUE(reader.ok());
   absl::StatusOr<uint64_t> pos = (*reader)->Acquire(10.0);
   ASSERT_TRUE(pos.ok());
@@ -138,8 +170,9 @@ std::unique_ptr<Core> MakeCore(const std::string& tag,
 // "owner:name" of every stream listed.
 std::vector<std::string> Listed(Core& core) {
   std::vector<std::string> out;
-  for (const StreamStatusData& s : core.GetStatus().streams) {
-    out.push_back(std::to_string(s.owner_uid) + ":" + s.spec.name);
+  const v1::GetStatusResponse status = core.GetStatus();
+  for (const v1::StreamStatus& s : status.streams()) {
+    out.push_back(std::to_string(s.owner_uid()) + ":" + s.spec().name());
   }
   return out;
 }
@@ -147,49 +180,51 @@ std::vector<std::string> Listed(Core& core) {
 TEST(CoreStreamOwnership, EachUidsStreamOfOneNameIsItsOwnWithItsOwnRing) {
   std::unique_ptr<Core> core = MakeCore("own");
   ASSERT_NE(core, nullptr);
-  auto a = core->OpenStream(Spec("train", 2), 0, As(kUserA));
+  auto a = Open(*core, Spec("train", 2), 0, As(kUserA));
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = core->OpenStream(Spec("train", 2), 0, As(kUserB));
+  auto b = Open(*core, Spec("train", 2), 0, As(kUserB));
   ASSERT_TRUE(b.ok()) << b.status() << " (joined A's stream?)";
-  EXPECT_NE(a->segment, b->segment);
-  EXPECT_NE(a->segment.find(".65534.train.0."), std::string::npos)
-      << a->segment;
-  EXPECT_NE(b->segment.find(".4242.train.0."), std::string::npos) << b->segment;
+  EXPECT_NE(a->segment(), b->segment());
+  EXPECT_NE(a->segment().find(".65534.train.0."), std::string::npos)
+      << a->segment();
+  EXPECT_NE(b->segment().find(".4242.train.0."), std::string::npos)
+      << b->segment();
   // Another spec under the same name is no conflict across owners.
-  auto c = core->OpenStream(Spec("train", 1), 0, As(0));
+  auto c = Open(*core, Spec("train", 1), 0, As(0));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(Listed(*core),
             (std::vector<std::string>{"0:train", "4242:train", "65534:train"}));
-  const ServerStatusData st = core->GetStatus();
-  ASSERT_EQ(st.uids.size(), 3u);
-  EXPECT_TRUE(st.uids[0].exempt) << "root is an administrator";
-  EXPECT_EQ(st.uids[2].uid, kUserA);
-  EXPECT_EQ(st.uids[2].streams, 1u);
-  EXPECT_EQ(st.uids[2].ring_bytes, a->segment_bytes);
+  const v1::GetStatusResponse st = core->GetStatus();
+  ASSERT_EQ(st.uids_size(), 3);
+  EXPECT_TRUE(st.uids(0).exempt()) << "root is an administrator";
+  EXPECT_EQ(st.uids(2).uid(), kUserA);
+  EXPECT_EQ(st.uids(2).streams(), 1u);
+  EXPECT_EQ(st.uids(2).ring_bytes(), a->segment_bytes());
 }
 
 TEST(CoreStreamOwnership,
      AnotherUidsStreamIsJoinedOnlyByAnAdministratorNamingIt) {
   std::unique_ptr<Core> core = MakeCore("join");
   ASSERT_NE(core, nullptr);
-  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 0, As(kUserA)).ok());
-  auto refused = core->OpenStream(Spec("job", 2), 1, As(kUserB), kUserA);
+  ASSERT_TRUE(Open(*core, Spec("job", 2), 0, As(kUserA)).ok());
+  auto refused = Open(*core, Spec("job", 2), 1, As(kUserB), kUserA);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_NE(refused.status().message().find("of uid 65534"), std::string::npos)
       << refused.status();
   // Without owner_uid root gets its own `job`; with it, A's.
-  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 1, As(0)).ok());
-  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 1, As(0), kUserA).ok());
+  ASSERT_TRUE(Open(*core, Spec("job", 2), 1, As(0)).ok());
+  ASSERT_TRUE(Open(*core, Spec("job", 2), 1, As(0), kUserA).ok());
   uint32_t attached = 0;
-  for (const StreamStatusData& s : core->GetStatus().streams) {
-    if (s.owner_uid != kUserA) continue;
-    for (const RankStatusData& r : s.ranks) attached += r.attached;
+  const v1::GetStatusResponse status = core->GetStatus();
+  for (const v1::StreamStatus& s : status.streams()) {
+    if (s.owner_uid() != kUserA) continue;
+    for (const v1::RankStatus& r : s.ranks()) attached += r.attached();
   }
   EXPECT_EQ(attached, 2u);
-  EXPECT_EQ(core->OpenStream(Spec("none", 1), 0, As(0), kUserA).status().code(),
+  EXPECT_EQ(Open(*core, Spec("none", 1), 0, As(0), kUserA).status().code(),
             absl::StatusCode::kNotFound);
   // Naming one's own uid is the same as naming none.
-  ASSERT_TRUE(core->OpenStream(Spec("job", 2), 1, As(kUserB), kUserB).ok());
+  ASSERT_TRUE(Open(*core, Spec("job", 2), 1, As(kUserB), kUserB).ok());
   EXPECT_EQ(Listed(*core),
             (std::vector<std::string>{"0:job", "4242:job", "65534:job"}));
 }
@@ -198,32 +233,77 @@ TEST(CoreStreamOwnership,
      CloseTakesTheCallersOwnOrANamedOwnersForAdministrators) {
   std::unique_ptr<Core> core = MakeCore("close");
   ASSERT_NE(core, nullptr);
-  ASSERT_TRUE(core->OpenStream(Spec("s", 1), 0, As(kUserA)).ok());
-  ASSERT_TRUE(core->OpenStream(Spec("s", 1), 0, As(0)).ok());
-  ASSERT_TRUE(core->OpenStream(Spec("only", 1), 0, As(kUserA)).ok());
+  ASSERT_TRUE(Open(*core, Spec("s", 1), 0, As(kUserA)).ok());
+  ASSERT_TRUE(Open(*core, Spec("s", 1), 0, As(0)).ok());
+  ASSERT_TRUE(Open(*core, Spec("only", 1), 0, As(kUserA)).ok());
   // B has no `s` and may not close another's.
-  absl::Status s = core->CloseStream("s", As(kUserB));
+  absl::Status s = Close(*core, "s", As(kUserB));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-  EXPECT_EQ(core->CloseStream("s", As(kUserB), kUserA).code(),
+  EXPECT_EQ(Close(*core, "s", As(kUserB), kUserA).code(),
             absl::StatusCode::kPermissionDenied);
   // A closes its own; root's `s` stays.
-  ASSERT_TRUE(core->CloseStream("s", As(kUserA)).ok());
+  ASSERT_TRUE(Close(*core, "s", As(kUserA)).ok());
   EXPECT_EQ(Listed(*core), (std::vector<std::string>{"0:s", "65534:only"}));
   // Root closes A's only by naming A; by name alone it is told how.
-  s = core->CloseStream("only", As(0));
+  s = Close(*core, "only", As(0));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_NE(s.message().find("--owner 65534"), std::string::npos) << s;
-  ASSERT_TRUE(core->CloseStream("only", As(0), kUserA).ok());
+  ASSERT_TRUE(Close(*core, "only", As(0), kUserA).ok());
   EXPECT_EQ(Listed(*core), (std::vector<std::string>{"0:s"}));
+}
+
+// The spec is compared in one place (FirstDifference), field by field of
+// the proto: a field added to StreamSpec must be named here, saying how a
+// later rank's spec may differ in it, and is then refused when it does.
+TEST(CoreSpecs, ALaterRankWhoseSpecDiffersInAnyFieldIsRefusedNamingIt) {
+  std::unique_ptr<Core> core = MakeCore("diff");
+  ASSERT_NE(core, nullptr);
+  const v1::StreamSpec base = Spec("d", 2);
+  ASSERT_TRUE(Open(*core, base, 0, getpid()).ok());
+  using Change = std::function<void(v1::StreamSpec*)>;
+  const std::map<std::string, Change> change = {
+      {"workload", [](v1::StreamSpec* s) { s->set_workload("imagenet"); }},
+      {"data", [](v1::StreamSpec* s) { s->set_data("elsewhere"); }},
+      {"split", [](v1::StreamSpec* s) { s->set_split("eval"); }},
+      {"global_batch_size",
+       [](v1::StreamSpec* s) { s->set_global_batch_size(128); }},
+      {"world_size", [](v1::StreamSpec* s) { s->set_world_size(4); }},
+      {"seed", [](v1::StreamSpec* s) { s->set_seed(4); }},
+      {"start_step", [](v1::StreamSpec* s) { s->set_start_step(1); }},
+      {"slots", [](v1::StreamSpec* s) { s->set_slots(5); }},
+      {"options",
+       [](v1::StreamSpec* s) { (*s->mutable_options())["examples"] = "4000"; }},
+      {"start_cursor",
+       [](v1::StreamSpec* s) { s->mutable_start_cursor()->set_row(1); }},
+  };
+  const google::protobuf::Descriptor* d = v1::StreamSpec::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const std::string field = d->field(i)->name();
+    if (field == "name") continue;  // the stream's key
+    const auto it = change.find(field);
+    ASSERT_NE(it, change.end())
+        << "StreamSpec." << field << " is new: compare it in FirstDifference "
+        << "and say here how a later rank's spec may differ in it";
+    v1::StreamSpec other = base;
+    it->second(&other);
+    // Rank 1 never attached: every field counts, start_step too.
+    auto refused = Open(*core, other, 1, getpid());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+        << field << ": " << refused.status();
+    EXPECT_NE(refused.status().message().find(field + " is "),
+              std::string::npos)
+        << refused.status();
+  }
+  EXPECT_TRUE(Open(*core, base, 1, getpid()).ok());
 }
 
 TEST(CoreQuotas, StreamsPerUidStopOneUidNotAnotherNorAdministrators) {
   std::unique_ptr<Core> core =
       MakeCore("sq", [](CoreOptions* o) { o->max_streams_per_uid = 2; });
   ASSERT_NE(core, nullptr);
-  ASSERT_TRUE(core->OpenStream(Spec("a", 2), 0, As(kUserA)).ok());
-  ASSERT_TRUE(core->OpenStream(Spec("b", 1), 0, As(kUserA)).ok());
-  auto third = core->OpenStream(Spec("c", 1), 0, As(kUserA));
+  ASSERT_TRUE(Open(*core, Spec("a", 2), 0, As(kUserA)).ok());
+  ASSERT_TRUE(Open(*core, Spec("b", 1), 0, As(kUserA)).ok());
+  auto third = Open(*core, Spec("c", 1), 0, As(kUserA));
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(
       third.status().message().find(
@@ -231,10 +311,10 @@ TEST(CoreQuotas, StreamsPerUidStopOneUidNotAnotherNorAdministrators) {
       std::string::npos)
       << third.status();
   // A further rank of one of A's streams is no new stream.
-  EXPECT_TRUE(core->OpenStream(Spec("a", 2), 1, As(kUserA)).ok());
-  EXPECT_TRUE(core->OpenStream(Spec("a", 1), 0, As(kUserB)).ok());
+  EXPECT_TRUE(Open(*core, Spec("a", 2), 1, As(kUserA)).ok());
+  EXPECT_TRUE(Open(*core, Spec("a", 1), 0, As(kUserB)).ok());
   for (const char* name : {"x", "y", "z"}) {
-    EXPECT_TRUE(core->OpenStream(Spec(name, 1), 0, As(0)).ok()) << name;
+    EXPECT_TRUE(Open(*core, Spec(name, 1), 0, As(0)).ok()) << name;
   }
 }
 
@@ -243,16 +323,16 @@ TEST(CoreQuotas, RingBytesPerUidStopOneUidNotAnother) {
   {
     std::unique_ptr<Core> probe = MakeCore("rp");
     ASSERT_NE(probe, nullptr);
-    auto r = probe->OpenStream(Spec("p", 2), 0, As(kUserA));
+    auto r = Open(*probe, Spec("p", 2), 0, As(kUserA));
     ASSERT_TRUE(r.ok()) << r.status();
-    ring = r->segment_bytes;
+    ring = r->segment_bytes();
   }
   std::unique_ptr<Core> core = MakeCore("rq", [ring](CoreOptions* o) {
     o->max_ring_bytes_per_uid = ring * 3 / 2;
   });
   ASSERT_NE(core, nullptr);
-  ASSERT_TRUE(core->OpenStream(Spec("r", 2), 0, As(kUserA)).ok());
-  auto second = core->OpenStream(Spec("r", 2), 1, As(kUserA));
+  ASSERT_TRUE(Open(*core, Spec("r", 2), 0, As(kUserA)).ok());
+  auto second = Open(*core, Spec("r", 2), 1, As(kUserA));
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(second.status().message().find(
                 absl::StrCat("uid 65534 holds ", ring, " ring bytes")),
@@ -262,11 +342,11 @@ TEST(CoreQuotas, RingBytesPerUidStopOneUidNotAnother) {
                 absl::StrCat("--max-ring-bytes-per-uid ", ring * 3 / 2)),
             std::string::npos)
       << second.status();
-  EXPECT_TRUE(core->OpenStream(Spec("r", 2), 0, As(kUserB)).ok());
+  EXPECT_TRUE(Open(*core, Spec("r", 2), 0, As(kUserB)).ok());
   // Administrators are exempt.
-  EXPECT_TRUE(core->OpenStream(Spec("r", 2), 0, As(0)).ok());
-  EXPECT_TRUE(core->OpenStream(Spec("r", 2), 1, As(0)).ok());
-  EXPECT_EQ(core->GetStatus().max_ring_bytes_per_uid, ring * 3 / 2);
+  EXPECT_TRUE(Open(*core, Spec("r", 2), 0, As(0)).ok());
+  EXPECT_TRUE(Open(*core, Spec("r", 2), 1, As(0)).ok());
+  EXPECT_EQ(core->GetStatus().max_ring_bytes_per_uid(), ring * 3 / 2);
 }
 
 TEST(CoreQuotas, AutoRingBytesPerUidIsAQuarterOfTheTotal) {
@@ -283,10 +363,10 @@ TEST(CoreQuotas, AGhostStreamLeavesWithItsRingAnAttachedOneStaysForItsRank) {
   });
   ASSERT_NE(core, nullptr);
   // Mapped once and let go: kept so that a restarted rank re-attaches.
-  auto kept = core->OpenStream(Spec("kept", 1), 0, getpid());
+  auto kept = Open(*core, Spec("kept", 1), 0, getpid());
   ASSERT_TRUE(kept.ok()) << kept.status();
-  { ASSERT_TRUE(RingReader::Attach(kept->segment).ok()); }
-  ASSERT_TRUE(core->OpenStream(Spec("ghost", 1), 0, As(kUserA)).ok());
+  { ASSERT_TRUE(RingReader::Attach(kept->segment()).ok()); }
+  ASSERT_TRUE(Open(*core, Spec("ghost", 1), 0, As(kUserA)).ok());
   bool gone = false;
   for (int i = 0; i < 600 && !gone; ++i) {  // 60 s at most
     gone = Listed(*core) ==
@@ -294,7 +374,7 @@ TEST(CoreQuotas, AGhostStreamLeavesWithItsRingAnAttachedOneStaysForItsRank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(gone) << "the ghost kept its slot past the attach timeout";
-  EXPECT_TRUE(core->OpenStream(Spec("next", 1), 0, As(kUserB)).ok());
+  EXPECT_TRUE(Open(*core, Spec("next", 1), 0, As(kUserB)).ok());
 }
 
 }  // namespace
