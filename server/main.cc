@@ -19,12 +19,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -34,6 +32,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/address.h"
 #include "base/files.h"
 #include "base/groups.h"
@@ -559,24 +560,26 @@ class StopDeadline {
     }
   }
   ~StopDeadline() {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    absl::MutexLock lock(&state_->mu);
     state_->done = true;
-    state_->cv.notify_all();
+    state_->cv.SignalAll();
   }
 
  private:
   // Shared with the thread, which may wake after the stop is done.
   struct State {
     std::string prefix;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;  // guarded by mu
+    absl::Mutex mu;
+    absl::CondVar cv;
+    bool done ABSL_GUARDED_BY(mu) = false;
   };
   static void Run(State& state) {
-    std::unique_lock<std::mutex> lock(state.mu);
-    if (state.cv.wait_for(lock, std::chrono::seconds(kStopSeconds),
-                          [&state] { return state.done; })) {
-      return;
+    {
+      absl::MutexLock lock(&state.mu);
+      const absl::Time until = absl::Now() + absl::Seconds(kStopSeconds);
+      while (!state.done && !state.cv.WaitWithDeadline(&state.mu, until)) {
+      }
+      if (state.done) return;
     }
     batchd::Log(batchd::LogLevel::kError, "stop_timeout",
                 {{"seconds", std::to_string(kStopSeconds)},

@@ -347,12 +347,12 @@ class PyLoader {
   // (False where there is no CUDA runtime, driver or device).
   bool RegisterPinned() {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return loader_ != nullptr && loader_->RegisterPinned().ok();
   }
   bool UnregisterPinned() {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return loader_ != nullptr && loader_->UnregisterPinned().ok();
   }
 

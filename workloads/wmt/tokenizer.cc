@@ -459,7 +459,7 @@ absl::StatusOr<bool> Tokenizer::AddWord(std::string_view text,
   };
   Shard& shard = shards_[std::hash<std::string_view>()(text) % kShards];
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    absl::MutexLock lock(&shard.mu);
     auto it = shard.words.find(std::string(text));
     if (it != shard.words.end()) return use(it->second);
     if (shard.words.size() >= kMaxWordsPerShard) return false;
@@ -467,7 +467,7 @@ absl::StatusOr<bool> Tokenizer::AddWord(std::string_view text,
   absl::StatusOr<Word> w = AnalyzeWord(text);
   if (!w.ok()) return w.status();
   const bool used = use(*w);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  absl::MutexLock lock(&shard.mu);
   shard.words.emplace(std::string(text), *std::move(w));
   return used;
 }

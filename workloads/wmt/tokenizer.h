@@ -16,13 +16,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "workloads/common/data_file.h"
 #include "workloads/wmt/packing.h"
 
@@ -155,8 +156,8 @@ class Tokenizer {
   static constexpr int kShards = 64;
   static constexpr size_t kMaxWordsPerShard = 1 << 15;
   struct Shard {
-    std::mutex mu;
-    std::unordered_map<std::string, Word> words;  // guarded by mu
+    absl::Mutex mu;
+    std::unordered_map<std::string, Word> words ABSL_GUARDED_BY(mu);
   };
   mutable Shard shards_[kShards];
   mutable std::atomic<uint64_t> from_words_{0}, whole_{0};
