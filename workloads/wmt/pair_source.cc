@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/coding.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
 
@@ -215,15 +216,6 @@ class LineFile {
   static constexpr const char* kLinesKind = "wmt-lines";
   static constexpr int kLinesFormat = 1;
   static constexpr size_t kScanBuffer = size_t(1) << 20;
-
-  static void StoreLE64(uint64_t v, char* p) {
-    for (int i = 0; i < 8; ++i) p[i] = char(uint8_t(v >> (8 * i)));
-  }
-  static uint64_t LoadLE64(const char* p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | uint8_t(p[i]);
-    return v;
-  }
 
   LineFile(std::string path, int fd, uint64_t max_line_bytes)
       : path_(std::move(path)), fd_(fd), max_line_bytes_(max_line_bytes) {}
