@@ -272,7 +272,7 @@ TEST_F(ImageTreeTest, SparseGiantIsCappedWithoutReadingIt) {
 }
 
 TEST_F(ImageTreeTest, WorkerDoesNotKeepABufferOfTheLargestFile) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(BATCHD_TEST_ASAN)
   // AddressSanitizer quarantines freed memory, so RSS cannot show a release.
   GTEST_SKIP() << "RSS is not observable under AddressSanitizer";
 #endif

@@ -15,6 +15,16 @@
 #include "absl/strings/string_view.h"
 #include "workloads/workload.h"
 
+// BATCHD_TEST_ASAN: built with AddressSanitizer, by gcc
+// (__SANITIZE_ADDRESS__) or clang (__has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define BATCHD_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BATCHD_TEST_ASAN 1
+#endif
+#endif
+
 namespace batchd {
 namespace testutil {
 

@@ -47,10 +47,12 @@ std::shared_ptr<LengthIndex> LengthIndex::Create(
     std::string key, std::shared_ptr<const CacheDir> cache, Executor* executor,
     bool outlive_users) {
   if (cache != nullptr && !cache->enabled()) cache.reset();
+  // Before `cache` is moved: the order in which arguments are evaluated is
+  // the compiler's (clang moves it first, gcc last).
+  const bool outlive = outlive_users && cache != nullptr;
   return std::shared_ptr<LengthIndex>(
       new LengthIndex(std::move(source), std::move(tokenizer), options,
-                      std::move(key), std::move(cache), executor,
-                      outlive_users && cache != nullptr));
+                      std::move(key), std::move(cache), executor, outlive));
 }
 
 LengthIndex::LengthIndex(std::shared_ptr<const PairSource> source,
