@@ -233,26 +233,15 @@ def fmt(v, spec, none="-"):
     return none if v is None else format(v, spec)
 
 
-def report_main(args):
-    recs = [json.loads(line) for line in open(args.file) if line.strip()]
+def _bd_fig(r):
+    b = r["bench"]
+    rows_s = b["examples_per_s"]
+    cpu_rows = (r["rows_for_cpu"] / r["cpu_seconds"]
+                if r.get("cpu_seconds") else None)
+    return rows_s, cpu_rows
 
-    def by(kind):
-        return [r for r in recs if r.get("pipeline") == kind]
 
-    meta = next(iter(by("meta")), {})
-    tok = next(iter(by("batchd_tokens")), None)
-    tpr_batchd = tok["tokens_per_row"] if tok else None
-    tf_runs = {r["label"]: r for r in by("tf_single")}
-    bd_runs = {r["label"]: r for r in by("batchd_single")}
-
-    def bd_fig(r):
-        b = r["bench"]
-        rows_s = b["examples_per_s"]
-        cpu_rows = (r["rows_for_cpu"] / r["cpu_seconds"]
-                    if r.get("cpu_seconds") else None)
-        return rows_s, cpu_rows
-
-    out = {"meta": meta, "throughput": [], "world": []}
+def _report_throughput(meta, tf_runs, bd_runs, tpr_batchd, out):
     print()
     print(f"WMT train stream, global batch {GLOBAL_BATCH}, rows of "
           f"{MAX_LENGTH}; {meta.get('pairs', '?')} pairs, vocab "
@@ -282,65 +271,74 @@ def report_main(args):
         line(names.get(label, label), r["affinity"], r["rows_per_s"],
              r["tokens_per_row"], r["rows_per_cpu_s"])
     for label, r in sorted(bd_runs.items()):
-        rows_s, cpu_rows = bd_fig(r)
+        rows_s, cpu_rows = _bd_fig(r)
         pin = ", taskset 0" if r["pinned"] else ""
         line(f"batchd, --threads {r['threads']}{pin}", r["threads"], rows_s,
              tpr_batchd, cpu_rows)
     print()
+
+
+def _report_ratios(meta, tf_runs, bd_runs, tpr_batchd):
     one = tf_runs.get("one")
     ratios = {}
-    if one and bd_runs:
-        for label, r in sorted(bd_runs.items()):
-            rows_s, cpu_rows = bd_fig(r)
-            per_core = rows_s / r["threads"]
-            ratio = per_core / one["rows_per_s"]
-            ratio_cpu = (cpu_rows / one["rows_per_cpu_s"]
-                         if cpu_rows and one.get("rows_per_cpu_s") else None)
-            tok_ratio = (per_core * tpr_batchd
-                         / (one["rows_per_s"] * one["tokens_per_row"])
-                         if tpr_batchd else None)
-            ratios[label] = {"rows_per_core": ratio, "rows_per_cpu_s": ratio_cpu,
-                             "tokens_per_core": tok_ratio}
-            print(f"per core, batchd --threads {r['threads']} / TF 1 thread: "
-                  f"rows {ratio:.1f}x, tokens {fmt(tok_ratio, '.1f')}x, "
-                  f"rows per CPU-second {fmt(ratio_cpu, '.1f')}x "
-                  f"(target >= 5x)")
-        dflt, two = tf_runs.get("default"), bd_runs.get("t2p0")
-        if dflt and two:
-            whole = two["bench"]["examples_per_s"] / dflt["rows_per_s"]
-            ratios["whole_machine"] = {"rows": whole}
-            print(f"all {meta.get('cores', '?')} cores, batchd --threads 2 / "
-                  f"TF default threads: rows {whole:.1f}x")
-        print()
-    out["ratios"] = ratios
+    if not (one and bd_runs):
+        return ratios
+    for label, r in sorted(bd_runs.items()):
+        rows_s, cpu_rows = _bd_fig(r)
+        per_core = rows_s / r["threads"]
+        ratio = per_core / one["rows_per_s"]
+        ratio_cpu = (cpu_rows / one["rows_per_cpu_s"]
+                     if cpu_rows and one.get("rows_per_cpu_s") else None)
+        tok_ratio = (per_core * tpr_batchd
+                     / (one["rows_per_s"] * one["tokens_per_row"])
+                     if tpr_batchd else None)
+        ratios[label] = {"rows_per_core": ratio, "rows_per_cpu_s": ratio_cpu,
+                         "tokens_per_core": tok_ratio}
+        print(f"per core, batchd --threads {r['threads']} / TF 1 thread: "
+              f"rows {ratio:.1f}x, tokens {fmt(tok_ratio, '.1f')}x, "
+              f"rows per CPU-second {fmt(ratio_cpu, '.1f')}x "
+              f"(target >= 5x)")
+    dflt, two = tf_runs.get("default"), bd_runs.get("t2p0")
+    if dflt and two:
+        whole = two["bench"]["examples_per_s"] / dflt["rows_per_s"]
+        ratios["whole_machine"] = {"rows": whole}
+        print(f"all {meta.get('cores', '?')} cores, batchd --threads 2 / "
+              f"TF default threads: rows {whole:.1f}x")
+    print()
+    return ratios
 
-    world = by("world")
-    if world:
-        hdr = (f"{'W':>3}{'batchd threads':>16}{'batchd RSS MiB':>16}"
-               f"{'TF procs':>10}{'TF threads':>12}{'TF RSS MiB':>12}")
-        print("Threads and RSS against W ranks")
-        print(hdr)
-        print("-" * len(hdr))
-        for r in sorted(world, key=lambda r: r["world"]):
-            b = r.get("bench") or {}
-            tf_list = r.get("tf") or []
-            tf_threads = sum(t["proc_threads"] for t in tf_list) if tf_list else None
-            tf_rss = sum(t["rss_bytes"] for t in tf_list) if tf_list else None
-            bt = b.get("server_threads")
-            br = b.get("server_rss_bytes")
-            print(f"{r['world']:>3}{fmt(bt, '16d'):>16}"
-                  f"{fmt(br / 2**20 if br else None, '16.0f'):>16}"
-                  f"{len(tf_list) if tf_list else '-':>10}"
-                  f"{fmt(tf_threads, '12d'):>12}"
-                  f"{fmt(tf_rss / 2**20 if tf_rss else None, '12.0f'):>12}")
-            out["world"].append({"world": r["world"], "batchd_threads": bt,
-                                 "batchd_rss_bytes": br,
-                                 "batchd_ring_bytes": b.get("server_ring_bytes"),
-                                 "batchd_rows_per_s": b.get("examples_per_s"),
-                                 "tf_processes": len(tf_list),
-                                 "tf_threads": tf_threads,
-                                 "tf_rss_bytes": tf_rss})
-        print()
+
+def _report_world(world, out):
+    if not world:
+        return
+    hdr = (f"{'W':>3}{'batchd threads':>16}{'batchd RSS MiB':>16}"
+           f"{'TF procs':>10}{'TF threads':>12}{'TF RSS MiB':>12}")
+    print("Threads and RSS against W ranks")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in sorted(world, key=lambda r: r["world"]):
+        b = r.get("bench") or {}
+        tf_list = r.get("tf") or []
+        tf_threads = sum(t["proc_threads"] for t in tf_list) if tf_list else None
+        tf_rss = sum(t["rss_bytes"] for t in tf_list) if tf_list else None
+        bt = b.get("server_threads")
+        br = b.get("server_rss_bytes")
+        print(f"{r['world']:>3}{fmt(bt, '16d'):>16}"
+              f"{fmt(br / 2**20 if br else None, '16.0f'):>16}"
+              f"{len(tf_list) if tf_list else '-':>10}"
+              f"{fmt(tf_threads, '12d'):>12}"
+              f"{fmt(tf_rss / 2**20 if tf_rss else None, '12.0f'):>12}")
+        out["world"].append({"world": r["world"], "batchd_threads": bt,
+                             "batchd_rss_bytes": br,
+                             "batchd_ring_bytes": b.get("server_ring_bytes"),
+                             "batchd_rows_per_s": b.get("examples_per_s"),
+                             "tf_processes": len(tf_list),
+                             "tf_threads": tf_threads,
+                             "tf_rss_bytes": tf_rss})
+    print()
+
+
+def _report_legend():
     print("rows/s/core: rows/s over the cores the pipeline may use "
           "(taskset or --threads).")
     print("rows/CPU-s: rows per CPU-second the pipeline process used while "
@@ -354,6 +352,24 @@ def report_main(args):
     print("its rings; TF: W processes (rank 0 default threads, others 1 "
           "thread, as AlgoPerf),")
     print("threads and RSS summed (shared pages counted in each process).")
+
+
+def report_main(args):
+    recs = [json.loads(line) for line in open(args.file) if line.strip()]
+
+    def by(kind):
+        return [r for r in recs if r.get("pipeline") == kind]
+
+    meta = next(iter(by("meta")), {})
+    tok = next(iter(by("batchd_tokens")), None)
+    tpr_batchd = tok["tokens_per_row"] if tok else None
+    tf_runs = {r["label"]: r for r in by("tf_single")}
+    bd_runs = {r["label"]: r for r in by("batchd_single")}
+    out = {"meta": meta, "throughput": [], "world": []}
+    _report_throughput(meta, tf_runs, bd_runs, tpr_batchd, out)
+    out["ratios"] = _report_ratios(meta, tf_runs, bd_runs, tpr_batchd)
+    _report_world(by("world"), out)
+    _report_legend()
     if args.json:
         print(json.dumps(out))
 
