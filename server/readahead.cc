@@ -178,10 +178,12 @@ ReadAheadStats ReadAheadStream::stats() const {
   absl::MutexLock lock(&ra.mu_);
   const ReadAhead::StreamState& s = *ra.StateOf(this);
   ReadAheadStats out = s.stats;
-  out.depth_examples = s.entries.size();
   const uint64_t now = MonotonicNanos();
   uint64_t oldest = now;
   for (const auto& [key, e] : s.entries) {
+    // What the workers asked for on demand is a sync read, outside the
+    // budget (held 0), not read ahead: counted in neither depth nor bytes.
+    if (!e.demand) ++out.depth_examples;
     (e.done ? out.bytes_buffered : out.bytes_in_flight) += e.held;
     if (e.started && !e.done) oldest = std::min(oldest, e.start_ns);
   }

@@ -93,7 +93,8 @@ using ExampleDescribeFn = std::function<std::string(uint64_t id)>;
 
 // Figures of one stream; all counters since the stream began.
 struct ReadAheadStats {
-  uint64_t depth_examples = 0;   // read ahead, buffered or in flight, now
+  uint64_t depth_examples = 0;   // read ahead (not on demand), buffered or
+                                 // in flight, now
   uint64_t bytes_in_flight = 0;  // estimated, now
   uint64_t bytes_buffered = 0;   // now
   uint64_t budget_bytes = 0;     // this stream's share, now
