@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "workloads/sampler.h"
 #include "workloads/wmt/epoch_tables.h"
+#include "workloads/wmt/pair_reader.h"
 
 namespace batchd {
 namespace wmt {
@@ -114,14 +115,8 @@ absl::StatusOr<PairFate> LengthIndex::LoadPair(uint64_t id,
                                                TokenPair* pair) const {
   std::string de, en;
   absl::Status s = source_->Read(id, &de, &en);
-  if (s.code() == absl::StatusCode::kDataLoss ||
-      s.code() == absl::StatusCode::kInvalidArgument) {
-    return PairFate::kDamaged;
-  }
-  if (!s.ok()) return s;
-  return tokenizer_->TokenizePair(de, en, options_.max_length,
-                                  options_.skip_empty, pair,
-                                  options_.invalid_utf8);
+  return TokenizeRead(s, de, en, *tokenizer_, options_.max_length,
+                      options_.skip_empty, options_.invalid_utf8, pair);
 }
 
 absl::Status LengthIndex::LearnLength(uint64_t id,

@@ -61,14 +61,23 @@ absl::StatusOr<PairFate> PairReader::LoadPair(uint64_t id, TokenPair* pair,
   } else {
     s = source_->Read(id, &de, &en);
   }
-  if (s.code() == absl::StatusCode::kDataLoss ||
-      s.code() == absl::StatusCode::kInvalidArgument) {
+  return TokenizeRead(s, de, en, *tokenizer_, options_.max_length,
+                      options_.skip_empty, options_.invalid_utf8, pair);
+}
+
+absl::StatusOr<PairFate> TokenizeRead(const absl::Status& read,
+                                      std::string_view de, std::string_view en,
+                                      const Tokenizer& tokenizer,
+                                      size_t max_length, bool skip_empty,
+                                      InvalidUtf8 invalid_utf8,
+                                      TokenPair* pair) {
+  if (read.code() == absl::StatusCode::kDataLoss ||
+      read.code() == absl::StatusCode::kInvalidArgument) {
     return PairFate::kDamaged;
   }
-  if (!s.ok()) return s;
-  return tokenizer_->TokenizePair(de, en, options_.max_length,
-                                  options_.skip_empty, pair,
-                                  options_.invalid_utf8);
+  if (!read.ok()) return read;
+  return tokenizer.TokenizePair(de, en, max_length, skip_empty, pair,
+                                invalid_utf8);
 }
 
 void PairReader::WriteTokens(const std::vector<int32_t>& v,

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,6 +73,16 @@ class PairReader {
   const std::shared_ptr<const PairSource> source_;
   Executor* const executor_;
 };
+
+// The fate of a pair whose read returned `read` with `de` and `en`: a
+// damaged record (DataLoss, InvalidArgument) is kDamaged, any other read
+// error is returned, else Tokenizer::TokenizePair's filters decide.
+absl::StatusOr<PairFate> TokenizeRead(const absl::Status& read,
+                                      std::string_view de, std::string_view en,
+                                      const Tokenizer& tokenizer,
+                                      size_t max_length, bool skip_empty,
+                                      InvalidUtf8 invalid_utf8,
+                                      TokenPair* pair);
 
 // "pair `id` of <source> changed since it was indexed" (DataLoss).
 absl::Status PairChanged(const PairSource& source, uint64_t id);
