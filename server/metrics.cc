@@ -64,6 +64,9 @@ void AppendReadAhead(const v1::GetStatusResponse& s,
        "Examples the workers read themselves."},
       {"batchd_io_wait_seconds_total", "counter",
        "Time workers waited for stored bytes."},
+      {"batchd_readahead_on_demand_examples", "gauge",
+       "Examples the workers asked for that were not read ahead (in flight "
+       "or kept for their batch)."},
       {"batchd_readahead_oldest_read_seconds", "gauge",
        "Age of the stream's oldest read in flight (a stalled mount grows "
        "it until --read-stall-seconds fails the stream)."},
@@ -82,6 +85,7 @@ void AppendReadAhead(const v1::GetStatusResponse& s,
                                double(ra.hits),
                                double(ra.sync_reads),
                                double(ra.io_wait_ns) / 1e9,
+                               double(ra.on_demand_examples),
                                ra.oldest_read_seconds};
       AppendSample(out, readahead[k].name, StreamLabels(st), values[k]);
     }

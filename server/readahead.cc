@@ -182,8 +182,8 @@ ReadAheadStats ReadAheadStream::stats() const {
   uint64_t oldest = now;
   for (const auto& [key, e] : s.entries) {
     // What the workers asked for on demand is a sync read, outside the
-    // budget (held 0), not read ahead: counted in neither depth nor bytes.
-    if (!e.demand) ++out.depth_examples;
+    // budget (held 0), not read ahead: in neither depth nor bytes.
+    ++(e.demand ? out.on_demand_examples : out.depth_examples);
     (e.done ? out.bytes_buffered : out.bytes_in_flight) += e.held;
     if (e.started && !e.done) oldest = std::min(oldest, e.start_ns);
   }

@@ -95,6 +95,9 @@ using ExampleDescribeFn = std::function<std::string(uint64_t id)>;
 struct ReadAheadStats {
   uint64_t depth_examples = 0;   // read ahead (not on demand), buffered or
                                  // in flight, now
+  uint64_t on_demand_examples = 0;  // asked for by the workers and not read
+                                    // ahead: in flight or kept for their
+                                    // item, now (outside the budget)
   uint64_t bytes_in_flight = 0;  // estimated, now
   uint64_t bytes_buffered = 0;   // now
   uint64_t budget_bytes = 0;     // this stream's share, now

@@ -457,9 +457,11 @@ TEST(ReadAheadTest, AReadInAnItemScopeNeverWaitsAndIsKeptForTheNextAttempt) {
     EXPECT_EQ(label, 7);
   }
   EXPECT_FALSE(item.pending());
-  EXPECT_EQ(stream->stats().depth_examples, 1u);
-  ra.FinishItem(&item);
+  // Kept for the item until it is finished: a read on demand, not ahead.
+  EXPECT_EQ(stream->stats().on_demand_examples, 1u);
   EXPECT_EQ(stream->stats().depth_examples, 0u);
+  ra.FinishItem(&item);
+  EXPECT_EQ(stream->stats().on_demand_examples, 0u);
   EXPECT_EQ(stream->stats().sync_reads, 1u);
   EXPECT_EQ(reader.Count(), 1u);
 }
