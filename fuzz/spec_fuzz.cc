@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "batchd/v1/batchd.pb.h"
-#include "batchd/dtype.h"
+#include "client/include/batchd/dtype.h"
 #include "fuzz/fuzz_util.h"
 #include "server/core.h"
 
