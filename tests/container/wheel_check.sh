@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
+unset PYTHONPATH  # the installed package, never build/python (test.sh sets it)
 BUILD=${BATCHD_BUILD:-build}
 CACHE=${BATCHD_CI_CACHE:-/var/cache/batchd-ci}
 PY=${1:-$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 2>/dev/null | sort -V | tail -n 1)}
