@@ -13,15 +13,24 @@
 # Crashing inputs land in build-fuzz/crashes/<target>/; rerun one with
 #   build-fuzz/fuzz/<target> build-fuzz/crashes/<target>/crash-...
 # BATCHD_FUZZ_SKIP_DEPS=1 skips scripts/install-deps.sh (test.sh ran it).
+# BATCHD_FUZZ_BUILD=DIR takes the targets from DIR, a build configured with
+# BATCHD_FUZZ=ON (scripts/sanitize.sh --fuzz asan: build-asan), instead of
+# configuring build-fuzz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${BATCHD_FUZZ_SKIP_DEPS:-0}" = 1 ] || scripts/install-deps.sh
 limit=(-runs="${1:-4000}")
 if [ "${1:-}" = "--time" ]; then limit=(-max_total_time="${2:?seconds}"); fi
-BUILD=build-fuzz
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang \
-  -DCMAKE_CXX_COMPILER=clang++ -DBATCHD_FUZZ=ON -DBATCHD_WITH_TORCH=OFF \
-  -DBATCHD_WITH_PYTHON=OFF -DBATCHD_WITH_TESTS=OFF >/dev/null
+BUILD=${BATCHD_FUZZ_BUILD:-build-fuzz}
+if [ "$BUILD" = build-fuzz ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DBATCHD_FUZZ=ON -DBATCHD_WITH_TORCH=OFF \
+    -DBATCHD_WITH_PYTHON=OFF -DBATCHD_WITH_TESTS=OFF >/dev/null
+elif ! grep -qx 'BATCHD_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  echo "fuzz: $BUILD is not a build with BATCHD_FUZZ=ON" \
+    "(scripts/sanitize.sh --fuzz asan makes build-asan one)" >&2
+  exit 1
+fi
 ninja -C "$BUILD" fuzzers
 rm -rf "$BUILD/seeds"
 /usr/bin/python3 fuzz/make_seeds.py "$BUILD/seeds"

@@ -9,18 +9,24 @@
 #         CI's budget on two cores; run it before changing the ring, the
 #         engine or the core.
 #
-# Usage: scripts/sanitize.sh [asan|tsan]...     (default: asan tsan)
+# Usage: scripts/sanitize.sh [--fuzz] [asan|tsan]...  (default: asan tsan)
 #   "address,undefined" and "address" mean asan, "thread" means tsan.
+#   --fuzz: the asan build also builds the libFuzzer targets (coverage on
+#   everything), so that scripts/fuzz.sh with BATCHD_FUZZ_BUILD=build-asan
+#   runs them without a build of its own (CI does, to compile once).
 # BATCHD_SANITIZE_SKIP_DEPS=1 skips scripts/install-deps.sh (test.sh ran it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${BATCHD_SANITIZE_SKIP_DEPS:-0}" = 1 ] || scripts/install-deps.sh
-modes=("$@")
+modes=() fuzz=()
+for arg in "$@"; do
+  if [ "$arg" = --fuzz ]; then fuzz=(-DBATCHD_FUZZ=ON); else modes+=("$arg"); fi
+done
 [ ${#modes[@]} -gt 0 ] || modes=(asan tsan)
 for mode in "${modes[@]}"; do
   case "$mode" in
-    asan | address | address,undefined) san=address,undefined dir=build-asan ;;
-    tsan | thread) san=thread dir=build-tsan ;;
+    asan | address | address,undefined) san=address,undefined dir=build-asan extra=("${fuzz[@]}") ;;
+    tsan | thread) san=thread dir=build-tsan extra=() ;;
     *) echo "sanitize.sh: unknown mode '$mode' (asan or tsan)" >&2; exit 2 ;;
   esac
   # clang, so that the build also checks every lock annotation
@@ -30,7 +36,7 @@ for mode in "${modes[@]}"; do
     "fields carry a lock annotation"
   BATCHD_BUILD=$dir scripts/build.sh -DBATCHD_SANITIZE=$san \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DBATCHD_WITH_TORCH=OFF -DBATCHD_WITH_PYTHON=OFF
+    -DBATCHD_WITH_TORCH=OFF -DBATCHD_WITH_PYTHON=OFF "${extra[@]}"
   echo "== $san: running the GoogleTest suites"
   (cd "$dir" &&
     ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1" \

@@ -61,9 +61,11 @@ fi
 scripts/test-pip.sh
 stage pip
 if [ "$ci" = 1 ]; then
-  BATCHD_SANITIZE_SKIP_DEPS=1 scripts/sanitize.sh asan
+  # One clang build for both: the suites under ASan + UBSan, and the fuzz
+  # targets (everything compiled with coverage as well).
+  BATCHD_SANITIZE_SKIP_DEPS=1 scripts/sanitize.sh --fuzz asan
   stage "sanitize asan"
-  BATCHD_FUZZ_SKIP_DEPS=1 scripts/fuzz.sh
+  BATCHD_FUZZ_SKIP_DEPS=1 BATCHD_FUZZ_BUILD=build-asan scripts/fuzz.sh
   stage fuzz
   # Where users run it: manylinux wheels, the image, PyPI's torch and CUDA.
   scripts/build-wheel.sh /usr/bin/python3
