@@ -10,8 +10,8 @@
 #         under synthetic, imagenet and wmt streams (tests/soak.py
 #         --kill-daemon, as long as the first; it prints the stall per
 #         restart), builds and runs the C++ suites under AddressSanitizer + UBSan
-#         (scripts/sanitize.sh asan, build-asan/), runs every fuzz target
-#         for a fixed number of inputs (scripts/fuzz.sh, build-fuzz/), builds
+#         (scripts/sanitize.sh --fuzz asan, build-asan/), runs every fuzz
+#         target of that build for a fixed number of inputs (scripts/fuzz.sh), builds
 #         the manylinux wheels (scripts/build-wheel.sh) and checks them in a
 #         bare container (tests/container/wheel_check.sh), builds and runs
 #         the container image (scripts/container-check.sh), runs the torch
