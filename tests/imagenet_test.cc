@@ -55,6 +55,17 @@ class ImageNetTest : public ::testing::Test {
     }
     WriteFile(root_ + "/train/n02/notes.txt", "not an image");
   }
+  // val/'s files as tf.train.Example records, in ImageFolder order.
+  void ValRecords(std::vector<std::string>* records) {
+    auto folder = OpenImageFolder(root_ + "/val", false);
+    ASSERT_TRUE(folder.ok());
+    std::string bytes;
+    for (uint64_t i = 0; i < (*folder)->size(); ++i) {
+      int64_t label;
+      ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
+      records->push_back(testutil::ImageExample(bytes, label));
+    }
+  }
   absl::StatusOr<std::unique_ptr<Workload>> Make(
       const std::string& split, std::map<std::string, std::string> opts = {}) {
     WorkloadConfig c;
@@ -209,15 +220,8 @@ TEST_F(ImageNetTest, TFRecordShardsGiveTheSamePixels) {
   MakeTree();
   // The val/ tree as two shards, TFDS's names, plus a shard of another
   // split that must be ignored.
-  auto folder = OpenImageFolder(root_ + "/val", false);
-  ASSERT_TRUE(folder.ok());
   std::vector<std::string> records;
-  std::string bytes;
-  for (uint64_t i = 0; i < (*folder)->size(); ++i) {
-    int64_t label;
-    ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
-    records.push_back(testutil::ImageExample(bytes, label));
-  }
+  ValRecords(&records);
   Mkdir("tfds");
   testutil::WriteTfdsShards(root_ + "/tfds", "imagenet2012", "validation",
                             {{records[0], records[1]}, {records[2]}});
@@ -249,15 +253,8 @@ TEST_F(ImageNetTest, TFRecordShardsGiveTheSamePixels) {
 
 TEST_F(ImageNetTest, CorruptTFRecordIsADecodeErrorNamingTheFile) {
   MakeTree();
-  auto folder = OpenImageFolder(root_ + "/val", false);
-  ASSERT_TRUE(folder.ok());
   std::vector<std::string> records;
-  std::string bytes;
-  for (uint64_t i = 0; i < (*folder)->size(); ++i) {
-    int64_t label;
-    ASSERT_TRUE((*folder)->Read(i, &bytes, &label).ok());
-    records.push_back(testutil::ImageExample(bytes, label));
-  }
+  ValRecords(&records);
   const std::string shard = testutil::WriteTfdsShards(
       root_, "imagenet2012", "validation", {records})[0];
   // Flip a byte inside the second record's data.
