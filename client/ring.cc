@@ -322,8 +322,18 @@ bool RingWriter::ClientGone(uint64_t now_ns, uint64_t stale_ns) const {
 
 // ---------------------------------------------------------- stale segments
 
-std::vector<std::string> RemoveStaleSegments(
-    const std::string& prefix, std::vector<std::string>* skipped) {
+namespace {
+
+// What a segment's safe read gave: its header's bytes (`got` of them, a
+// plain byte copy) and its file's status.
+using SegmentFate = bool (*)(const shm::RingHeader& h, ssize_t got,
+                             const struct stat& st);
+
+// Removes the segments named `prefix`* that are regular files of this
+// process's uid and for which `remove` says so; see RemoveStaleSegments.
+std::vector<std::string> RemoveSegmentsIf(const std::string& prefix,
+                                          SegmentFate remove,
+                                          std::vector<std::string>* skipped) {
   std::vector<std::string> removed;
   // /dev/shm is world-writable: any user may put a FIFO, a link or a forged
   // ring under our names. Entries are opened relative to the directory,
@@ -379,25 +389,44 @@ std::vector<std::string> RemoveStaleSegments(
     const ssize_t got = pread(fd, raw, sizeof(raw), 0);
     const auto& h = *reinterpret_cast<const shm::RingHeader*>(raw);
     close(fd);
-    // The creator is recorded before the pages are reserved: a segment
-    // whose creator died while it was being made (magic still 0) is stale
-    // as one whose server died.
-    const ssize_t identity =
-        ssize_t(offsetof(shm::RingHeader, server_pid_ns) + sizeof(uint64_t));
-    bool stale;
-    if (got >= identity && (h.magic == shm::kMagic || h.magic == 0) &&
-        h.server_pid != 0) {
-      stale = !ProcessAlive(h.server_pid, h.server_start, h.server_pid_ns);
-    } else {
-      // Never finished: stale once its creator has had ample time.
-      stale = time(nullptr) - st.st_mtime > 60;
-    }
-    if (stale && unlinkat(dir_fd, n.c_str(), 0) == 0) {
+    if (remove(h, got, st) && unlinkat(dir_fd, n.c_str(), 0) == 0) {
       removed.push_back("/" + n);
     }
   }
   close(dir_fd);
   return removed;
+}
+
+}  // namespace
+
+std::vector<std::string> RemoveStaleSegments(
+    const std::string& prefix, std::vector<std::string>* skipped) {
+  return RemoveSegmentsIf(
+      prefix,
+      [](const shm::RingHeader& h, ssize_t got, const struct stat& st) {
+        // The creator is recorded before the pages are reserved: a segment
+        // whose creator died while it was being made (magic still 0) is
+        // stale as one whose server died.
+        const ssize_t identity = ssize_t(
+            offsetof(shm::RingHeader, server_pid_ns) + sizeof(uint64_t));
+        if (got >= identity && (h.magic == shm::kMagic || h.magic == 0) &&
+            h.server_pid != 0) {
+          return !ProcessAlive(h.server_pid, h.server_start, h.server_pid_ns);
+        }
+        // Never finished: stale once its creator has had ample time.
+        return time(nullptr) - st.st_mtime > 60;
+      },
+      skipped);
+}
+
+std::vector<std::string> RemoveOwnSegments(const std::string& prefix) {
+  return RemoveSegmentsIf(
+      prefix,
+      [](const shm::RingHeader& h, ssize_t got, const struct stat&) {
+        return got == ssize_t(sizeof(h)) && h.magic == shm::kMagic &&
+               h.server_pid == uint32_t(getpid());
+      },
+      nullptr);
 }
 
 }  // namespace batchd

@@ -242,6 +242,11 @@ class RingReader {
 std::vector<std::string> RemoveStaleSegments(
     const std::string& prefix, std::vector<std::string>* skipped = nullptr);
 
+// Removes the segments named `prefix`* whose recorded server is this
+// process (regular files of its uid only, opened as above): the rings a
+// daemon leaves when its stop cannot finish. Returns the names removed.
+std::vector<std::string> RemoveOwnSegments(const std::string& prefix);
+
 }  // namespace batchd
 
 #endif  // BATCHD_CLIENT_RING_H_

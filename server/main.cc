@@ -3,7 +3,6 @@
 // ready, and on SIGTERM / SIGINT / Shutdown / a finished drain closes every
 // stream and unlinks every segment before it exits. main() is the list of
 // those steps; each is a function below.
-#include <dirent.h>
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -585,34 +584,9 @@ class StopDeadline {
                 {{"seconds", std::to_string(kStopSeconds)},
                  {"msg", "the stop is stuck (in storage that does not "
                          "answer?): rings unlinked, exiting now"}});
-    UnlinkOwnSegments(state.prefix);
+    batchd::RemoveOwnSegments(state.prefix);
     fflush(nullptr);
     _exit(1);
-  }
-  // Segments of this uid and prefix whose recorded server is this process.
-  static void UnlinkOwnSegments(const std::string& prefix) {
-    DIR* dir = opendir("/dev/shm");
-    if (dir == nullptr) return;
-    const int dir_fd = dirfd(dir);
-    while (dirent* e = readdir(dir)) {
-      if (strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-      const int fd = openat(dir_fd, e->d_name,
-                            O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-      if (fd < 0) continue;
-      struct stat st;
-      // Plain fields only, from a byte copy of the header.
-      alignas(batchd::shm::RingHeader) unsigned char
-          raw[sizeof(batchd::shm::RingHeader)] = {};
-      const auto& h = *reinterpret_cast<const batchd::shm::RingHeader*>(raw);
-      const bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-                        st.st_uid == geteuid() &&
-                        pread(fd, raw, sizeof(raw), 0) == ssize_t(sizeof(raw)) &&
-                        h.magic == batchd::shm::kMagic &&
-                        h.server_pid == uint32_t(getpid());
-      close(fd);
-      if (ours) unlinkat(dir_fd, e->d_name, 0);
-    }
-    closedir(dir);
   }
 
   const std::shared_ptr<State> state_;
