@@ -9,17 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <thread>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
 namespace batchd {
 namespace {
-
-static_assert(std::is_same_v<pthread_t, unsigned long>,
-              "Executor keeps pthread_t as unsigned long");
 
 // The executor whose thread this is (null on other threads).
 thread_local const Executor* tls_executor = nullptr;
@@ -31,11 +26,6 @@ const char* ClassName(Priority p) {
 }
 
 }  // namespace
-
-struct Executor::Start {
-  Executor* executor;
-  Priority priority;
-};
 
 Executor::Executor(const ExecutorOptions& options) : options_(options) {}
 
@@ -49,11 +39,23 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     }
   }
   std::unique_ptr<Executor> e(new Executor(options));
+  absl::MutexLock lock(&e->join_mu_);
   for (Priority p : {Priority::kServing, Priority::kBackground}) {
     for (int i = 0; i < e->threads(p); ++i) {
-      absl::Status s = e->StartThread(p, i);
+      Executor* self = e.get();
+      absl::Status s = e->threads_.Start(
+          absl::StrCat(ClassName(p), " thread ", i + 1, " of ", e->threads(p),
+                       " of the index executor"),
+          "--index-threads", [self, p] { self->ThreadMain(p); },
+          options.stack_bytes);
       if (!s.ok()) {
-        e->Shutdown();
+        {
+          absl::MutexLock stop(&e->mu_);
+          e->stopping_ = true;
+          e->work_[0].SignalAll();
+          e->work_[1].SignalAll();
+        }
+        e->threads_.JoinUntil(0);
         return s;
       }
     }
@@ -72,32 +74,9 @@ Executor* Executor::Default() {
   return executor;
 }
 
-absl::Status Executor::StartThread(Priority priority, int index) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(
-      &attr, std::max<size_t>(options_.stack_bytes, PTHREAD_STACK_MIN));
-  auto* start = new Start{this, priority};
-  pthread_t tid;
-  const int err = pthread_create(&tid, &attr, &Executor::ThreadMain, start);
-  pthread_attr_destroy(&attr);
-  if (err != 0) {
-    delete start;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "executor: cannot start ", ClassName(priority), " thread ", index + 1,
-        " of ", threads(priority), " (pthread_create: ", strerror(err),
-        "): the daemon's task limit (a pids cgroup, systemd's TasksMax, "
-        "RLIMIT_NPROC) is too low; raise it or lower --index-threads"));
-  }
-  absl::MutexLock lock(&mu_);
-  threads_.emplace_back(tid, priority);
-  return absl::OkStatus();
-}
-
-void* Executor::ThreadMain(void* arg) {
-  std::unique_ptr<Start> start(static_cast<Start*>(arg));
-  tls_executor = start->executor;
-  if (start->priority == Priority::kBackground) {
+void Executor::ThreadMain(Priority priority) {
+  tls_executor = this;
+  if (priority == Priority::kBackground) {
     // Best effort: a thread's nice value is its own (Linux), inherited from
     // the thread that started it; raised from there, never set back below.
     const id_t tid = id_t(syscall(SYS_gettid));
@@ -105,14 +84,13 @@ void* Executor::ThreadMain(void* arg) {
     const int nice = getpriority(PRIO_PROCESS, tid);
     if (errno == 0) {
       setpriority(PRIO_PROCESS, tid,
-                  std::min(19, nice + start->executor->options_.background_nice));
+                  std::min(19, nice + options_.background_nice));
     }
     pthread_setname_np(pthread_self(), "batchd-bg");
   } else {
     pthread_setname_np(pthread_self(), "batchd-index");
   }
-  start->executor->WorkerLoop(start->priority);
-  return nullptr;
+  WorkerLoop(priority);
 }
 
 void Executor::WorkerLoop(Priority priority) {
@@ -178,15 +156,14 @@ absl::Status Executor::Run(Priority priority,
 }
 
 void Executor::Shutdown() {
-  std::vector<std::pair<unsigned long, Priority>> threads;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     work_[0].SignalAll();
     work_[1].SignalAll();
-    threads.swap(threads_);
   }
-  for (const auto& t : threads) pthread_join(pthread_t(t.first), nullptr);
+  absl::MutexLock lock(&join_mu_);
+  threads_.JoinUntil(0);
 }
 
 bool Executor::stopping() const {

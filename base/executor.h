@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/threads.h"
 
 namespace batchd {
 
@@ -62,9 +63,9 @@ class Executor {
   static constexpr int kMaxThreads = 256;
 
   // Starts every thread. InvalidArgument for a count out of [1,
-  // kMaxThreads]; ResourceExhausted (naming the thread, the count and the
-  // remedy) when a thread cannot be started (a pids cgroup, TasksMax or
-  // RLIMIT_NPROC too low): the threads started are stopped again.
+  // kMaxThreads]; StartThread's ResourceExhausted (naming the thread, the
+  // count and --index-threads) when a thread cannot be started: the
+  // threads started are stopped again.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
       const ExecutorOptions& options);
   // The process-wide executor of code that runs workloads outside a daemon
@@ -96,11 +97,10 @@ class Executor {
 
  private:
   explicit Executor(const ExecutorOptions& options);
-  struct Start;
-  static void* ThreadMain(void* arg);
+  // A thread of `priority`'s class: names itself, lowers its priority for
+  // background work, then runs tasks until Shutdown.
+  void ThreadMain(Priority priority);
   void WorkerLoop(Priority priority);
-  // Starts one thread of `priority`'s class; `index` names it in errors.
-  absl::Status StartThread(Priority priority, int index);
 
   // Constant after construction.
   const ExecutorOptions options_;
@@ -109,8 +109,10 @@ class Executor {
   std::deque<std::function<void()>> queues_[2] ABSL_GUARDED_BY(mu_);
   absl::CondVar work_[2];  // a task was queued, or stopping_
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // pthread_t of every thread started, and their class.
-  std::vector<std::pair<unsigned long, Priority>> threads_ ABSL_GUARDED_BY(mu_);
+
+  // Held by Create and Shutdown, which may be called from several threads.
+  absl::Mutex join_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  ThreadGroup threads_ ABSL_GUARDED_BY(join_mu_);
 };
 
 // fn(i) for every i in [0, n), on up to `parallel` threads at once: the

@@ -9,12 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
+#include "base/threads.h"
 #include "server/protocol.h"
 
 namespace batchd {
@@ -85,12 +84,6 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
   return core;
 }
 
-namespace {
-std::atomic<int> abandoned_threads{0};
-}  // namespace
-
-int AbandonedThreads() { return abandoned_threads.load(); }
-
 Core::Core(const CoreOptions& options)
     : options_(options),
       start_ns_(MonotonicNanos()),
@@ -111,18 +104,8 @@ absl::Status Core::Start(std::unique_ptr<Executor> executor) {
   status_ = std::make_unique<StatusReporter>(options_, *registry_, *engine_,
                                              *readahead_, start_ns_);
   supervisor_ = std::make_unique<Supervisor>(options_, *registry_, *status_);
-  const char* starting = "heartbeat";
-  try {
-    heartbeat_->Start();
-    starting = "supervisor";
-    supervisor_->Start();
-  } catch (const std::system_error& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot start the ", starting, " thread: ", e.what(),
-        " (the daemon is at its thread limit: systemd's TasksMax, "
-        "RLIMIT_NPROC or the kernel's threads-max)"));
-  }
-  return absl::OkStatus();
+  if (absl::Status s = heartbeat_->Start(); !s.ok()) return s;
+  return supervisor_->Start();
 }
 
 Core::~Core() {
@@ -136,11 +119,11 @@ Core::~Core() {
   const bool workers_stopped = engine_->Stop(deadline);
   CloseAll();
   if (!workers_stopped) {
-    abandoned_threads.fetch_add(1);
+    NoteAbandonedThreads(1);
     engine_.release();  // never destroyed: its stuck workers use it
   }
   if (!readahead_->Stop(deadline)) {
-    abandoned_threads.fetch_add(1);
+    NoteAbandonedThreads(1);
     readahead_.release();  // never destroyed: its stuck threads use it
   }
   // Passes still running (they outlive their streams) stop and store what

@@ -124,11 +124,6 @@ struct CoreOptions {
   double stop_wait_seconds = 3;
 };
 
-// Threads the daemon's stop left running, stuck in calls that have not
-// returned (a stalled mount): the process must then end with _exit, not
-// run its static destructors under them.
-int AbandonedThreads();
-
 // Authorization: a stream belongs to the uid that opened it (TCP callers,
 // who have no kernel identity, share the owner kAnonymousUid), and streams
 // are keyed by (owner, name): two uids' streams of one name are two

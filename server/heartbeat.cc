@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "base/clock.h"
 
@@ -21,13 +22,17 @@ void Heartbeat::Remove(const std::shared_ptr<RankProducer>& producer) {
                  beating_.end());
 }
 
-void Heartbeat::Start() {
-  thread_ = std::thread([this] { Loop(); });
+absl::Status Heartbeat::Start() {
+  absl::StatusOr<Thread> t =
+      StartThread("the heartbeat thread", "", [this] { Loop(); });
+  if (!t.ok()) return t.status();
+  thread_ = *std::move(t);
+  return absl::OkStatus();
 }
 
 void Heartbeat::Stop() {
   stop_.store(true);
-  if (thread_.joinable()) thread_.join();
+  thread_.Join();
 }
 
 void Heartbeat::Loop() {

@@ -2,18 +2,19 @@
 // every ring it is given ~10x/s and does nothing else, so that a busy
 // server never looks dead to its clients.
 //
-// Thread safety: thread-safe (Start and Stop from one thread); its own lock, so that nothing else ever
-// delays a heartbeat.
+// Thread safety: thread-safe (Start and Stop from one thread); its own
+// lock, so that nothing else ever delays a heartbeat.
 #ifndef BATCHD_SERVER_HEARTBEAT_H_
 #define BATCHD_SERVER_HEARTBEAT_H_
 
 #include <atomic>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "base/threads.h"
 #include "server/engine.h"
 
 namespace batchd {
@@ -29,8 +30,8 @@ class Heartbeat {
   // `producer`'s ring beats from now on, until Remove.
   void Add(std::shared_ptr<RankProducer> producer);
   void Remove(const std::shared_ptr<RankProducer>& producer);
-  // Starts the thread; std::system_error when it cannot be started.
-  void Start();
+  // Starts the thread; StartThread's error when it cannot be started.
+  absl::Status Start();
   // Ends the thread (idempotent; the rings stop beating).
   void Stop();
 
@@ -40,7 +41,7 @@ class Heartbeat {
   absl::Mutex mu_;
   std::vector<std::shared_ptr<RankProducer>> beating_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  Thread thread_;
 };
 
 }  // namespace batchd

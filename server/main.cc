@@ -24,7 +24,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -38,6 +37,7 @@
 #include "base/files.h"
 #include "base/groups.h"
 #include "base/log.h"
+#include "base/threads.h"
 #include "batchd/version.h"
 #include "client/ring.h"
 #include "server/config.h"
@@ -507,28 +507,26 @@ class Watchdog {
   absl::Status Start() {
     uint64_t usec = 0;
     if (sd_watchdog_enabled(0, &usec) <= 0) return absl::OkStatus();
-    try {
-      thread_ = std::thread([this, usec] {
-        while (!stopping_.load()) {
-          sd_notify(0, "WATCHDOG=1");
-          std::this_thread::sleep_for(std::chrono::microseconds(usec / 3));
-        }
-      });
-    } catch (const std::system_error& e) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot start the systemd watchdog thread: ", e.what()));
-    }
+    absl::StatusOr<batchd::Thread> t =
+        batchd::StartThread("the systemd watchdog thread", "", [this, usec] {
+          while (!stopping_.load()) {
+            sd_notify(0, "WATCHDOG=1");
+            std::this_thread::sleep_for(std::chrono::microseconds(usec / 3));
+          }
+        });
+    if (!t.ok()) return t.status();
+    thread_ = *std::move(t);
     return absl::OkStatus();
   }
   void Stop() {
     stopping_.store(true);
-    if (thread_.joinable()) thread_.join();
+    thread_.Join();
   }
   ~Watchdog() { Stop(); }
 
  private:
   std::atomic<bool> stopping_{false};
-  std::thread thread_;
+  batchd::Thread thread_;
 };
 
 // Step 10. Blocks until SIGTERM or SIGINT (a Shutdown call and a finished
@@ -552,10 +550,15 @@ class StopDeadline {
   explicit StopDeadline(const std::string& shm_prefix)
       : state_(std::make_shared<State>()) {
     state_->prefix = absl::StrCat(shm_prefix, ".", getuid(), ".");
-    try {
-      std::thread([state = state_] { Run(*state); }).detach();
-    } catch (const std::system_error&) {
+    absl::StatusOr<batchd::Thread> t =
+        batchd::StartThread("the thread that bounds the stop", "",
+                            [state = state_] { Run(*state); });
+    if (t.ok()) {
+      t->Detach();
+    } else {
       // No thread to spare: the stop is then unbounded, as it was.
+      batchd::Log(batchd::LogLevel::kWarn, "stop_unbounded",
+                  {{"msg", std::string(t.status().message())}});
     }
   }
   ~StopDeadline() {

@@ -15,7 +15,7 @@
 
 #include <chrono>
 #include <cstring>
-#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -104,7 +104,7 @@ PeerListener::~PeerListener() {
 
 void PeerListener::Stop() {
   stop_.store(true);
-  if (thread_.joinable()) thread_.join();
+  thread_.Join();
   absl::MutexLock lock(&mu_);
   for (auto it = conns_.begin(); it != conns_.end();) {
     if (it->second.handed) {
@@ -119,13 +119,11 @@ void PeerListener::Stop() {
 }
 
 absl::Status PeerListener::Serve(grpc::Server* server) {
-  try {
-    thread_ = std::thread([this, server] { AcceptLoop(server); });
-  } catch (const std::system_error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot start the thread that accepts connections: ",
-                     e.what()));
-  }
+  absl::StatusOr<Thread> t =
+      StartThread("the thread that accepts connections", "",
+                  [this, server] { AcceptLoop(server); });
+  if (!t.ok()) return t.status();
+  thread_ = *std::move(t);
   return absl::OkStatus();
 }
 

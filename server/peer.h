@@ -30,12 +30,12 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/threads.h"
 #include "server/caller.h"
 
 namespace grpc {
@@ -121,7 +121,7 @@ class PeerListener {
   const Options options_;
   int reserve_fd_ = -1;  // closed to accept (and refuse) at EMFILE
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  Thread thread_;
   mutable absl::Mutex mu_;
   std::map<int, Conn> conns_ ABSL_GUARDED_BY(mu_);     // by connection fd
   std::map<uid_t, int> per_uid_ ABSL_GUARDED_BY(mu_);  // open connections

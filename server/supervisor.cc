@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
@@ -39,15 +40,19 @@ Supervisor::Supervisor(const CoreOptions& options, StreamRegistry& registry,
       status_(status),
       last_throughput_ns_(MonotonicNanos()) {}
 
-void Supervisor::Start() {
-  thread_ = std::thread([this] { Loop(); });
+absl::Status Supervisor::Start() {
+  absl::StatusOr<Thread> t =
+      StartThread("the supervisor thread", "", [this] { Loop(); });
+  if (!t.ok()) return t.status();
+  thread_ = *std::move(t);
+  return absl::OkStatus();
 }
 
 Supervisor::~Supervisor() { Stop(); }
 
 void Supervisor::Stop() {
   stop_.store(true);
-  if (thread_.joinable()) thread_.join();
+  thread_.Join();
 }
 
 void Supervisor::Loop() {

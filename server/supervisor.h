@@ -12,9 +12,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <thread>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "base/threads.h"
 #include "server/status.h"
 #include "server/stream_registry.h"
 
@@ -31,8 +32,8 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Starts the thread; std::system_error when it cannot be started.
-  void Start();
+  // Starts the thread; StartThread's error when it cannot be started.
+  absl::Status Start();
   // Ends the thread (idempotent).
   void Stop();
 
@@ -54,7 +55,7 @@ class Supervisor {
   std::map<StreamKey, std::pair<uint64_t, uint64_t>> last_totals_;
 
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  Thread thread_;
 };
 
 }  // namespace batchd

@@ -1,0 +1,145 @@
+// The one way the daemon starts a thread (base/threads.h): a thread that
+// cannot start (RLIMIT_NPROC, in a forked child) is a status with the one
+// message that names the thread, the limits and the flag; a group's join
+// with a deadline abandons, and counts, the threads stuck past it, and
+// never waits for them again.
+#include "base/threads.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/notification.h"
+#include "base/clock.h"
+#include "gtest/gtest.h"
+
+namespace batchd {
+namespace {
+
+TEST(StartThread, RunsTheFunctionAndJoins) {
+  std::atomic<int> ran{0};
+  absl::StatusOr<Thread> t = StartThread("a test thread", "", [&] { ++ran; });
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->joinable());
+  t->Join();
+  EXPECT_FALSE(t->joinable());
+  EXPECT_EQ(ran.load(), 1);
+}
+
+// What `fn` reports when run in a forked child held to one task of its
+// user (RLIMIT_NPROC): no thread can start there.
+std::string InAChildHeldToOneTask(const std::function<std::string()>& fn) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return "pipe failed";
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipefd[0]);
+    std::string report;
+    // root is not held to RLIMIT_NPROC: the child becomes nobody first.
+    if (geteuid() == 0 && (setresgid(65534, 65534, 65534) != 0 ||
+                           setresuid(65534, 65534, 65534) != 0)) {
+      report = "cannot become nobody";
+    }
+    const rlimit one{1, 1};
+    if (report.empty() && setrlimit(RLIMIT_NPROC, &one) != 0) {
+      report = "setrlimit failed";
+    }
+    if (report.empty()) report = fn();
+    (void)!write(pipefd[1], report.data(), report.size());
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) {
+    report.append(buf, size_t(n));
+  }
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return report;
+}
+
+TEST(StartThread, AThreadThatCannotStartIsTheOneNamedError) {
+  const std::string report = InAChildHeldToOneTask([] {
+    absl::StatusOr<Thread> t = StartThread("test thread 1 of --test-threads 4",
+                                           "--test-threads", [] {});
+    return t.ok() ? std::string("started")
+                  : std::to_string(int(t.status().code())) + " " +
+                        std::string(t.status().message());
+  });
+  EXPECT_EQ(
+      report,
+      std::to_string(int(absl::StatusCode::kResourceExhausted)) +
+          " cannot start test thread 1 of --test-threads 4 (pthread_create: "
+          "Resource temporarily unavailable): the daemon is at its thread "
+          "limit (a pids cgroup, systemd's TasksMax, RLIMIT_NPROC or the "
+          "kernel's threads-max); raise it or lower --test-threads");
+}
+
+TEST(ThreadGroup, JoinWaitsForEveryThreadThatReturns) {
+  ThreadGroup group;
+  absl::Notification go;
+  std::atomic<int> done{0};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(group
+                    .Start("a test thread", "",
+                           [&] {
+                             go.WaitForNotification();
+                             ++done;
+                           })
+                    .ok());
+  }
+  EXPECT_EQ(group.running(), 3);
+  go.Notify();
+  // A deadline far off: the threads return well before it.
+  EXPECT_EQ(group.JoinUntil(MonotonicNanos() + uint64_t(600e9)), 0);
+  EXPECT_EQ(done.load(), 3);
+  EXPECT_EQ(group.running(), 0);
+  EXPECT_EQ(group.abandoned(), 0);
+}
+
+TEST(ThreadGroup, ThreadsStuckPastTheDeadlineAreAbandonedAndCounted) {
+  const int before = AbandonedThreads();
+  // Outlives the test: the stuck thread may wake after it.
+  auto release = std::make_shared<absl::Notification>();
+  ThreadGroup group;
+  ASSERT_TRUE(group.Start("a returning thread", "", [] {}).ok());
+  ASSERT_TRUE(group
+                  .Start("a stuck thread", "",
+                         [release] { release->WaitForNotification(); })
+                  .ok());
+  EXPECT_EQ(group.JoinUntil(MonotonicNanos() + uint64_t(50e6)), 1);
+  EXPECT_EQ(group.abandoned(), 1);
+  EXPECT_EQ(AbandonedThreads(), before + 1);
+  EXPECT_EQ(group.running(), 0);
+  // The group starts afresh: a join without bound does not wait for the
+  // abandoned thread (it would hang here).
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(group.Start("a later thread", "", [&] { ran = true; }).ok());
+  EXPECT_EQ(group.JoinUntil(0), 0);
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(group.abandoned(), 1);
+  release->Notify();
+}
+
+TEST(ThreadGroup, AThreadThatCannotStartLeavesTheGroupAsItWas) {
+  const std::string report = InAChildHeldToOneTask([] {
+    ThreadGroup group;
+    const absl::Status s = group.Start("the test thread", "", [] {});
+    return std::string(s.message()) +
+           " running=" + std::to_string(group.running());
+  });
+  EXPECT_NE(report.find("cannot start the test thread (pthread_create: "),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("; raise it running=0"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace batchd
