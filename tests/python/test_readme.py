@@ -16,9 +16,7 @@ import subprocess
 import pytest
 
 from batchd_daemon import Daemon, binary
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from helpers import REPO as ROOT
 SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
           "wmt": ["train", "validation", "eval_train", "test"]}
