@@ -33,6 +33,7 @@
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
 #include "client/ring.h"
+#include "tests/testutil.h"
 
 // posix_fallocate, the slow step of a ring's creation (it reserves every
 // page), as the test wants it: in a child that set it, the process is
@@ -57,12 +58,6 @@ namespace batchd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/batchd-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  return d == nullptr ? std::string("/tmp") : std::string(d);
-}
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -206,7 +201,8 @@ LoaderOptions Options(const std::string& socket) {
 }
 
 TEST(ClientRestartTest, AnOpenRefusedByAnExitingDaemonWaitsForTheNextOne) {
-  const std::string dir = MakeTempDir();
+  const testutil::TempDir tmp("restart");
+  const std::string& dir = tmp.path();
   Ring ring("exiting");
   ASSERT_TRUE(ring.ok());
   ScriptedDaemon daemon(dir + "/sock", [&](int call,
@@ -226,7 +222,8 @@ TEST(ClientRestartTest, AnOpenRefusedByAnExitingDaemonWaitsForTheNextOne) {
 TEST(ClientRestartTest, ARingGoneBeforeItWasMappedIsOpenedAgain) {
   // The daemon answered, then stopped; the one that followed removed the
   // dead one's ring before this rank mapped it.
-  const std::string dir = MakeTempDir();
+  const testutil::TempDir tmp("restart");
+  const std::string& dir = tmp.path();
   Ring ring("again");
   ASSERT_TRUE(ring.ok());
   ScriptedDaemon daemon(dir + "/sock", [&](int call,
@@ -249,7 +246,8 @@ TEST(ClientRestartTest, AnOpenTheDaemonCancelsWaitsForTheNextOne) {
   // calls it has not answered (the soak saw "OpenStream wmt-train rank 0:
   // CANCELLED"). The rank took it for its stream closed and raised it to
   // the trainer; the client never cancels the call itself.
-  const std::string dir = MakeTempDir();
+  const testutil::TempDir tmp("restart");
+  const std::string& dir = tmp.path();
   Ring ring("cancelled");
   ASSERT_TRUE(ring.ok());
   ScriptedDaemon daemon(dir + "/sock", [&](int call,
@@ -273,7 +271,8 @@ TEST(ClientRestartTest, ASocketThatDropsConnectionsIsTriedAgainAtOnce) {
   // The bound of the wait below lies between the two, far from both, so
   // that no load can make the client miss it and nothing can make the
   // default backoff meet it.
-  const std::string dir = MakeTempDir();
+  const testutil::TempDir tmp("restart");
+  const std::string& dir = tmp.path();
   const std::string sock = dir + "/sock";
   DroppingSocket dropping(sock);
   ASSERT_TRUE(dropping.ok());

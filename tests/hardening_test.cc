@@ -10,7 +10,6 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -30,6 +29,7 @@
 #include "batchd/loader.h"
 #include "client/ring.h"
 #include "tests/test_server.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -98,16 +98,7 @@ class Caller {
   }
 
   // The next line it prints, or "" at its end or after 30 s.
-  std::string Line() {
-    std::string line;
-    char c;
-    for (;;) {
-      pollfd p{stdout_, POLLIN, 0};
-      if (poll(&p, 1, 30000) <= 0 || read(stdout_, &c, 1) != 1) return line;
-      if (c == '\n') return line;
-      line += c;
-    }
-  }
+  std::string Line() { return testutil::ReadLine(stdout_, 30000); }
   void CloseStdin() {
     if (stdin_ >= 0) close(stdin_);
     stdin_ = -1;

@@ -10,7 +10,6 @@
 #include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +27,7 @@
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "tests/test_server.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -88,16 +88,7 @@ class Call {
   }
 
   // The next line it prints, or "" at its end or after 60 s.
-  std::string Line() {
-    std::string line;
-    char c;
-    for (;;) {
-      pollfd p{stdout_, POLLIN, 0};
-      if (poll(&p, 1, 60000) <= 0 || read(stdout_, &c, 1) != 1) return line;
-      if (c == '\n') return line;
-      line += c;
-    }
-  }
+  std::string Line() { return testutil::ReadLine(stdout_, 60000); }
   void CloseStdin() {
     if (stdin_ >= 0) close(stdin_);
     stdin_ = -1;

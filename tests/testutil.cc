@@ -3,7 +3,9 @@
 
 #include <limits.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -52,6 +54,17 @@ std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::string ReadLine(int fd, int timeout_ms) {
+  std::string line;
+  char c;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0 || read(fd, &c, 1) != 1) return line;
+    if (c == '\n') return line;
+    line += c;
+  }
 }
 
 std::string ImageExample(absl::string_view image, int64_t label,

@@ -1,5 +1,5 @@
 // Fixtures the C++ suites share: temporary directories that remove
-// themselves, whole files, TFRecord / TFDS shards of tf.train.Examples, and
+// themselves, whole files, lines of a child's output, TFRecord / TFDS shards of tf.train.Examples, and
 // the per-item output buffers Workload::FillItem writes into. Test-only;
 // failures are GoogleTest failures that name the path.
 //
@@ -59,6 +59,10 @@ class TempDir {
 void WriteFile(const std::string& path, absl::string_view data);
 // The whole of `path`; empty when it cannot be read.
 std::string ReadFile(const std::string& path);
+
+// The next line read from `fd`, without its newline; at the end of the
+// input, or when no byte comes within `timeout_ms`, what came before.
+std::string ReadLine(int fd, int timeout_ms);
 
 // A tf.train.Example as TFDS's ImageNet records hold it: the encoded
 // image, the label and, where not empty, the file name.

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "base/files.h"
+#include "tests/testutil.h"
 #ifdef BATCHD_TEST_WITH_PROTOBUF
 #include "google/protobuf/stubs/common.h"
 #endif
@@ -81,13 +82,24 @@ inline std::vector<Pair> MakePairs(size_t n, uint64_t seed) {
   return pairs;
 }
 
-inline void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-}
+using testutil::ReadFile;
+using testutil::WriteFile;
 
-inline std::string ReadFile(const std::string& path) {
-  return ReadFileToString(path).value_or("");
+// Trains a unigram SentencePiece model of `vocab_size` pieces on `corpus`
+// (lines), with default ids (unk 0, bos 1, eos 2) and character_coverage
+// 1.0, as AlgoPerf trains its model: writes dir/corpus.txt and
+// dir/spm.model.
+inline void TrainTestModel(const std::string& dir, const std::string& corpus,
+                           int vocab_size) {
+  WriteFile(dir + "/corpus.txt", corpus);
+  std::string error;
+  ASSERT_TRUE(wmt::TrainSentencePiece(
+      "--input=" + dir + "/corpus.txt --model_prefix=" + dir +
+          "/spm --vocab_size=" + std::to_string(vocab_size) +
+          " --model_type=unigram --character_coverage=1.0 "
+          "--hard_vocab_limit=false --num_threads=1 --minloglevel=2",
+      &error))
+      << error;
 }
 
 inline void WriteText(const std::string& dir, const std::string& split,
@@ -186,30 +198,16 @@ inline PackedRow FillOne(const RowPacking& w, const EpochOrder& order,
 class WmtFixture : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/batchd-wmt-XXXXXX";
-    root_ = new std::string(mkdtemp(tmpl));
+    root_ = new std::string(testutil::MakeTempDir("wmt"));
     pairs_ = new std::vector<Pair>(MakePairs(kTrainPairs, 1));
     eval_pairs_ = new std::vector<Pair>(MakePairs(150, 2));
     std::string corpus;
     for (size_t i = 0; i < kModelLines; ++i) {
       corpus += (*pairs_)[i].de + "\n" + (*pairs_)[i].en + "\n";
     }
-    WriteFile(*root_ + "/corpus.txt", corpus);
-    // Unigram, default ids (unk 0, bos 1, eos 2), character_coverage 1.0,
-    // as AlgoPerf trains its model.
-    std::string error;
-    ASSERT_TRUE(wmt::TrainSentencePiece(
-        "--input=" + *root_ + "/corpus.txt --model_prefix=" + *root_ +
-            "/spm --vocab_size=300 --model_type=unigram "
-            "--character_coverage=1.0 --hard_vocab_limit=false "
-            "--num_threads=1 --minloglevel=2",
-        &error))
-        << error;
+    TrainTestModel(*root_, corpus, 300);
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*root_, ec);
-  }
+  static void TearDownTestSuite() { testutil::RemoveTree(*root_); }
 
   // A fresh data directory holding the model.
   std::string NewDataDir() {

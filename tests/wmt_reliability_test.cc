@@ -24,6 +24,7 @@
 #include "base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 #include "tests/wmt_fixture.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/tfrecord.h"
@@ -47,14 +48,9 @@ using wmt_test::FillOne;  // one train row, as wmt_workload_test fills it
 
 constexpr size_t kPairs = 600;
 
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-}
-
-std::string ReadFile(const std::string& path) {
-  return ReadFileToString(path).value_or("");
-}
+using testutil::ReadFile;
+using testutil::WriteFile;
+using wmt_test::TrainTestModel;
 
 // Sentence pairs of a few dozen words, some over max_length tokens.
 std::vector<std::pair<std::string, std::string>> MakePairs(size_t n,
@@ -208,26 +204,14 @@ struct SlowLengths {
 class WmtReliabilityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/batchd-wmtrel-XXXXXX";
-    root_ = new std::string(mkdtemp(tmpl));
+    root_ = new std::string(testutil::MakeTempDir("wmtrel"));
     std::string corpus;
     for (const auto& p : MakePairs(400, 1)) {
       corpus += p.first + "\n" + p.second + "\n";
     }
-    WriteFile(*root_ + "/corpus.txt", corpus);
-    std::string error;
-    ASSERT_TRUE(wmt::TrainSentencePiece(
-        "--input=" + *root_ + "/corpus.txt --model_prefix=" + *root_ +
-            "/spm --vocab_size=200 --model_type=unigram "
-            "--character_coverage=1.0 --hard_vocab_limit=false "
-            "--num_threads=1 --minloglevel=2",
-        &error))
-        << error;
+    TrainTestModel(*root_, corpus, 200);
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*root_, ec);
-  }
+  static void TearDownTestSuite() { testutil::RemoveTree(*root_); }
 
   void SetUp() override {
     StartExecutor();

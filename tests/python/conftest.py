@@ -1,19 +1,19 @@
 """Fixtures shared by the Python suites: generated data sets, made once per
-session, and a daemon that serves them. A module that needs its own
-variant of a data set still makes it itself."""
+session or once per module, and daemons that serve them. A module that
+needs its own variant of a data set still makes it itself (with the
+generators of helpers.py). Helpers that are not fixtures live in
+helpers.py and batchd_daemon.py: no test module imports another."""
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-IMAGENET_GENERATOR = os.path.join(ROOT, "workloads", "imagenet",
-                                  "make_imagenet.py")
-WMT_TOOLS = os.path.join(ROOT, "workloads", "wmt", "tools")
+from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, WMT_TOOLS
+from helpers import make_imagenet, make_wmt
 
 
 GENERATOR_MODULES = ("numpy", "PIL", "skimage", "sentencepiece")
@@ -76,3 +76,52 @@ def shared_daemon(shared_data, tmp_path):
     d = Daemon(shared_data, tmp_path / "batchd.log")
     yield d
     d.stop()
+
+
+@pytest.fixture(scope="module")
+def algoperf_data(tmp_path_factory):
+    """The AlgoPerf drop-in's and the trainers' small sets: imagenet/ (2
+    classes x 4 train, x 3 val, ImageFolder only, no odd files) and wmt/
+    (200 train, 20 validation and 10 test pairs in one TFDS shard, a
+    500-piece SentencePiece model)."""
+    root = tmp_path_factory.mktemp("algoperf")
+    make_imagenet(root / "imagenet", "--classes", 2, "--per-class", 4,
+                  "--val-per-class", 3, "--no-odd", "--no-tfrecord")
+    make_wmt(root / "wmt", train=200, validation=20, test=10, shards=1,
+             seed=3, vocab_size=500)
+    return root
+
+
+@pytest.fixture
+def algoperf_server(algoperf_data, tmp_path):
+    """A Server (batchd_daemon.py) whose data root holds a copy of
+    algoperf_data: the daemon's data root is tmp_path/data, and a symlink
+    out of it would be refused."""
+    from batchd_daemon import Server
+    s = Server(tmp_path)
+    for name in ("imagenet", "wmt"):
+        shutil.copytree(algoperf_data / name, tmp_path / "data" / name)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def imagenet_clean_and_odd(tmp_path_factory):
+    """clean/: 4 classes x 6 train, x 3 val, with TFRecord shards
+    (clean/tfds); odd/: the same without shards, with grayscale, CMYK,
+    PNG-named and truncated files among them."""
+    root = tmp_path_factory.mktemp("imagenet")
+    for name, extra in (("clean", ["--no-odd", "--val-per-class", "3"]),
+                        ("odd", ["--no-tfrecord"])):
+        make_imagenet(root / name, "--classes", 4, "--per-class", 6, *extra)
+    return root
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A Server (batchd_daemon.py) of one test's own, its data root
+    tmp_path/data. A module's own `server` fixture takes its place."""
+    from batchd_daemon import Server
+    s = Server(tmp_path)
+    yield s
+    s.stop()

@@ -6,11 +6,6 @@ written out here from their documentation, not taken from batchd's code.
         /usr/bin/python3 -m pytest tests/python/test_algoperf.py
 """
 
-import os
-import shutil
-import subprocess
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,10 +13,6 @@ pytest.importorskip("sentencepiece")
 pytest.importorskip("PIL")
 
 import batchd.algoperf  # noqa: E402
-from batchd_daemon import Server  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WMT_TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
 
 # AlgoPerf's documented batches (per rank; B = global batch / world size).
 IMAGENET_TRAIN = {"inputs": (torch.float32, ("B", 3, 224, 224)),
@@ -37,33 +28,9 @@ WMT_EVAL = {"inputs": (torch.int64, ("B", 256)),
             "weights": (torch.int64, ("B", 256))}
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("algoperf")
-    subprocess.run([sys.executable,
-                    os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py"),
-                    str(root / "imagenet"), "--classes", "2", "--per-class", "4",
-                    "--val-per-class", "3", "--no-odd", "--no-tfrecord"],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(WMT_TOOLS, "generate_wmt.py"),
-                    "--out", str(root / "wmt"), "--train", "200",
-                    "--validation", "20", "--test", "10", "--shards", "1",
-                    "--seed", "3"], check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
-                    "--data", str(root / "wmt"), "--vocab-size", "500",
-                    "--threads", "1"], check=True, capture_output=True)
-    return root
-
-
 @pytest.fixture
-def server(data, tmp_path):
-    s = Server(tmp_path)
-    # The daemon's data root is tmp_path/data; a symlink out of it would be
-    # refused, so the small generated sets are copied in.
-    for name in ("imagenet", "wmt"):
-        shutil.copytree(data / name, tmp_path / "data" / name)
-    yield s
-    s.stop()
+def server(algoperf_server):  # conftest.py: the small ImageNet and WMT sets
+    return algoperf_server
 
 
 def check(batch, expected, b):

@@ -1,22 +1,28 @@
-"""The AlgoPerf contract: AlgoPerf's own consumption code, run on the batches
-of `batchd.algoperf.input_queue` from a real daemon on generated data.
+"""The AlgoPerf contract: what AlgoPerf's PyTorch workloads do with the
+batches of an input queue, restated here and run on the batches of
+`batchd.algoperf.input_queue` from a real daemon on generated data.
 
 AlgoPerf (github.com/mlcommons/algorithmic-efficiency) cannot be installed
-here (it pulls jax and tensorflow), so the code paths that consume input
-queues are copied below verbatim from its source, each under a comment
-naming its file and function; only what needs a model, jax or a tokenizer
-is stubbed, and the stubs say so. A test fails when the drop-in hands these
-paths something AlgoPerf's own pipeline would not:
+here (it pulls jax and tensorflow), and this project holds none of its
+code: `WmtContract` and `ImagenetContract` below are this project's own
+statement of how AlgoPerf's evaluation, BLEU and loss code consume a batch
+(the shapes, dtypes and keys it reads, and its arithmetic, re-derived);
+the AlgoPerf function each part stands for is named beside it, so that a
+reader can hold one against the other. A model, a beam search and a BLEU
+scorer are not part of the contract: the stand-ins below say what they
+do instead. A test fails when the drop-in hands these paths something
+AlgoPerf's own pipeline would not:
 
-- WMT: `_eval_model_on_split` caches its iterator and draws num_batches for
-  the metrics (`eval_step` needs integer `weights`), then num_batches more
-  for `translate_and_calculate_bleu`, whose `range(weights.sum(0)[0].item())`
-  needs integer weights; and again at every evaluation. eval_train is
-  padded, unpacked eval-style batches. Train batches carry `weights`, which
-  the baseline's `update_params` passes to `loss_fn` as `batch.get('weights')`.
-- ImageNet: `_eval_model_on_split` draws from `data_utils.cycle` forever;
-  eval_train is the eval transform over `random.Random(seed)`'s subset of
-  train; test is ImageNet-v2 from its TFDS layout.
+- WMT: an evaluation caches its iterator per split and draws num_batches
+  for the metrics (weighted sums over `weights`), then num_batches more for
+  BLEU, whose count of real rows, `weights.sum(0)[0].item()`, is only a
+  number of rows (an int) when `weights` is integer; and again at every
+  evaluation. eval_train is padded, unpacked eval-style batches. Train
+  batches carry `weights`, which the baseline passes to the loss as the
+  mask (`batch.get('weights')`).
+- ImageNet: an evaluation draws from an iterator that starts again at its
+  end, forever; eval_train is the eval transform over `random.Random(seed)`'s
+  subset of train; test is ImageNet-v2 from its TFDS layout.
 - Both: the runner keeps `batch` while it draws the next, and a submission
   may keep any number of batches.
 
@@ -24,15 +30,12 @@ paths something AlgoPerf's own pipeline would not:
         /usr/bin/python3 -m pytest tests/python/test_algoperf_contract.py
 """
 
-import enum
 import importlib.util
 import math
 import os
 import random
 import shutil
-import subprocess
 import sys
-from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -48,495 +51,217 @@ from torchvision import datasets, transforms  # noqa: E402
 import batchd  # noqa: E402
 import batchd.algoperf  # noqa: E402
 from batchd_daemon import Server  # noqa: E402
+from helpers import (IMAGENET_TOOL, WMT_TOOLS, make_imagenet,  # noqa: E402
+                     make_wmt)
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WMT_TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
-IMAGENET_TOOL = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
 sys.path.insert(0, WMT_TOOLS)
 import wmt_data  # noqa: E402
 
 VOCAB = 500
+EOS_ID = 2  # SentencePiece's default id, AlgoPerf's WMT end of sentence
 V2_DIR = ("imagenet_v2", "matched-frequency", "3.0.0")
 # batchd's eval pixels against torchvision's on the same file (as in
 # test_imagenet.py): mean absolute difference per channel value.
 MAX_MEAN_ABS_DIFF = 2.0
 
 
-# --- stand-ins for what AlgoPerf imports (not AlgoPerf's code) ---------------
+# --- AlgoPerf's contract, restated ---------------------------------------------
 
-class ForwardPassMode(enum.Enum):  # algoperf/spec.py
-    TRAIN = 0
-    EVAL = 1
-
-
-class spec:  # noqa: N801  (the module name AlgoPerf's code refers to)
-    ForwardPassMode = ForwardPassMode
-    Tensor = torch.Tensor
-    ParameterContainer = Any
-    ModelAuxiliaryState = Any
-    RandomState = Any
+def batches_to_cover(num_examples, batch_size):
+    """An evaluation of num_examples draws this many batches (both
+    workloads' _eval_model_on_split): enough to hold them all, the last one
+    padded."""
+    return -(-num_examples // batch_size)
 
 
-class decode:  # noqa: N801  algoperf/workloads/wmt/wmt_pytorch/decode.py
-    EOS_ID = 2
+def rounded_eval_train_examples(num_validation_examples, eval_batch_size):
+    """Both workloads' default num_eval_train_examples: the validation size
+    rounded up to a whole number of eval batches."""
+    return batches_to_cover(num_validation_examples,
+                            eval_batch_size) * eval_batch_size
 
 
-class prng:  # noqa: N801  algoperf/random_utils.py; the data rng passes on
-    @staticmethod
-    def split(rng, num):
-        return [rng] * num
+class ExactMatchBleu:
+    """Stand-in for the corpus BLEU scorer: it keeps the sentences it was
+    given, so that a test can read them, and scores 100 x the share of
+    predictions equal to their reference."""
+
+    def __init__(self):
+        self.predictions, self.references = None, None
+
+    def score(self, predictions, references):
+        self.predictions, self.references = list(predictions), list(references)
+        same = sum(p == r for p, r in zip(predictions, references))
+        return 100.0 * same / max(1, len(predictions))
 
 
-class bleu:  # noqa: N801  stub: keeps what it was given, scores exact matches
-    last = None
+class WmtContract:
+    """How AlgoPerf's WMT workload (PyTorch) consumes a queue:
 
-    @staticmethod
-    def corpus_bleu(predictions, references):
-        bleu.last = (list(predictions), list(references[0]))
-        same = sum(p == r for p, r in zip(predictions, references[0]))
-
-        class Score:
-            score = 100.0 * same / max(1, len(predictions))
-        return Score()
-
-
-USE_PYTORCH_DDP, RANK, DEVICE, N_GPUS = False, 0, torch.device("cpu"), 1
-DP = None
-
-
-class SentencePieceDetokenizer:
-    """The part of tf-text's SentencepieceTokenizer `_decode_tokens` uses."""
-
-    def __init__(self, path):
-        self.sp = spm.SentencePieceProcessor(model_file=path)
-
-    def detokenize(self, ids):
-        text = self.sp.decode([int(i) for i in ids])
-
-        class T:
-            def numpy(self):
-                return text.encode("utf-8")
-        return T()
-
-
-# --- AlgoPerf's WMT workload --------------------------------------------------
-
-class AlgoPerfWmt:
-    """BaseWmtWorkload + WmtWorkload (PyTorch) with the input queue from
-    batchd; methods marked VERBATIM are AlgoPerf's code unchanged."""
+    - An evaluation of a split (`_eval_model_on_split`) draws
+      n = ceil(num_examples / global_batch_size) batches from an iterator it
+      builds on the first evaluation of that split (num_batches = n,
+      repeat_final_dataset = True) and keeps for every later one.
+    - Metrics (`eval_step`): per position, the prediction is the argmax of
+      the logits; the correct predictions and the cross-entropy (no label
+      smoothing) are summed over positions, each weighted by `weights`, and
+      so is `weights` itself, the divisor; the results (`_normalize_eval_
+      metrics`) are each sum over all batches divided by the summed weights.
+    - BLEU (`translate_and_calculate_bleu`): n more batches from the same
+      iterator. A batch's real rows are its first `weights.sum(0)[0].item()`
+      (every row when it has no `weights`), a count that AlgoPerf hands to
+      range(), so it must come out an int. Each such row of targets and of
+      predictions is cut after its first EOS (a row without one keeps its
+      first token only: AlgoPerf takes argmax of `row == EOS` + 1) and
+      detokenized; the corpus score compares the two lists.
+    - Training loss (`loss_fn` -> `compute_weighted_cross_entropy`): the
+      cross-entropy of every position, with the given label smoothing, set
+      to 0 where the mask is 0, summed; `n_valid_examples` is the mask's sum
+      (without a mask, every position counts).
+    """
 
     def __init__(self, server, data_dir, num_validation_examples,
                  eval_batch_size):
         self.server = server
-        self._eval_iters = {}
-        self._tokenizer = SentencePieceDetokenizer(
-            os.path.join(data_dir, "wmt_sentencepiece_model"))
-        self.num_validation_examples = num_validation_examples
-        self.eval_batch_size = eval_batch_size
+        self.queues = {}
+        self.bleu = ExactMatchBleu()
+        self.sp = spm.SentencePieceProcessor(
+            model_file=os.path.join(data_dir, "wmt_sentencepiece_model"))
+        self.num_eval_train_examples = rounded_eval_train_examples(
+            num_validation_examples, eval_batch_size)
 
-    # VERBATIM algoperf/workloads/wmt/workload.py, num_eval_train_examples
-    @property
-    def num_eval_train_examples(self) -> int:
-        # Round up from num_validation_examples (which is the default for
-        # num_eval_train_examples) to the next multiple of eval_batch_size, so that
-        # we don't have to extract the correctly sized subset of the training data.
-        rounded_up_multiple = math.ceil(
-          self.num_validation_examples / self.eval_batch_size
-        )
-        return rounded_up_multiple * self.eval_batch_size
-
-    # The drop-in, in place of BaseWmtWorkload._build_input_queue.
-    def _build_input_queue(self, data_rng, split, data_dir, global_batch_size,
-                           num_batches=None, repeat_final_dataset=False):
+    def open_queue(self, split, data_dir, global_batch_size, seed,
+                   num_batches):
+        """The drop-in, where AlgoPerf builds its input queue."""
         return batchd.algoperf.input_queue(
-            "wmt", split, global_batch_size, data=data_dir,
-            seed=int(data_rng[0]), num_batches=num_batches,
-            repeat_final_dataset=repeat_final_dataset,
+            "wmt", split, global_batch_size, data=data_dir, seed=seed,
+            num_batches=num_batches, repeat_final_dataset=True,
             num_eval_train_examples=self.num_eval_train_examples,
             world_size=1, rank=0, server=self.server.address, timeout=60,
             options={"index_threads": 1})
 
-    # Stub: a "model" that predicts every real target token and gets every
-    # padding position wrong (token 1), so a padding position that counted
-    # would lower the accuracy below 1.
-    def model_fn(self, params, augmented_and_preprocessed_input_batch,
-                 model_state, mode, rng, update_batch_norm):
-        t = augmented_and_preprocessed_input_batch["targets"]
+    @staticmethod
+    def model(batch):
+        """Stand-in model: predicts every real target token and gets every
+        padding position wrong (token 1), so that a padding position that
+        counted would lower the accuracy below 1."""
+        t = batch["targets"]
         wanted = torch.where(t > 0, t, torch.ones_like(t))
-        return F.one_hot(wanted, VOCAB).float() * 20.0, None
+        return F.one_hot(wanted, VOCAB).float() * 20.0
 
-    # Stub of predict_step (beam search): predicts the targets.
-    def predict_step(self, inputs, params, eos_id, max_decode_len):
-        return self._current_targets
+    @staticmethod
+    def translate(batch):
+        """Stand-in beam search: predicts the targets."""
+        return batch["targets"]
 
-    # VERBATIM algoperf/workloads/wmt/wmt_pytorch/workload.py,
-    # WmtWorkload.compute_weighted_cross_entropy
-    def compute_weighted_cross_entropy(
-      self,
-      logits: spec.Tensor,
-      targets: spec.Tensor,
-      weights: Optional[spec.Tensor] = None,
-      label_smoothing: float = 0.1,
-    ) -> Dict[str, spec.Tensor]:  # differentiable
-        """Compute weighted cross entropy and entropy for log probs and targets.
+    def training_loss(self, targets, logits, mask=None, label_smoothing=0.0):
+        if logits.dim() != targets.dim() + 1:
+            raise ValueError(f"logits {tuple(logits.shape)} do not match "
+                             f"targets {tuple(targets.shape)}")
+        per_position = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+            reduction="none", label_smoothing=label_smoothing,
+        ).reshape(targets.shape)
+        if mask is None:
+            mask = torch.ones_like(targets)
+        per_position = per_position.masked_fill(mask == 0, 0.0)
+        return {"summed": per_position.sum(), "n_valid_examples": mask.sum(),
+                "per_example": per_position}
 
-        Args:
-         logits: [batch, length, num_classes] float array.
-         targets: categorical targets [batch, length] int array.
-         weights: None or array of shape [batch, length].
-         label_smoothing: label smoothing constant, used to determine the on and off
-           values.
+    def detokenize(self, row):
+        ids = [int(t) for t in row]
+        end = ids.index(EOS_ID) + 1 if EOS_ID in ids else 1
+        return self.sp.decode(ids[:end])
 
-        Returns:
-          {'summed': scalar summed loss, 'n_valid_examples': scalar number of
-          valid examples in batch, 'per_example': 1-d array of per-example losses}
-        """
-        if logits.ndim != targets.ndim + 1:
-          raise ValueError(
-            f'Incorrect shapes. Got shape {logits.shape} logits and '
-            f'{targets.shape} targets.'
-          )
+    def evaluate(self, split, num_examples, global_batch_size, seed,
+                 data_dir):
+        n = batches_to_cover(num_examples, global_batch_size)
+        if split not in self.queues:
+            self.queues[split] = self.open_queue(split, data_dir,
+                                                 global_batch_size, seed, n)
+        queue = self.queues[split]
+        correct, loss, weight = 0.0, 0.0, 0.0
+        for _ in range(n):
+            batch = next(queue)
+            targets, weights = batch["targets"], batch["weights"]
+            logits = self.model(batch)
+            loss += float(self.training_loss(targets, logits, weights)["summed"])
+            hits = logits.argmax(-1) == targets
+            correct += (hits * weights).sum().item()
+            weight += weights.sum().item()
+        results = {"loss": loss / weight, "accuracy": correct / weight}
 
-        loss_fn = torch.nn.CrossEntropyLoss(
-          reduction='none', label_smoothing=label_smoothing
-        )
-        if N_GPUS > 1 and not USE_PYTORCH_DDP:
-          loss_fn = DP(loss_fn)
-
-        # PyTorch loss functions expect the class dim directly after the batch dim.
-        per_example_losses = loss_fn(logits.transpose(-2, -1), targets)
-        if weights is None:
-          weights = torch.ones_like(targets)
-        per_example_losses = torch.where(
-          weights.to(torch.bool), per_example_losses, 0.0
-        )
-        summed_loss = per_example_losses.sum()
-        n_valid_examples = weights.sum()
-        return {
-          'summed': summed_loss,
-          'n_valid_examples': n_valid_examples,
-          'per_example': per_example_losses,
-        }
-
-    # VERBATIM algoperf/workloads/wmt/workload.py, BaseWmtWorkload.loss_fn
-    def loss_fn(
-      self,
-      label_batch: spec.Tensor,  # Dense or one-hot labels.
-      logits_batch: spec.Tensor,
-      mask_batch: Optional[spec.Tensor] = None,
-      label_smoothing: float = 0.0,
-    ) -> Dict[str, spec.Tensor]:  # differentiable
-        """Evaluate the (masked) loss function at (label_batch, logits_batch).
-
-        Return {'summed': scalar summed loss, 'n_valid_examples': scalar number of
-        valid examples in batch, 'per_example': 1-d array of per-example losses}
-        (not synced across devices).
-        """
-        return self.compute_weighted_cross_entropy(
-          logits_batch,
-          label_batch,
-          weights=mask_batch,
-          label_smoothing=label_smoothing,
-        )
-
-    # VERBATIM algoperf/workloads/wmt/workload.py,
-    # BaseWmtWorkload.compute_weighted_accuracy
-    def compute_weighted_accuracy(
-      self, logits: spec.Tensor, targets: spec.Tensor, weights: spec.Tensor
-    ) -> Tuple[spec.Tensor, spec.Tensor]:
-        """Compute weighted accuracy for log probs and targets.
-
-        Args:
-          logits: [batch, length, num_classes] float array.
-          targets: categorical targets [batch, length] int array.
-          weights: array of shape [batch, length]
-
-        Returns:
-          Tuple of scalar summed accuracy and batch normalizing factor.
-        """
-        if logits.ndim != targets.ndim + 1:
-          raise ValueError(
-            f'Incorrect shapes. Got shape {logits.shape} logits and '
-            f'{targets.shape} targets.'
-          )
-        accuracy = (logits.argmax(-1) == targets) * weights
-        normalizing_factor = weights.sum()
-        return accuracy.sum(), normalizing_factor
-
-    # VERBATIM algoperf/workloads/wmt/workload.py, BaseWmtWorkload._decode_tokens
-    def _decode_tokens(self, toks: spec.Tensor) -> spec.Tensor:
-        if isinstance(toks, torch.Tensor):
-          toks = toks.cpu().numpy()
-        valid_toks = toks[: np.argmax(toks == decode.EOS_ID) + 1].astype(np.int32)
-        return self._tokenizer.detokenize(valid_toks).numpy().decode('utf-8')
-
-    # VERBATIM algoperf/workloads/wmt/wmt_pytorch/workload.py,
-    # WmtWorkload.eval_step
-    def eval_step(
-      self, params: spec.ParameterContainer, batch: Dict[str, spec.Tensor]
-    ) -> Dict[str, spec.Tensor]:
-        """Calculate evaluation metrics on a batch."""
-        targets = batch['targets']
-        weights = batch['weights']
-        logits, _ = self.model_fn(
-          params,
-          batch,
-          mode=spec.ForwardPassMode.EVAL,
-          model_state=None,
-          rng=None,
-          update_batch_norm=False,
-        )
-        summed_loss = self.compute_weighted_cross_entropy(
-          logits, targets, weights, 0.0
-        )['summed']
-        acc_sum, weight_sum = self.compute_weighted_accuracy(
-          logits, targets, weights
-        )
-        return {
-          'loss': summed_loss,
-          'accuracy': acc_sum,
-          'denominator': weight_sum,
-        }
-
-    # algoperf/workloads/wmt/wmt_pytorch/workload.py,
-    # WmtWorkload._normalize_eval_metrics, without DDP and with a dict
-    # comprehension for jax.tree.map.
-    def _normalize_eval_metrics(self, num_examples, total_metrics):
-        del num_examples
-        total_metrics = {k: v.item() for k, v in total_metrics.items()}
-        eval_denominator = total_metrics.pop('denominator')
-        return {k: float(x / eval_denominator) for k, x in total_metrics.items()}
-
-    # VERBATIM algoperf/workloads/wmt/wmt_pytorch/workload.py,
-    # WmtWorkload.translate_and_calculate_bleu (one line added: the stub
-    # predict_step reads the batch's targets)
-    def translate_and_calculate_bleu(
-      self,
-      params: spec.ParameterContainer,
-      ds_iter: Any,  # (tf.data.Dataset in AlgoPerf's annotation)
-      num_batches: int,
-      max_predict_length: int,
-    ):
-        """Translates the `ds_iter` and calculates the BLEU score."""
-        # (logging.info('Translating evaluation dataset.') left out)
         references, predictions = [], []
-        for _ in range(num_batches):
-          pred_batch = next(ds_iter)
-          inputs = pred_batch['inputs']
-          targets = pred_batch['targets']
-          self._current_targets = targets  # (the added line)
-          predicted = self.predict_step(
-            inputs, params, decode.EOS_ID, max_predict_length
-          )
-
-          # Find actual batch size, ignoring the potential padding.
-          weights = pred_batch.get('weights')
-          if weights is not None:
-            actual_batch_size = weights.sum(0)[0].item()
-          else:
-            actual_batch_size = len(predicted)
-          # Iterate through non-padding examples of batch.
-          for idx in range(actual_batch_size):
-            references.append(self._decode_tokens(targets[idx]))
-            predictions.append(self._decode_tokens(predicted[idx]))
-
-        # Calculate BLEU score for translated eval corpus against reference.
-        bleu_score = bleu.corpus_bleu(predictions, [references]).score
-        return bleu_score
-
-    # VERBATIM algoperf/workloads/wmt/workload.py,
-    # BaseWmtWorkload._eval_model_on_split
-    def _eval_model_on_split(
-      self,
-      split: str,
-      num_examples: int,
-      global_batch_size: int,
-      params: spec.ParameterContainer,
-      model_state: spec.ModelAuxiliaryState,
-      rng: spec.RandomState,
-      data_dir: str,
-      global_step: int = 0,
-    ) -> Dict[str, float]:
-        """Run a full evaluation of the model."""
-        del model_state
-        del global_step
-        num_batches = int(math.ceil(num_examples / global_batch_size))
-        if split not in self._eval_iters:
-          # These iterators will repeat indefinitely.
-          self._eval_iters[split] = self._build_input_queue(
-            rng,
-            split,
-            data_dir,
-            global_batch_size,
-            num_batches,
-            repeat_final_dataset=True,
-          )
-
-        eval_metrics = {}
-        for _ in range(num_batches):
-          eval_batch = next(self._eval_iters[split])
-          metrics = self.eval_step(params, eval_batch)
-          for metric_name, metric_value in metrics.items():
-            if metric_name not in eval_metrics:
-              eval_metrics[metric_name] = 0.0
-            eval_metrics[metric_name] += metric_value
-        eval_results = self._normalize_eval_metrics(num_examples, eval_metrics)
-
-        eval_results['bleu'] = self.translate_and_calculate_bleu(
-          params=params,
-          ds_iter=self._eval_iters[split],
-          num_batches=num_batches,
-          max_predict_length=256,
-        )
-
-        return eval_results
+        for _ in range(n):
+            batch = next(queue)
+            predicted = self.translate(batch)
+            weights = batch.get("weights")
+            real_rows = (len(predicted) if weights is None
+                         else weights.sum(0)[0].item())
+            for i in range(real_rows):  # a float count raises here
+                references.append(self.detokenize(batch["targets"][i]))
+                predictions.append(self.detokenize(predicted[i]))
+        results["bleu"] = self.bleu.score(predictions, references)
+        return results
 
 
-# --- AlgoPerf's ImageNet workload ---------------------------------------------
+class ImagenetContract:
+    """How AlgoPerf's ImageNet ResNet workload (PyTorch) consumes a queue:
 
-class AlgoPerfImagenet:
-    """ImagenetResNetWorkload (PyTorch) with the input queue from batchd;
-    methods marked VERBATIM are AlgoPerf's code unchanged."""
+    - An evaluation of a split (`_eval_model_on_split`) draws
+      n = ceil(num_examples / global_batch_size) batches from an iterator
+      it builds on the first evaluation of that split and keeps; only the
+      test split's is built to cache and repeat (ImageNet-v2); the others
+      start again at their end (`data_utils.cycle`). The data seed is the
+      first word of the evaluation's rng.
+    - Per batch (`_compute_metrics`): the prediction is the argmax of the
+      logits; the correct predictions and the cross-entropy (no label
+      smoothing) are summed over the rows, each weighted by `weights` (by 1
+      when the batch has none). Each total over all batches is divided by
+      num_examples, not by the summed weights.
+    """
 
     def __init__(self, server, num_validation_examples, eval_batch_size):
         self.server = server
-        self._eval_iters = {}
-        self.num_validation_examples = num_validation_examples
-        self.eval_batch_size = eval_batch_size
+        self.queues = {}
+        self.num_eval_train_examples = rounded_eval_train_examples(
+            num_validation_examples, eval_batch_size)
 
-    # VERBATIM algoperf/workloads/imagenet_resnet/workload.py,
-    # num_eval_train_examples
-    @property
-    def num_eval_train_examples(self) -> int:
-        # Round up from num_validation_examples (which is the default for
-        # num_eval_train_examples) to the next multiple of eval_batch_size, so that
-        # we don't have to extract the correctly sized subset of the training data.
-        rounded_up_multiple = math.ceil(
-          self.num_validation_examples / self.eval_batch_size
-        )
-        return rounded_up_multiple * self.eval_batch_size
-
-    # The drop-in, in place of ImagenetResNetWorkload._build_dataset (test:
-    # data_dir is the TFDS data_dir holding imagenet_v2/).
-    def _build_input_queue(self, data_rng, split, data_dir, global_batch_size,
-                           cache=None, repeat_final_dataset=None,
-                           num_batches=None):
+    def open_queue(self, split, data_dir, global_batch_size, seed):
+        """The drop-in, where AlgoPerf builds its dataset (test: data_dir
+        is the TFDS data_dir holding imagenet_v2/)."""
         return batchd.algoperf.input_queue(
-            "imagenet", split, global_batch_size, data=data_dir,
-            seed=int(data_rng[0]), num_batches=num_batches,
-            repeat_final_dataset=bool(repeat_final_dataset),
+            "imagenet", split, global_batch_size, data=data_dir, seed=seed,
+            repeat_final_dataset=split == "test",
             num_eval_train_examples=self.num_eval_train_examples,
             world_size=1, rank=0, server=self.server.address, timeout=60)
 
-    # Stub: a "model" that always says class 0; its accuracy is the share of
-    # class-0 examples, which a counted padding row (label 0) would raise.
-    def model_fn(self, params, augmented_and_preprocessed_input_batch,
-                 model_state, mode, rng, update_batch_norm):
-        b = augmented_and_preprocessed_input_batch["inputs"].shape[0]
-        logits = torch.zeros(b, 3)
+    @staticmethod
+    def model(batch):
+        """Stand-in model: always says class 0; its accuracy is the share of
+        class-0 examples, which a counted padding row (label 0) would
+        raise."""
+        logits = torch.zeros(batch["inputs"].shape[0], 3)
         logits[:, 0] = 2.0
-        return logits, None
+        return logits
 
-    # VERBATIM algoperf/workloads/imagenet_resnet/imagenet_pytorch/workload.py,
-    # ImagenetResNetWorkload.loss_fn
-    def loss_fn(
-      self,
-      label_batch: spec.Tensor,  # Dense or one-hot labels.
-      logits_batch: spec.Tensor,
-      mask_batch: Optional[spec.Tensor] = None,
-      label_smoothing: float = 0.0,
-    ) -> Dict[str, spec.Tensor]:  # differentiable
-        """Evaluate the (masked) loss function at (label_batch, logits_batch).
-
-        Return {'summed': scalar summed loss, 'n_valid_examples': scalar number of
-        valid examples in batch, 'per_example': 1-d array of per-example losses}
-        (not synced across devices).
-        """
-        per_example_losses = F.cross_entropy(
-          logits_batch,
-          label_batch,
-          reduction='none',
-          label_smoothing=label_smoothing,
-        )
-        # `mask_batch` is assumed to be shape [batch].
-        if mask_batch is not None:
-          per_example_losses *= mask_batch
-          n_valid_examples = mask_batch.sum()
-        else:
-          n_valid_examples = len(per_example_losses)
-        summed_loss = per_example_losses.sum()
-        return {
-          'summed': summed_loss,
-          'n_valid_examples': torch.as_tensor(n_valid_examples, device=DEVICE),
-          'per_example': per_example_losses,
-        }
-
-    # VERBATIM algoperf/workloads/imagenet_resnet/imagenet_pytorch/workload.py,
-    # ImagenetResNetWorkload._compute_metrics
-    def _compute_metrics(
-      self, logits: spec.Tensor, labels: spec.Tensor, weights: spec.Tensor
-    ) -> Dict[str, spec.Tensor]:
-        """Return the mean accuracy and loss as a dict."""
-        if weights is None:
-          weights = torch.ones(len(logits), device=DEVICE)
-        predicted = torch.argmax(logits, 1)
-        # Not accuracy, but nr. of correct predictions.
-        accuracy = ((predicted == labels) * weights).sum()
-        summed_loss = self.loss_fn(labels, logits, weights)['summed']
-        return {'accuracy': accuracy, 'loss': summed_loss}
-
-    # VERBATIM algoperf/workloads/imagenet_resnet/imagenet_pytorch/workload.py,
-    # ImagenetResNetWorkload._eval_model_on_split
-    def _eval_model_on_split(
-      self,
-      split: str,
-      num_examples: int,
-      global_batch_size: int,
-      params: spec.ParameterContainer,
-      model_state: spec.ModelAuxiliaryState,
-      rng: spec.RandomState,
-      data_dir: str,
-      global_step: int = 0,
-    ) -> Dict[str, float]:
-        """Run a full evaluation of the model."""
-        del global_step
-        data_rng, model_rng = prng.split(rng, 2)
-        if split not in self._eval_iters:
-          is_test = split == 'test'
-          # These iterators repeat indefinitely.
-          self._eval_iters[split] = self._build_input_queue(
-            data_rng,
-            split=split,
-            global_batch_size=global_batch_size,
-            data_dir=data_dir,
-            cache=is_test,
-            repeat_final_dataset=is_test,
-          )
-
-        total_metrics = {
-          'accuracy': torch.tensor(0.0, device=DEVICE),
-          'loss': torch.tensor(0.0, device=DEVICE),
-        }
-        num_batches = int(math.ceil(num_examples / global_batch_size))
-        for _ in range(num_batches):
-          batch = next(self._eval_iters[split])
-          logits, _ = self.model_fn(
-            params,
-            batch,
-            model_state,
-            spec.ForwardPassMode.EVAL,
-            model_rng,
-            update_batch_norm=False,
-          )
-          weights = batch.get('weights')
-          batch_metrics = self._compute_metrics(logits, batch['targets'], weights)
-          total_metrics = {
-            k: v + batch_metrics[k] for k, v in total_metrics.items()
-          }
-        if USE_PYTORCH_DDP:
-          for metric in total_metrics.values():
-            dist.all_reduce(metric)  # noqa: F821
-        return {k: float(v.item() / num_examples) for k, v in total_metrics.items()}
+    def evaluate(self, split, num_examples, global_batch_size, seed,
+                 data_dir):
+        if split not in self.queues:
+            self.queues[split] = self.open_queue(split, data_dir,
+                                                 global_batch_size, seed)
+        totals = {"accuracy": 0.0, "loss": 0.0}
+        for _ in range(batches_to_cover(num_examples, global_batch_size)):
+            batch = next(self.queues[split])
+            logits, labels = self.model(batch), batch["targets"]
+            weights = batch.get("weights")
+            if weights is None:
+                weights = torch.ones(len(logits))
+            hits = (logits.argmax(1) == labels).float()
+            losses = F.cross_entropy(logits, labels, reduction="none")
+            totals["accuracy"] += float((hits * weights).sum())
+            totals["loss"] += float((losses * weights).sum())
+        return {k: v / num_examples for k, v in totals.items()}
 
 
 # --- data and daemon ----------------------------------------------------------
@@ -552,10 +277,8 @@ def _load_make_imagenet():
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("contract")
     # 2 classes: train 12 (6 each), val 6 (3 each).
-    subprocess.run([sys.executable, IMAGENET_TOOL, str(root / "imagenet"),
-                    "--classes", "2", "--per-class", "6", "--val-per-class",
-                    "3", "--no-odd", "--no-tfrecord"],
-                   check=True, capture_output=True)
+    make_imagenet(root / "imagenet", "--classes", 2, "--per-class", 6,
+                  "--val-per-class", 3, "--no-odd", "--no-tfrecord")
     # ImageNet-v2 as TFDS writes it: 7 images of 3 classes in two shards,
     # labels out of order so that the order is checked.
     mk = _load_make_imagenet()
@@ -573,13 +296,8 @@ def data(tmp_path_factory):
     (root / "v2_labels.txt").write_text(
         " ".join(str(label) for *_, label in items))
 
-    subprocess.run([sys.executable, os.path.join(WMT_TOOLS, "generate_wmt.py"),
-                    "--out", str(root / "wmt"), "--train", "200",
-                    "--validation", "20", "--test", "10", "--shards", "2",
-                    "--seed", "3"], check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
-                    "--data", str(root / "wmt"), "--vocab-size", str(VOCAB),
-                    "--threads", "1"], check=True, capture_output=True)
+    make_wmt(root / "wmt", train=200, validation=20, test=10, shards=2,
+             seed=3, vocab_size=VOCAB)
     return root
 
 
@@ -620,34 +338,31 @@ def same_batches(a, b):
 # --- WMT ----------------------------------------------------------------------
 
 def test_wmt_evaluation_runs_algoperfs_eval_and_bleu_twice(server, data):
-    """_eval_model_on_split: num_batches for eval_step, num_batches more for
-    translate_and_calculate_bleu (range(weights.sum(0)[0].item())), from one
-    cached iterator, at every evaluation."""
-    w = AlgoPerfWmt(server, str(data / "wmt"), num_validation_examples=20,
+    """An evaluation: num_batches for the metrics, num_batches more for BLEU
+    (range(weights.sum(0)[0].item())), from one cached iterator, at every
+    evaluation."""
+    w = WmtContract(server, str(data / "wmt"), num_validation_examples=20,
                     eval_batch_size=8)
     expected = detok(data, [en for _, en in kept_pairs(data, "validation")])
     assert len(expected) >= 15
     for evaluation in range(2):
-        results = w._eval_model_on_split(
-            "validation", num_examples=20, global_batch_size=8, params=None,
-            model_state=None, rng=[7, 1], data_dir="wmt")
+        results = w.evaluate("validation", num_examples=20,
+                             global_batch_size=8, seed=7, data_dir="wmt")
         # Every real target token right, padding not counted.
         assert results["accuracy"] == 1.0, evaluation
-        predictions, references = bleu.last
+        predictions, references = w.bleu.predictions, w.bleu.references
         assert references == expected, evaluation
         assert predictions == references
         assert results["bleu"] == 100.0
     # 2 evaluations x (metrics + BLEU) x 3 batches: 4 passes of the split,
     # the queue started again 3 times.
-    assert w._eval_iters["validation"].passes == 3
+    assert w.queues["validation"].passes == 3
 
 
 def test_wmt_eval_iterator_repeats_the_same_batches(server):
-    # algoperf/workloads/wmt/input_pipeline.py, get_wmt_dataset:
-    #   if num_batches:
-    #     ds = ds.take(num_batches)
-    #   if repeat_final_dataset:
-    #     ds = ds.repeat()
+    # AlgoPerf's WMT dataset (input_pipeline.py, get_wmt_dataset) keeps the
+    # first num_batches batches when num_batches is given, and then, when
+    # repeat_final_dataset is set, repeats what it kept forever.
     q = batchd.algoperf.input_queue(
         "wmt", "validation", 8, data="wmt", seed=1, world_size=1, rank=0,
         server=server.address, num_batches=2, repeat_final_dataset=True,
@@ -679,14 +394,10 @@ def test_wmt_eval_iterator_repeats_the_same_batches(server):
 
 
 def test_wmt_eval_weights_are_integer_and_mask_padding(server, data):
-    # algoperf/workloads/wmt/workload.py, BaseWmtWorkload._build_input_queue:
-    #   weights = batch.get('weights')
-    #   updated_weights = np.where(batch['targets'] > 0, 1, 0)
-    #   if weights is not None:
-    #     updated_weights = np.logical_and(weights, updated_weights)
-    #   batch['weights'] = updated_weights
-    # wmt_pytorch/workload.py, _build_input_queue:
-    #   tensor = torch.as_tensor(value, dtype=torch.int64, device=DEVICE)
+    # AlgoPerf's WMT input queue (workload.py, _build_input_queue) replaces
+    # `weights` by 1 where targets > 0 and 0 elsewhere, and-ed with the
+    # padding mask where the batch had one; its PyTorch workload then hands
+    # every array out as an int64 tensor on the device.
     q = batchd.algoperf.input_queue(
         "wmt", "validation", 8, data="wmt", world_size=2, rank=1,
         server=server.address, timeout=60, options={"index_threads": 1})
@@ -709,11 +420,11 @@ def test_wmt_eval_weights_are_integer_and_mask_padding(server, data):
 
 
 def test_wmt_train_batches_carry_weights_for_loss_masking(server, data):
-    """The baseline's update_params: workload.loss_fn(label_batch=
-    batch['targets'], logits_batch=..., mask_batch=batch.get('weights'))
-    (algorithms/baselines/external_tuning/pytorch_nadamw_full_budget.py),
-    then loss = summed_loss / n_valid_examples."""
-    w = AlgoPerfWmt(server, str(data / "wmt"), 20, 8)
+    """The baselines' update_params (e.g. external_tuning's
+    pytorch_nadamw_full_budget.py) call the workload's loss with the
+    batch's targets as labels and `batch.get('weights')` as the mask, then
+    divide the summed loss by n_valid_examples."""
+    w = WmtContract(server, str(data / "wmt"), 20, 8)
     q = batchd.algoperf.input_queue(
         "wmt", "train", 8, data="wmt", seed=2, world_size=1, rank=0,
         server=server.address, timeout=60, options={"index_threads": 1})
@@ -727,12 +438,8 @@ def test_wmt_train_batches_carry_weights_for_loss_masking(server, data):
     padding = int((batch["targets"] == 0).sum())
     assert padding > 0  # a packed batch still has padding to mask
     logits = torch.zeros(8, 256, VOCAB)  # uniform: log(VOCAB) per position
-    loss_dict = w.loss_fn(
-        label_batch=batch['targets'],
-        logits_batch=logits,
-        mask_batch=batch.get('weights'),
-        label_smoothing=0.0,
-    )
+    loss_dict = w.training_loss(batch["targets"], logits,
+                                mask=batch.get("weights"), label_smoothing=0.0)
     n_valid = int((batch["targets"] > 0).sum())
     assert int(loss_dict["n_valid_examples"]) == n_valid
     assert float(loss_dict["summed"]) == pytest.approx(
@@ -741,20 +448,19 @@ def test_wmt_train_batches_carry_weights_for_loss_masking(server, data):
 
 
 def test_wmt_eval_train_is_padded_eval_batches_of_train(server, data):
-    """eval_train through _eval_model_on_split: eval_step reads
-    batch['weights']; the rows are train pairs, one per row, not packed."""
-    w = AlgoPerfWmt(server, str(data / "wmt"), num_validation_examples=20,
+    """eval_train through an evaluation: the metrics read batch['weights'];
+    the rows are train pairs, one per row, not packed."""
+    w = WmtContract(server, str(data / "wmt"), num_validation_examples=20,
                     eval_batch_size=8)
     n = w.num_eval_train_examples  # 24
-    results = w._eval_model_on_split(
-        "eval_train", num_examples=n, global_batch_size=8, params=None,
-        model_state=None, rng=[3, 0], data_dir="wmt")
+    results = w.evaluate("eval_train", num_examples=n, global_batch_size=8,
+                         seed=3, data_dir="wmt")
     assert results["accuracy"] == 1.0
-    predictions, references = bleu.last
+    references = w.bleu.references
     # The first n kept train pairs, in file order (see batchd.algoperf).
     assert references == detok(data, [en for _, en in
                                        kept_pairs(data, "train")[:n]])
-    q = w._eval_iters["eval_train"]
+    q = w.queues["eval_train"]
     batch = next(q)  # a third pass starts: the same first batch
     assert list(batch) == ["inputs", "targets", "weights"]
     assert {t.dtype for t in batch.values()} == {torch.int64}
@@ -767,19 +473,10 @@ def test_wmt_eval_train_is_padded_eval_batches_of_train(server, data):
 # --- ImageNet -----------------------------------------------------------------
 
 def test_imagenet_evaluation_cycles_and_masks_padding(server, data):
-    """_eval_model_on_split draws ceil(num_examples / global_batch_size)
-    batches per evaluation from a cached data_utils.cycle iterator:
-
-        # algoperf/data_utils.py, cycle
-        while True:
-          try:
-            batch = next(iterator)
-            ...
-          except StopIteration:
-            ...
-            iterator = iter(iterable)
-    """
-    w = AlgoPerfImagenet(server, num_validation_examples=6, eval_batch_size=4)
+    """An evaluation draws ceil(num_examples / global_batch_size) batches
+    from a cached iterator that, at its end, starts again from the first
+    batch (AlgoPerf's data_utils.cycle)."""
+    w = ImagenetContract(server, num_validation_examples=6, eval_batch_size=4)
     labels = [y for _, y in datasets.ImageFolder(
         str(data / "imagenet" / "val")).samples]
     share = labels.count(0) / len(labels)
@@ -787,14 +484,12 @@ def test_imagenet_evaluation_cycles_and_masks_padding(server, data):
     ce_other = float(F.cross_entropy(torch.tensor([[2.0, 0, 0]]),
                                      torch.tensor([1])))
     for evaluation in range(3):
-        r = w._eval_model_on_split("validation", num_examples=6,
-                                   global_batch_size=4, params=None,
-                                   model_state=None, rng=[0, 0],
-                                   data_dir="imagenet")
+        r = w.evaluate("validation", num_examples=6, global_batch_size=4,
+                       seed=0, data_dir="imagenet")
         assert r["accuracy"] == pytest.approx(share), evaluation
         assert r["loss"] == pytest.approx(
             share * ce + (1 - share) * ce_other, rel=1e-5), evaluation
-    q = w._eval_iters["validation"]
+    q = w.queues["validation"]
     assert q.passes == 2
     a = [next(q) for _ in range(2)]
     b = [next(q) for _ in range(2)]
@@ -802,29 +497,22 @@ def test_imagenet_evaluation_cycles_and_masks_padding(server, data):
 
 
 def test_imagenet_eval_train_is_algoperfs_seeded_subset(server, data):
-    # algoperf/workloads/imagenet_resnet/imagenet_pytorch/workload.py,
-    # _build_dataset:
-    #   if split == 'eval_train':
-    #     indices = list(range(self.num_train_examples))
-    #     random.Random(int(data_rng[0])).shuffle(indices)
-    #     dataset = torch.utils.data.Subset(
-    #       dataset, indices[: self.num_eval_train_examples]
-    #     )
-    # with the eval transform: Resize(256), CenterCrop(224).
+    # AlgoPerf's PyTorch ImageNet dataset for eval_train: the train ids
+    # 0..N-1 shuffled by random.Random(first word of the data rng), the
+    # first num_eval_train_examples of them, in that order, under the eval
+    # transform (Resize(256), CenterCrop(224)).
     ref = datasets.ImageFolder(str(data / "imagenet" / "train"))
-    w = AlgoPerfImagenet(server, num_validation_examples=6, eval_batch_size=4)
+    w = ImagenetContract(server, num_validation_examples=6, eval_batch_size=4)
     n = w.num_eval_train_examples  # 8 of 12
     seed = 12345
     indices = list(range(len(ref.samples)))
     random.Random(seed).shuffle(indices)
     subset = indices[:n]
     labels = [ref.samples[i][1] for i in subset]
-    r = w._eval_model_on_split("eval_train", num_examples=n,
-                               global_batch_size=4, params=None,
-                               model_state=None, rng=[seed, 0],
-                               data_dir="imagenet")
+    r = w.evaluate("eval_train", num_examples=n, global_batch_size=4,
+                   seed=seed, data_dir="imagenet")
     assert r["accuracy"] == pytest.approx(labels.count(0) / n)
-    q = w._eval_iters["eval_train"]
+    q = w.queues["eval_train"]
     batches = [next(q) for _ in range(2)]  # the second pass: the same subset
     assert [int(y) for b in batches for y in b["targets"]] == labels
     for b in batches:
@@ -859,20 +547,16 @@ def test_eval_train_subset_is_cpythons_shuffle(server, data, seed):
 
 
 def test_imagenet_test_is_imagenet_v2_from_tfds(server, data):
-    # algoperf/workloads/imagenet_resnet/imagenet_v2.py, get_imagenet_v2_iter:
-    #   ds = tfds.load('imagenet_v2/matched-frequency:3.0.0', split='test',
-    #                  data_dir=data_dir, ...)
-    #   return {'inputs': image, 'targets': example['label']}
-    # imagenet_pytorch/workload.py: map(imagenet_v2_to_torch,
-    #                                   itertools.cycle(np_iter))
+    # AlgoPerf's ImageNet test split (imagenet_v2.py) is TFDS's
+    # imagenet_v2/matched-frequency:3.0.0 'test' split under data_dir, its
+    # `label` as `targets`; the PyTorch workload cycles over it
+    # (itertools.cycle) and converts each batch to tensors.
     labels = [int(v) for v in (data / "v2_labels.txt").read_text().split()]
-    w = AlgoPerfImagenet(server, num_validation_examples=6, eval_batch_size=4)
-    r = w._eval_model_on_split("test", num_examples=len(labels),
-                               global_batch_size=4, params=None,
-                               model_state=None, rng=[0, 0],
-                               data_dir="imagenet_v2_tfds")
+    w = ImagenetContract(server, num_validation_examples=6, eval_batch_size=4)
+    r = w.evaluate("test", num_examples=len(labels), global_batch_size=4,
+                   seed=0, data_dir="imagenet_v2_tfds")
     assert r["accuracy"] == pytest.approx(labels.count(0) / len(labels))
-    q = w._eval_iters["test"]
+    q = w.queues["test"]
     batches = [next(q) for _ in range(2)]  # itertools.cycle: again
     got = torch.cat([b["targets"] for b in batches])
     weights = torch.cat([b["weights"] for b in batches])
@@ -888,11 +572,9 @@ def test_imagenet_test_is_imagenet_v2_from_tfds(server, data):
     ("imagenet", "train"), ("imagenet", "validation"), ("imagenet", "eval_train"),
     ("wmt", "train"), ("wmt", "validation"), ("wmt", "eval_train")])
 def test_a_runner_may_keep_any_number_of_batches(server, workload, split):
-    # submission_runner.py, train_once: the previous step's batch is alive
-    # while data_selection draws the next,
-    #     batch = data_selection(workload, input_queue, ...)
-    #     ... update_params(..., batch=batch, ...)
-    # and a submission's data_selection may keep batches of its own.
+    # AlgoPerf's runner (submission_runner.py, train_once) still holds the
+    # previous step's batch while the submission's data_selection draws the
+    # next, and a submission's data_selection may keep batches of its own.
     options = {"index_threads": 1} if workload == "wmt" else None
     q = batchd.algoperf.input_queue(
         workload, split, 4, data=workload, world_size=1, rank=0,

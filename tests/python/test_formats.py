@@ -25,8 +25,8 @@ np = pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, Server, binary  # noqa: E402
+from helpers import REPO  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = 1000
 GLOBAL_BATCH = 32
 SYNTHETIC = {"examples": str(EXAMPLES), "payload_bytes": "64"}
@@ -43,13 +43,6 @@ def available(module):
 HAVE_TORCH = available("torch")
 HAVE_JAX = available("jax")
 FORMATS = ["numpy"] + (["torch"] if HAVE_TORCH else []) + (["jax"] if HAVE_JAX else [])
-
-
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
-    yield s
-    s.stop()
 
 
 @pytest.fixture

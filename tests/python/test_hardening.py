@@ -7,10 +7,7 @@ beyond what the data can mean is refused at once.
         /usr/bin/python3 -m pytest tests/python/test_hardening.py
 """
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +17,7 @@ pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon  # noqa: E402
-from test_wmt_tools import TOOLS  # noqa: E402
+from helpers import make_wmt  # noqa: E402
 
 GLOBAL_BATCH = 16
 
@@ -28,13 +25,8 @@ GLOBAL_BATCH = 16
 @pytest.fixture
 def wmt_daemon(tmp_path):
     data = tmp_path / "data" / "wmt"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(data), "--train", "300", "--validation",
-                    "10", "--test", "10", "--shards", "1", "--seed", "5"],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", "600", "--threads", "1"],
-                   check=True, capture_output=True)
+    make_wmt(data, train=300, validation=10, test=10, shards=1, seed=5,
+             vocab_size=600)
     # One worker thread: a preparation that held it would stop every stream.
     d = Daemon(tmp_path / "data", tmp_path / "batchd.log", threads=1)
     yield d

@@ -18,7 +18,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -33,8 +32,6 @@ from torchvision import datasets, transforms  # noqa: E402
 import batchd  # noqa: E402
 from batchd_daemon import Daemon as Server  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
 MAX_MEAN_ABS_DIFF = 2.0
 
 
@@ -46,16 +43,8 @@ def build_dir():
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    """clean/: 4 classes x 6 train, x 3 val, with TFRecord shards;
-    odd/: the same with the grayscale, CMYK, PNG and truncated files."""
-    root = tmp_path_factory.mktemp("imagenet")
-    for name, extra in (("clean", ["--no-odd", "--val-per-class", "3"]),
-                        ("odd", ["--no-tfrecord"])):
-        subprocess.run([sys.executable, GENERATOR, str(root / name),
-                        "--classes", "4", "--per-class", "6", *extra],
-                       check=True, capture_output=True)
-    return root
+def data_root(imagenet_clean_and_odd):  # conftest.py
+    return imagenet_clean_and_odd
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ is seen by the next daemon.
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
@@ -21,9 +19,8 @@ pytest.importorskip("skimage")  # the generator's photos
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon  # noqa: E402
+from helpers import make_imagenet  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
 # The sources store an index only when its inputs are this old (they may
 # still change within their timestamps' granularity).
 SETTLE_S = 2.1
@@ -32,9 +29,8 @@ SETTLE_S = 2.1
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("imagenet")
-    subprocess.run([sys.executable, GENERATOR, str(root / "clean"),
-                    "--classes", "3", "--per-class", "2", "--val-per-class",
-                    "3", "--no-odd"], check=True, capture_output=True)
+    make_imagenet(root / "clean", "--classes", 3, "--per-class", 2,
+                  "--val-per-class", 3, "--no-odd")
     time.sleep(SETTLE_S)
     return root
 

@@ -24,19 +24,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import batchd  # noqa: E402  (after the torch check: batches are torch tensors)
-from batchd_daemon import Server  # noqa: E402
 
 EXAMPLES = 1000
 GLOBAL_BATCH = 32
 STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH  # the remainder is dropped
 SYNTHETIC = {"examples": str(EXAMPLES), "payload_bytes": "64"}
-
-
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
-    yield s
-    s.stop()
 
 
 def open_loader(server, stream, **kwargs):

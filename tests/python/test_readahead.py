@@ -9,7 +9,6 @@ reads made ahead. Speed is measured in bench/readahead_bench.sh, not here.
 
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -23,22 +22,12 @@ from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
 # The labels of stream "s" in /metrics: streams are keyed by owner and name.
 S = f'{{stream="s",owner="{os.getuid()}"}}'
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
 DEFAULT_BUDGET = 256 << 20
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    """clean/: 4 classes x 6 train, 3 val, with TFRecord shards (clean/tfds);
-    odd/: grayscale, CMYK, PNG-named and truncated files among them."""
-    root = tmp_path_factory.mktemp("imagenet")
-    for name, extra in (("clean", ["--no-odd", "--val-per-class", "3"]),
-                        ("odd", ["--no-tfrecord"])):
-        subprocess.run([sys.executable, GENERATOR, str(root / name),
-                        "--classes", "4", "--per-class", "6", *extra],
-                       check=True, capture_output=True)
-    return root
+def data_root(imagenet_clean_and_odd):  # conftest.py
+    return imagenet_clean_and_odd
 
 
 def run(data_root, tmp_path, budget, data, split, steps, world=2, start=0,

@@ -1,7 +1,8 @@
 """The README's table of every workload's tensors ("What a batch holds")
 is what the daemon reports: for each workload and split, the same tensor
 names, dtypes and shapes, no more and no fewer, so that the table cannot
-drift from the code.
+drift from the code. And the README stays a first-time user's page: short,
+the two commands on its first screen, every page it links there.
 
     BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
         /usr/bin/python3 -m pytest tests/python/test_readme.py
@@ -16,9 +17,7 @@ import subprocess
 import pytest
 
 from batchd_daemon import Daemon, binary
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from helpers import REPO as ROOT
 SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
           "wmt": ["train", "validation", "eval_train", "test"]}
@@ -78,3 +77,40 @@ def test_the_readme_table_is_what_the_daemon_reports(daemon):
                           for s in splits}
     for (workload, split), want in sorted(table.items()):
         assert reported(daemon, workload, split) == want, (workload, split)
+
+
+# The README is read first: at most this many lines, and the two commands
+# (CI and tooling run them by this text) within its first screen.
+MAX_README_LINES = 250
+FIRST_SCREEN_LINES = 40
+COMMANDS = ("scripts/demo.sh", "scripts/test.sh")
+
+
+def readme_lines():
+    return open(os.path.join(ROOT, "README.md")).read().splitlines()
+
+
+def test_the_readme_is_short():
+    lines = readme_lines()
+    assert len(lines) <= MAX_README_LINES, (
+        f"README.md has {len(lines)} lines, more than {MAX_README_LINES}: "
+        "move details to docs/ (install.md, testing.md, design.md, ...)")
+
+
+def test_the_two_commands_are_on_the_first_screen():
+    first = readme_lines()[:FIRST_SCREEN_LINES]
+    # Each as a command of its own: an indented code line that starts with it.
+    commands = [line.strip().split()[0] for line in first
+                if line.startswith("    ") and line.strip()]
+    for command in COMMANDS:
+        assert command in commands, (
+            f"{command} is not a command line in README.md's first "
+            f"{FIRST_SCREEN_LINES} lines")
+
+
+def test_the_pages_the_readme_links_exist():
+    text = "\n".join(readme_lines())
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert links
+    for link in links:
+        assert os.path.exists(os.path.join(ROOT, link)), link

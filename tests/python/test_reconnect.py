@@ -20,20 +20,13 @@ import threading
 import pytest
 
 import batchd
-from batchd_daemon import Daemon, Server
+from batchd_daemon import Daemon
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from soak_reference import (Reference, check_ids_and_targets,  # noqa: E402
                             image_folder_classes)
 
 OPTIONS = {"examples": 500, "payload_bytes": 24}
-
-
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
-    yield s
-    s.stop()
 
 
 def open_rank(server, stream, rank, **kw):

@@ -35,9 +35,8 @@ pytest.importorskip("skimage")  # the generator's photos
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
+from helpers import make_imagenet  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GENERATOR = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
 NOBODY = 65534
 
 
@@ -59,9 +58,8 @@ def wait_until(condition, seconds, what):
 def images(tmp_path_factory):
     """A small ImageFolder tree: 2 classes x 16 train images."""
     root = tmp_path_factory.mktemp("images")
-    subprocess.run([sys.executable, GENERATOR, str(root), "--classes", "2",
-                    "--per-class", "16", "--no-tfrecord", "--no-odd"],
-                   check=True, capture_output=True)
+    make_imagenet(root, "--classes", 2, "--per-class", 16, "--no-tfrecord",
+                  "--no-odd")
     return root
 
 

@@ -16,14 +16,12 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 import pytest
 
 spm = pytest.importorskip("sentencepiece")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
+from helpers import generate_wmt  # noqa: E402
 
 # Characters whose runs make Viterbi ties: when "c" and "cc" are both
 # pieces, "ccc" is c+cc or cc+c, the same score summed in another order,
@@ -65,10 +63,7 @@ def model(tmp_path_factory):
     crawls have; and a pool of generated plain sentences."""
     d = tmp_path_factory.mktemp("exact")
     gen = d / "gen"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(gen), "--train", "1200", "--validation", "100",
-                    "--test", "10", "--shards", "2", "--seed", "3"],
-                   check=True, capture_output=True)
+    generate_wmt(gen, train=1200, validation=100, test=10, shards=2, seed=3)
     lines = [l for name in ("train.de", "train.en")
              for l in (gen / name).read_text(encoding="utf-8").splitlines()]
     rng = random.Random(7)

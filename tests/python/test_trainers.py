@@ -10,14 +10,12 @@ stay finite.
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from test_algoperf import REPO, WMT_TOOLS, data  # noqa: F401  (the fixture)
-from batchd_daemon import Server
+from helpers import REPO
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(
     os.environ.get("BATCHD_BIN", "/nonexistent/server/batchd"))),
@@ -32,12 +30,8 @@ def trainer(name):
 
 
 @pytest.fixture
-def server(data, tmp_path):  # noqa: F811
-    s = Server(tmp_path)
-    for name in ("imagenet", "wmt"):
-        shutil.copytree(data / name, tmp_path / "data" / name)
-    yield s
-    s.stop()
+def server(algoperf_server):  # conftest.py: the small ImageNet and WMT sets
+    return algoperf_server
 
 
 def run(cmd, server):

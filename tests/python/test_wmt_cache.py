@@ -10,16 +10,16 @@ are the same with the cache off.
 
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+pytest.importorskip("sentencepiece")
+
 import batchd  # noqa: E402
 from batchd_daemon import Daemon  # noqa: E402
-from test_wmt_tools import TOOLS  # noqa: E402
+from helpers import make_wmt  # noqa: E402
 
 GLOBAL_BATCH = 16
 PAIRS = 300
@@ -30,13 +30,8 @@ KEYS = ("inputs", "targets", "inputs_segmentation")
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("wmtcache")
     data = root / "wmt"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(data), "--train", str(PAIRS),
-                    "--validation", "10", "--test", "10", "--shards", "2",
-                    "--seed", "7"], check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", "600", "--threads",
-                    "1"], check=True, capture_output=True)
+    make_wmt(data, train=PAIRS, validation=10, test=10, shards=2, seed=7,
+             vocab_size=600)
     return root
 
 

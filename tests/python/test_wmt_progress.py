@@ -7,17 +7,17 @@ and a Loader whose wait times out names the indexing.
         /usr/bin/python3 -m pytest tests/python/test_wmt_progress.py
 """
 
-import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
+pytest.importorskip("sentencepiece")
+
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary  # noqa: E402
-from test_wmt_tools import TOOLS  # noqa: E402
+from helpers import make_wmt  # noqa: E402
 
 PAIRS = 300
 DELAY_US = 30000  # per pair: a pass of about 9 s with one thread
@@ -27,13 +27,8 @@ DELAY_US = 30000  # per pair: a pass of about 9 s with one thread
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("wmtprogress")
     data = root / "wmt"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(data), "--train", str(PAIRS),
-                    "--validation", "10", "--test", "10", "--shards", "2",
-                    "--seed", "7"], check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", "600", "--threads",
-                    "1"], check=True, capture_output=True)
+    make_wmt(data, train=PAIRS, validation=10, test=10, shards=2, seed=7,
+             vocab_size=600)
     return root
 
 

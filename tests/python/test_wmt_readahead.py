@@ -7,8 +7,6 @@ without read-ahead, and the metrics show that pairs were read ahead.
 """
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -18,7 +16,7 @@ pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
-from test_wmt_tools import TOOLS  # noqa: E402
+from helpers import make_wmt  # noqa: E402
 
 # The labels of stream "s" in /metrics: streams are keyed by owner and name.
 S = f'{{stream="s",owner="{os.getuid()}"}}'
@@ -30,13 +28,8 @@ DEFAULT_BUDGET = 256 << 20
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("wmt-ra")
     data = root / "wmt"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(data), "--train", "400", "--validation",
-                    "60", "--test", "10", "--shards", "3", "--seed", "7"],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", "600", "--threads", "1"],
-                   check=True, capture_output=True)
+    make_wmt(data, train=400, validation=60, test=10, shards=3, seed=7,
+             vocab_size=600)
     return root
 
 

@@ -14,15 +14,16 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
+pytest.importorskip("sentencepiece")
+
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary  # noqa: E402
-from test_wmt_tools import TOOLS  # noqa: E402
+from helpers import generate_wmt, train_sentencepiece  # noqa: E402
 
 PAIRS = 300
 # Enough pairs that a length pass wanted hundreds of threads at once
@@ -33,21 +34,15 @@ PIDS = "/sys/fs/cgroup/pids"
 
 
 def generate(root, name, pairs):
-    data = root / name
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(data), "--train", str(pairs),
-                    "--validation", "40", "--test", "10", "--shards", "2",
-                    "--seed", "7"], check=True, capture_output=True)
-    return data
+    return generate_wmt(root / name, train=pairs, validation=40, test=10,
+                        shards=2, seed=7)
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("wmtreliability")
     data = generate(root, "wmt", PAIRS)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", "600", "--threads",
-                    "1"], check=True, capture_output=True)
+    train_sentencepiece(data, vocab_size=600)
     big = generate(root, "big", BIG_PAIRS)
     shutil.copy(data / "wmt_sentencepiece_model",
                 big / "wmt_sentencepiece_model")

@@ -6,9 +6,6 @@ tokens, the last global batch padded with weight-0 rows.
         /usr/bin/python3 -m pytest tests/python/test_wmt_stream.py
 """
 
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +14,7 @@ spm = pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
 from batchd_daemon import Server  # noqa: E402
-from test_wmt_tools import TOOLS, python_tokens  # noqa: E402
+from helpers import make_wmt, python_tokens  # noqa: E402
 
 GLOBAL_BATCH = 16
 
@@ -26,13 +23,8 @@ GLOBAL_BATCH = 16
 def wmt_server(tmp_path):
     s = Server(tmp_path)
     data = tmp_path / "data" / "wmt"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(data), "--train", "300", "--validation",
-                    "90", "--test", "10", "--shards", "2", "--seed", "5"],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", "600", "--threads", "1"],
-                   check=True, capture_output=True)
+    make_wmt(data, train=300, validation=90, test=10, shards=2, seed=5,
+             vocab_size=600)
     yield s, data
     s.stop()
 

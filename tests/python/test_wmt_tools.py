@@ -19,12 +19,11 @@ import pytest
 
 spm = pytest.importorskip("sentencepiece")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
+from helpers import (MAX_LENGTH, WMT_TOOLS as TOOLS, generate_wmt,  # noqa: E402
+                     make_wmt, python_tokens)
+
 sys.path.insert(0, TOOLS)
 import wmt_data  # noqa: E402
-
-MAX_LENGTH = 256
 
 
 def wmt_dump_path():
@@ -56,30 +55,9 @@ def dump_json(data, split, *options):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("wmt")
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(d), "--train", "1200", "--validation", "200",
-                    "--test", "40", "--shards", "4", "--seed", "3"],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, os.path.join(TOOLS, "train_sentencepiece.py"),
-                    "--data", str(d), "--vocab-size", "1000", "--threads", "2"],
-                   check=True, capture_output=True)
-    return d
-
-
-def python_tokens(data, split):
-    """AlgoPerf's tokenization and filter, with python3-sentencepiece."""
-    sp = spm.SentencePieceProcessor(
-        model_file=str(data / "wmt_sentencepiece_model"))
-    kept, dropped = [], 0
-    for de, en in wmt_data.read_pairs(str(data), split):
-        inputs = sp.encode(de.decode("utf-8"), add_eos=True)
-        targets = sp.encode(en.decode("utf-8"), add_eos=True)
-        if max(len(inputs), len(targets)) > MAX_LENGTH:
-            dropped += 1
-        else:
-            kept.append((inputs, targets))
-    return kept, dropped
+    return make_wmt(tmp_path_factory.mktemp("wmt"), train=1200,
+                    validation=200, test=40, shards=4, seed=3,
+                    vocab_size=1000, threads=2)
 
 
 def algoperf_pack(examples, length=MAX_LENGTH):
@@ -148,11 +126,8 @@ def test_train_rows_equal_algoperf_packing(data):
 
 
 def test_generator_is_deterministic_and_wmt_shaped(data, tmp_path):
-    again = tmp_path / "again"
-    subprocess.run([sys.executable, os.path.join(TOOLS, "generate_wmt.py"),
-                    "--out", str(again), "--train", "1200", "--validation",
-                    "200", "--test", "40", "--shards", "4", "--seed", "3"],
-                   check=True, capture_output=True)
+    again = generate_wmt(tmp_path / "again", train=1200, validation=200,
+                         test=40, shards=4, seed=3)
     for rel in ["train.de", "validation.en",
                 "wmt17_translate/de-en/1.0.0/"
                 "wmt17_translate-train.tfrecord-00003-of-00004"]:
