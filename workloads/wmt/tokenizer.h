@@ -73,7 +73,7 @@ class Tokenizer {
     // beyond it). Null: nothing shared, no budget.
     SharedWork* shared = nullptr;
     // SentencePiece loads on a thread of this executor, whose stack is
-    // known. Null: Executor::Default().
+    // known (WorkloadConfig::pool()). Null: on the calling thread.
     Executor* executor = nullptr;
   };
   // Load(model_path, root), shared by identity: the model's memory goes
@@ -82,8 +82,8 @@ class Tokenizer {
       const std::string& model_path, const DataRoot& root,
       const LoadOptions& options);
   // A model from the bytes of its file (`what` names it in errors), checked
-  // and then loaded on a thread of `executor`, and charged to `budget`'s
-  // models first (either may be null).
+  // and then loaded on a thread of `executor` (null: the calling thread),
+  // and charged to `budget`'s models first (either may be null).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromBytes(
       std::string bytes, const std::string& what, Executor* executor,
       SharedWork* budget);
