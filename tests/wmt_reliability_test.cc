@@ -196,15 +196,6 @@ EpochOrder Order(uint64_t seed) {
   return o;
 }
 
-// Slows every tokenization of the length pass and first windows (test
-// hook) while in scope.
-struct SlowLengths {
-  explicit SlowLengths(const char* us) {
-    setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", us, 1);
-  }
-  ~SlowLengths() { unsetenv("BATCHD_TEST_WMT_INDEX_DELAY_US"); }
-};
-
 class WmtReliabilityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "workloads/common/data_file.h"
 #include "workloads/wmt/packing.h"
+#include "workloads/wmt/wmt_constants.h"
 
 namespace batchd {
 
@@ -35,14 +36,6 @@ class SharedWork;  // workloads/shared_work.h
 namespace wmt {
 
 class SentencePieceModel;
-
-// What became of a pair.
-enum class PairFate : uint8_t {
-  kKept,
-  kTooLong,  // a side over max_length tokens (AlgoPerf's filter)
-  kEmpty,    // a side is empty text (dropped only when asked)
-  kDamaged,  // invalid UTF-8 under InvalidUtf8::kDrop
-};
 
 // What to do with text that is not well-formed UTF-8.
 enum class InvalidUtf8 : uint8_t {
