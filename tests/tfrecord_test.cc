@@ -1,4 +1,6 @@
 // TFRecord framing, CRC32C and the tf.train.Example wire format.
+#include "workloads/common/crc32c.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 
 #include <fcntl.h>

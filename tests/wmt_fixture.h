@@ -26,6 +26,7 @@
 #include "google/protobuf/stubs/common.h"
 #endif
 #include "workloads/common/cache_dir.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/wmt/length_cache.h"

@@ -26,7 +26,7 @@
 #include "gtest/gtest.h"
 #include "tests/wmt_fixture.h"
 #include "workloads/common/cache_dir.h"
-#include "workloads/common/tfrecord.h"
+#include "workloads/common/crc32c.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
 #include "workloads/wmt/length_cache.h"

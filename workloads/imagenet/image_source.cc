@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
 
