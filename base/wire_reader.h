@@ -26,8 +26,8 @@ enum WireType : uint32_t {
 // One field as ReadField reads it.
 struct WireField {
   uint32_t number = 0;
-  uint32_t wire = 0;   // WireType
-  uint64_t value = 0;  // varint and fixed fields (fixed32 in the low bits)
+  uint32_t wire = 0;       // WireType
+  uint64_t value = 0;      // varint and fixed fields (fixed32 in the low bits)
   std::string_view bytes;  // length-delimited fields: the payload
 };
 

@@ -1,6 +1,4 @@
 // TFRecord framing, CRC32C and the tf.train.Example wire format.
-#include "workloads/common/crc32c.h"
-#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 
 #include <fcntl.h>
@@ -17,6 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
+#include "workloads/common/crc32c.h"
+#include "workloads/common/tf_example.h"
 
 namespace batchd {
 namespace {

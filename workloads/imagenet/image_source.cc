@@ -234,14 +234,15 @@ class ImageFolderSource : public ImageSource {
     if (hit) {
       stats->listing_from_cache = true;
       if (options.progress) {
-        LogIndex(LogLevel::kInfo,
-                 absl::StrCat(
-                     "imagenet: listing of ", dir, " from the cache: ",
-                     src->labels_.size(), " files in ", src->classes_.size(),
-                     " classes (", src->walked_.size(), " folders checked, ",
-                     absl::StrFormat(
-                         "%.2f", double(MonotonicNanos() - start_ns) / 1e9),
-                     " s)"));
+        LogIndex(
+            LogLevel::kInfo,
+            absl::StrCat("imagenet: listing of ", dir,
+                         " from the cache: ", src->labels_.size(), " files in ",
+                         src->classes_.size(), " classes (",
+                         src->walked_.size(), " folders checked, ",
+                         absl::StrFormat(
+                             "%.2f", double(MonotonicNanos() - start_ns) / 1e9),
+                         " s)"));
       }
       src->walked_.clear();
       src->walked_.shrink_to_fit();

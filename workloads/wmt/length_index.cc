@@ -3,8 +3,8 @@
 #include "workloads/wmt/length_index.h"
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -223,7 +223,8 @@ std::optional<IndexProgress> LengthIndex::progress() const {
   p.total = index_total_.load(std::memory_order_relaxed);
   p.done = std::min(index_done_.load(std::memory_order_relaxed), p.total);
   const double elapsed =
-      double(MonotonicNanos() - index_start_ns_.load(std::memory_order_relaxed)) /
+      double(MonotonicNanos() -
+             index_start_ns_.load(std::memory_order_relaxed)) /
       1e9;
   if (elapsed > 0 && p.done > 0) {
     p.rate = double(p.done) / elapsed;
@@ -323,7 +324,9 @@ absl::Status LengthIndex::PlainPass() {
 // closed, and then no stream's status shows it.
 void LengthIndex::LogProgress() {
   const uint64_t now = MonotonicNanos();
-  if (now - last_progress_log_ns_ < uint64_t(kProgressLogSeconds) * 1000000000) return;
+  if (now - last_progress_log_ns_ < uint64_t(kProgressLogSeconds * 1e9)) {
+    return;
+  }
   last_progress_log_ns_ = now;
   std::optional<IndexProgress> p = progress();
   if (!p) return;
@@ -486,8 +489,9 @@ void LengthIndex::LogLengths(uint64_t tokenized, const char* from) const {
        {"tokenized", absl::StrCat(tokenized)},
        {"first_windows", absl::StrCat(first_windows_.load())},
        {"from", from},
-       {"seconds", absl::StrFormat(
-                       "%.3f", double(MonotonicNanos() - start_ns_.load()) / 1e9)}});
+       {"seconds",
+        absl::StrFormat("%.3f",
+                        double(MonotonicNanos() - start_ns_.load()) / 1e9)}});
 }
 
 }  // namespace wmt
