@@ -44,6 +44,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using wmt::PackedRow;
 using wmt_test::FillOne;  // one train row, as wmt_workload_test fills it
+using wmt_test::SlowLengths;
 
 constexpr size_t kPairs = 600;
 
