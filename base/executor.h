@@ -111,7 +111,7 @@ class Executor {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   // Held by Create and Shutdown, which may be called from several threads.
-  absl::Mutex join_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::Mutex join_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   ThreadGroup threads_ ABSL_GUARDED_BY(join_mu_);
 };
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "base/coding.h"
 
@@ -20,6 +21,14 @@ enum WireType : uint32_t {
   kWireFixed64 = 1,
   kWireLengthDelimited = 2,
   kWireFixed32 = 5,
+};
+
+// One field as ReadField reads it.
+struct WireField {
+  uint32_t number = 0;
+  uint32_t wire = 0;       // WireType
+  uint64_t value = 0;      // varint and fixed fields (fixed32 in the low bits)
+  std::string_view bytes;  // length-delimited fields: the payload
 };
 
 class WireReader {
@@ -80,6 +89,32 @@ class WireReader {
     *v = LoadLE64(p_);
     p_ += 8;
     return true;
+  }
+
+  // A tag and its value, whatever its wire type.
+  bool ReadField(WireField* f) {
+    if (!ReadTag(&f->number, &f->wire)) return false;
+    switch (f->wire) {
+      case kWireVarint:
+        return ReadVarint(&f->value);
+      case kWireFixed64:
+        return ReadFixed64(&f->value);
+      case kWireFixed32: {
+        uint32_t v;
+        if (!ReadFixed32(&v)) return false;
+        f->value = v;
+        return true;
+      }
+      case kWireLengthDelimited: {
+        const char* d;
+        size_t n;
+        if (!ReadBytes(&d, &n)) return false;
+        f->bytes = std::string_view(d, n);
+        return true;
+      }
+      default:
+        return false;
+    }
   }
 
   // Skips the value of a field of wire type `wire`.

@@ -18,7 +18,7 @@
 #include "base/coding.h"
 #include "fuzz/fuzz_util.h"
 #include "workloads/common/cache_dir.h"
-#include "workloads/common/tfrecord.h"
+#include "workloads/common/crc32c.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "workloads/common/tfrecord.h"
+#include "workloads/common/tf_example.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/coding.h"
 #include "fuzz/fuzz_util.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "base/address.h"
-#include "server/core.h"
+#include "server/core_options.h"
 
 namespace batchd {
 

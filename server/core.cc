@@ -1,14 +1,7 @@
-// The core: its options resolved, its parts composed, and each request
-// handed to the part whose job it is; see core.h.
+// The core: its options resolved (core_options.h), its parts composed, and
+// each request handed to the part whose job it is; see core.h.
 #include "server/core.h"
 
-#include <limits.h>
-#include <sched.h>
-#include <stdlib.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -20,14 +13,6 @@ namespace batchd {
 
 namespace {
 
-int DefaultThreads() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
-  }
-  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-}
-
 ReadAhead::Options ReadAheadOptions(const CoreOptions& o) {
   ReadAhead::Options ra;
   ra.budget_bytes = o.readahead_bytes;
@@ -38,35 +23,9 @@ ReadAhead::Options ReadAheadOptions(const CoreOptions& o) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Core>> Core::Create(const CoreOptions& options) {
-  CoreOptions o = options;
-  char resolved[PATH_MAX];
-  if (realpath(o.data_root.c_str(), resolved) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data-root ", o.data_root, " does not exist"));
-  }
-  o.data_root = resolved;
-  if (o.threads <= 0) o.threads = DefaultThreads();
-  if (o.index_threads <= 0) {
-    o.index_threads = std::min(DefaultThreads(), Executor::kMaxThreads);
-  }
-  struct statvfs shm;
-  const uint64_t shm_bytes = statvfs("/dev/shm", &shm) == 0
-                                 ? uint64_t(shm.f_blocks) * shm.f_frsize
-                                 : 0;
-  if (o.max_total_bytes == CoreOptions::kAutoRingBytes) {
-    o.max_total_bytes = shm_bytes / 2;
-  }
-  if (o.max_ring_bytes_per_uid == CoreOptions::kAutoRingBytes) {
-    // A quarter of what all rings may take: four users at their full quota.
-    o.max_ring_bytes_per_uid =
-        (o.max_total_bytes != 0 ? o.max_total_bytes : shm_bytes) / 4;
-  }
-  if (o.default_slots == 0) o.default_slots = 4;
-  if (o.shm_prefix.empty() || o.shm_prefix.find('/') != std::string::npos ||
-      o.shm_prefix.find('.') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        "--shm-prefix must be a non-empty name without '/' or '.'");
-  }
+  absl::StatusOr<CoreOptions> resolved = ResolveCoreOptions(options);
+  if (!resolved.ok()) return resolved.status();
+  const CoreOptions& o = *resolved;
   // The workers start first (Core's constructor), then the pool workloads
   // index and count on: started here, once, so that a limit on the
   // daemon's tasks is an error now, not a crash later.

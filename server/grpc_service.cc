@@ -36,7 +36,7 @@ grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
 grpc::Status BatchdService::GetStatus(grpc::ServerContext*,
                                       const v1::GetStatusRequest*,
                                       v1::GetStatusResponse* resp) {
-  *resp = core_.GetStatus();
+  *resp = core_.GetStatus(nullptr);
   return grpc::Status::OK;
 }
 

@@ -8,17 +8,18 @@
 #include <functional>
 
 #include "batchd/v1/batchd.grpc.pb.h"
-#include "server/core.h"
+#include "server/caller.h"
+#include "server/control_plane.h"
 
 namespace batchd {
 
 class BatchdService final : public v1::Batchd::Service {
  public:
   using Identify = std::function<Caller(const grpc::ServerContext&)>;
-  // `core` must outlive the service; `on_shutdown` is called by Shutdown
-  // (for administrators only); `identify` names a call's caller (default:
-  // everyone is anonymous).
-  BatchdService(Core& core, std::function<void()> on_shutdown,
+  // `core` (the daemon's Core) must outlive the service; `on_shutdown` is
+  // called by Shutdown (for administrators only); `identify` names a
+  // call's caller (default: everyone is anonymous).
+  BatchdService(ControlPlane& core, std::function<void()> on_shutdown,
                 Identify identify = nullptr)
       : core_(core),
         on_shutdown_(std::move(on_shutdown)),
@@ -44,7 +45,7 @@ class BatchdService final : public v1::Batchd::Service {
     return identify_ ? identify_(*ctx) : Caller();
   }
 
-  Core& core_;
+  ControlPlane& core_;
   std::function<void()> on_shutdown_;
   Identify identify_;
 };

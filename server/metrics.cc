@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/readahead.h"
 
 namespace batchd {
 
@@ -166,7 +167,7 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& listen, Core& core) {
+    const std::string& listen, const ControlPlane& core) {
   mg_init_library(0);
   std::unique_ptr<MetricsServer> server(new MetricsServer(core));
   // Each connection holds a civetweb thread until its request is read and

@@ -1,8 +1,9 @@
 // Prometheus text exposition of the server's status, served over HTTP by
 // civetweb (Debian's libcivetweb) at /metrics when --metrics-listen is set.
 //
-// Thread safety: MetricsServer calls Core::GetStatus from civetweb's threads
-// (Core is thread-safe); Start/destruction from one thread.
+// Thread safety: MetricsServer calls ControlPlane::GetStatus from
+// civetweb's threads (the core is thread-safe); Start/destruction from one
+// thread.
 #ifndef BATCHD_SERVER_METRICS_H_
 #define BATCHD_SERVER_METRICS_H_
 
@@ -11,7 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core.h"
+#include "batchd/v1/batchd.pb.h"
+#include "server/control_plane.h"
 
 struct mg_context;
 struct mg_connection;
@@ -20,7 +22,7 @@ namespace batchd {
 
 // The exposition text (version 0.0.4) of one status snapshot.
 // `readahead`: each stream's read-ahead figures, in the order of
-// status.streams() (Core::GetStatus gives them).
+// status.streams() (ControlPlane::GetStatus gives them).
 std::string PrometheusText(const v1::GetStatusResponse& status,
                            const std::vector<ReadAheadStats>& readahead);
 
@@ -34,14 +36,14 @@ class MetricsServer {
   // Listens on "HOST:PORT" (PORT 0 is not supported by civetweb: pick one).
   // `core` must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& listen, Core& core);
+      const std::string& listen, const ControlPlane& core);
   ~MetricsServer();
 
  private:
-  explicit MetricsServer(Core& core) : core_(core) {}
+  explicit MetricsServer(const ControlPlane& core) : core_(core) {}
   static int Handle(::mg_connection* conn, void* self);
 
-  Core& core_;
+  const ControlPlane& core_;
   mg_context* ctx_ = nullptr;
 };
 

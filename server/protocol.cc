@@ -1,22 +1,19 @@
 // The daemon's protocol; see protocol.h.
 #include "server/protocol.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/test_hooks.h"
 #include "batchd/version.h"
 
 namespace batchd {
 
 uint32_t ServerProtocolVersion() {
-  const char* hooks = getenv("BATCHD_TEST_HOOKS");
-  const char* claimed = getenv("BATCHD_TEST_PROTOCOL_VERSION");
+  const char* claimed = TestHook("BATCHD_TEST_PROTOCOL_VERSION");
   uint32_t version;
-  if (hooks != nullptr && strcmp(hooks, "1") == 0 && claimed != nullptr &&
-      absl::SimpleAtoi(claimed, &version)) {
+  if (claimed != nullptr && absl::SimpleAtoi(claimed, &version)) {
     return version;
   }
   return kProtocolVersion;

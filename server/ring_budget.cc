@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ring.h"
-#include "server/core.h"
+#include "server/core_options.h"
 
 namespace batchd {
 

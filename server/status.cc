@@ -6,7 +6,7 @@
 #include "base/clock.h"
 #include "base/process.h"
 #include "batchd/version.h"
-#include "server/core.h"
+#include "server/core_options.h"
 
 namespace batchd {
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/paths.h"
 #include "client/ring.h"
-#include "server/core.h"
+#include "server/core_options.h"
 #include "workloads/registry.h"
 
 namespace batchd {

@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "base/process.h"
 #include "batchd/version.h"
-#include "server/core.h"
+#include "server/core_options.h"
 #include "server/protocol.h"
 
 namespace batchd {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
 #include "base/log.h"
-#include "server/core.h"
+#include "server/core_options.h"
 
 namespace batchd {
 

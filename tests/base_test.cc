@@ -1,5 +1,6 @@
 // The shared base library: addresses, whole-file reads, byte formatting,
-// group lookup and path confinement (the log has log_test.cc).
+// group lookup, path confinement and protobuf's wire format (the log has
+// log_test.cc, threads threads_test.cc).
 #include <grp.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include "base/format.h"
 #include "base/groups.h"
 #include "base/paths.h"
+#include "base/test_hooks.h"
+#include "base/wire_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
@@ -153,6 +156,63 @@ TEST(PathIsWithin, EveryAbsolutePathIsWithinTheRootDirectory) {
   EXPECT_TRUE(PathIsWithin("/etc/passwd", "/"));
   EXPECT_FALSE(PathIsWithin("relative", "/"));
   EXPECT_FALSE(PathIsWithin("", "/"));
+}
+
+// The one reader of protobuf's wire format: what the SentencePiece model
+// parser and tf.train.Example read field by field.
+TEST(WireReader, ReadFieldReadsEachWireTypeAndRefusesWhatIsCutShort) {
+  // 1: varint 150; 2: fixed32 0x01020304; 3: bytes "hi"; 4: fixed64 7.
+  const std::string msg(
+      "\x08\x96\x01"
+      "\x15\x04\x03\x02\x01"
+      "\x1a\x02hi"
+      "\x21\x07\x00\x00\x00\x00\x00\x00\x00",
+      21);
+  WireReader r(msg.data(), msg.size());
+  WireField f;
+  ASSERT_TRUE(r.ReadField(&f));
+  EXPECT_EQ(f.number, 1u);
+  EXPECT_EQ(f.wire, uint32_t(kWireVarint));
+  EXPECT_EQ(f.value, 150u);
+  ASSERT_TRUE(r.ReadField(&f));
+  EXPECT_EQ(f.number, 2u);
+  EXPECT_EQ(f.wire, uint32_t(kWireFixed32));
+  EXPECT_EQ(f.value, 0x01020304u);
+  ASSERT_TRUE(r.ReadField(&f));
+  EXPECT_EQ(f.number, 3u);
+  EXPECT_EQ(f.bytes, "hi");
+  ASSERT_TRUE(r.ReadField(&f));
+  EXPECT_EQ(f.number, 4u);
+  EXPECT_EQ(f.value, 7u);
+  EXPECT_TRUE(r.done());
+  // Every prefix that cuts a field short is refused.
+  for (size_t n : {size_t(2), size_t(5), size_t(11), size_t(20)}) {
+    WireReader cut(msg.data(), n);
+    bool ok = true;
+    while (ok && !cut.done()) ok = cut.ReadField(&f);
+    EXPECT_FALSE(ok) << n;
+  }
+  // Field 0 and the group wire types are malformed.
+  for (const std::string bad :
+       {std::string("\x00\x01", 2), std::string("\x0b")}) {
+    WireReader g(bad.data(), bad.size());
+    EXPECT_FALSE(g.ReadField(&f));
+  }
+}
+
+// A hook variable left in a production environment changes nothing: it
+// is read only with BATCHD_TEST_HOOKS=1.
+TEST(TestHook, IsReadOnlyWithTestHooksOn) {
+  setenv("BATCHD_TEST_SOME_HOOK", "7", 1);
+  unsetenv("BATCHD_TEST_HOOKS");
+  EXPECT_EQ(TestHook("BATCHD_TEST_SOME_HOOK"), nullptr);
+  setenv("BATCHD_TEST_HOOKS", "0", 1);
+  EXPECT_EQ(TestHook("BATCHD_TEST_SOME_HOOK"), nullptr);
+  setenv("BATCHD_TEST_HOOKS", "1", 1);
+  ASSERT_NE(TestHook("BATCHD_TEST_SOME_HOOK"), nullptr);
+  EXPECT_STREQ(TestHook("BATCHD_TEST_SOME_HOOK"), "7");
+  unsetenv("BATCHD_TEST_HOOKS");
+  unsetenv("BATCHD_TEST_SOME_HOOK");
 }
 
 }  // namespace

@@ -20,10 +20,11 @@
 
 #include "tests/test_images.h"
 #include "tests/testutil.h"
+#include "workloads/common/crc32c.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
-#include "workloads/wmt/pair_source.h"
 #include "workloads/registry.h"
+#include "workloads/wmt/pair_source.h"
 
 namespace batchd {
 namespace {

@@ -62,7 +62,9 @@ class FakePackedWorkload : public Workload, public RowPacking {
   }
   std::unique_ptr<Schedule> MakeSchedule(
       const Sampler& sampler) const override {
-    return std::make_unique<PackedSchedule>(*this, sampler);
+    // Counts on the executor of code outside a daemon.
+    return std::make_unique<PackedSchedule>(*this, sampler,
+                                            Executor::Default());
   }
   absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
                         WorkloadCounters* counters) const override {

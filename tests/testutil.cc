@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 
 namespace batchd {

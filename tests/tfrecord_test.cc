@@ -15,6 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
+#include "workloads/common/crc32c.h"
+#include "workloads/common/tf_example.h"
 
 namespace batchd {
 namespace {

@@ -223,14 +223,6 @@ TEST_F(WmtCacheTest, TwoStreamsShareOneBuild) {
                   AllRows(**b, order, nullptr, nullptr));
 }
 
-// Slows every tokenization for a length (test hook) while in scope.
-struct SlowLengths {
-  explicit SlowLengths(const char* us) {
-    setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", us, 1);
-  }
-  ~SlowLengths() { unsetenv("BATCHD_TEST_WMT_INDEX_DELAY_US"); }
-};
-
 TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
   const std::string d = NewDataDir();
   WriteText(d, "train", *pairs_);

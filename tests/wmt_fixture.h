@@ -27,6 +27,7 @@
 #include "google/protobuf/stubs/common.h"
 #endif
 #include "workloads/common/cache_dir.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/wmt/length_cache.h"
@@ -194,6 +195,19 @@ inline PackedRow FillOne(const RowPacking& w, const EpochOrder& order,
   row.targets_segmentation = b.v[5];
   return row;
 }
+
+// Slows every tokenization of the length pass and first windows by `us`
+// microseconds (a test hook, so BATCHD_TEST_HOOKS=1 too) while in scope.
+struct SlowLengths {
+  explicit SlowLengths(const char* us) {
+    setenv("BATCHD_TEST_HOOKS", "1", 1);
+    setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", us, 1);
+  }
+  ~SlowLengths() {
+    unsetenv("BATCHD_TEST_WMT_INDEX_DELAY_US");
+    unsetenv("BATCHD_TEST_HOOKS");
+  }
+};
 
 class WmtFixture : public ::testing::Test {
  protected:

@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "server/readahead.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/wmt/sentencepiece_model.h"
 #include "workloads/wmt/wmt.h"

@@ -27,7 +27,7 @@
 #include "tests/testutil.h"
 #include "tests/wmt_fixture.h"
 #include "workloads/common/cache_dir.h"
-#include "workloads/common/tfrecord.h"
+#include "workloads/common/crc32c.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
 #include "workloads/wmt/length_cache.h"
@@ -45,6 +45,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using wmt::PackedRow;
 using wmt_test::FillOne;  // one train row, as wmt_workload_test fills it
+using wmt_test::SlowLengths;
 
 constexpr size_t kPairs = 600;
 
@@ -191,15 +192,6 @@ EpochOrder Order(uint64_t seed) {
   o.id_at = [ids](uint64_t p) { return ids[p]; };
   return o;
 }
-
-// Slows every tokenization of the length pass and first windows (test
-// hook) while in scope.
-struct SlowLengths {
-  explicit SlowLengths(const char* us) {
-    setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", us, 1);
-  }
-  ~SlowLengths() { unsetenv("BATCHD_TEST_WMT_INDEX_DELAY_US"); }
-};
 
 class WmtReliabilityTest : public ::testing::Test {
  protected:

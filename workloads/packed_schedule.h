@@ -111,16 +111,16 @@ class RowPacking {
 // schedule.
 class PackedSchedule : public Schedule {
  public:
-  // `executor` null: Executor::Default().
+  // `executor` counts the epochs (WorkloadConfig::pool()); null: counting
+  // cannot be queued and the stream fails with the reason.
   PackedSchedule(const RowPacking& packer, const Sampler& sampler,
-                 Executor* executor = nullptr)
+                 Executor* executor)
       : packer_(packer),
         n_(sampler.num_examples()),
         g_(sampler.global_batch_size()),
         per_rank_(sampler.per_rank_batch()),
         seed_(sampler.seed()),
-        scope_(executor != nullptr ? executor : Executor::Default(),
-               Priority::kServing) {}
+        scope_(executor, Priority::kServing) {}
   // Cancels counting, and waits for the epoch being counted.
   ~PackedSchedule() override;
 

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
+#include "base/executor.h"
 #include "client/include/batchd/dtype.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
@@ -32,7 +33,6 @@
 namespace batchd {
 
 class CacheDir;    // workloads/common/cache_dir.h
-class Executor;    // base/executor.h
 class SharedWork;  // workloads/shared_work.h
 
 // One tensor of a batch; the batch shape is [B] + example_shape.
@@ -66,12 +66,19 @@ struct WorkloadConfig {
   // borrowed: it outlives the workload and everything the workload
   // submits. Workloads run their parallel and background work there and
   // never start threads of their own. Null: Executor::Default() (tools
-  // and tests that run workloads outside a daemon).
+  // and tests that run workloads outside a daemon); a workload takes it
+  // from pool(), the one place that falls back.
   Executor* executor = nullptr;
   // What the daemon's streams share (loaded models, running passes, the
   // models' memory budget), borrowed: it outlives the workload. Null:
   // nothing is shared, and a workload's passes end with it.
   SharedWork* shared = nullptr;
+
+  // `executor`, or Executor::Default() when it is null (which may itself be
+  // null where no thread can start: work then runs on the caller).
+  Executor* pool() const {
+    return executor != nullptr ? executor : Executor::Default();
+  }
 };
 
 // Counters a workload keeps while filling (decode errors, skips).

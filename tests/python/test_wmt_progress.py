@@ -50,7 +50,7 @@ def test_an_indexing_stream_says_what_it_indexes(data_root, tmp_path,
                                                  monkeypatch):
     monkeypatch.setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", str(DELAY_US))
     log = tmp_path / "daemon.log"
-    daemon = Daemon(data_root, log)
+    daemon = Daemon(data_root, log, hooks=True)
     try:
         waiting = loader(daemon, timeout=1.0)
         try:
@@ -117,7 +117,7 @@ def test_first_batches_come_while_the_length_pass_runs(data_root, tmp_path,
     # Windows of 32 pairs: the first batch needs a window's lengths (~1 s
     # at DELAY_US a pair), the pass all 300 (~9 s).
     monkeypatch.setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", str(DELAY_US))
-    daemon = Daemon(data_root, tmp_path / "slow.log",
+    daemon = Daemon(data_root, tmp_path / "slow.log", hooks=True,
                     args=("--cache-dir", str(tmp_path / "cache")))
     try:
         early = rows_of(daemon, "early", 2, timeout=60.0)

@@ -302,7 +302,8 @@ def test_the_pass_finishes_after_a_short_stream_and_a_restart_resumes_far(
     # need a few hundred pairs) and is closed, as a short job's is.
     monkeypatch.setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", "1000")
     log = tmp_path / "first.log"
-    daemon = Daemon(data_root, log, args=("--cache-dir", str(cache)))
+    daemon = Daemon(data_root, log, hooks=True,
+                    args=("--cache-dir", str(cache)))
     try:
         rows(daemon, "short", 2, data="big")
         close(daemon, "short")  # the stream is gone, not only its client

@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "workloads/common/tfrecord.h"
+#include "workloads/common/crc32c.h"
 
 namespace batchd {
 namespace {

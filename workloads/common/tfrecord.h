@@ -1,5 +1,6 @@
-// TFRecord files (TensorFlow's record framing) and the tf.train.Example wire
-// format, read directly: both are public and small.
+// TFRecord files (TensorFlow's record framing), read directly: it is public
+// and small. The CRC is crc32c.h's; the offset index the cache may keep,
+// tfrecord_index.h's; the records' usual contents, tf_example.h's.
 //
 // Framing of one record:
 //   uint64 length (little endian)
@@ -10,29 +11,11 @@
 //
 // Thread safety: TFRecordFile is immutable after Open (reads use pread), so
 // any number of threads may call Read at once.
-//
-// The offset index may be persisted (TFRecordOptions::cache): an entry of
-// kind "tfrecord-offsets" keyed by the file's path relative to the data
-// root holds the file's identity (inode, size, mtime and ctime in ns) and
-// every record's length. It is used only when the identity of the file
-// opened equals the stored one. Exactness: the offsets are a function of
-// the file's bytes; bytes are only changed by writing the file, which sets
-// its mtime and ctime (and appending or truncating its size); a file
-// replaced by another has another inode. ctime cannot be set back by
-// utimensat, so even a writer that restores the mtime is seen. The device
-// number is left out on purpose: it changes at every mount of FUSE and some
-// network file systems, while inodes (and the root-relative path in the
-// key) stay. Racy writes: timestamps have a granularity (a kernel tick
-// locally, the server's clock on NFS), so a file changed less than
-// cache_settle_ns before Open could change again within the same
-// timestamp; its index is used but not stored. The lengths are checked
-// against the file size on load (a damaged value is rebuilt, with a
-// warning); CacheDir checks the checksum and the whole key.
 #ifndef BATCHD_WORKLOADS_COMMON_TFRECORD_H_
 #define BATCHD_WORKLOADS_COMMON_TFRECORD_H_
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,8 +27,9 @@ namespace batchd {
 
 class CacheDir;
 
-uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
-uint32_t MaskedCrc32c(const void* data, size_t n);
+// The framing around a record's data.
+constexpr size_t kTFRecordHeaderBytes = 12;  // length + masked CRC of it
+constexpr size_t kTFRecordFooterBytes = 4;   // masked CRC of the data
 
 struct TFRecordOptions {
   // When set, the file is opened through it (confined to the data root);
@@ -55,11 +39,11 @@ struct TFRecordOptions {
   // read: shards are big, so the cap is per record, not per file.
   // Default: kDefaultMaxFileBytes.
   uint64_t max_record_bytes = kDefaultMaxFileBytes;
-  // The persistent offset index (see the top of this file); unset or
-  // disabled: every Open scans the file.
+  // The persistent offset index (tfrecord_index.h); unset or disabled:
+  // every Open scans the file.
   std::shared_ptr<const CacheDir> cache;
   // A file whose ctime is less than this before Open is indexed but its
-  // index not stored (racy timestamps, see above). Default 2 s.
+  // index not stored (racy timestamps, tfrecord_index.h). Default 2 s.
   int64_t cache_settle_ns = 2'000'000'000;
 };
 
@@ -97,19 +81,6 @@ class TFRecordFile {
 // Writes TFRecord files (generators and tests).
 absl::Status WriteTFRecordFile(const std::string& path,
                                const std::vector<std::string>& records);
-
-// The features of a tf.train.Example that batchd reads: bytes lists and
-// int64 lists by feature name (float lists are skipped).
-struct ExampleFeatures {
-  std::map<std::string, std::vector<std::string>> bytes;
-  std::map<std::string, std::vector<int64_t>> int64s;
-};
-// Parses the serialized tf.train.Example wire format (field numbers from
-// tensorflow/core/example/{example,feature}.proto). InvalidArgument on
-// malformed input; never crashes on any input.
-absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized);
-// The inverse, for generators and tests.
-std::string SerializeExample(const ExampleFeatures& features);
 
 }  // namespace batchd
 

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -27,6 +26,7 @@
 #include "base/log.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
 
@@ -165,14 +165,15 @@ std::string ListingKey(const std::string& rel_dir) {
 
 class Progress {
  public:
-  explicit Progress(bool on) : on_(on), start_(Clock::now()), last_(start_) {}
+  explicit Progress(bool on)
+      : on_(on), start_ns_(MonotonicNanos()), last_ns_(start_ns_) {}
   // Reports at most every two seconds, and only once indexing is slow.
   template <typename... Args>
   void Maybe(const Args&... args) {
     if (!on_) return;
-    const auto now = Clock::now();
-    if (now - last_ < std::chrono::seconds(2)) return;
-    last_ = now;
+    const uint64_t now = MonotonicNanos();
+    if (now - last_ns_ < uint64_t(2e9)) return;
+    last_ns_ = now;
     reported_ = true;
     Log(LogLevel::kInfo, "indexing",
         {{"workload", "imagenet"},
@@ -185,17 +186,16 @@ class Progress {
     Log(LogLevel::kInfo, "indexed",
         {{"workload", "imagenet"},
          {"progress", absl::StrCat(args...)},
-         {"seconds", absl::StrFormat("%.1f", Seconds(Clock::now()))}});
+         {"seconds", absl::StrFormat("%.1f", Seconds(MonotonicNanos()))}});
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
-  double Seconds(Clock::time_point t) const {
-    return std::chrono::duration<double>(t - start_).count();
+  double Seconds(uint64_t now_ns) const {
+    return double(now_ns - start_ns_) / 1e9;
   }
   const bool on_;
-  const Clock::time_point start_;
-  Clock::time_point last_;
+  const uint64_t start_ns_;  // MonotonicNanos
+  uint64_t last_ns_;
   bool reported_ = false;
 };
 
@@ -221,7 +221,7 @@ class ImageFolderSource : public ImageSource {
       if (!st.ok()) return st;
       return std::unique_ptr<ImageSource>(std::move(src));
     }
-    const auto start = std::chrono::steady_clock::now();
+    const uint64_t start_ns = MonotonicNanos();
     const std::string key = ListingKey(RootRelative(*src->root_, dir));
     bool hit = src->Load(*cache, key);
     absl::StatusOr<CacheDir::Lock> lock;
@@ -234,16 +234,15 @@ class ImageFolderSource : public ImageSource {
     if (hit) {
       stats->listing_from_cache = true;
       if (options.progress) {
-        LogIndex(LogLevel::kInfo,
-                 absl::StrCat(
-                     "imagenet: listing of ", dir, " from the cache: ",
-                     src->labels_.size(), " files in ", src->classes_.size(),
-                     " classes (", src->walked_.size(), " folders checked, ",
-                     absl::StrFormat(
-                         "%.2f", std::chrono::duration<double>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count()),
-                     " s)"));
+        LogIndex(
+            LogLevel::kInfo,
+            absl::StrCat("imagenet: listing of ", dir,
+                         " from the cache: ", src->labels_.size(), " files in ",
+                         src->classes_.size(), " classes (",
+                         src->walked_.size(), " folders checked, ",
+                         absl::StrFormat(
+                             "%.2f", double(MonotonicNanos() - start_ns) / 1e9),
+                         " s)"));
       }
       src->walked_.clear();
       src->walked_.shrink_to_fit();

@@ -413,8 +413,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   source_options.progress = opt->progress;
   // The daemon's --cache-dir: listings and TFRecord offsets are kept there.
   source_options.cache = config.cache;
-  source_options.executor =
-      config.executor != nullptr ? config.executor : Executor::Default();
+  source_options.executor = config.pool();
   absl::StatusOr<Split> kind = ParseSplit(
       "imagenet", split,
       {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});

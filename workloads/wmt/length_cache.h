@@ -23,6 +23,7 @@
 
 #include "absl/strings/string_view.h"
 #include "workloads/wmt/packing.h"
+#include "workloads/wmt/wmt_constants.h"
 
 namespace batchd {
 namespace wmt {
@@ -39,9 +40,8 @@ constexpr const char* kEpochRowsKind = "wmt-epoch-rows";
 // where a pair's ids start follows from the lengths.
 constexpr const char* kTokensKind = "wmt-tokens";
 constexpr uint32_t kLengthsFormat = 1;
-// Marks are at or above kFirstMark; kLengthUnknown is "not tokenized yet".
-constexpr uint16_t kFirstMark = 0xfffc;
-constexpr uint16_t kLengthUnknown = 0xfffc;
+// The marks (kFirstMark, kLengthUnknown, the drop marks) are in
+// wmt_constants.h.
 
 struct LengthsKeyParts {
   std::string source_identity;  // PairSource::Identity()

@@ -3,11 +3,13 @@
 #include "workloads/wmt/length_index.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "workloads/sampler.h"
 #include "workloads/wmt/epoch_tables.h"
@@ -22,25 +24,12 @@ constexpr uint64_t kBlock = 16384;
 // How often a running pass logs its progress (event wmt_pass).
 constexpr int64_t kProgressLogSeconds = 30;
 
-int64_t SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // Threads for a loop of n items: a thread for every 64 items at least.
 uint64_t ThreadsFor(uint64_t n, uint64_t index_threads) {
   return std::max<uint64_t>(1, std::min<uint64_t>(index_threads, n / 64 + 1));
 }
 
 }  // namespace
-
-PackedLengths DroppedMark(PairFate fate) {
-  const uint16_t mark = fate == PairFate::kTooLong ? kDroppedTooLong
-                        : fate == PairFate::kEmpty ? kDroppedEmpty
-                                                   : kDroppedDamaged;
-  return {mark, mark};
-}
 
 std::shared_ptr<LengthIndex> LengthIndex::Create(
     std::shared_ptr<const PairSource> source,
@@ -170,7 +159,7 @@ void LengthIndex::Start() {
     if (started_) return;
     started_ = true;
   }
-  start_ns_.store(SteadyNanos());
+  start_ns_.store(MonotonicNanos());
   if (cache_ != nullptr && LoadCachedLengths() == 0) {
     LogLengths(0, "cache");
     Finish(absl::OkStatus());
@@ -221,7 +210,7 @@ void LengthIndex::Finish(const absl::Status& error) {
 void LengthIndex::StartProgress(uint64_t total) {
   index_done_.store(0, std::memory_order_relaxed);
   index_total_.store(total, std::memory_order_relaxed);
-  index_start_ns_.store(SteadyNanos(), std::memory_order_relaxed);
+  index_start_ns_.store(MonotonicNanos(), std::memory_order_relaxed);
   indexing_.store(true, std::memory_order_release);
 }
 
@@ -234,7 +223,8 @@ std::optional<IndexProgress> LengthIndex::progress() const {
   p.total = index_total_.load(std::memory_order_relaxed);
   p.done = std::min(index_done_.load(std::memory_order_relaxed), p.total);
   const double elapsed =
-      double(SteadyNanos() - index_start_ns_.load(std::memory_order_relaxed)) /
+      double(MonotonicNanos() -
+             index_start_ns_.load(std::memory_order_relaxed)) /
       1e9;
   if (elapsed > 0 && p.done > 0) {
     p.rate = double(p.done) / elapsed;
@@ -333,8 +323,10 @@ absl::Status LengthIndex::PlainPass() {
 // Every kProgressLogSeconds while the pass runs: its streams may all have
 // closed, and then no stream's status shows it.
 void LengthIndex::LogProgress() {
-  const int64_t now = SteadyNanos();
-  if (now - last_progress_log_ns_ < kProgressLogSeconds * 1000000000) return;
+  const uint64_t now = MonotonicNanos();
+  if (now - last_progress_log_ns_ < uint64_t(kProgressLogSeconds * 1e9)) {
+    return;
+  }
   last_progress_log_ns_ = now;
   std::optional<IndexProgress> p = progress();
   if (!p) return;
@@ -448,7 +440,7 @@ void LengthIndex::CountFirstEpochs() {
     absl::MutexLock lock(&mu_);
     seeds = seeds_;
   }
-  const int64_t start = SteadyNanos();
+  const uint64_t start = MonotonicNanos();
   uint64_t counted = 0;
   for (uint64_t seed : seeds) {
     for (uint64_t epoch = 0; epoch < kCountedEpochs && !Stopping(); ++epoch) {
@@ -469,7 +461,7 @@ void LengthIndex::CountFirstEpochs() {
         {{"seeds", absl::StrCat(seeds.size())},
          {"epochs", absl::StrCat(counted)},
          {"seconds",
-          absl::StrFormat("%.1f", double(SteadyNanos() - start) / 1e9)}});
+          absl::StrFormat("%.1f", double(MonotonicNanos() - start) / 1e9)}});
   }
 }
 
@@ -497,8 +489,9 @@ void LengthIndex::LogLengths(uint64_t tokenized, const char* from) const {
        {"tokenized", absl::StrCat(tokenized)},
        {"first_windows", absl::StrCat(first_windows_.load())},
        {"from", from},
-       {"seconds", absl::StrFormat(
-                       "%.3f", double(SteadyNanos() - start_ns_.load()) / 1e9)}});
+       {"seconds",
+        absl::StrFormat("%.3f",
+                        double(MonotonicNanos() - start_ns_.load()) / 1e9)}});
 }
 
 }  // namespace wmt

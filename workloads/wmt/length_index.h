@@ -33,7 +33,6 @@
 #define BATCHD_WORKLOADS_WMT_LENGTH_INDEX_H_
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,24 +49,11 @@
 #include "workloads/wmt/pair_source.h"
 #include "workloads/wmt/token_store.h"
 #include "workloads/wmt/tokenizer.h"
+#include "workloads/wmt/wmt_constants.h"
 #include "workloads/workload.h"
 
 namespace batchd {
 namespace wmt {
-
-// Packed lengths of a dropped pair: these values in `inputs` (and
-// `targets`) mark it (a kept one is at most max_length <= kMaxLength).
-constexpr uint16_t kDroppedTooLong = 0xffff;
-constexpr uint16_t kDroppedEmpty = 0xfffe;
-constexpr uint16_t kDroppedDamaged = 0xfffd;
-constexpr uint64_t kMaxLength = 4096;
-
-static_assert(kDroppedDamaged > kLengthUnknown && kMaxLength < kFirstMark,
-              "the drop marks are marks of a persisted table "
-              "(length_cache.h)");
-
-inline bool Dropped(const PackedLengths& l) { return l.inputs > kMaxLength; }
-PackedLengths DroppedMark(PairFate fate);
 
 class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
  public:
@@ -216,9 +202,9 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   std::atomic<bool> indexing_{false};
   std::atomic<bool> tokens_only_{false};
   std::atomic<uint64_t> index_done_{0}, index_total_{0};
-  std::atomic<int64_t> index_start_ns_{0};
-  std::atomic<int64_t> start_ns_{0};  // when Start began (steady clock)
-  int64_t last_progress_log_ns_ = 0;  // the pass task only
+  std::atomic<uint64_t> index_start_ns_{0};  // MonotonicNanos
+  std::atomic<uint64_t> start_ns_{0};  // when Start began (MonotonicNanos)
+  uint64_t last_progress_log_ns_ = 0;  // the pass task only
   // Pairs whose lengths Learn tokenized before the pass, and the pass did.
   std::atomic<uint64_t> first_windows_{0}, pass_tokenized_{0};
 

@@ -21,8 +21,7 @@ absl::StatusOr<std::shared_ptr<const PairReader>> PairReader::Create(
   absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
       config.data_root.empty() ? config.data_path : config.data_root);
   if (!root.ok()) return root.status();
-  Executor* executor =
-      config.executor != nullptr ? config.executor : Executor::Default();
+  Executor* executor = config.pool();
   // Checked before SentencePiece sees it, loaded on the executor, shared
   // with the daemon's other streams of the same model and charged to the
   // budget of loaded models.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/coding.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
 

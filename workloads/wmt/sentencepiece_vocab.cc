@@ -4,94 +4,26 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/wire_reader.h"
 
 namespace batchd {
 namespace wmt {
 namespace {
-
-// Protobuf's wire format, just enough of it: varints, fixed32/64 and
-// length-delimited fields; groups (wire types 3, 4) do not occur in
-// sentencepiece_model.proto and are refused.
-class WireReader {
- public:
-  explicit WireReader(std::string_view data) : data_(data) {}
-  bool done() const { return pos_ >= data_.size(); }
-
-  // Reads the next field's tag and value. For length-delimited fields
-  // *bytes is the payload; for the others *value holds the number (fixed32
-  // in its low bits).
-  bool Next(uint32_t* field, int* wire_type, uint64_t* value,
-            std::string_view* bytes) {
-    uint64_t tag;
-    if (!Varint(&tag)) return false;
-    *field = uint32_t(tag >> 3);
-    *wire_type = int(tag & 7);
-    switch (*wire_type) {
-      case 0:
-        return Varint(value);
-      case 1:
-        return Fixed(8, value);
-      case 5:
-        return Fixed(4, value);
-      case 2: {
-        uint64_t n;
-        if (!Varint(&n) || n > data_.size() - pos_) return false;
-        *bytes = data_.substr(pos_, n);
-        pos_ += n;
-        return true;
-      }
-    }
-    return false;
-  }
-  size_t pos() const { return pos_; }
-
- private:
-  bool Varint(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64 && pos_ < data_.size(); shift += 7) {
-      const uint8_t b = uint8_t(data_[pos_++]);
-      *v |= uint64_t(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  }
-  bool Fixed(size_t n, uint64_t* v) {
-    if (data_.size() - pos_ < n) return false;
-    *v = 0;
-    for (size_t i = 0; i < n; ++i) {
-      *v |= uint64_t(uint8_t(data_[pos_ + i])) << (8 * i);
-    }
-    pos_ += n;
-    return true;
-  }
-  std::string_view data_;
-  size_t pos_ = 0;
-};
 
 absl::Status Malformed(const char* what, size_t offset) {
   return absl::InvalidArgumentError(absl::StrCat(
       "not a SentencePiece model: malformed ", what, " at byte ", offset));
 }
 
-// One field of a message, as WireReader::Next reads it.
-struct Field {
-  uint32_t number = 0;
-  int type = 0;        // wire type
-  uint64_t value = 0;  // varint and fixed fields
-  std::string_view b;  // length-delimited fields
-};
-
 // Calls on_field(field) for every field of the message `bytes`, stopping at
 // the first error it returns; Malformed(what, offset) on bad wire data.
 template <typename OnField>
 absl::Status ForEachField(std::string_view bytes, const char* what,
                           OnField on_field) {
-  WireReader r(bytes);
+  WireReader r(bytes.data(), bytes.size());
   while (!r.done()) {
-    Field f;
-    if (!r.Next(&f.number, &f.type, &f.value, &f.b)) {
-      return Malformed(what, r.pos());
-    }
+    WireField f;
+    if (!r.ReadField(&f)) return Malformed(what, r.offset());
     if (absl::Status s = on_field(f); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -100,19 +32,19 @@ absl::Status ForEachField(std::string_view bytes, const char* what,
 absl::Status ParsePiece(std::string_view bytes, size_t index,
                         const ModelLimits& limits,
                         SentencePieceVocab::Piece* piece) {
-  return ForEachField(bytes, "piece", [&](const Field& f) {
-    if (f.number == 1 && f.type == 2) {
-      if (f.b.size() > limits.max_piece_bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "piece ", index, " is ", f.b.size(), " bytes, over the limit of ",
-            limits.max_piece_bytes,
-            " (pieces of real models are a few dozen bytes)"));
+  return ForEachField(bytes, "piece", [&](const WireField& f) {
+    if (f.number == 1 && f.wire == kWireLengthDelimited) {
+      if (f.bytes.size() > limits.max_piece_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("piece ", index, " is ", f.bytes.size(),
+                         " bytes, over the limit of ", limits.max_piece_bytes,
+                         " (pieces of real models are a few dozen bytes)"));
       }
-      piece->text = std::string(f.b);
-    } else if (f.number == 2 && f.type == 5) {
+      piece->text = std::string(f.bytes);
+    } else if (f.number == 2 && f.wire == kWireFixed32) {
       const uint32_t bits = uint32_t(f.value);
       memcpy(&piece->score, &bits, sizeof(bits));
-    } else if (f.number == 3 && f.type == 0) {
+    } else if (f.number == 3 && f.wire == kWireVarint) {
       piece->type = int(f.value);
     }
     return absl::OkStatus();
@@ -120,9 +52,9 @@ absl::Status ParsePiece(std::string_view bytes, size_t index,
 }
 
 absl::Status ParseTrainerSpec(std::string_view bytes, SentencePieceVocab* v) {
-  return ForEachField(bytes, "trainer_spec", [v](const Field& f) {
-    if (f.number == 3 && f.type == 0) v->model_type = int(f.value);
-    if (f.number == 24 && f.type == 0) {
+  return ForEachField(bytes, "trainer_spec", [v](const WireField& f) {
+    if (f.number == 3 && f.wire == kWireVarint) v->model_type = int(f.value);
+    if (f.number == 24 && f.wire == kWireVarint) {
       v->treat_whitespace_as_suffix = f.value != 0;
     }
     return absl::OkStatus();
@@ -131,16 +63,19 @@ absl::Status ParseTrainerSpec(std::string_view bytes, SentencePieceVocab* v) {
 
 absl::Status ParseNormalizerSpec(std::string_view bytes,
                                  SentencePieceVocab* v) {
-  return ForEachField(bytes, "normalizer_spec", [v](const Field& f) {
-    if (f.number == 1 && f.type == 2) v->normalizer_name = std::string(f.b);
-    if (f.number == 2 && f.type == 2) {
-      v->precompiled_charsmap = std::string(f.b);
+  return ForEachField(bytes, "normalizer_spec", [v](const WireField& f) {
+    if (f.number == 1 && f.wire == kWireLengthDelimited)
+      v->normalizer_name = std::string(f.bytes);
+    if (f.number == 2 && f.wire == kWireLengthDelimited) {
+      v->precompiled_charsmap = std::string(f.bytes);
     }
-    if (f.number == 3 && f.type == 0) v->add_dummy_prefix = f.value != 0;
-    if (f.number == 4 && f.type == 0) {
+    if (f.number == 3 && f.wire == kWireVarint)
+      v->add_dummy_prefix = f.value != 0;
+    if (f.number == 4 && f.wire == kWireVarint) {
       v->remove_extra_whitespaces = f.value != 0;
     }
-    if (f.number == 5 && f.type == 0) v->escape_whitespaces = f.value != 0;
+    if (f.number == 5 && f.wire == kWireVarint)
+      v->escape_whitespaces = f.value != 0;
     return absl::OkStatus();
   });
 }
@@ -151,12 +86,12 @@ absl::StatusOr<SentencePieceVocab> SentencePieceVocab::Parse(
     std::string_view model, const ModelLimits& limits) {
   if (model.size() > limits.max_file_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the model is ", model.size(), " bytes, over the limit of ",
-                     limits.max_file_bytes));
+        absl::StrCat("the model is ", model.size(),
+                     " bytes, over the limit of ", limits.max_file_bytes));
   }
   SentencePieceVocab v;
-  absl::Status s = ForEachField(model, "field", [&](const Field& f) {
-    if (f.type != 2) return absl::OkStatus();
+  absl::Status s = ForEachField(model, "field", [&](const WireField& f) {
+    if (f.wire != kWireLengthDelimited) return absl::OkStatus();
     if (f.number == 1) {
       if (v.pieces.size() >= limits.max_pieces) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -164,10 +99,10 @@ absl::StatusOr<SentencePieceVocab> SentencePieceVocab::Parse(
             " pieces, the limit (AlgoPerf's WMT model has 32000)"));
       }
       v.pieces.emplace_back();
-      return ParsePiece(f.b, v.pieces.size() - 1, limits, &v.pieces.back());
+      return ParsePiece(f.bytes, v.pieces.size() - 1, limits, &v.pieces.back());
     }
-    if (f.number == 2) return ParseTrainerSpec(f.b, &v);
-    if (f.number == 3) return ParseNormalizerSpec(f.b, &v);
+    if (f.number == 2) return ParseTrainerSpec(f.bytes, &v);
+    if (f.number == 3) return ParseNormalizerSpec(f.bytes, &v);
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "workloads/wmt/length_cache.h"
-#include "workloads/wmt/length_index.h"
+#include "workloads/wmt/wmt_constants.h"
 
 namespace batchd {
 namespace wmt {

@@ -195,7 +195,6 @@ constexpr uint64_t kResidentBytesPerFileByte = 3;
 // (the checks bound its recursion anyway).
 absl::Status OnIndexThread(Executor* executor,
                            const std::function<absl::Status()>& fn) {
-  if (executor == nullptr) executor = Executor::Default();
   if (executor == nullptr) return fn();
   return executor->Run(Priority::kServing, fn);
 }

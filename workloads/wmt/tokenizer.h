@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "workloads/common/data_file.h"
 #include "workloads/wmt/packing.h"
+#include "workloads/wmt/wmt_constants.h"
 
 namespace batchd {
 
@@ -35,14 +36,6 @@ class SharedWork;  // workloads/shared_work.h
 namespace wmt {
 
 class SentencePieceModel;
-
-// What became of a pair.
-enum class PairFate : uint8_t {
-  kKept,
-  kTooLong,  // a side over max_length tokens (AlgoPerf's filter)
-  kEmpty,    // a side is empty text (dropped only when asked)
-  kDamaged,  // invalid UTF-8 under InvalidUtf8::kDrop
-};
 
 // What to do with text that is not well-formed UTF-8.
 enum class InvalidUtf8 : uint8_t {
@@ -73,7 +66,7 @@ class Tokenizer {
     // beyond it). Null: nothing shared, no budget.
     SharedWork* shared = nullptr;
     // SentencePiece loads on a thread of this executor, whose stack is
-    // known. Null: Executor::Default().
+    // known (WorkloadConfig::pool()). Null: on the calling thread.
     Executor* executor = nullptr;
   };
   // Load(model_path, root), shared by identity: the model's memory goes
@@ -82,8 +75,8 @@ class Tokenizer {
       const std::string& model_path, const DataRoot& root,
       const LoadOptions& options);
   // A model from the bytes of its file (`what` names it in errors), checked
-  // and then loaded on a thread of `executor`, and charged to `budget`'s
-  // models first (either may be null).
+  // and then loaded on a thread of `executor` (null: the calling thread),
+  // and charged to `budget`'s models first (either may be null).
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromBytes(
       std::string bytes, const std::string& what, Executor* executor,
       SharedWork* budget);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "workloads/wmt/length_index.h"
+#include "workloads/wmt/wmt_constants.h"
 
 namespace batchd {
 namespace wmt {

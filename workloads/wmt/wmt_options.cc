@@ -8,7 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "base/paths.h"
 #include "workloads/options.h"
-#include "workloads/wmt/length_index.h"
+#include "workloads/wmt/wmt_constants.h"
 
 namespace batchd {
 namespace wmt {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/test_hooks.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
@@ -92,7 +93,7 @@ absl::StatusOr<std::shared_ptr<LengthIndex>> UseIndex(
   o.skip_empty = options.skip_empty;
   o.invalid_utf8 = options.invalid_utf8;
   o.index_threads = options.index_threads;
-  if (const char* delay = getenv("BATCHD_TEST_WMT_INDEX_DELAY_US")) {
+  if (const char* delay = TestHook("BATCHD_TEST_WMT_INDEX_DELAY_US")) {
     uint64_t us = 0;
     if (absl::SimpleAtoi(delay, &us)) o.delay_us = us;
   }

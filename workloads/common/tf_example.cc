@@ -1,0 +1,214 @@
+// tf.train.Example parsing and serializing; see tf_example.h.
+#include "workloads/common/tf_example.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/coding.h"
+#include "base/wire_reader.h"
+
+namespace batchd {
+
+namespace {
+
+enum class FeatureKind { kNone, kBytes, kFloat, kInt64 };
+
+struct ParsedFeature {
+  FeatureKind kind = FeatureKind::kNone;
+  std::vector<std::string> bytes;
+  std::vector<int64_t> int64s;
+};
+
+absl::Status Malformed(const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("malformed tf.train.Example: bad ", what));
+}
+
+bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out) {
+  WireReader r(p, n);
+  while (!r.done()) {
+    uint32_t field, wire;
+    if (!r.ReadTag(&field, &wire)) return false;
+    if (field == 1 && wire == kWireLengthDelimited) {
+      const char* d;
+      size_t len;
+      if (!r.ReadBytes(&d, &len)) return false;
+      out->emplace_back(d, len);
+    } else if (!r.Skip(wire)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out) {
+  WireReader r(p, n);
+  while (!r.done()) {
+    uint32_t field, wire;
+    if (!r.ReadTag(&field, &wire)) return false;
+    if (field == 1 && wire == kWireVarint) {
+      uint64_t v;
+      if (!r.ReadVarint(&v)) return false;
+      out->push_back(int64_t(v));
+    } else if (field == 1 && wire == kWireLengthDelimited) {
+      const char* d;
+      size_t len;
+      if (!r.ReadBytes(&d, &len)) return false;
+      WireReader packed(d, len);
+      while (!packed.done()) {
+        uint64_t v;
+        if (!packed.ReadVarint(&v)) return false;
+        out->push_back(int64_t(v));
+      }
+    } else if (!r.Skip(wire)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Checks that a FloatList is well formed; its values are not kept.
+bool CheckFloatList(const char* p, size_t n) {
+  WireReader r(p, n);
+  while (!r.done()) {
+    uint32_t field, wire;
+    if (!r.ReadTag(&field, &wire)) return false;
+    if (field == 1 && wire == kWireLengthDelimited) {
+      const char* d;
+      size_t len;
+      if (!r.ReadBytes(&d, &len) || len % 4 != 0) return false;
+    } else if (!r.Skip(wire)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f) {
+  WireReader r(p, n);
+  while (!r.done()) {
+    uint32_t field, wire;
+    if (!r.ReadTag(&field, &wire)) return Malformed("Feature tag");
+    if (wire == kWireLengthDelimited && field >= 1 && field <= 3) {
+      const char* d;
+      size_t len;
+      if (!r.ReadBytes(&d, &len)) return Malformed("Feature length");
+      const FeatureKind kind = field == 1   ? FeatureKind::kBytes
+                               : field == 2 ? FeatureKind::kFloat
+                                            : FeatureKind::kInt64;
+      if (kind != f->kind) *f = ParsedFeature{kind, {}, {}};
+      bool ok = true;
+      if (kind == FeatureKind::kBytes) ok = ParseBytesList(d, len, &f->bytes);
+      if (kind == FeatureKind::kFloat) ok = CheckFloatList(d, len);
+      if (kind == FeatureKind::kInt64) ok = ParseInt64List(d, len, &f->int64s);
+      if (!ok) return Malformed("feature value list");
+    } else if (!r.Skip(wire)) {
+      return Malformed("Feature field");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseFeatures(const char* p, size_t n,
+                           std::map<std::string, ParsedFeature>* out) {
+  WireReader r(p, n);
+  while (!r.done()) {
+    uint32_t field, wire;
+    if (!r.ReadTag(&field, &wire)) return Malformed("Features tag");
+    if (field == 1 && wire == kWireLengthDelimited) {
+      const char* entry;
+      size_t entry_len;
+      if (!r.ReadBytes(&entry, &entry_len)) return Malformed("map entry");
+      WireReader er(entry, entry_len);
+      std::string key;
+      ParsedFeature value;
+      while (!er.done()) {
+        uint32_t ef, ew;
+        if (!er.ReadTag(&ef, &ew)) return Malformed("map entry tag");
+        const char* d;
+        size_t len;
+        if (ef == 1 && ew == kWireLengthDelimited) {
+          if (!er.ReadBytes(&d, &len)) return Malformed("feature name");
+          key.assign(d, len);
+        } else if (ef == 2 && ew == kWireLengthDelimited) {
+          if (!er.ReadBytes(&d, &len)) return Malformed("feature length");
+          absl::Status s = ParseFeature(d, len, &value);
+          if (!s.ok()) return s;
+        } else if (!er.Skip(ew)) {
+          return Malformed("map entry field");
+        }
+      }
+      (*out)[key] = std::move(value);
+    } else if (!r.Skip(wire)) {
+      return Malformed("Features field");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PutLengthDelimited(uint32_t field, const std::string& data,
+                        std::string* out) {
+  AppendVarint((uint64_t(field) << 3) | kWireLengthDelimited, out);
+  AppendVarint(data.size(), out);
+  out->append(data);
+}
+
+void PutMapEntry(const std::string& key, const std::string& feature,
+                 std::string* features) {
+  std::string entry;
+  PutLengthDelimited(1, key, &entry);
+  PutLengthDelimited(2, feature, &entry);
+  PutLengthDelimited(1, entry, features);
+}
+
+}  // namespace
+
+absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized) {
+  std::map<std::string, ParsedFeature> parsed;
+  WireReader r(serialized.data(), serialized.size());
+  while (!r.done()) {
+    uint32_t field, wire;
+    if (!r.ReadTag(&field, &wire)) return Malformed("Example tag");
+    if (field == 1 && wire == kWireLengthDelimited) {
+      const char* d;
+      size_t len;
+      if (!r.ReadBytes(&d, &len)) return Malformed("Features length");
+      absl::Status s = ParseFeatures(d, len, &parsed);
+      if (!s.ok()) return s;
+    } else if (!r.Skip(wire)) {
+      return Malformed("Example field");
+    }
+  }
+  ExampleFeatures out;
+  for (auto& [name, f] : parsed) {
+    if (f.kind == FeatureKind::kBytes) out.bytes[name] = std::move(f.bytes);
+    if (f.kind == FeatureKind::kInt64) out.int64s[name] = std::move(f.int64s);
+  }
+  return out;
+}
+
+std::string SerializeExample(const ExampleFeatures& features) {
+  // Keys are written in sorted order, each in one map entry, so equal inputs
+  // give equal bytes. A name present in both maps keeps its int64 list (the
+  // later oneof member), as a parser would read the two entries.
+  std::string body;
+  for (const auto& [name, values] : features.bytes) {
+    std::string list;
+    for (const std::string& v : values) PutLengthDelimited(1, v, &list);
+    std::string feature;
+    PutLengthDelimited(1, list, &feature);
+    PutMapEntry(name, feature, &body);
+  }
+  for (const auto& [name, values] : features.int64s) {
+    std::string packed;
+    for (int64_t v : values) AppendVarint(uint64_t(v), &packed);
+    std::string list;
+    PutLengthDelimited(1, packed, &list);
+    std::string feature;
+    PutLengthDelimited(3, list, &feature);
+    PutMapEntry(name, feature, &body);
+  }
+  std::string example;
+  PutLengthDelimited(1, body, &example);
+  return example;
+}
+
+}  // namespace batchd

@@ -1,0 +1,45 @@
+// The tf.train.Example wire format, read directly (it is public and
+// small), through the one protobuf wire reader (base/wire_reader.h):
+//
+//   Example    { Features features = 1; }
+//   Features   { map<string, Feature> feature = 1; }
+//                (each map entry: { string key = 1; Feature value = 2; })
+//   Feature    { oneof kind { BytesList bytes_list = 1;
+//                             FloatList float_list = 2;
+//                             Int64List int64_list = 3; } }
+//   BytesList  { repeated bytes value = 1; }
+//   Int64List  { repeated int64 value = 1 [packed = true]; }
+//
+// Protobuf semantics kept here: unknown fields are skipped; a message field
+// seen twice is merged; within a oneof, the last member seen wins; for a map
+// key seen twice, the last entry wins.
+//
+// Thread safety: functions only.
+#ifndef BATCHD_WORKLOADS_COMMON_TF_EXAMPLE_H_
+#define BATCHD_WORKLOADS_COMMON_TF_EXAMPLE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace batchd {
+
+// The features of a tf.train.Example that batchd reads: bytes lists and
+// int64 lists by feature name (float lists are skipped).
+struct ExampleFeatures {
+  std::map<std::string, std::vector<std::string>> bytes;
+  std::map<std::string, std::vector<int64_t>> int64s;
+};
+// Parses the serialized tf.train.Example wire format (field numbers from
+// tensorflow/core/example/{example,feature}.proto). InvalidArgument on
+// malformed input; never crashes on any input.
+absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized);
+// The inverse, for generators and tests.
+std::string SerializeExample(const ExampleFeatures& features);
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_COMMON_TF_EXAMPLE_H_
