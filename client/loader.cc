@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -180,21 +181,68 @@ absl::StatusOr<v1::OpenStreamResponse> CallOpenStream(
   return resp;
 }
 
-// The daemon behind o.server, checked, then OpenStream, then its ring.
+// The uids a ring of the daemon at o.server may belong to: the one pinned
+// by an earlier attach of this Loader (a daemon that restarts is the same
+// uid, and one that is not, e.g. another user's batchd on a TCP port freed
+// by a crash, is refused); else the daemon's uid as the kernel names it on
+// a unix socket; else (TCP: no peer to ask) root, this process's uid and
+// server_uid.
+RingReader::Options RingOwners(const LoaderOptions& o, int64_t daemon_uid,
+                               int64_t pinned_uid) {
+  RingReader::Options ro;
+  ro.server_stale_seconds = o.server_stale_seconds;
+  if (pinned_uid >= 0) {
+    ro.owner_uid = pinned_uid;
+  } else if (daemon_uid >= 0) {
+    ro.owner_uid = daemon_uid;
+  } else {
+    ro.owner_uids = {0, uint32_t(geteuid())};
+    if (o.server_uid >= 0) ro.owner_uids.push_back(uint32_t(o.server_uid));
+  }
+  return ro;
+}
+
+// The ring is the one asked for: its header names this stream, rank and
+// world size (a daemon that answers with another ring's name, even one of
+// an owner this client trusts, is refused).
+absl::Status CheckRingIsOurs(const LoaderOptions& o, const std::string& name,
+                             const RingReader& r) {
+  const shm::RingHeader* h = r.header();
+  const std::string stream(h->stream_name,
+                           strnlen(h->stream_name, sizeof(h->stream_name)));
+  const std::string want = o.stream.substr(0, sizeof(h->stream_name) - 1);
+  if (stream != want || h->rank != uint32_t(o.rank) ||
+      h->world_size != uint32_t(o.world_size)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("ring ", name, " is rank ", h->rank, " of ", h->world_size,
+                     " of stream '", stream, "', not rank ", o.rank, " of ",
+                     o.world_size, " of stream '", o.stream,
+                     "' that this Loader asked for: refused (the daemon at ",
+                     o.server, " answered with another ring)"));
+  }
+  return absl::OkStatus();
+}
+
+// The daemon behind o.server, checked, then OpenStream, then its ring,
+// checked (RingOwners, CheckRingIsOurs). `pinned_uid`: the ring owner
+// this Loader found first (-1: none yet); set by the first attach.
 absl::StatusOr<std::unique_ptr<RingReader>> OpenRing(
     const LoaderOptions& o, const Position* resume, double deadline_seconds,
-    v1::OpenStreamResponse* resp) {
+    v1::OpenStreamResponse* resp, int64_t* pinned_uid) {
   absl::StatusOr<int64_t> uid = TrustedDaemonUid(o.server, o.server_uid);
   if (!uid.ok()) return uid.status();
+  if (*pinned_uid >= 0 && *uid >= 0 && *uid != *pinned_uid) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the daemon at ", o.server, " now runs as uid ", *uid, ", not as uid ",
+        *pinned_uid, " that served stream ", o.stream,
+        " until it stopped: refused (another user's daemon may have taken "
+        "its place)"));
+  }
   absl::StatusOr<v1::OpenStreamResponse> r =
       CallOpenStream(o, resume, deadline_seconds);
   if (!r.ok()) return r.status();
   *resp = *std::move(r);
-  RingReader::Options ro;
-  ro.server_stale_seconds = o.server_stale_seconds;
-  // Over TCP there is no peer to ask: the ring must still be the daemon's
-  // uid as configured, or root's, or ours.
-  ro.owner_uid = *uid >= 0 ? *uid : o.server_uid;
+  const RingReader::Options ro = RingOwners(o, *uid, *pinned_uid);
   absl::StatusOr<std::unique_ptr<RingReader>> reader =
       RingReader::Attach(resp->segment(), ro);
   if (absl::IsNotFound(reader.status())) {
@@ -206,6 +254,11 @@ absl::StatusOr<std::unique_ptr<RingReader>> OpenRing(
         ") opened is gone before it was mapped (the daemon stopped?): ",
         reader.status().message()));
   }
+  if (!reader.ok()) return reader;
+  if (absl::Status s = CheckRingIsOurs(o, resp->segment(), **reader); !s.ok()) {
+    return s;
+  }
+  if (*pinned_uid < 0) *pinned_uid = (*reader)->segment_uid();
   return reader;
 }
 
@@ -227,7 +280,8 @@ double NextBackoff(double backoff, double elapsed_seconds) {
 // exiting, gone during the call) until `seconds` have passed: a rank that
 // opens its stream during a restart waits for the daemon that follows.
 absl::StatusOr<std::unique_ptr<RingReader>> OpenRingWithin(
-    const LoaderOptions& o, double seconds, v1::OpenStreamResponse* resp) {
+    const LoaderOptions& o, double seconds, v1::OpenStreamResponse* resp,
+    int64_t* pinned_uid) {
   const uint64_t start = MonotonicNanos();
   uint32_t tries = 0;
   for (double backoff = 0.05;;
@@ -235,7 +289,7 @@ absl::StatusOr<std::unique_ptr<RingReader>> OpenRingWithin(
     ++tries;
     const double left = seconds - Seconds(MonotonicNanos() - start);
     absl::StatusOr<std::unique_ptr<RingReader>> reader =
-        OpenRing(o, nullptr, std::max(left, 0.001), resp);
+        OpenRing(o, nullptr, std::max(left, 0.001), resp, pinned_uid);
     if (reader.ok() || !MayReconnect(reader.status())) return reader;
     const double spent = Seconds(MonotonicNanos() - start);
     if (spent + backoff >= seconds) {
@@ -304,6 +358,8 @@ class Loader::Impl {
   uint64_t all_held_since = 0;
   uint32_t reconnects = 0;
   uint64_t reconnect_ns = 0;
+  // The uid the first ring belonged to; every later ring must be its.
+  int64_t ring_owner = -1;
   void* pinned = nullptr;  // the mapping RegisterPinned registered
 
   absl::Mutex mu;
@@ -383,11 +439,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Open(
     o.start_cursor_step = o.state->cursor_step;
   }
   v1::OpenStreamResponse resp;
+  int64_t ring_owner = -1;
   absl::StatusOr<std::unique_ptr<RingReader>> reader =
-      OpenRingWithin(o, o.connect_timeout_seconds, &resp);
+      OpenRingWithin(o, o.connect_timeout_seconds, &resp, &ring_owner);
   if (!reader.ok()) return reader.status();
 
   auto impl = std::make_unique<Impl>();
+  impl->ring_owner = ring_owner;
   impl->options = o;
   impl->cursor_resume = resp.cursor_resume();
   impl->next.step = o.start_step;
@@ -536,7 +594,7 @@ absl::Status Loader::Reopen(double deadline_seconds) {
   Impl& m = *impl_;
   v1::OpenStreamResponse resp;
   absl::StatusOr<std::unique_ptr<RingReader>> reader =
-      OpenRing(m.options, &m.next, deadline_seconds, &resp);
+      OpenRing(m.options, &m.next, deadline_seconds, &resp, &m.ring_owner);
   if (!reader.ok()) return reader.status();
   m.SetReader(std::move(*reader));
   info_.segment = resp.segment();
@@ -557,6 +615,15 @@ absl::Status Loader::Reconnect(const absl::Status& why) {
           o.stream.c_str(), o.rank, std::string(why.message()).c_str(),
           static_cast<unsigned long long>(m.next.step), o.server.c_str(),
           o.reconnect_seconds);
+  if (m.ring_owner >= 0) {
+    // Whoever answers at the address must hand out a ring of this uid:
+    // over TCP it is the only proof that the daemon is the one before.
+    fprintf(stderr,
+            "batchd: stream %s rank %d: only a ring of uid %lld (the first "
+            "daemon's) is accepted from the daemon at %s\n",
+            o.stream.c_str(), o.rank, static_cast<long long>(m.ring_owner),
+            o.server.c_str());
+  }
   absl::Status last = why;
   uint32_t tries = 0;
   for (double backoff = 0.05;;

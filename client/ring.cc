@@ -7,11 +7,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -103,10 +104,51 @@ absl::Status RecordCreator(int fd, const std::string& name) {
   return absl::OkStatus();
 }
 
+// Gives uid `user` read and write access to the segment behind `fd`, and
+// nobody else: a POSIX access ACL of user::rw, user:<user>:rw, group::---,
+// mask::rw, other::--- (the file's group bits then show the mask, rw, while
+// its group has no access). Written as the kernel's xattr (a version, then
+// entries sorted by tag and id; little-endian), so no library is needed.
+absl::Status GrantUser(int fd, const std::string& name, uid_t user) {
+  struct Entry {
+    uint16_t tag, perm;
+    uint32_t id;
+  };
+  const Entry entries[] = {{kAclUserObj, 6, kAclUndefinedId},
+                           {kAclUser, 6, uint32_t(user)},
+                           {kAclGroupObj, 0, kAclUndefinedId},
+                           {kAclMask, 6, kAclUndefinedId},
+                           {kAclOther, 0, kAclUndefinedId}};
+  unsigned char buf[4 + sizeof(entries) / sizeof(entries[0]) * 8];
+  auto put = [&](size_t at, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) buf[at + i] = uint8_t(v >> (8 * i));
+  };
+  put(0, kAclXattrVersion, 4);
+  size_t at = 4;
+  for (const Entry& e : entries) {
+    put(at, e.tag, 2);
+    put(at + 2, e.perm, 2);
+    put(at + 4, e.id, 4);
+    at += 8;
+  }
+  if (fsetxattr(fd, kAclXattr, buf, sizeof(buf), 0) != 0) {
+    const int err = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot give uid ", user, " (and no one else) access to ring ", name,
+        " through a POSIX ACL: ", strerror(err),
+        err == EOPNOTSUPP
+            ? " (the file system of /dev/shm has no POSIX ACLs; batchd "
+              "refuses to fall back to access by group: mount a tmpfs with "
+              "ACL support there, or run the trainer as the daemon's uid)"
+            : ""));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
-    const std::string& name, const RingGeometry& geometry, gid_t gid) {
+    const std::string& name, const RingGeometry& geometry, int64_t client_uid) {
   if (absl::Status s = geometry.Check(); !s.ok()) return s;
   const uint64_t bytes = geometry.SegmentBytes();
   const uint64_t free_bytes = ShmFreeBytes();
@@ -121,17 +163,10 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
   if (bytes > free_bytes) return exhausted("");
   std::unique_ptr<Mapping> mapping;
   try {
-    const mode_t mode = gid_t(gid) == gid_t(-1) ? 0600 : 0660;
-    bip::permissions perms(mode);
+    bip::permissions perms(0600);
     bip::shared_memory_object shm(bip::create_only, BareSegmentName(name).c_str(),
                                   bip::read_write, perms);
     const int fd = shm.get_mapping_handle().handle;
-    if (gid_t(gid) != gid_t(-1) && fchown(fd, uid_t(-1), gid) != 0) {
-      const int err = errno;
-      bip::shared_memory_object::remove(BareSegmentName(name).c_str());
-      return absl::PermissionDeniedError(absl::StrCat(
-          "cannot give ring ", name, " to group ", gid, ": ", strerror(err)));
-    }
     // shm_open(O_CREAT | O_EXCL) never follows a link; check anyway that
     // what we hold is a regular file of ours before trusting it.
     struct stat st;
@@ -139,7 +174,15 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
       return absl::PermissionDeniedError(absl::StrCat(
           "ring ", name, " is not a regular file of uid ", geteuid()));
     }
-    fchmod(fd, mode);
+    // 0600 whatever the umask, then the one client uid by ACL: a ring is
+    // its owner's alone, never a group's.
+    fchmod(fd, 0600);
+    if (client_uid >= 0 && uid_t(client_uid) != geteuid()) {
+      if (absl::Status s = GrantUser(fd, name, uid_t(client_uid)); !s.ok()) {
+        bip::shared_memory_object::remove(BareSegmentName(name).c_str());
+        return s;
+      }
+    }
     // Who creates it, before the reservation (the slow step): a daemon
     // killed meanwhile leaves a segment that the next one sees is dead and
     // removes at once, rather than once it is a minute old.
@@ -308,15 +351,26 @@ RingWriter::ClientInfo RingWriter::client() const {
   return info;
 }
 
-bool RingWriter::ClientGone(uint64_t now_ns, uint64_t stale_ns) const {
+bool RingWriter::ClientGone(uint64_t now_ns, uint64_t stale_ns,
+                            uint32_t holder_pid, uint64_t holder_start) const {
   const uint32_t pid = header_->client_pid.load(std::memory_order_acquire);
   if (pid == 0) return false;  // nobody attached yet
   if (header_->client_detached.load(std::memory_order_acquire)) return true;
-  const uint64_t start = header_->client_start.load(std::memory_order_acquire);
-  const uint64_t ns = header_->client_pid_ns.load(std::memory_order_acquire);
-  if (ns == SelfPidNamespace()) return !ProcessAlive(pid, start, ns);
+  // The process the kernel named when it asked for the ring: it alone
+  // counts, whatever the client wrote (pid 1, another's start time).
+  if (holder_pid != 0) {
+    return !ProcessAlive(holder_pid, holder_start, SelfPidNamespace());
+  }
+  // No such process (TCP, another pid namespace): the client's own stamps.
+  // Its word that it died is believed; that it lives needs a fresh
+  // heartbeat, and one from the future (beyond the skew allowed between
+  // a stamp and our clock) is forged, hence stale.
   const uint64_t beat =
       header_->client_heartbeat_ns.load(std::memory_order_acquire);
+  if (beat > now_ns && beat - now_ns > shm::kMaxClockSkewNs) return true;
+  const uint64_t start = header_->client_start.load(std::memory_order_acquire);
+  const uint64_t ns = header_->client_pid_ns.load(std::memory_order_acquire);
+  if (ns == SelfPidNamespace() && !ProcessAlive(pid, start, ns)) return true;
   return now_ns > beat && now_ns - beat > stale_ns;
 }
 

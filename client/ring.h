@@ -51,11 +51,15 @@ class RingWriter {
   // Creates segment `name` (e.g. "/batchd.1000.job.0.<random>"; O_EXCL, never
   // through a link, and checked to be a regular file of ours), reserves all its
   // bytes (so that a full /dev/shm fails here, not with SIGBUS later), writes
-  // the header and publishes its version. `gid` >= 0 makes the segment
-  // group-readable and -writable by that group (mode 0660); otherwise 0600.
-  // Fails with ResourceExhausted naming the bytes needed and free.
+  // the header and publishes its version. The segment is mode 0600;
+  // `client_uid` >= 0 (and not this process's uid) may also read and write
+  // it, through a POSIX ACL entry of that uid alone (no group, no one
+  // else). Fails with ResourceExhausted naming the bytes needed and free,
+  // FailedPrecondition when the ACL cannot be set (never falling back to
+  // wider access).
   static absl::StatusOr<std::unique_ptr<RingWriter>> Create(
-      const std::string& name, const RingGeometry& geometry, gid_t gid = -1);
+      const std::string& name, const RingGeometry& geometry,
+      int64_t client_uid = -1);
   // Unmaps and unlinks the segment.
   ~RingWriter();
   // Removes the name now (the mapping stays until destruction); marks the
@@ -109,9 +113,14 @@ class RingWriter {
   };
   ClientInfo client() const;
   // True when a client attached and has let go or died: it marked the ring
-  // detached, its pid is gone, or (when it lives in another pid namespace)
-  // its heartbeat is older than stale_ns.
-  bool ClientGone(uint64_t now_ns, uint64_t stale_ns) const;
+  // detached, or the process that asked for the ring (`holder_pid`, in this
+  // process's pid namespace, with its start time, as the kernel named it;
+  // 0: none visible) is gone. Without a holder, when its heartbeat is
+  // older than stale_ns or ahead of now_ns by more than kMaxClockSkewNs
+  // (forged), or the process it stamped is gone. What the client wrote
+  // never keeps a ring alive once its holder died.
+  bool ClientGone(uint64_t now_ns, uint64_t stale_ns, uint32_t holder_pid = 0,
+                  uint64_t holder_start = 0) const;
 
  private:
   RingWriter(std::string name, RingGeometry geometry,
@@ -157,12 +166,17 @@ class RingReader {
     // A server whose heartbeat is older than this is taken as stopped.
     double server_stale_seconds = 3.0;
     // The uid the segment must belong to (the daemon's, as the kernel
-    // reports it); the segment must also not be writable by others.
-    // -1: not checked.
+    // reports it). -1: one of owner_uids, or any uid when that is empty.
     int64_t owner_uid = -1;
+    // With owner_uid -1: the uids the segment may belong to (over TCP:
+    // root, this process's uid, server_uid).
+    std::vector<uint32_t> owner_uids;
   };
-  // Opens `name`, checks its owner (Options::owner_uid), magic, version and
-  // geometry, and stamps this process's pid in the header.
+  // Opens `name`, checks its owner (Options), that nobody but its owner and
+  // this process's uid may write it (mode and POSIX ACL: no group, no
+  // other user), its magic, version and geometry, and stamps this
+  // process's pid in the header. PermissionDenied names what was found
+  // and what was wanted; such a ring is never mapped.
   static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
       const std::string& name, const Options& options);
   static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
@@ -179,6 +193,8 @@ class RingReader {
   // True in the process that attached (not in a forked child).
   bool InOwnerProcess() const;
   pid_t owner_pid() const { return owner_pid_; }
+  // The uid the segment belongs to (checked by Attach).
+  uid_t segment_uid() const { return segment_uid_; }
 
   // Waits up to timeout_seconds (< 0: for ever) for the next published
   // position and returns it. Fails with Unavailable when the server stopped
@@ -209,7 +225,7 @@ class RingReader {
 
  private:
   RingReader(std::string name, Options options,
-             std::unique_ptr<Mapping> mapping);
+             std::unique_ptr<Mapping> mapping, uid_t segment_uid);
   uint8_t* SlotAt(uint32_t slot) const;
   absl::Status ClosedStatus(uint32_t state) const;
 
@@ -221,6 +237,7 @@ class RingReader {
   const uint32_t slot_count_;
   const uint64_t slot_bytes_;
   const pid_t owner_pid_;
+  const uid_t segment_uid_;
 
   struct Held {
     uint32_t slot;

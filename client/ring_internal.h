@@ -1,5 +1,6 @@
 // What ring.cc and ring_reader.cc share and nobody else needs: the owner of
-// a segment's mapping, and the segment name as Boost.Interprocess takes it.
+// a segment's mapping, the segment name as Boost.Interprocess takes it, and
+// the POSIX ACL that gives a ring to its client's uid alone.
 #ifndef BATCHD_CLIENT_RING_INTERNAL_H_
 #define BATCHD_CLIENT_RING_INTERNAL_H_
 
@@ -25,6 +26,20 @@ class Mapping {
 inline std::string BareSegmentName(const std::string& name) {
   return name.empty() || name[0] != '/' ? name : name.substr(1);
 }
+
+// A POSIX access ACL as the kernel stores it in the xattr
+// "system.posix_acl_access" (linux/posix_acl_xattr.h): a little-endian u32
+// version, then entries of (u16 tag, u16 permissions rwx = 4|2|1, u32 id).
+inline constexpr char kAclXattr[] = "system.posix_acl_access";
+inline constexpr uint32_t kAclXattrVersion = 2;
+inline constexpr uint16_t kAclUserObj = 0x01;
+inline constexpr uint16_t kAclUser = 0x02;
+inline constexpr uint16_t kAclGroupObj = 0x04;
+inline constexpr uint16_t kAclGroup = 0x08;
+inline constexpr uint16_t kAclMask = 0x10;
+inline constexpr uint16_t kAclOther = 0x20;
+inline constexpr uint16_t kAclWrite = 0x02;
+inline constexpr uint32_t kAclUndefinedId = 0xFFFFFFFFu;
 
 }  // namespace batchd
 

@@ -2,12 +2,15 @@
 // in any order. See shm_layout.h for why each memory order is what it is.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
-#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,25 +25,87 @@ namespace bip = boost::interprocess;
 
 namespace {
 
-// The segment behind `fd` must be a regular file of `uid` that nobody else
-// may write: a ring made or rewritten by another user would feed this
-// trainer its data.
-absl::Status CheckOwner(const std::string& name, int fd, int64_t uid) {
+std::string UidList(const std::vector<uint32_t>& uids) {
+  std::string out;
+  for (size_t i = 0; i < uids.size(); ++i) {
+    absl::StrAppend(&out,
+                    i == 0                 ? ""
+                    : i + 1 == uids.size() ? " or "
+                                           : ", ",
+                    uids[i]);
+  }
+  return out;
+}
+
+// Who besides the owner may write the segment behind `fd` (mode `mode`):
+// "" when nobody but this process's uid, else who ("group 1234", "uid
+// 99", "every user"). A POSIX ACL, where the file has one, decides for the
+// group class; without one the mode's group bits do.
+std::string OtherWriters(int fd, mode_t mode) {
+  if ((mode & S_IWOTH) != 0) return "every user";
+  unsigned char acl[4 + 8 * 64];
+  const ssize_t n = fgetxattr(fd, kAclXattr, acl, sizeof(acl));
+  if (n < 0 && errno != ENODATA && errno != EOPNOTSUPP) {
+    return absl::StrCat("unknown (its ACL cannot be read: ", strerror(errno),
+                        ")");
+  }
+  if (n < 0) return (mode & S_IWGRP) != 0 ? "its group" : "";
+  auto get = [&](size_t at, int bytes) {
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= uint32_t(acl[at + i]) << (8 * i);
+    return v;
+  };
+  if (n < 4 || (n - 4) % 8 != 0 || get(0, 4) != kAclXattrVersion) {
+    return "unknown (an ACL of a format this client does not know)";
+  }
+  for (ssize_t at = 4; at < n; at += 8) {
+    const uint32_t tag = get(size_t(at), 2), perm = get(size_t(at) + 2, 2),
+                   id = get(size_t(at) + 4, 4);
+    if ((perm & kAclWrite) == 0) continue;
+    if (tag == kAclUser && id != geteuid()) return absl::StrCat("uid ", id);
+    if (tag == kAclGroupObj) return "its group";
+    if (tag == kAclGroup) return absl::StrCat("group ", id);
+    if (tag == kAclOther) return "every user";
+  }
+  return "";
+}
+
+// The segment behind `fd` must be a regular file of an owner `options`
+// allows that nobody else (but this process's uid) may write: a ring made
+// or rewritten by another user would feed this trainer its data.
+absl::Status CheckOwner(const std::string& name, int fd,
+                        const RingReader::Options& options, uid_t* owner) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::PermissionDeniedError(
         absl::StrCat("ring ", name, " is not a regular file"));
   }
-  if (uid >= 0 && st.st_uid != uid_t(uid)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "ring ", name, " belongs to uid ", st.st_uid,
-        ", not to uid ", uid, " that the batchd daemon runs as: "
-        "refused (another user may have made it)"));
+  *owner = st.st_uid;
+  if (options.owner_uid >= 0 && st.st_uid != uid_t(options.owner_uid)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("ring ", name, " belongs to uid ", st.st_uid,
+                     ", not to uid ", options.owner_uid,
+                     " that the batchd daemon runs as: "
+                     "refused (another user may have made it)"));
   }
-  if ((st.st_mode & S_IWOTH) != 0) {
+  if (options.owner_uid < 0 && !options.owner_uids.empty() &&
+      std::find(options.owner_uids.begin(), options.owner_uids.end(),
+                uint32_t(st.st_uid)) == options.owner_uids.end()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "ring ", name, " belongs to uid ", st.st_uid, ", not to uid ",
+        UidList(options.owner_uids),
+        " (root, this process's uid, server_uid or the uid of the daemon "
+        "first attached): refused (another user's daemon may serve this "
+        "address)"));
+  }
+  const std::string writers = OtherWriters(fd, st.st_mode);
+  if (!writers.empty()) {
     return absl::PermissionDeniedError(absl::StrFormat(
-        "ring %s has mode %04o: writable by every user, refused", name,
-        unsigned(st.st_mode & 07777)));
+        "ring %s (uid %u, group %u, mode %04o) may be written by %s, not "
+        "only by its owner and this process's uid %u: refused (another user "
+        "could change its batches)",
+        name, st.st_uid, st.st_gid, unsigned(st.st_mode & 07777), writers,
+        geteuid()));
   }
   return absl::OkStatus();
 }
@@ -50,13 +115,13 @@ absl::Status CheckOwner(const std::string& name, int fd, int64_t uid) {
 absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Attach(
     const std::string& name, const Options& options) {
   std::unique_ptr<Mapping> mapping;
+  uid_t owner = 0;
   try {
     bip::shared_memory_object shm(bip::open_only,
                                   BareSegmentName(name).c_str(),
                                   bip::read_write);
     if (absl::Status s =
-            CheckOwner(name, shm.get_mapping_handle().handle,
-                       options.owner_uid);
+            CheckOwner(name, shm.get_mapping_handle().handle, options, &owner);
         !s.ok()) {
       return s;
     }
@@ -99,11 +164,11 @@ absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Attach(
         absl::StrCat("ring ", name, " has an inconsistent header"));
   }
   return std::unique_ptr<RingReader>(
-      new RingReader(name, options, std::move(mapping)));
+      new RingReader(name, options, std::move(mapping), owner));
 }
 
 RingReader::RingReader(std::string name, Options options,
-                       std::unique_ptr<Mapping> mapping)
+                       std::unique_ptr<Mapping> mapping, uid_t segment_uid)
     : name_(std::move(name)),
       options_(options),
       mapping_(std::move(mapping)),
@@ -112,7 +177,8 @@ RingReader::RingReader(std::string name, Options options,
                                                shm::kSlotTableOffset)),
       slot_count_(header_->slot_count),
       slot_bytes_(header_->slot_bytes),
-      owner_pid_(getpid()) {
+      owner_pid_(getpid()),
+      segment_uid_(segment_uid) {
   // A reader of a fresh ring starts at 0; one that takes over a ring the
   // server kept would start at what is published and not yet released.
   next_acquire_ = header_->released.load(std::memory_order_acquire);

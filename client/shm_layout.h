@@ -127,6 +127,11 @@ inline constexpr uint32_t kCloseReasonBytes = 256;
 inline constexpr uint64_t kMaxSlotBytes = uint64_t(1) << 44;     // 16 TiB
 inline constexpr uint64_t kMaxSegmentBytes = uint64_t(1) << 54;  // 16 PiB
 
+// The most a client's heartbeat (CLOCK_MONOTONIC, one clock for every
+// process of the machine) may lie ahead of the server's reading of it: a
+// heartbeat further in the future is forged, and counts as stale.
+inline constexpr uint64_t kMaxClockSkewNs = 2'000'000'000;
+
 // RingHeader::state.
 inline constexpr uint32_t kStateOpen = 0;
 inline constexpr uint32_t kStateEnded = 1;   // all batches published (eval)

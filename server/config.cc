@@ -188,13 +188,15 @@ std::vector<Flag> StreamFlags() {
                   "Default: "
                   "batchd"),
       STRING_FLAG("shm-group", shm_group, "GROUP",
-                  "give this group (name or gid) read/write access to the "
-                  "rings (mode 0660). Default: owner only (0600)"),
+                  "ignored (a warning): a ring is its client's uid's alone "
+                  "(mode 0600 and a POSIX ACL entry for that uid), never a "
+                  "group's. Default: none"),
       U64_FLAG("slots", core.default_slots, 1, "N",
                "ring slots per rank when a spec asks for 0. Default: 4"),
       DOUBLE_FLAG("client-stale-seconds", core.client_stale_seconds, "S",
-                  "a client in another pid namespace whose heartbeat is "
-                  "older than S is taken as dead. Default: 10"),
+                  "a client whose process the daemon cannot see (TCP, "
+                  "another pid namespace) whose heartbeat is older than S "
+                  "(or from the future) is taken as dead. Default: 10"),
       DOUBLE_FLAG("idle-stream-seconds", core.idle_stream_seconds, "S",
                   "forget a stream none of whose ranks has been attached "
                   "for S seconds. Default: 300"),
@@ -231,6 +233,11 @@ std::vector<Flag> StreamFlags() {
                   "OpenStream asked for it, so that requests for rings "
                   "nobody maps cannot hold --max-streams or a drain. "
                   "Default: 60"),
+      DOUBLE_FLAG("drain-timeout-seconds", core.drain_timeout_seconds, "S",
+                  "a drain that still has ranks attached S seconds after it "
+                  "began stops the daemon as SIGTERM does (their clients "
+                  "reconnect to the daemon that follows); 0: wait for "
+                  "ever. Default: 3600"),
       // Quotas per uid and the socket directory rule.
       U64_FLAG("max-streams-per-uid", core.max_streams_per_uid, 0, "N",
                "streams one uid may own at once (TCP callers share one "
@@ -262,8 +269,7 @@ std::vector<Flag> StreamFlags() {
                "BYTES",
                "resident bytes of the models (SentencePiece) of one uid's "
                "streams (TCP callers share one quota; administrators are "
-               "exempt); 0: no limit. Default: 1073741824 (1 GiB)")
-  };
+               "exempt); 0: no limit. Default: 1073741824 (1 GiB)")};
 }
 
 // Who may connect, TLS, metrics and logs.

@@ -41,7 +41,8 @@ struct CoreOptions {
   // shared by streams counts once); a stream whose model would exceed it
   // is refused. Default: SharedWork::kDefaultMaxModelBytes (1 GiB).
   uint64_t max_model_bytes = uint64_t(1) << 30;
-  // Group given read/write access to the rings (-1: owner only).
+  // --shm-group, resolved; no longer used for rings (each ring is its
+  // client's uid's alone), kept so that the daemon can say it ignores it.
   gid_t shm_group = gid_t(-1);
   // Ring slots per rank when a spec says 0 (0 here: 4). Default: 4.
   uint32_t default_slots = 4;
@@ -66,6 +67,11 @@ struct CoreOptions {
   // of --max-streams or block a drain; a stream none of whose rings was
   // ever mapped is forgotten with its last ring. Default: 60 s.
   double attach_timeout_seconds = 60.0;
+  // A drain that still has ranks attached this long after it began ends
+  // as if they had gone (the daemon stops; their clients reconnect to the
+  // daemon that follows), so that no client, not even one that forges its
+  // liveness, holds a drain for ever. 0: no deadline. Default: 3600 s.
+  double drain_timeout_seconds = 3600.0;
   // Quotas per owner uid (anonymous TCP callers share one), so that no one
   // user's streams can starve another's. Streams of administrators (see
   // Core) are exempt; the limits above bind everyone.

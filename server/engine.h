@@ -118,6 +118,8 @@ class RankProducer {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> server_wait_ns{0};
   std::atomic<bool> failed{false};  // a fill error ended this ring
+  // Status found an impossible client-written counter in the ring (once).
+  std::atomic<bool> counters_invalid{false};
   // This rank's lane of the read-ahead (0: none); set by Engine::Add.
   ReadAhead::LaneId readahead_lane = 0;
 

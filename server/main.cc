@@ -356,6 +356,14 @@ void RemoveStaleSegments(const batchd::DaemonConfig& config) {
   for (const std::string& why : skipped) {
     batchd::Log(batchd::LogLevel::kWarn, "shm_entry_ignored", {{"entry", why}});
   }
+  if (!config.shm_group.empty()) {
+    batchd::Log(batchd::LogLevel::kWarn, "shm_group_ignored",
+                {{"group", config.shm_group},
+                 {"msg",
+                  "a ring is its client's uid's alone (0600 and a "
+                  "POSIX ACL entry for that uid); --shm-group no "
+                  "longer gives a group access"}});
+  }
 }
 
 // Step 6. The core: streams, worker pool, read-ahead. A finished drain

@@ -114,6 +114,11 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
   sample("batchd_streams", "", double(s.streams_size()));
   family({"batchd_uptime_seconds", "gauge", "Seconds since start."});
   sample("batchd_uptime_seconds", "", s.uptime_seconds());
+  family({"batchd_client_counters_invalid_total", "counter",
+          "Rings whose client wrote an impossible counter (shown "
+          "clamped)."});
+  sample("batchd_client_counters_invalid_total", "",
+         double(s.client_counters_invalid()));
 
   const Family per_rank[] = {
       {"batchd_examples_total", "counter", "Examples written to the ring."},

@@ -37,26 +37,47 @@ void ReadAheadToProto(const ReadAheadStats& ra, v1::ReadAheadStatus* out) {
   out->set_max_lane_share(ra.max_lane_share);
 }
 
-// One rank's figures, counted across its attachments.
-void RankToProto(uint32_t rank, const RankSeat& rs, v1::RankStatus* rd) {
+// One rank's figures, counted across its attachments. What the client
+// writes in its ring (released, its wait) is clamped to what can be and
+// flagged; `invalid` counts each ring so flagged once.
+void RankToProto(uint32_t rank, const RankSeat& rs, uint64_t now,
+                 std::atomic<uint64_t>* invalid, v1::RankStatus* rd) {
   rd->set_rank(rank);
   rd->set_reattaches(rs.reattaches);
   rd->set_examples(rs.examples_before);
   rd->set_bytes(rs.bytes_before);
   if (rs.producer == nullptr) return;
-  const RankProducer& p = *rs.producer;
+  RankProducer& p = *rs.producer;
   const RingWriter& ring = p.ring();
   const RingWriter::ClientInfo c = ring.client();
   rd->set_attached(true);
-  rd->set_client_pid(c.pid != 0 ? c.pid : rs.holder.pid);
+  // The process the kernel named, where the daemon sees it.
+  rd->set_client_pid(rs.holder.known && rs.holder.pid != 0 ? rs.holder.pid
+                                                           : c.pid);
+  const uint32_t slots = ring.geometry().slot_count;
   const uint64_t published = ring.published();
-  const uint64_t released = ring.released();
+  uint64_t released = ring.released();
+  uint64_t wait_ns = c.wait_ns;
+  const uint64_t attached_for = now > rs.attached_ns ? now - rs.attached_ns : 0;
+  bool impossible = false;
+  if (released > published || published - released > slots) {
+    released = released > published ? published : published - slots;
+    impossible = true;
+  }
+  if (wait_ns > attached_for) {
+    wait_ns = attached_for;
+    impossible = true;
+  }
+  if (impossible) {
+    rd->set_client_counters_invalid(true);
+    if (!p.counters_invalid.exchange(true)) invalid->fetch_add(1);
+  }
   rd->set_produced_step(p.start_step() + published);
   rd->set_consumed_step(p.start_step() + released);
   rd->set_ring_fill(uint32_t(published - released));
-  rd->set_ring_slots(ring.geometry().slot_count);
+  rd->set_ring_slots(slots);
   rd->set_server_wait_seconds(double(p.server_wait_ns.load()) / 1e9);
-  rd->set_client_wait_seconds(double(c.wait_ns) / 1e9);
+  rd->set_client_wait_seconds(double(wait_ns) / 1e9);
   rd->set_examples(rd->examples() + p.examples.load());
   rd->set_bytes(rd->bytes() + p.bytes.load());
 }
@@ -64,7 +85,8 @@ void RankToProto(uint32_t rank, const RankSeat& rs, v1::RankStatus* rd) {
 // One stream: its spec and owner, figures, indexing, read-ahead, ranks.
 // `ra` receives its read-ahead figures (zeros when it is not read ahead).
 void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
-                   v1::StreamStatus* st, ReadAheadStats* ra) {
+                   std::atomic<uint64_t>* invalid, v1::StreamStatus* st,
+                   ReadAheadStats* ra) {
   *st->mutable_spec() = stream.spec;
   st->set_owner_uid(key.first);
   st->set_owner_known(key.first != kAnonymousUid);
@@ -83,7 +105,7 @@ void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
   uint64_t examples = 0, bytes = 0;
   for (size_t r = 0; r < stream.ranks.size(); ++r) {
     v1::RankStatus* rd = st->add_ranks();
-    RankToProto(uint32_t(r), stream.ranks[r], rd);
+    RankToProto(uint32_t(r), stream.ranks[r], now, invalid, rd);
     examples += rd->examples();
     bytes += rd->bytes();
   }
@@ -123,10 +145,11 @@ v1::GetStatusResponse StatusReporter::Status(
     AddToUsage(stream, s.mutable_uids()->Mutable(s.uids_size() - 1));
     ring_bytes += AttachedRingBytes(stream);
     ReadAheadStats ra;
-    StreamToProto(key, stream, now, s.add_streams(), &ra);
+    StreamToProto(key, stream, now, &invalid_counters_, s.add_streams(), &ra);
     if (readahead != nullptr) readahead->push_back(ra);
   });
   s.set_ring_bytes(ring_bytes);
+  s.set_client_counters_invalid(invalid_counters_.load());
   return s;
 }
 

@@ -6,6 +6,7 @@
 #ifndef BATCHD_SERVER_STATUS_H_
 #define BATCHD_SERVER_STATUS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -42,6 +43,8 @@ class StatusReporter {
   const Engine& engine_;
   const ReadAhead& readahead_;
   const uint64_t start_ns_;
+  // Rings found with an impossible client-written counter.
+  mutable std::atomic<uint64_t> invalid_counters_{0};
 };
 
 }  // namespace batchd

@@ -160,8 +160,10 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::OpenRank(
     return s;
   }
   const std::string segment = SegmentName(key.first, spec.name(), rank);
-  absl::StatusOr<std::unique_ptr<RingWriter>> ring =
-      RingWriter::Create(segment, geometry, options_.shm_group);
+  // The ring is the caller's uid's alone (an ACL entry when that is not
+  // the daemon's uid); an anonymous TCP caller's is the daemon's uid's.
+  absl::StatusOr<std::unique_ptr<RingWriter>> ring = RingWriter::Create(
+      segment, geometry, caller.known ? int64_t(caller.uid) : -1);
   if (!ring.ok()) return ring.status();
   RankSeat& rs = stream.ranks[rank];
   if (rs.ever_attached) ++rs.reattaches;
@@ -244,13 +246,20 @@ void StreamRegistry::Detach(Stream& stream, RankSeat& rs) {
   rs.producer.reset();
 }
 
+bool StreamRegistry::ClientGone(const RankSeat& rs, uint64_t now) const {
+  // The holder as the kernel named it, not the pid the client wrote.
+  const bool visible = rs.holder.known && rs.holder.pid != 0;
+  return rs.producer->ring().ClientGone(
+      now, uint64_t(options_.client_stale_seconds * 1e9),
+      visible ? rs.holder.pid : 0, visible ? rs.holder.start_ticks : 0);
+}
+
 bool StreamRegistry::HolderAlive(const RankSeat& rs, uint64_t now) const {
   const RingWriter& ring = rs.producer->ring();
   if (ring.client().pid != 0) {
     // Mapped: the client's own stamps (pid, start time, pid namespace and
     // heartbeat) say whether it lives.
-    return !ring.ClientGone(now,
-                            uint64_t(options_.client_stale_seconds * 1e9));
+    return !ClientGone(rs, now);
   }
   // Asked for, not mapped yet: the requester's process as the kernel named
   // it, with its start time, so that a reused pid is not taken for it.
@@ -334,6 +343,7 @@ void StreamRegistry::CloseAll() {
 
 uint32_t StreamRegistry::Drain() {
   absl::MutexLock lock(&mu_);
+  if (!draining_) drain_started_ns_ = MonotonicNanos();
   draining_ = true;
   uint32_t attached = 0;
   for (const auto& [name, stream] : streams_) {
@@ -360,7 +370,6 @@ void StreamRegistry::ForEachStream(
 
 std::vector<std::string> StreamRegistry::ReapDeadClients() {
   std::vector<std::string> freed;
-  const uint64_t stale = uint64_t(options_.client_stale_seconds * 1e9);
   absl::MutexLock lock(&mu_);
   // Read under the lock: a caller that waited for it would otherwise hold a
   // time older than the idle marks the previous holder set.
@@ -369,7 +378,7 @@ std::vector<std::string> StreamRegistry::ReapDeadClients() {
     for (RankSeat& rs : stream->ranks) {
       if (rs.producer == nullptr) continue;
       RingWriter& ring = rs.producer->ring();
-      bool dead = ring.ClientGone(now, stale);
+      bool dead = ClientGone(rs, now);
       if (!dead && ring.client().pid == 0) {
         // Asked for but never mapped: its requester died, or it is past
         // the attach timeout (a request naming no process that will ever
@@ -384,7 +393,22 @@ std::vector<std::string> StreamRegistry::ReapDeadClients() {
       }
     }
   }
-  if (draining_ && on_drained_ && RingBytesInUse() == 0) {
+  const bool past_deadline =
+      options_.drain_timeout_seconds > 0 &&
+      now - drain_started_ns_ > uint64_t(options_.drain_timeout_seconds * 1e9);
+  if (draining_ && on_drained_ && (RingBytesInUse() == 0 || past_deadline)) {
+    if (RingBytesInUse() != 0) {
+      uint32_t attached = 0;
+      for (const auto& [k, stream] : streams_) {
+        for (const RankSeat& rs : stream->ranks) {
+          attached += rs.producer != nullptr;
+        }
+      }
+      Log(LogLevel::kWarn, "drain_deadline",
+          {{"attached_ranks", absl::StrCat(attached)},
+           {"drain_timeout_seconds",
+            absl::StrCat(options_.drain_timeout_seconds)}});
+    }
     std::function<void()> done = std::move(on_drained_);
     on_drained_ = nullptr;
     done();

@@ -96,7 +96,8 @@ class StreamRegistry {
   void CloseAll();
 
   // Refuses new streams from now on; `on_drained` (given to SetOnDrained)
-  // runs once no rank is attached. Returns the ranks attached now.
+  // runs once no rank is attached, or drain_timeout_seconds after the
+  // first Drain with ranks still attached. Returns the ranks attached now.
   uint32_t Drain();
   void SetOnDrained(std::function<void()> on_drained);
   bool draining() const;
@@ -139,6 +140,9 @@ class StreamRegistry {
 
   void Detach(Stream& stream, RankSeat& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when the seat's mapped client let go or died (RingWriter::
+  // ClientGone, judged by the holder the kernel named when it is visible).
+  bool ClientGone(const RankSeat& rs, uint64_t now) const;
   // True when the seat's holder is still there (it may hold its rank).
   bool HolderAlive(const RankSeat& rs, uint64_t now) const;
   uint64_t RingBytesInUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -159,6 +163,7 @@ class StreamRegistry {
   mutable absl::Mutex mu_;
   std::map<StreamKey, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t drain_started_ns_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void()> on_drained_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "batchd/loader.h"
 #include "client/ring.h"
 #include "tests/test_server.h"
@@ -428,6 +430,106 @@ TEST(ClientResilienceTest, ARingOfAnotherOwnerIsRefused) {
   EXPECT_TRUE(absl::IsPermissionDenied(r.status())) << r.status();
   ro.owner_uid = geteuid();
   EXPECT_TRUE(RingReader::Attach(name, ro).ok());
+}
+
+// Sets the POSIX access ACL of /dev/shm`name`: user::rw, user:`uid`:rw
+// (none when uid < 0), group::`group_perm`, mask::rw, other::---.
+bool SetAcl(const std::string& name, int64_t uid, uint16_t group_perm) {
+  std::vector<uint8_t> acl = {2, 0, 0, 0};
+  auto entry = [&](uint16_t tag, uint16_t perm, uint32_t id) {
+    for (int i = 0; i < 2; ++i) acl.push_back(uint8_t(tag >> (8 * i)));
+    for (int i = 0; i < 2; ++i) acl.push_back(uint8_t(perm >> (8 * i)));
+    for (int i = 0; i < 4; ++i) acl.push_back(uint8_t(id >> (8 * i)));
+  };
+  entry(0x01, 6, 0xFFFFFFFFu);
+  if (uid >= 0) entry(0x02, 6, uint32_t(uid));
+  entry(0x04, group_perm, 0xFFFFFFFFu);
+  entry(0x10, 6, 0xFFFFFFFFu);
+  entry(0x20, 0, 0xFFFFFFFFu);
+  const std::string path = "/dev/shm" + name;
+  return setxattr(path.c_str(), "system.posix_acl_access", acl.data(),
+                  acl.size(), 0) == 0;
+}
+
+TEST(ClientResilienceTest, ARingOthersMayWriteIsRefusedNamingWho) {
+  RingGeometry g;
+  g.slot_count = 2;
+  g.payload_bytes = 64;
+  const std::string name = "/bdwriters" + std::to_string(getpid());
+  auto w = RingWriter::Create(name, g);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string path = "/dev/shm" + name;
+  RingReader::Options ro;
+  ro.owner_uid = geteuid();
+  // Group-writable by mode (no ACL): refused, naming the group and mode.
+  ASSERT_EQ(chmod(path.c_str(), 0660), 0);
+  auto r = RingReader::Attach(name, ro);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("mode 0660"), std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("its group"), std::string::npos)
+      << r.status();
+  // Another uid's ACL entry: refused, naming that uid.
+  const uint32_t other = geteuid() + 4242;
+  ASSERT_TRUE(SetAcl(name, other, 0)) << strerror(errno);
+  r = RingReader::Attach(name, ro);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("uid " + std::to_string(other)),
+            std::string::npos)
+      << r.status();
+  // Its group writes through the ACL: refused.
+  ASSERT_TRUE(SetAcl(name, -1, 6));
+  EXPECT_FALSE(RingReader::Attach(name, ro).ok());
+  // This process's own uid by ACL (what the daemon gives a client): taken.
+  ASSERT_TRUE(SetAcl(name, geteuid(), 0));
+  EXPECT_TRUE(RingReader::Attach(name, ro).ok());
+  // An owner outside the trusted set: refused, naming both.
+  RingReader::Options trusted;
+  trusted.owner_uids = {geteuid() + 1, geteuid() + 2};
+  r = RingReader::Attach(name, trusted);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(
+                absl::StrCat("belongs to uid ", geteuid(), ", not to uid ",
+                             geteuid() + 1, " or ", geteuid() + 2)),
+            std::string::npos)
+      << r.status();
+}
+
+TEST(ClientResilienceTest, ARingIsGivenToItsClientUidAloneByAcl) {
+  RingGeometry g;
+  g.slot_count = 2;
+  g.payload_bytes = 64;
+  const std::string name = "/bdacl" + std::to_string(getpid());
+  const uint32_t client = geteuid() + 4243;
+  auto w = RingWriter::Create(name, g, client);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string path = "/dev/shm" + name;
+  uint8_t acl[256];
+  const ssize_t n =
+      getxattr(path.c_str(), "system.posix_acl_access", acl, sizeof(acl));
+  ASSERT_EQ(n, 4 + 5 * 8) << strerror(errno);
+  // user::rw, user:<client>:rw, group::---, mask::rw, other::---.
+  const uint16_t want[5][2] = {
+      {0x01, 6}, {0x02, 6}, {0x04, 0}, {0x10, 6}, {0x20, 0}};
+  for (int i = 0; i < 5; ++i) {
+    const uint8_t* e = acl + 4 + 8 * i;
+    EXPECT_EQ(e[0] | e[1] << 8, want[i][0]) << i;
+    EXPECT_EQ(e[2] | e[3] << 8, want[i][1]) << i;
+  }
+  EXPECT_EQ(uint32_t(acl[16] | acl[17] << 8 | acl[18] << 16 |
+                     uint32_t(acl[19]) << 24),
+            client);
+  // Without a client uid other than ours: 0600, no ACL.
+  const std::string plain = "/bdplain" + std::to_string(getpid());
+  auto p = RingWriter::Create(plain, g, geteuid());
+  ASSERT_TRUE(p.ok()) << p.status();
+  struct stat st;
+  ASSERT_EQ(stat(("/dev/shm" + plain).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_LT(getxattr(("/dev/shm" + plain).c_str(), "system.posix_acl_access",
+                     acl, sizeof(acl)),
+            0);
 }
 
 }  // namespace

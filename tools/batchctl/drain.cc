@@ -26,7 +26,9 @@ constexpr char kHelp[] =
 Puts the daemon into draining: it refuses every new stream (OpenStream
 fails with "batchd is draining"), keeps serving the ranks attached now,
 and exits once none is attached (a clean exit: status 0, so a service
-manager does not restart it). Prints the ranks attached when the call
+manager does not restart it), or once --drain-timeout-seconds (default
+3600) have passed with ranks still attached: it then stops as on SIGTERM
+and their clients reconnect to the daemon that follows. Prints the ranks attached when the call
 returned. Draining cannot be undone; `batchctl shutdown` stops at once.
 
   --server ADDR      unix:///path or tcp://host:port

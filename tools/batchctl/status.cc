@@ -332,7 +332,8 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
         r.client_pid() != 0 ? absl::StrCat(r.client_pid()) : "-",
         absl::StrCat(r.produced_step()),
         absl::StrCat(r.consumed_step()),
-        absl::StrCat(r.ring_fill(), "/", r.ring_slots()),
+        absl::StrCat(r.ring_fill(), "/", r.ring_slots(),
+                     r.client_counters_invalid() ? "!" : ""),
         absl::StrCat(r.examples()),
         HumanBytes(double(r.bytes())),
         absl::StrFormat("%.2f", r.client_wait_seconds()),
@@ -352,6 +353,13 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
     t.Add(std::move(row));
   }
   out += t.Render("  ");
+  for (const v1::RankStatus& r : s.ranks()) {
+    if (!r.client_counters_invalid()) continue;
+    absl::StrAppendFormat(&out,
+                          "  ! rank %u: its client wrote impossible counters "
+                          "in its ring (shown clamped)\n",
+                          r.rank());
+  }
   return out;
 }
 
