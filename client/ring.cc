@@ -161,54 +161,86 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Create(
         "slots or smaller batches"));
   };
   if (bytes > free_bytes) return exhausted("");
+  // The segment is made whole before it has a name: an unnamed file in
+  // /dev/shm (O_TMPFILE) gets its mode, its ACL, its creator and every page,
+  // and only then is linked under `name` (which fails if the name exists,
+  // and never follows a link there). A daemon killed at any step leaves
+  // nothing behind, or a segment whose dead creator the next one sees.
+  const int dir_fd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot open /dev/shm for ring ", name, ": ",
+                     strerror(errno)));
+  }
+  const int fd = openat(dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    close(dir_fd);
+    return absl::InternalError(absl::StrCat(
+        "cannot create ring ", name, " (an unnamed file in /dev/shm): ",
+        strerror(err)));
+  }
+  auto fail = [&](absl::Status s) {
+    close(fd);
+    close(dir_fd);
+    return s;
+  };
+  // 0600 whatever the umask, then the one client uid by ACL: a ring is
+  // its owner's alone, never a group's.
+  fchmod(fd, 0600);
+  if (client_uid >= 0 && uid_t(client_uid) != geteuid()) {
+    if (absl::Status s = GrantUser(fd, name, uid_t(client_uid)); !s.ok()) {
+      return fail(s);
+    }
+  }
+  if (absl::Status s = RecordCreator(fd, name); !s.ok()) return fail(s);
+  // Reserve every page now: tmpfs allocates lazily and a full /dev/shm
+  // would otherwise SIGBUS whichever process touches a page first.
+  if (const int rc = posix_fallocate(fd, 0, off_t(bytes)); rc != 0) {
+    if (rc == ENOSPC) return fail(exhausted(" (reservation failed)"));
+    return fail(absl::InternalError(
+        absl::StrCat("cannot reserve ring ", name, ": ", strerror(rc))));
+  }
+  const std::string bare = BareSegmentName(name);
+  // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc's link to the open file
+  // does the same for any uid.
+  if (linkat(fd, "", dir_fd, bare.c_str(), AT_EMPTY_PATH) != 0) {
+    const std::string self = absl::StrCat("/proc/self/fd/", fd);
+    if (errno == EEXIST ||
+        linkat(AT_FDCWD, self.c_str(), dir_fd, bare.c_str(),
+               AT_SYMLINK_FOLLOW) != 0) {
+      if (errno == EEXIST) {
+        return fail(absl::AlreadyExistsError(
+            absl::StrCat("shared memory segment ", name, " already exists")));
+      }
+      return fail(absl::InternalError(absl::StrCat(
+          "cannot name ring ", name, ": ", strerror(errno))));
+    }
+  }
+  struct stat made;
+  fstat(fd, &made);
+  close(fd);
+  close(dir_fd);
   std::unique_ptr<Mapping> mapping;
   try {
-    bip::permissions perms(0600);
-    bip::shared_memory_object shm(bip::create_only, BareSegmentName(name).c_str(),
-                                  bip::read_write, perms);
-    const int fd = shm.get_mapping_handle().handle;
-    // shm_open(O_CREAT | O_EXCL) never follows a link; check anyway that
-    // what we hold is a regular file of ours before trusting it.
+    bip::shared_memory_object shm(bip::open_only, bare.c_str(),
+                                  bip::read_write);
+    // The name is ours in a sticky directory; check anyway that it is
+    // still the file just made before trusting it.
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    if (fstat(shm.get_mapping_handle().handle, &st) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_ino != made.st_ino ||
+        st.st_dev != made.st_dev || st.st_uid != geteuid()) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "ring ", name, " is not a regular file of uid ", geteuid()));
-    }
-    // 0600 whatever the umask, then the one client uid by ACL: a ring is
-    // its owner's alone, never a group's.
-    fchmod(fd, 0600);
-    if (client_uid >= 0 && uid_t(client_uid) != geteuid()) {
-      if (absl::Status s = GrantUser(fd, name, uid_t(client_uid)); !s.ok()) {
-        bip::shared_memory_object::remove(BareSegmentName(name).c_str());
-        return s;
-      }
-    }
-    // Who creates it, before the reservation (the slow step): a daemon
-    // killed meanwhile leaves a segment that the next one sees is dead and
-    // removes at once, rather than once it is a minute old.
-    if (absl::Status s = RecordCreator(fd, name); !s.ok()) {
-      bip::shared_memory_object::remove(BareSegmentName(name).c_str());
-      return s;
-    }
-    // Reserve every page now: tmpfs allocates lazily and a full /dev/shm
-    // would otherwise SIGBUS whichever process touches a page first.
-    const int rc = posix_fallocate(fd, 0, off_t(bytes));
-    if (rc != 0) {
-      bip::shared_memory_object::remove(BareSegmentName(name).c_str());
-      if (rc == ENOSPC) return exhausted(" (reservation failed)");
-      return absl::InternalError(absl::StrCat("cannot reserve ring ", name,
-                                              ": ", strerror(rc)));
+          "ring ", name, " is not the regular file of uid ", geteuid(),
+          " just made"));
     }
     mapping = std::make_unique<Mapping>(
         bip::mapped_region(shm, bip::read_write, 0, size_t(bytes)));
   } catch (const bip::interprocess_exception& e) {
-    if (e.get_error_code() == bip::already_exists_error) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("shared memory segment ", name, " already exists"));
-    }
-    bip::shared_memory_object::remove(BareSegmentName(name).c_str());
+    bip::shared_memory_object::remove(bare.c_str());
     return absl::InternalError(
-        absl::StrCat("cannot create ring ", name, ": ", e.what()));
+        absl::StrCat("cannot map ring ", name, ": ", e.what()));
   }
   return std::unique_ptr<RingWriter>(
       new RingWriter(name, geometry, std::move(mapping)));

@@ -48,9 +48,11 @@ uint64_t ShmFreeBytes();
 
 class RingWriter {
  public:
-  // Creates segment `name` (e.g. "/batchd.1000.job.0.<random>"; O_EXCL, never
-  // through a link, and checked to be a regular file of ours), reserves all its
-  // bytes (so that a full /dev/shm fails here, not with SIGBUS later), writes
+  // Creates segment `name` (e.g. "/batchd.1000.job.0.<random>"): an unnamed
+  // file in /dev/shm that gets its mode, ACL, creator and all its bytes (so
+  // that a full /dev/shm fails here, not with SIGBUS later) before it is
+  // linked under `name` (AlreadyExists if the name is taken; never through a
+  // link), so that a creator killed midway leaves no segment; then writes
   // the header and publishes its version. The segment is mode 0600;
   // `client_uid` >= 0 (and not this process's uid) may also read and write
   // it, through a POSIX ACL entry of that uid alone (no group, no one

@@ -5,8 +5,8 @@
 // stops before the ring is mapped, and a socket that drops connections while
 // the daemon restarts. Each is a pause for the rank, never an error, and a
 // short one; so is a call the daemon cancels as it stops. And a daemon
-// killed while it creates a ring: the daemon that follows removes the
-// half-made segment.
+// killed while it creates a ring leaves no segment; one killed after is
+// removed by the daemon that follows.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -322,35 +322,48 @@ bool Exists(const std::string& name) {
   return access(("/dev/shm" + name).c_str(), F_OK) == 0;
 }
 
-TEST(ClientRestartTest, ARingWhoseDaemonDiedCreatingItIsRemovedByTheNext) {
-  // kill -9 (an OOM kill, a restart) in the middle of an OpenStream: the
-  // segment exists, its pages are being reserved, its header is not
-  // written. The next daemon must not keep it (it holds its whole size of
-  // /dev/shm) until it is a minute old: until a daemon starts a minute
-  // later, that is, which may be never.
+TEST(ClientRestartTest, ARingWhoseDaemonDiedCreatingItLeavesNothing) {
+  // kill -9 (an OOM kill, a restart) in the middle of an OpenStream, while
+  // the ring's pages are being reserved: no segment may stay behind. It
+  // would hold its whole size of /dev/shm, and a walk cannot tell whose a
+  // file with no header is until it is a minute old.
   const std::string prefix = "bdhalf" + std::to_string(getpid()) + ".";
   const std::string dead = "/" + prefix + "dead";
   const pid_t killed = CreateInChild(dead, Fallocate::kDie);
   int status = 0;
   ASSERT_EQ(waitpid(killed, &status, 0), killed);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the child was to die creating it";
-  ASSERT_TRUE(Exists(dead));
-  // One whose creator is alive, still reserving, is left alone.
+  EXPECT_FALSE(Exists(dead));
+  // One whose creator is still reserving has no name yet: nobody can open
+  // it, and a walk has nothing of it to judge.
   const std::string busy = "/" + prefix + "busy";
   int there[2];
   ASSERT_EQ(pipe(there), 0);
   const pid_t hung = CreateInChild(busy, Fallocate::kHang, there[1]);
   pollfd p{there[0], POLLIN, 0};
   ASSERT_EQ(poll(&p, 1, 60000), 1) << "the child never reserved its ring";
-  const std::vector<std::string> removed = RemoveStaleSegments(prefix);
-  EXPECT_EQ(removed, std::vector<std::string>{dead});
-  EXPECT_FALSE(Exists(dead));
-  EXPECT_TRUE(Exists(busy));
+  EXPECT_FALSE(Exists(busy));
+  EXPECT_TRUE(RemoveStaleSegments(prefix).empty());
   kill(hung, SIGKILL);
   waitpid(hung, &status, 0);
-  EXPECT_EQ(RemoveStaleSegments(prefix), std::vector<std::string>{busy});
+  EXPECT_FALSE(Exists(busy));
   close(there[0]);
   close(there[1]);
+  // A ring made whole whose creator was then killed is the next walk's.
+  const std::string made = "/" + prefix + "made";
+  const pid_t maker = fork();
+  if (maker == 0) {
+    RingGeometry g;
+    g.payload_bytes = 1 << 20;
+    auto w = RingWriter::Create(made, g);
+    if (!w.ok()) _exit(1);
+    raise(SIGKILL);
+  }
+  ASSERT_EQ(waitpid(maker, &status, 0), maker);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the maker could not create its ring";
+  ASSERT_TRUE(Exists(made));
+  EXPECT_EQ(RemoveStaleSegments(prefix), std::vector<std::string>{made});
+  EXPECT_FALSE(Exists(made));
 }
 
 }  // namespace
