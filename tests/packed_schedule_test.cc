@@ -39,8 +39,8 @@ class Rows : public RowPacking {
                                         uint64_t row) const override {
     return RowCursor{o.epoch, row, 0};
   }
-  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder&,
-                                       const RowCursor& c) const override {
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder&, const RowCursor& c,
+                                       const StopFlag*) const override {
     return c.window;
   }
   absl::Status FillRow(const EpochOrder&, uint64_t, uint8_t* const*,
