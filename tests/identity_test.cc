@@ -357,7 +357,10 @@ TEST(Quotas, GhostStreamsGiveTheirSlotBackWithTheirRing) {
   TestServer server("ghost");
   ASSERT_TRUE(
       StartShared(server, {"--max-streams", "3", "--attach-timeout-seconds",
-                           std::to_string(int(kAttachTimeout))}));
+                           std::to_string(int(kAttachTimeout)),
+                           // One uid's three streams fill --max-streams
+                           // (its quota, auto, would be one of them).
+                           "--max-streams-per-uid", "3"}));
   // A stream whose rank attached and died is kept, for a restarted rank.
   Call died(server.address(), {"open", "kept", "0", "--hold"}, kNobody);
   ASSERT_EQ(died.Line(), "attached");
