@@ -136,6 +136,21 @@ def far_loader(daemon, cursor, **kw):
                          **kw)
 
 
+def far_state(daemon, cursor, **kw):
+    """A Loader resuming from a crafted state (as Loader.state_dict()
+    writes it) whose cursor is `cursor` [epoch, window, row, step]."""
+    state = {"format": "batchd.loader_state", "version": STATE_VERSION,
+             "workload": "wmt", "data": "wmt", "split": "train",
+             "global_batch_size": 16, "seed": 3,
+             "options": {"index_threads": "1", "source": "text"},
+             "next_step": cursor[3] + 1, "cursor": cursor, "world_size": 1}
+    return batchd.Loader("far-state", 16, workload="wmt", data="wmt",
+                         split="train", seed=3, server=daemon.address,
+                         format="numpy", reconnect=0, state=state,
+                         options={"index_threads": "1", "source": "text"},
+                         **kw)
+
+
 @pytest.fixture
 def held_daemon(wmt_root, tmp_path, monkeypatch):
     """A daemon whose learning of an epoch's first windows waits while
@@ -177,6 +192,22 @@ def test_a_far_cursor_holds_no_other_caller_and_sigterm_exits_0(
     held = hold.parent / "hold.held"
     wait_until(held.exists, 60, "the far cursor's preparation is held")
 
+    # A crafted Loader state naming such a cursor takes the resume's path
+    # (the rank's own schedule): it opens while the first is held.
+    def resumed():
+        try:
+            # Kept: its rank stays attached, its row still being found.
+            outcome["resumed"] = far_state(d, [0, PAIRS // 256, 0, 7],
+                                           connect_timeout=120.0,
+                                           timeout=300.0)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            outcome["resume_error"] = e
+
+    threading.Thread(target=resumed, daemon=True).start()
+    wait_until(lambda: "resumed" in outcome or "resume_error" in outcome, 60,
+               "a resume at a far cursor opens while another is held")
+    assert "resumed" in outcome, outcome
+
     # While it is held: another uid's status and a new stream of its own.
     st = batchctl(d.address, "status", "--json", user=NOBODY)
     assert st.returncode == 0, st.stderr
@@ -213,17 +244,8 @@ def test_a_cursor_no_epoch_can_hold_is_refused_at_once(held_daemon):
             far_loader(d, cursor, connect_timeout=30.0, timeout=30.0)
     assert not (hold.parent / "hold.held").exists()
     # A resume whose state names such a cursor is refused as well.
-    state = {"format": "batchd.loader_state", "version": STATE_VERSION,
-             "workload": "wmt", "data": "wmt", "split": "train",
-             "global_batch_size": 16, "seed": 3,
-             "options": {"index_threads": "1", "source": "text"},
-             "next_step": 8, "cursor": [0, 10**9, 0, 7], "world_size": 1}
     with pytest.raises(batchd.Error, match="beyond any epoch of 3000"):
-        batchd.Loader("far-state", 16, workload="wmt", data="wmt",
-                      split="train", seed=3, server=d.address,
-                      format="numpy", reconnect=0, state=state,
-                      options={"index_threads": "1", "source": "text"},
-                      connect_timeout=30.0, timeout=30.0)
+        far_state(d, [0, 10**9, 0, 7], connect_timeout=30.0, timeout=30.0)
     assert not (hold.parent / "hold.held").exists()
 
 
