@@ -239,9 +239,26 @@ std::vector<Flag> StreamFlags() {
                   "reconnect to the daemon that follows); 0: wait for "
                   "ever. Default: 3600"),
       // Quotas per uid and the socket directory rule.
-      U64_FLAG("max-streams-per-uid", core.max_streams_per_uid, 0, "N",
-               "streams one uid may own at once (TCP callers share one "
-               "quota; administrators are exempt); 0: no limit. Default: 16"),
+      Flag{"max-streams-per-uid", Kind::kString, "N",
+           "streams one uid may own at once (TCP callers share one quota; "
+           "administrators are exempt); auto: a quarter of --max-streams "
+           "(at least 1); 0: no limit. Default: auto",
+           [](DaemonConfig* c, const std::string& v) {
+             if (v == "auto") {
+               c->core.max_streams_per_uid = CoreOptions::kAutoStreams;
+               return absl::OkStatus();
+             }
+             uint64_t n;
+             absl::Status s = ParseU64("max-streams-per-uid", v, 0,
+                                       CoreOptions::kAutoStreams - 1, &n);
+             if (s.ok()) c->core.max_streams_per_uid = uint32_t(n);
+             return s;
+           },
+           [](const DaemonConfig& c) {
+             return c.core.max_streams_per_uid == CoreOptions::kAutoStreams
+                        ? std::string("auto")
+                        : absl::StrCat(c.core.max_streams_per_uid);
+           }},
       Flag{"max-ring-bytes-per-uid", Kind::kString, "BYTES",
            "ring bytes of one uid's streams (TCP callers share one quota; "
            "administrators are exempt); auto: a quarter of --max-ring-bytes "

@@ -49,6 +49,10 @@ absl::StatusOr<CoreOptions> ResolveCoreOptions(const CoreOptions& options) {
     o.max_ring_bytes_per_uid =
         (o.max_total_bytes != 0 ? o.max_total_bytes : shm_bytes) / 4;
   }
+  if (o.max_streams_per_uid == CoreOptions::kAutoStreams) {
+    // A quarter of the streams: four users fit at their full quota.
+    o.max_streams_per_uid = std::max<uint32_t>(1, o.max_streams / 4);
+  }
   if (o.default_slots == 0) o.default_slots = 4;
   if (o.shm_prefix.empty() || o.shm_prefix.find('/') != std::string::npos ||
       o.shm_prefix.find('.') != std::string::npos) {

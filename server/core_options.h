@@ -75,8 +75,12 @@ struct CoreOptions {
   // Quotas per owner uid (anonymous TCP callers share one), so that no one
   // user's streams can starve another's. Streams of administrators (see
   // Core) are exempt; the limits above bind everyone.
-  // Streams one uid may own at once; 0: no limit. Default: 16.
-  uint32_t max_streams_per_uid = 16;
+  // Streams one uid may own at once; 0: no limit. Default
+  // (kAutoStreams): a quarter of max_streams (at least 1), so that one
+  // user's streams leave three quarters of the daemon's to the others
+  // whatever --max-streams is (16 of the default 64).
+  uint32_t max_streams_per_uid = kAutoStreams;
+  static constexpr uint32_t kAutoStreams = uint32_t(-1);
   // Ring bytes of one uid's streams; 0: no limit. Default
   // (kAutoRingBytes): a quarter of max_total_bytes (of /dev/shm's size
   // when that is 0), so that four users fit at their full quota.

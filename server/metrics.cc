@@ -3,6 +3,8 @@
 
 #include <civetweb.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/readahead.h"
@@ -133,10 +135,26 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
        "Time the server waited on a full ring."},
       {"batchd_rank_attached", "gauge", "1 while a client is attached."},
   };
+  // Rank samples for at most kMaxRankRows ranks of the status's rows (each
+  // stream's attached ranks come first), so that the body follows what is
+  // attached and stays bounded whatever world sizes callers asked for.
+  uint64_t ranks_not_exported = 0;
+  {
+    uint64_t rows = 0;
+    for (const v1::StreamStatus& st : s.streams()) {
+      const uint64_t all = uint64_t(st.ranks_size()) + st.ranks_not_listed();
+      const uint64_t kept = std::min<uint64_t>(
+          st.ranks_size(), rows < kMaxRankRows ? kMaxRankRows - rows : 0);
+      rows += kept;
+      ranks_not_exported += all - kept;
+    }
+  }
   for (size_t k = 0; k < sizeof(per_rank) / sizeof(per_rank[0]); ++k) {
     family(per_rank[k]);
+    uint64_t rows = 0;
     for (const v1::StreamStatus& st : s.streams()) {
       for (const v1::RankStatus& r : st.ranks()) {
+        if (rows++ >= kMaxRankRows) break;
         const std::string labels =
             absl::StrCat(StreamLabels(st), ",rank=\"", r.rank(), "\"");
         const double values[] = {double(r.examples()),
@@ -151,6 +169,22 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
         sample(per_rank[k].name, labels, values[k]);
       }
     }
+  }
+  family({"batchd_ranks_not_exported", "gauge",
+          "Ranks whose samples this scrape leaves out (beyond the rows "
+          "it exports); their streams' totals count them."});
+  sample("batchd_ranks_not_exported", "", double(ranks_not_exported));
+  family({"batchd_stream_attached_ranks", "gauge",
+          "Ranks of the stream attached now."});
+  for (const v1::StreamStatus& st : s.streams()) {
+    sample("batchd_stream_attached_ranks", StreamLabels(st),
+           double(st.attached_ranks()));
+  }
+  family({"batchd_stream_examples_total", "counter",
+          "Examples written to the stream's rings, every rank's."});
+  for (const v1::StreamStatus& st : s.streams()) {
+    sample("batchd_stream_examples_total", StreamLabels(st),
+           double(st.examples()));
   }
   family({"batchd_decode_errors_total", "counter",
           "Examples that failed to decode (substituted or failed)."});
@@ -202,16 +236,34 @@ MetricsServer::~MetricsServer() {
 }
 
 int MetricsServer::Handle(mg_connection* conn, void* self) {
-  std::vector<ReadAheadStats> readahead;
-  const v1::GetStatusResponse status =
-      static_cast<MetricsServer*>(self)->core_.GetStatus(&readahead);
-  const std::string body = PrometheusText(status, readahead);
+  MetricsServer& server = *static_cast<MetricsServer*>(self);
+  // Scrapes building at once are bounded: each holds a status snapshot and
+  // its text, and a crowd of scrapers must not multiply that.
+  if (server.scrapes_.fetch_add(1) >= kMaxScrapes) {
+    server.scrapes_.fetch_sub(1);
+    static const char kBusy[] =
+        "batchd is answering other scrapes; try again\n";
+    mg_printf(conn,
+              "HTTP/1.1 503 Service Unavailable\r\n"
+              "Content-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
+              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+              sizeof(kBusy) - 1);
+    mg_write(conn, kBusy, sizeof(kBusy) - 1);
+    return 503;
+  }
+  std::string body;
+  {
+    std::vector<ReadAheadStats> readahead;
+    const v1::GetStatusResponse status = server.core_.GetStatus(&readahead);
+    body = PrometheusText(status, readahead);
+  }
   mg_printf(conn,
             "HTTP/1.1 200 OK\r\n"
             "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
             body.size());
   mg_write(conn, body.data(), body.size());
+  server.scrapes_.fetch_sub(1);
   return 200;
 }
 

@@ -7,6 +7,8 @@
 #ifndef BATCHD_SERVER_METRICS_H_
 #define BATCHD_SERVER_METRICS_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,10 @@ namespace batchd {
 // The exposition text (version 0.0.4) of one status snapshot.
 // `readahead`: each stream's read-ahead figures, in the order of
 // status.streams() (ControlPlane::GetStatus gives them).
+// Rank samples come for at most kMaxRankRows ranks (status order), so the
+// text stays bounded (about 1.5 MB of rank samples at most) whatever world
+// sizes callers asked for; batchd_ranks_not_exported counts the others.
+inline constexpr uint64_t kMaxRankRows = 1024;
 std::string PrometheusText(const v1::GetStatusResponse& status,
                            const std::vector<ReadAheadStats>& readahead);
 
@@ -32,6 +38,8 @@ class MetricsServer {
   static constexpr int kThreads = 16;
   // A request not read and answered within this is dropped.
   static constexpr int kRequestTimeoutMs = 3000;
+  // Scrapes answered at once; more get 503 with Retry-After.
+  static constexpr int kMaxScrapes = 2;
 
   // Listens on "HOST:PORT" (PORT 0 is not supported by civetweb: pick one).
   // `core` must outlive the server.
@@ -45,6 +53,7 @@ class MetricsServer {
 
   const ControlPlane& core_;
   mg_context* ctx_ = nullptr;
+  std::atomic<int> scrapes_{0};  // being answered now
 };
 
 }  // namespace batchd

@@ -102,13 +102,28 @@ void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
   if (ra->reads_issued + ra->sync_reads > 0) {
     ReadAheadToProto(*ra, st->mutable_readahead());
   }
-  uint64_t examples = 0, bytes = 0;
-  for (size_t r = 0; r < stream.ranks.size(); ++r) {
-    v1::RankStatus* rd = st->add_ranks();
-    RankToProto(uint32_t(r), stream.ranks[r], now, invalid, rd);
-    examples += rd->examples();
-    bytes += rd->bytes();
+  // Totals over every seat; rows for the first kRankRowsPerStream,
+  // attached ones first.
+  uint64_t examples = stream.forgotten_examples, bytes = stream.forgotten_bytes;
+  uint32_t attached = 0, listed = 0;
+  for (bool want_attached : {true, false}) {
+    for (const auto& [rank, rs] : stream.ranks) {
+      if ((rs.producer != nullptr) != want_attached) continue;
+      attached += want_attached;
+      v1::RankStatus row;
+      RankToProto(rank, rs, now, invalid, &row);
+      examples += row.examples();
+      bytes += row.bytes();
+      if (listed < kRankRowsPerStream) {
+        *st->add_ranks() = std::move(row);
+        ++listed;
+      }
+    }
   }
+  st->set_attached_ranks(attached);
+  st->set_ranks_not_listed(uint32_t(stream.ranks.size()) - listed);
+  st->set_examples(examples);
+  st->set_bytes(bytes);
   const double age = double(now - stream.created_ns) / 1e9;
   if (age > 0) {
     st->set_examples_per_second(double(examples) / age);

@@ -19,6 +19,10 @@ namespace batchd {
 
 struct CoreOptions;
 
+// Rank rows of one stream in a status (StreamStatus.ranks): attached ranks
+// first; the stream's totals count the others (ranks_not_listed).
+inline constexpr uint32_t kRankRowsPerStream = 64;
+
 class StatusReporter {
  public:
   // Everything given must outlive the reporter; `start_ns` is when the

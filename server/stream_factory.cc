@@ -265,9 +265,10 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
                   "start_step = its step + 1, or use the Loader's state)"))
             : schedule.Anchor(step, CursorOf(cursor), cursor.has_step());
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("workload '", spec.workload(),
-                                                 "' split '", spec.split(),
-                                                 "': ", s.message()));
+      return absl::Status(
+          s.code(),
+          absl::StrCat("start_cursor of workload '", spec.workload(),
+                       "' split '", spec.split(), "': ", s.message()));
     }
   }
   if (absl::Status s = schedule.CheckReachable(spec.start_step()); !s.ok()) {

@@ -17,12 +17,20 @@ namespace batchd {
 
 uint64_t AttachedRingBytes(const Stream& stream) {
   uint64_t bytes = 0;
-  for (const RankSeat& rs : stream.ranks) {
+  for (const auto& [rank, rs] : stream.ranks) {
     if (rs.producer != nullptr) {
       bytes += rs.producer->ring().geometry().SegmentBytes();
     }
   }
   return bytes;
+}
+
+uint32_t AttachedRanks(const Stream& stream) {
+  uint32_t attached = 0;
+  for (const auto& [rank, rs] : stream.ranks) {
+    attached += rs.producer != nullptr;
+  }
+  return attached;
 }
 
 void AddToUsage(const Stream& stream, v1::UidUsage* usage) {
@@ -57,22 +65,39 @@ std::string StreamRegistry::SegmentName(uint32_t owner_uid,
 absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::Open(
     const StreamKey& key, const v1::StreamSpec& spec, uint32_t rank,
     const Caller& caller, const v1::Resume* resume) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(key);
+    if (it != streams_.end()) {
+      return OpenRank(key, *it->second, spec, rank, caller, resume);
+    }
+    // Refused before anything is made when it could not be kept.
+    if (absl::Status s = CheckNewStream(key, caller); !s.ok()) return s;
+  }
+  // Made without the lock: opening a data set reads storage (a model, an
+  // index, a listing), and no other caller's request waits for that.
+  absl::StatusOr<std::shared_ptr<StreamSetup>> setup = factory_.Make(spec);
+  if (!setup.ok()) return setup.status();
+  // Declared before the lock: what is not kept goes after it is released
+  // (a schedule waits for its counting task when it goes).
+  std::unique_ptr<Stream> dropped;
   absl::MutexLock lock(&mu_);
   bool created = false;
   absl::StatusOr<Stream*> stream =
-      FindOrCreateStream(key, spec, caller, &created);
+      FindOrCreateStream(key, spec, caller, *setup, &created);
   if (!stream.ok()) return stream.status();
   absl::StatusOr<v1::OpenStreamResponse> opened =
       OpenRank(key, **stream, spec, rank, caller, resume);
-  if (!opened.ok() && created) streams_.erase(key);
+  if (!opened.ok() && created) {
+    auto it = streams_.find(key);
+    dropped = std::move(it->second);
+    streams_.erase(it);
+  }
   return opened;
 }
 
-absl::StatusOr<Stream*> StreamRegistry::FindOrCreateStream(
-    const StreamKey& key, const v1::StreamSpec& spec, const Caller& caller,
-    bool* created) {
-  auto it = streams_.find(key);
-  if (it != streams_.end()) return it->second.get();
+absl::Status StreamRegistry::CheckNewStream(const StreamKey& key,
+                                            const Caller& caller) const {
   if (key.first != OwnerOf(caller)) {
     return absl::NotFoundError(
         absl::StrCat(DescribeOwner(key.first), " has no stream '", key.second,
@@ -86,15 +111,19 @@ absl::StatusOr<Stream*> StreamRegistry::FindOrCreateStream(
   if (absl::Status s = budget_.CheckStreamCount(streams_.size()); !s.ok()) {
     return s;
   }
+  return budget_.CheckStreamQuota(UsageOf(key.first), access_.IsAdmin(caller));
+}
+
+absl::StatusOr<Stream*> StreamRegistry::FindOrCreateStream(
+    const StreamKey& key, const v1::StreamSpec& spec, const Caller& caller,
+    const std::shared_ptr<StreamSetup>& setup, bool* created) {
+  auto it = streams_.find(key);
+  if (it != streams_.end()) return it->second.get();  // made meanwhile
+  // Again: other streams may have been made while this one was.
+  if (absl::Status s = CheckNewStream(key, caller); !s.ok()) return s;
   const bool exempt = access_.IsAdmin(caller);
-  if (absl::Status s = budget_.CheckStreamQuota(UsageOf(key.first), exempt);
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<std::shared_ptr<StreamSetup>> setup = factory_.Make(spec);
-  if (!setup.ok()) return setup.status();
   if (absl::Status s = budget_.CheckModelQuota(
-          UsageOf(key.first), exempt, (*setup)->workload->resident_bytes());
+          UsageOf(key.first), exempt, setup->workload->resident_bytes());
       !s.ok()) {
     return s;
   }
@@ -102,8 +131,7 @@ absl::StatusOr<Stream*> StreamRegistry::FindOrCreateStream(
   made->spec = spec;
   made->owner = caller;
   made->exempt = exempt;
-  made->setup = *std::move(setup);
-  made->ranks.resize(spec.world_size());
+  made->setup = setup;
   made->created_ns = MonotonicNanos();
   *created = true;
   return streams_.emplace(key, std::move(made)).first->second.get();
@@ -128,7 +156,8 @@ absl::StatusOr<std::shared_ptr<Schedule>> StreamRegistry::ScheduleFor(
     if (absl::Status s =
             schedule->Anchor(cursor_step, CursorOf(cursor), true);
         !s.ok()) {
-      return s;
+      return absl::Status(s.code(),
+                          absl::StrCat("the resume's cursor: ", s.message()));
     }
   } else {
     schedule = SharedSchedule(stream.setup);
@@ -165,8 +194,10 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::OpenRank(
   absl::StatusOr<std::unique_ptr<RingWriter>> ring = RingWriter::Create(
       segment, geometry, caller.known ? int64_t(caller.uid) : -1);
   if (!ring.ok()) return ring.status();
-  RankSeat& rs = stream.ranks[rank];
-  if (rs.ever_attached) ++rs.reattaches;
+  const bool forgotten =
+      rank < stream.forgotten_ranks.size() && stream.forgotten_ranks[rank];
+  RankSeat& rs = stream.ranks[rank];  // made now, as the rank attaches
+  if (rs.ever_attached || forgotten) ++rs.reattaches;
   rs.ever_attached = true;
   rs.holder = caller;
   rs.attached_ns = MonotonicNanos();
@@ -175,6 +206,7 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::OpenRank(
       stream.setup, rank, start_step, std::move(*ring), *std::move(schedule));
   heartbeat_.Add(rs.producer);
   engine_.Add(rs.producer);
+  ForgetIdleSeats(stream);
 
   v1::OpenStreamResponse r;
   r.set_segment(segment);
@@ -196,12 +228,15 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::OpenRank(
 absl::Status StreamRegistry::TakeSeat(Stream& stream,
                                       const v1::StreamSpec& spec,
                                       uint32_t rank, const Caller& caller) {
-  RankSeat& rs = stream.ranks[rank];
+  auto seat = stream.ranks.find(rank);
+  const bool attached_before =
+      (seat != stream.ranks.end() && seat->second.ever_attached) ||
+      (rank < stream.forgotten_ranks.size() && stream.forgotten_ranks[rank]);
   // Ranks that never attached must agree on everything; a rank re-attaching
   // after its client died may ask for another start step.
   std::string detail;
   const std::string field =
-      FirstDifference(stream.spec, spec, !rs.ever_attached, &detail);
+      FirstDifference(stream.spec, spec, !attached_before, &detail);
   if (!field.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stream '", spec.name(), "' exists with another spec: ", detail));
@@ -211,7 +246,10 @@ absl::Status StreamRegistry::TakeSeat(Stream& stream,
       !s.ok()) {
     return s;
   }
-  if (rs.producer == nullptr) return absl::OkStatus();
+  if (seat == stream.ranks.end() || seat->second.producer == nullptr) {
+    return absl::OkStatus();
+  }
+  RankSeat& rs = seat->second;
   // Only the process that holds the rank may take it again while it lives;
   // who the caller is comes from the kernel, not the request.
   if (HolderAlive(rs, MonotonicNanos()) && !rs.holder.SameProcess(caller)) {
@@ -244,6 +282,32 @@ void StreamRegistry::Detach(Stream& stream, RankSeat& rs) {
   // rank; workers still filling a slot keep the mapping alive until done.
   rs.producer->ring().Unlink();
   rs.producer.reset();
+  rs.detached_ns = MonotonicNanos();
+}
+
+void StreamRegistry::ForgetIdleSeats(Stream& stream) {
+  size_t idle = stream.ranks.size() - AttachedRanks(stream);
+  while (idle > Stream::kMaxIdleSeats) {
+    auto oldest = stream.ranks.end();
+    for (auto it = stream.ranks.begin(); it != stream.ranks.end(); ++it) {
+      if (it->second.producer != nullptr) continue;
+      if (oldest == stream.ranks.end() ||
+          it->second.detached_ns < oldest->second.detached_ns) {
+        oldest = it;
+      }
+    }
+    const RankSeat& rs = oldest->second;
+    stream.forgotten_examples += rs.examples_before;
+    stream.forgotten_bytes += rs.bytes_before;
+    if (rs.ever_attached) {
+      if (stream.forgotten_ranks.empty()) {
+        stream.forgotten_ranks.resize(stream.spec.world_size());
+      }
+      stream.forgotten_ranks[oldest->first] = true;
+    }
+    stream.ranks.erase(oldest);
+    --idle;
+  }
 }
 
 bool StreamRegistry::ClientGone(const RankSeat& rs, uint64_t now) const {
@@ -300,7 +364,7 @@ absl::Status StreamRegistry::Close(const StreamKey& key) {
           DescribeOwner(key.first), " has no stream named '", key.second,
           "'"));
     }
-    for (RankSeat& rs : it->second->ranks) Detach(*it->second, rs);
+    for (auto& [rank, rs] : it->second->ranks) Detach(*it->second, rs);
     it->second->setup->Cancel();
     closed = std::move(it->second);
     streams_.erase(it);
@@ -327,7 +391,7 @@ void StreamRegistry::CloseAll() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [key, stream] : streams_) {
-      for (RankSeat& rs : stream->ranks) {
+      for (auto& [rank, rs] : stream->ranks) {
         // Not closed: the stream goes on, on the daemon that follows.
         if (rs.producer != nullptr) {
           rs.producer->ring().SetState(shm::kStateExiting);
@@ -347,7 +411,7 @@ uint32_t StreamRegistry::Drain() {
   draining_ = true;
   uint32_t attached = 0;
   for (const auto& [name, stream] : streams_) {
-    for (const RankSeat& rs : stream->ranks) attached += rs.producer != nullptr;
+    attached += AttachedRanks(*stream);
   }
   return attached;
 }
@@ -375,7 +439,7 @@ std::vector<std::string> StreamRegistry::ReapDeadClients() {
   // time older than the idle marks the previous holder set.
   const uint64_t now = MonotonicNanos();
   for (auto& [key, stream] : streams_) {
-    for (RankSeat& rs : stream->ranks) {
+    for (auto& [rank, rs] : stream->ranks) {
       if (rs.producer == nullptr) continue;
       RingWriter& ring = rs.producer->ring();
       bool dead = ClientGone(rs, now);
@@ -392,6 +456,7 @@ std::vector<std::string> StreamRegistry::ReapDeadClients() {
         Detach(*stream, rs);
       }
     }
+    ForgetIdleSeats(*stream);
   }
   const bool past_deadline =
       options_.drain_timeout_seconds > 0 &&
@@ -400,9 +465,7 @@ std::vector<std::string> StreamRegistry::ReapDeadClients() {
     if (RingBytesInUse() != 0) {
       uint32_t attached = 0;
       for (const auto& [k, stream] : streams_) {
-        for (const RankSeat& rs : stream->ranks) {
-          attached += rs.producer != nullptr;
-        }
+        attached += AttachedRanks(*stream);
       }
       Log(LogLevel::kWarn, "drain_deadline",
           {{"attached_ranks", absl::StrCat(attached)},
@@ -421,8 +484,7 @@ void StreamRegistry::ForgetIdleStreams(uint64_t now) {
   const uint64_t idle = uint64_t(options_.idle_stream_seconds * 1e9);
   for (auto it = streams_.begin(); it != streams_.end();) {
     Stream& st = *it->second;
-    bool any = false;
-    for (const RankSeat& rs : st.ranks) any |= rs.producer != nullptr;
+    const bool any = AttachedRanks(st) != 0;
     // A ghost goes with its last ring; a stream whose ranks attached and
     // died is kept for idle_stream_seconds, so a restarted rank re-attaches.
     const char* why = nullptr;

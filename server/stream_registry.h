@@ -36,6 +36,7 @@ struct RankSeat {
   std::shared_ptr<RankProducer> producer;  // null: not attached
   Caller holder;  // who asked for the ring (kernel identity)
   uint64_t attached_ns = 0;
+  uint64_t detached_ns = 0;  // when it last let go (the oldest go first)
   bool ever_attached = false;
   uint32_t reattaches = 0;
   // Figures of earlier attachments, so status keeps counting.
@@ -47,7 +48,18 @@ struct Stream {
   Caller owner;         // who created the stream
   bool exempt = false;  // the owner is an administrator: no quotas
   std::shared_ptr<StreamSetup> setup;  // what the engine fills from
-  std::vector<RankSeat> ranks;
+  // Seats of the ranks that attached, by rank, each made as its rank
+  // attaches: a world size costs nothing until its ranks come. Detached
+  // seats are kept for their figures, at most kMaxIdleSeats of them (the
+  // oldest go first, their figures into the forgotten_* totals), so that
+  // ranks attached one after another cannot grow the daemon either.
+  static constexpr size_t kMaxIdleSeats = 64;
+  std::map<uint32_t, RankSeat> ranks;
+  uint64_t forgotten_examples = 0, forgotten_bytes = 0;
+  // Ranks whose seat was forgotten after they had attached (they may
+  // re-attach at another start step); empty until a seat is forgotten,
+  // then world_size bits (8 KiB at most).
+  std::vector<bool> forgotten_ranks;
   uint64_t created_ns = 0;
   uint64_t idle_since_ns = 0;  // no rank attached since (0: some is)
   // Some rank's client mapped its ring. A stream without (a ghost: rings
@@ -58,6 +70,8 @@ struct Stream {
 
 // The bytes of `stream`'s attached rings.
 uint64_t AttachedRingBytes(const Stream& stream);
+// The ranks of `stream` attached now.
+uint32_t AttachedRanks(const Stream& stream);
 // Adds `stream` to its owner's `usage`: one stream, its resident model
 // bytes, its attached rings.
 void AddToUsage(const Stream& stream, v1::UidUsage* usage);
@@ -80,7 +94,10 @@ class StreamRegistry {
   // caller's own and does not exist, then the rank's ring for `caller`.
   // `resume` (may be null): the rank begins there instead of at the
   // spec's start_step. A stream this call created and could not open a
-  // rank of is not kept.
+  // rank of is not kept. A new stream is made (StreamFactory::Make)
+  // without the lock, and nothing here learns data: a resume at a cursor
+  // is anchored by its schedule's counting task, so a far cursor holds no
+  // other caller.
   absl::StatusOr<v1::OpenStreamResponse> Open(const StreamKey& key,
                                               const v1::StreamSpec& spec,
                                               uint32_t rank,
@@ -116,10 +133,15 @@ class StreamRegistry {
 
  private:
   // Open's steps, in order.
-  absl::StatusOr<Stream*> FindOrCreateStream(const StreamKey& key,
-                                             const v1::StreamSpec& spec,
-                                             const Caller& caller,
-                                             bool* created)
+  // Whether `caller` may create the stream `key` now (its own, not
+  // draining, within --max-streams and its quota).
+  absl::Status CheckNewStream(const StreamKey& key, const Caller& caller) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stream `key`, or one made from `setup` (made without the lock)
+  // when there is none and it may be created.
+  absl::StatusOr<Stream*> FindOrCreateStream(
+      const StreamKey& key, const v1::StreamSpec& spec, const Caller& caller,
+      const std::shared_ptr<StreamSetup>& setup, bool* created)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rank's ring for `caller`: the spec agrees, the seat is free (or
   // the caller's again), the ring fits the limits; then made and filled.
@@ -140,6 +162,8 @@ class StreamRegistry {
 
   void Detach(Stream& stream, RankSeat& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the oldest detached seats beyond Stream::kMaxIdleSeats.
+  void ForgetIdleSeats(Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when the seat's mapped client let go or died (RingWriter::
   // ClientGone, judged by the holder the kernel named when it is visible).
   bool ClientGone(const RankSeat& rs, uint64_t now) const;

@@ -79,7 +79,7 @@ void Supervisor::ReportIndexing(uint64_t now) {
   registry_.ForEachStream([&](const StreamKey& key, const Stream& stream) {
     const std::optional<IndexProgress> p = stream.setup->workload->progress();
     const std::string text = p.has_value() ? IndexingText(*p) : "";
-    for (const RankSeat& rs : stream.ranks) {
+    for (const auto& [rank, rs] : stream.ranks) {
       if (rs.producer != nullptr) rs.producer->ring().SetWaitReason(text);
     }
     if (p.has_value() && log_now) {

@@ -377,5 +377,63 @@ TEST(CoreQuotas, AGhostStreamLeavesWithItsRingAnAttachedOneStaysForItsRank) {
   EXPECT_TRUE(Open(*core, Spec("next", 1), 0, As(kUserB)).ok());
 }
 
+TEST(CoreQuotas, AutoStreamsPerUidIsAQuarterOfMaxStreams) {
+  std::unique_ptr<Core> core =
+      MakeCore("autos", [](CoreOptions* o) { o->max_streams = 8; });
+  ASSERT_NE(core, nullptr);
+  EXPECT_EQ(core->options().max_streams_per_uid, 2u);
+  std::unique_ptr<Core> one =
+      MakeCore("autos1", [](CoreOptions* o) { o->max_streams = 3; });
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->options().max_streams_per_uid, 1u);
+}
+
+// A world size costs a seat per rank that attaches, not per rank it
+// names; ranks that attach one after another keep at most 64 idle seats,
+// and status lists at most 64 rows a stream with totals over all.
+TEST(CoreTest, SeatsAreMadeAsRanksAttachAndIdleOnesAreBounded) {
+  CoreOptions o;
+  o.data_root = "/tmp";
+  o.shm_prefix = "bdcoreseat" + std::to_string(getpid());
+  o.threads = 1;
+  o.client_stale_seconds = 3600;
+  auto core = Core::Create(o);
+  ASSERT_TRUE(core.ok()) << core.status();
+  v1::StreamSpec wide = Spec("wide", 65536);
+  wide.set_global_batch_size(65536);
+  wide.set_slots(1);
+  (*wide.mutable_options())["examples"] = "100000";
+  (*wide.mutable_options())["payload_bytes"] = "8";
+  auto first = Open(**core, wide, 0, getpid());
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto held = RingReader::Attach(first->segment());
+  ASSERT_TRUE(held.ok());
+  v1::GetStatusResponse st = (*core)->GetStatus();
+  ASSERT_EQ(st.streams_size(), 1);
+  EXPECT_EQ(st.streams(0).ranks_size(), 1);
+  EXPECT_EQ(st.streams(0).attached_ranks(), 1u);
+  EXPECT_EQ(st.streams(0).ranks_not_listed(), 0u);
+  // 100 more ranks, each mapped and let go in turn.
+  for (uint32_t r = 1; r <= 100; ++r) {
+    auto opened = Open(**core, wide, r, getpid());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    { ASSERT_TRUE(RingReader::Attach(opened->segment()).ok()); }
+    (*core)->ReapDeadClients();
+  }
+  st = (*core)->GetStatus();
+  const v1::StreamStatus& s = st.streams(0);
+  EXPECT_EQ(s.attached_ranks(), 1u);
+  ASSERT_EQ(s.ranks_size(), 64);
+  EXPECT_EQ(s.ranks(0).rank(), 0u);  // attached first
+  EXPECT_TRUE(s.ranks(0).attached());
+  EXPECT_EQ(s.ranks_not_listed(), 1u);  // 1 attached + 64 idle seats
+  // A rank whose seat was forgotten re-attaches as one that attached
+  // before: it may resume at another step.
+  v1::StreamSpec later = wide;
+  later.set_start_step(5);
+  auto again = Open(**core, later, 1, getpid());
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
 }  // namespace
 }  // namespace batchd

@@ -78,8 +78,8 @@ class FakePackedWorkload : public Workload, public RowPacking {
                                         uint64_t row) const override {
     return RowCursor{o.epoch, row, 0};  // the fake's cursor: the row itself
   }
-  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& o,
-                                       const RowCursor& c) const override {
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& o, const RowCursor& c,
+                                       const StopFlag*) const override {
     return c.window;
   }
   absl::Status FillRow(const EpochOrder& o, uint64_t row, uint8_t* const* out,
@@ -111,8 +111,8 @@ class ProgressiveWorkload : public FakePackedWorkload {
   static constexpr uint64_t kLatchedRows = 10;  // > one batch of 8 rows
   ProgressiveWorkload(uint64_t n, bool latch)
       : FakePackedWorkload(n), latch_(latch) {}
-  absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& o,
-                                     uint64_t want) const override {
+  absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& o, uint64_t want,
+                                     const StopFlag*) const override {
     const uint64_t total = PlainRows(o).size();
     uint64_t rows = std::min(total, want + 2);
     std::lock_guard<std::mutex> lock(mu_);

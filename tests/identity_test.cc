@@ -316,6 +316,33 @@ TEST(Quotas, OneUidFillsItsStreamQuotaAndAnotherStillOpens) {
   EXPECT_GT(uses[kNobody].ring_bytes(), 0u);
 }
 
+// The default quota follows --max-streams: with 8, one uid's streams that
+// never attach take two slots, and root's next stream opens.
+TEST(Quotas, TheDefaultStreamQuotaFollowsMaxStreams) {
+  REQUIRE_ROOT();
+  TestServer server("autoquota");
+  ASSERT_TRUE(StartShared(
+      server, {"--max-streams", "8", "--attach-timeout-seconds", "3600"}));
+  std::vector<std::unique_ptr<Call>> ghosts;
+  for (int i = 0; i < 2; ++i) {
+    ghosts.push_back(std::make_unique<Call>(
+        server.address(),
+        std::vector<std::string>{"open", "g" + std::to_string(i), "0"},
+        kNobody));
+    ASSERT_FALSE(OpenedSegment(ghosts.back()->Line()).empty()) << i;
+  }
+  for (int i = 2; i < 8; ++i) {
+    Call refused(server.address(), {"open", "g" + std::to_string(i), "0"},
+                 kNobody);
+    EXPECT_EQ(refused.Wait(), kResourceExhausted) << i;
+    EXPECT_NE(refused.Err().find("--max-streams-per-uid 2"), std::string::npos)
+        << refused.Err();
+  }
+  Call root(server.address(), {"open", "mine", "0"}, geteuid());
+  EXPECT_FALSE(OpenedSegment(root.Line()).empty());
+  EXPECT_EQ(Status(server).max_streams_per_uid(), 2u);
+}
+
 TEST(Quotas, OneUidFillsItsRingBytesAndAnotherStillOpens) {
   REQUIRE_ROOT();
   // One ring's size, from a daemon without the quota.
@@ -357,7 +384,10 @@ TEST(Quotas, GhostStreamsGiveTheirSlotBackWithTheirRing) {
   TestServer server("ghost");
   ASSERT_TRUE(
       StartShared(server, {"--max-streams", "3", "--attach-timeout-seconds",
-                           std::to_string(int(kAttachTimeout))}));
+                           std::to_string(int(kAttachTimeout)),
+                           // One uid's three streams fill --max-streams
+                           // (its quota, auto, would be one of them).
+                           "--max-streams-per-uid", "3"}));
   // A stream whose rank attached and died is kept, for a restarted rank.
   Call died(server.address(), {"open", "kept", "0", "--hold"}, kNobody);
   ASSERT_EQ(died.Line(), "attached");

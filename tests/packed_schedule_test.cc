@@ -39,8 +39,8 @@ class Rows : public RowPacking {
                                         uint64_t row) const override {
     return RowCursor{o.epoch, row, 0};
   }
-  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder&,
-                                       const RowCursor& c) const override {
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder&, const RowCursor& c,
+                                       const StopFlag*) const override {
     return c.window;
   }
   absl::Status FillRow(const EpochOrder&, uint64_t, uint8_t* const*,
@@ -125,6 +125,80 @@ TEST(PackedSchedule, ACountThatCannotBeQueuedIsAnError) {
   const absl::Status r = schedule.Ready(0);
   EXPECT_EQ(r.code(), absl::StatusCode::kFailedPrecondition) << r;
   EXPECT_NE(r.message().find("cannot count the epochs"), std::string::npos);
+}
+
+// Finding a cursor's row takes until it is stopped, or until `release`;
+// cursors past window 99 cannot be in any epoch (CheckCursor).
+class SlowCursorRows : public Rows {
+ public:
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder&, const RowCursor& c,
+                                       const StopFlag* stop) const override {
+    looking = true;
+    while (!release.load()) {
+      if (stop != nullptr && stop->load()) {
+        stopped = true;
+        return absl::CancelledError("stopped");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    on_pool = executor != nullptr && executor->OnPoolThread();
+    return c.window;
+  }
+  absl::Status CheckCursor(uint64_t, const RowCursor& c) const override {
+    if (c.window > 99) return absl::InvalidArgumentError("beyond any epoch");
+    return absl::OkStatus();
+  }
+  mutable std::atomic<bool> looking{false}, stopped{false}, release{false};
+};
+
+void WaitFor(const std::atomic<bool>& flag) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!flag.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(flag.load());
+}
+
+TEST(PackedSchedule, AnchorFindsTheRowOnTheExecutorNotOnItsCaller) {
+  auto executor = MakeExecutor();
+  SlowCursorRows rows;
+  rows.executor = executor.get();
+  auto sampler = Sampler::Create(100, 2, 1, 3, true);
+  ASSERT_TRUE(sampler.ok());
+  PackedSchedule schedule(rows, *sampler, executor.get());
+  // Returns while the row cannot be found yet: nothing is looked up here.
+  ASSERT_TRUE(schedule.Anchor(7, RowCursor{2, 4, 0}, false).ok());
+  EXPECT_FALSE(rows.looking.load());
+  EXPECT_TRUE(absl::IsUnavailable(schedule.Ready(7)));
+  WaitFor(rows.looking);
+  EXPECT_TRUE(absl::IsUnavailable(schedule.Ready(7)));  // being prepared
+  rows.release = true;
+  ASSERT_TRUE(ReadyWithin(schedule, 7).ok());
+  EXPECT_TRUE(rows.on_pool.load());
+  absl::StatusOr<StepItems> items = schedule.Locate(7, 0);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(items->epoch, 2u);
+  EXPECT_EQ(items->first, 4u);  // the cursor's row (the fake's window)
+}
+
+TEST(PackedSchedule, CancelStopsFindingTheRowAndACursorBeyondIsRefusedAtOnce) {
+  auto executor = MakeExecutor();
+  SlowCursorRows rows;
+  auto sampler = Sampler::Create(100, 2, 1, 3, true);
+  ASSERT_TRUE(sampler.ok());
+  {
+    PackedSchedule schedule(rows, *sampler, executor.get());
+    const absl::Status far = schedule.Anchor(7, RowCursor{0, 1000, 0}, true);
+    EXPECT_EQ(far.code(), absl::StatusCode::kInvalidArgument) << far;
+    EXPECT_FALSE(rows.looking.load());
+    ASSERT_TRUE(schedule.Anchor(7, RowCursor{0, 4, 0}, true).ok());
+    EXPECT_TRUE(absl::IsUnavailable(schedule.Ready(7)));
+    WaitFor(rows.looking);
+    schedule.Cancel();
+    WaitFor(rows.stopped);
+    EXPECT_FALSE(schedule.Ready(7).ok());
+  }  // the destructor does not wait for a row nobody releases
 }
 
 }  // namespace

@@ -247,7 +247,8 @@ TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
       ASSERT_TRUE(w.ok()) << w.status();
       const RowPacking& rows = Rows(**w);
       const uint64_t before = wmt::LengthPassTokenizations();
-      absl::StatusOr<RowPacking::KnownRows> known = rows.RowsUpTo(order, 4);
+      absl::StatusOr<RowPacking::KnownRows> known =
+          rows.RowsUpTo(order, 4, nullptr);
       ASSERT_TRUE(known.ok()) << known.status();
       EXPECT_FALSE(known->complete);
       EXPECT_GE(known->rows, 4u);
@@ -266,7 +267,8 @@ TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
       ASSERT_TRUE(total.ok()) << total.status();
       EXPECT_EQ(*total, expected.size());
       ExpectRowsEqual(AllRows(**w, order, nullptr, nullptr), expected);
-      absl::StatusOr<RowPacking::KnownRows> all = rows.RowsUpTo(order, 4);
+      absl::StatusOr<RowPacking::KnownRows> all =
+          rows.RowsUpTo(order, 4, nullptr);
       ASSERT_TRUE(all.ok());
       EXPECT_TRUE(all->complete);
       EXPECT_EQ(all->rows, expected.size());
@@ -287,7 +289,7 @@ TEST_F(WmtCacheTest, AStoppedLengthPassKeepsWhatItLearnt) {
     SlowLengths slow("10000");  // 7 s for the pass with one thread
     auto w = CreateCached(d, "1", opts);
     ASSERT_TRUE(w.ok());
-    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1).ok());
+    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1, nullptr).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }  // the daemon stops: the pass is stopped and stores what it has
   ASSERT_NE(EntryOf("wmt-lengths"), "");

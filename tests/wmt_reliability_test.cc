@@ -418,7 +418,7 @@ TEST_F(WmtReliabilityTest, APassRunsToItsEndAfterItsStreamCloses) {
     SharedWork shared;
     auto w = Create(d, &shared, true);
     ASSERT_TRUE(w.ok()) << w.status();
-    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1).ok());
+    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1, nullptr).ok());
     // A short job (a smoke test, a crash at step 50) closes at once.
     w->reset();
     EXPECT_EQ(EntryOf("wmt-tokens", ".blob"), "");
@@ -476,7 +476,7 @@ TEST_F(WmtReliabilityTest, ShutdownStopsThePassWhichKeepsWhatItLearnt) {
     SharedWork shared;
     auto w = Create(d, &shared, true);
     ASSERT_TRUE(w.ok()) << w.status();
-    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1).ok());
+    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1, nullptr).ok());
     w->reset();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     executor_->Shutdown();  // the daemon stops
@@ -514,7 +514,8 @@ TEST_F(WmtReliabilityTest, ARemovedCacheDirectoryIsAWarningAndRowsAreTheSame) {
   testing::internal::CaptureStderr();
   auto w = CreateWmtWorkload(c);
   ASSERT_TRUE(w.ok()) << w.status();
-  absl::StatusOr<RowPacking::KnownRows> first = Rows(**w).RowsUpTo(order, 1);
+  absl::StatusOr<RowPacking::KnownRows> first =
+      Rows(**w).RowsUpTo(order, 1, nullptr);
   ASSERT_TRUE(first.ok()) << first.status();
   const std::vector<PackedRow> got = AllRows(**w, order);
   const std::string log = testing::internal::GetCapturedStderr();

@@ -86,14 +86,14 @@ TEST_F(WmtTrainTest, CursorsNameWindowAndRowAndInvert) {
       row_in_window = 0;
     }
     EXPECT_EQ(cursors[r].row, row_in_window++);
-    auto back = Rows(**w).RowAtCursor(order, cursors[r]);
+    auto back = Rows(**w).RowAtCursor(order, cursors[r], nullptr);
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, r);
   }
   // (kTrainPairs - dropped) kept pairs make ceil(kept / 256) windows.
   EXPECT_EQ(window + 1, 3u);
-  EXPECT_FALSE(Rows(**w).RowAtCursor(order, {4, 99, 0}).ok());
-  EXPECT_FALSE(Rows(**w).RowAtCursor(order, {3, 0, 0}).ok());
+  EXPECT_FALSE(Rows(**w).RowAtCursor(order, {4, 99, 0}, nullptr).ok());
+  EXPECT_FALSE(Rows(**w).RowAtCursor(order, {3, 0, 0}, nullptr).ok());
   EXPECT_EQ(Rows(**w).RowsInEpoch(order).value(), rows.size());
   uint8_t* none[6] = {};
   EXPECT_EQ(Rows(**w).FillRow(order, rows.size(), none, nullptr).code(),

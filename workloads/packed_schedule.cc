@@ -52,31 +52,53 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
 
 absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
                                    bool any_rank) {
+  if (absl::Status s = packer_.CheckCursor(n_, cursor); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  anchor_step_ = step;
+  anchor_epoch_ = cursor.epoch;
+  anchor_row_ = 0;
+  anchor_pending_ = true;
+  pending_cursor_ = cursor;
+  pending_any_rank_ = any_rank;
+  ends_.clear();
+  partial_rows_ = 0;
+  return absl::OkStatus();
+}
+
+bool PackedSchedule::ResolveAnchor() {
+  const RowCursor cursor = pending_cursor_;
+  const bool any_rank = pending_any_rank_;
+  mu_.Unlock();
+  // The slow part (the packer may learn the epoch up to the cursor),
+  // without the lock: only this task resolves the anchor.
   absl::StatusOr<uint64_t> row =
-      packer_.RowAtCursor(Order(cursor.epoch), cursor);
-  if (!row.ok()) return row.status();
+      packer_.RowAtCursor(Order(cursor.epoch), cursor, &stop_);
+  mu_.Lock();
+  if (cancelled_) return false;
+  if (!row.ok()) {
+    SetError(row.status());
+    return false;
+  }
   if (any_rank) *row -= *row % g_;  // the first row of its global batch
   if (*row % g_ != 0) {
-    return absl::InvalidArgumentError(
+    SetError(absl::InvalidArgumentError(
         absl::StrCat("start_cursor (", cursor.epoch, ", ", cursor.window, ", ",
                      cursor.row, ") is row ", *row,
                      " of its epoch, not the first row of a global "
                      "batch of ",
-                     g_, ": take the cursor of rank 0's batch"));
+                     g_, ": take the cursor of rank 0's batch")));
+    return false;
   }
-  absl::MutexLock lock(&mu_);
-  anchor_step_ = step;
-  anchor_epoch_ = cursor.epoch;
   anchor_row_ = *row;
-  ends_.clear();
-  partial_rows_ = 0;
-  return absl::OkStatus();
+  anchor_pending_ = false;
+  return true;
 }
 
 PackedSchedule::~PackedSchedule() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
+    stop_.store(true);
   }
   scope_.Close();  // a queued count never starts; a running one ends
 }
@@ -84,6 +106,7 @@ PackedSchedule::~PackedSchedule() {
 void PackedSchedule::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
+  stop_.store(true);
 }
 
 void PackedSchedule::SetError(const absl::Status& error) {
@@ -121,6 +144,12 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::Find(
     return absl::InvalidArgumentError(
         absl::StrCat("step ", step, " precedes step ", anchor_step_,
                      " where this stream was resumed from a cursor"));
+  }
+  if (anchor_pending_) {
+    return absl::UnavailableError(
+        absl::StrCat("step ", step,
+                     " is being prepared (finding the row of "
+                     "the cursor this stream resumes at)"));
   }
   if (ends_.empty() || ends_.back() <= step) {
     // In the epoch being counted: located if its rows are known already.
@@ -192,6 +221,10 @@ bool PackedSchedule::SubmitCount() {
 
 void PackedSchedule::CountStep() {
   absl::MutexLock lock(&mu_);
+  if (anchor_pending_ && (cancelled_ || !error_.ok() || !ResolveAnchor())) {
+    counting_ = false;
+    return;
+  }
   // One epoch a task: other streams' counts take turns on the executor.
   if (CountEpoch() && !cancelled_ && error_.ok() &&
       (ends_.empty() || ends_.back() <= target_)) {
@@ -227,7 +260,7 @@ bool PackedSchedule::CountEpoch() {
   mu_.Unlock();
   // The slow part, without the lock: only this task appends to ends_.
   absl::StatusOr<RowPacking::KnownRows> known =
-      packer_.RowsUpTo(Order(epoch), want);
+      packer_.RowsUpTo(Order(epoch), want, &stop_);
   mu_.Lock();
   if (!known.ok()) {
     SetError(known.status());

@@ -8,6 +8,7 @@
 #ifndef BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 #define BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,11 @@ namespace batchd {
 // Thread safety: every method may be called from any thread at once.
 class RowPacking {
  public:
+  // Set when the caller no longer wants the answer (its schedule is
+  // cancelled or goes): slow learning checks it between blocks and ends
+  // with Cancelled. May be null: never stopped.
+  using StopFlag = std::atomic<bool>;
+
   virtual ~RowPacking() = default;
   // Rows the epoch packs into. May be slow (it may have to look at every
   // example's length): PackedSchedule calls it once per epoch, from its
@@ -49,7 +55,8 @@ class RowPacking {
   // ExamplesOfRows must then work for every row below `rows`. Default:
   // RowsInEpoch, complete.
   virtual absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
-                                             uint64_t want_rows) const {
+                                             uint64_t want_rows,
+                                             const StopFlag* stop) const {
     absl::StatusOr<uint64_t> rows = RowsInEpoch(order);
     if (!rows.ok()) return rows.status();
     return KnownRows{*rows, true};
@@ -59,9 +66,18 @@ class RowPacking {
                                                 uint64_t row) const = 0;
   // The row of its epoch that `cursor` names (the inverse of CursorOfRow),
   // for resuming from a cursor without replaying earlier epochs;
-  // InvalidArgument when the cursor is not in the epoch.
-  virtual absl::StatusOr<uint64_t> RowAtCursor(
-      const EpochOrder& order, const RowCursor& cursor) const = 0;
+  // InvalidArgument when the cursor is not in the epoch. May be slow (it
+  // may learn the epoch up to the cursor): called from the counting task.
+  virtual absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
+                                               const RowCursor& cursor,
+                                               const StopFlag* stop) const = 0;
+  // InvalidArgument when no epoch of `num_examples` examples can hold
+  // `cursor` (a window or row beyond the most there can be); cheap, and
+  // learns nothing, so that a far cursor is refused at once. Default: OK.
+  virtual absl::Status CheckCursor(uint64_t num_examples,
+                                   const RowCursor& cursor) const {
+    return absl::OkStatus();
+  }
   // Writes row `row` of the epoch into out[k] (one row's bytes of tensor
   // k), counting drops into `counters` (may be null).
   virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
@@ -136,9 +152,13 @@ class PackedSchedule : public Schedule {
   absl::StatusOr<StepItems> Locate(uint64_t step, uint32_t rank) override;
   ItemRef Item(const StepItems& items, uint64_t i) const override;
   uint64_t steps_per_epoch() const override { return 0; }
-  // Finds the cursor's row through the packer, without looking at earlier
-  // epochs; the batch is the global batch that row falls in (any rank's
-  // row when `any_rank`; otherwise the row must begin it: rank 0's cursor).
+  // Resumes at the cursor's row, without looking at earlier epochs; the
+  // batch is the global batch that row falls in (any rank's row when
+  // `any_rank`; otherwise the row must begin it: rank 0's cursor). Only
+  // the packer's CheckCursor runs here (a cursor no epoch can hold is
+  // refused at once); the row is found by the counting task, on the
+  // executor, and steps are being prepared (Unavailable) until it is: a
+  // far cursor never holds the caller (a request thread, a lock).
   absl::Status Anchor(uint64_t step, const RowCursor& cursor,
                       bool any_rank) override;
   bool resumes_by_cursor() const override { return true; }
@@ -175,6 +195,9 @@ class PackedSchedule : public Schedule {
   // Counts one epoch; false when counting should stop. Releases mu_ while
   // the packer counts.
   bool CountEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finds the anchor's row (pending_anchor_); false, with error_ set,
+  // when it cannot. Releases mu_ while the packer looks.
+  bool ResolveAnchor() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets error_, with a code Ready gives no other meaning.
   void SetError(const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -186,6 +209,10 @@ class PackedSchedule : public Schedule {
   uint64_t anchor_step_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t anchor_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t anchor_row_ ABSL_GUARDED_BY(mu_) = 0;
+  // Anchor's cursor while its row is not found yet (anchor_row_ unknown).
+  bool anchor_pending_ ABSL_GUARDED_BY(mu_) = false;
+  RowCursor pending_cursor_ ABSL_GUARDED_BY(mu_);
+  bool pending_any_rank_ ABSL_GUARDED_BY(mu_) = false;
   // ends_[i]: first step after epoch anchor_epoch_ + i.
   std::vector<uint64_t> ends_ ABSL_GUARDED_BY(mu_);
   // Count until ends_.back() > target_.
@@ -199,6 +226,8 @@ class PackedSchedule : public Schedule {
   // A counting task is queued or runs.
   bool counting_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // cancelled_, for the packer while it counts or looks without mu_.
+  RowPacking::StopFlag stop_{false};
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // final
   // Last: the counting task refers to everything above.
   TaskScope scope_;

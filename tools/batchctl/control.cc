@@ -11,15 +11,30 @@
 #include "base/process.h"
 
 namespace batchd::batchctl {
+namespace {
+
+// A status lists at most 64 rank rows a stream, but up to --max-streams
+// specs of up to ~280 KB each (64 options of 4 KB): more than gRPC's
+// default 4 MB, which must not keep an operator from seeing the daemon.
+constexpr int kMaxReceiveBytes = 256 << 20;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const Connection& c) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  return grpc::CreateCustomChannel(c.target,
+                                   c.credentials != nullptr
+                                       ? c.credentials
+                                       : grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+}  // namespace
 
 Control::Control(const Connection& c)
     : address_(c.address),
       timeout_seconds_(c.timeout),
       tls_(c.credentials != nullptr),
-      stub_(v1::Batchd::NewStub(grpc::CreateChannel(
-          c.target, c.credentials != nullptr
-                        ? c.credentials
-                        : grpc::InsecureChannelCredentials()))) {}
+      stub_(v1::Batchd::NewStub(MakeChannel(c))) {}
 
 absl::StatusOr<v1::GetStatusResponse> Control::GetStatus() {
   v1::GetStatusResponse resp;

@@ -353,6 +353,13 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
     t.Add(std::move(row));
   }
   out += t.Render("  ");
+  if (s.ranks_not_listed() > 0) {
+    absl::StrAppendFormat(&out,
+                          "  ... %u more ranks not listed (%u attached in "
+                          "all; %u examples written in all)\n",
+                          s.ranks_not_listed(), s.attached_ranks(),
+                          s.examples());
+  }
   for (const v1::RankStatus& r : s.ranks()) {
     if (!r.client_counters_invalid()) continue;
     absl::StrAppendFormat(&out,

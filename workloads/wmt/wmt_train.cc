@@ -1,7 +1,9 @@
 // The wmt workload's train split; see wmt_train.h and wmt.h.
 #include "workloads/wmt/wmt_train.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <optional>
@@ -37,6 +39,24 @@ struct WindowPlan {
     return r + 1 < starts.size() ? starts[r + 1] : ids.size();
   }
 };
+
+// Test hook ($BATCHD_TEST_WMT_LEARN_HOLD=PATH, with test hooks on): while
+// PATH exists, learning an epoch's first windows waits before each block,
+// having created PATH.held once, so that a test can act while a stream is
+// being prepared (e.g. resumes at a far cursor). It ends when PATH goes or
+// `stop` is set.
+void HoldForTest(const std::atomic<bool>* stop) {
+  const char* path = TestHook("BATCHD_TEST_WMT_LEARN_HOLD");
+  if (path == nullptr) return;
+  const std::string held = absl::StrCat(path, ".held");
+  while (access(path, F_OK) == 0 && !(stop != nullptr && stop->load())) {
+    if (access(held.c_str(), F_OK) != 0) {
+      const int fd = open(held.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) close(fd);
+    }
+    usleep(10000);
+  }
+}
 
 std::vector<TensorLayout> TrainTensors(const Options& o) {
   const DType t = o.int64 ? DType::kInt64 : DType::kInt32;
@@ -173,7 +193,8 @@ class WmtTrainWorkload : public Workload, public RowPacking {
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override;
   absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
-                                     uint64_t want_rows) const override;
+                                     uint64_t want_rows,
+                                     const StopFlag* stop) const override;
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
                        uint8_t* const* out,
                        WorkloadCounters* counters) const override;
@@ -183,7 +204,10 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
                                         uint64_t row) const override;
   absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
-                                       const RowCursor& cursor) const override;
+                                       const RowCursor& cursor,
+                                       const StopFlag* stop) const override;
+  absl::Status CheckCursor(uint64_t num_examples,
+                           const RowCursor& cursor) const override;
 
  private:
   absl::Status CheckOrder(const EpochOrder& order) const {
@@ -195,7 +219,8 @@ class WmtTrainWorkload : public Workload, public RowPacking {
     return absl::OkStatus();
   }
   absl::StatusOr<KnownRows> Extend(const EpochOrder& order, uint64_t want_rows,
-                                   uint64_t want_windows) const;
+                                   uint64_t want_windows,
+                                   const StopFlag* stop) const;
   absl::Status Grow(const EpochOrder& order, EpochTableBuilder* b) const;
   absl::StatusOr<std::shared_ptr<const EpochTable>> TableFor(
       const EpochOrder& order) const;
@@ -253,12 +278,12 @@ absl::StatusOr<uint64_t> WmtTrainWorkload::RowsInEpoch(
 // already are not), and the windows cut from them as the complete table
 // cuts them. Once the pass is done: RowsInEpoch.
 absl::StatusOr<RowPacking::KnownRows> WmtTrainWorkload::RowsUpTo(
-    const EpochOrder& order, uint64_t want_rows) const {
+    const EpochOrder& order, uint64_t want_rows, const StopFlag* stop) const {
   if (absl::Status s = CheckOrder(order); !s.ok()) return s;
   index_->NoteSeed(order.seed);
   index_->Start();
   if (absl::Status s = index_->Error(); !s.ok()) return s;
-  if (!index_->ready()) return Extend(order, want_rows, 0);
+  if (!index_->ready()) return Extend(order, want_rows, 0, stop);
   absl::StatusOr<uint64_t> rows = RowsInEpoch(order);
   if (!rows.ok()) return rows.status();
   return KnownRows{*rows, true};
@@ -289,7 +314,8 @@ absl::Status WmtTrainWorkload::Grow(const EpochOrder& order,
 // want_windows windows (or the epoch ends), and publishes the table so far
 // (EpochTableCache::Find).
 absl::StatusOr<RowPacking::KnownRows> WmtTrainWorkload::Extend(
-    const EpochOrder& order, uint64_t want_rows, uint64_t want_windows) const {
+    const EpochOrder& order, uint64_t want_rows, uint64_t want_windows,
+    const StopFlag* stop) const {
   std::shared_ptr<GrowingTable> g =
       tables_->Growing(order, options_.max_length);
   absl::MutexLock lock(&g->mu);
@@ -297,9 +323,10 @@ absl::StatusOr<RowPacking::KnownRows> WmtTrainWorkload::Extend(
   const uint64_t before = b.closed_windows();
   while (!b.finished() &&
          (b.rows() < want_rows || b.closed_windows() < want_windows)) {
-    if (stopping_.load()) {
-      return absl::CancelledError("wmt: the workload is closing");
+    if (stopping_.load() || (stop != nullptr && stop->load())) {
+      return absl::CancelledError("wmt: the stream is closing");
     }
+    HoldForTest(stop);
     if (absl::Status s = Grow(order, &b); !s.ok()) return s;
   }
   if (b.closed_windows() != before || b.finished() ||
@@ -509,14 +536,34 @@ absl::StatusOr<RowCursor> WmtTrainWorkload::CursorOfRow(const EpochOrder& order,
   return RowCursor{order.epoch, w, row - t.first_row[w]};
 }
 
+absl::Status WmtTrainWorkload::CheckCursor(uint64_t num_examples,
+                                           const RowCursor& cursor) const {
+  // A window is max_length kept pairs (the last may hold fewer), and each
+  // of its rows at least one of them.
+  const uint64_t most_windows =
+      (num_examples + options_.max_length - 1) / options_.max_length;
+  if (cursor.window >= most_windows || cursor.row >= options_.max_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cursor (epoch ", cursor.epoch, ", window ", cursor.window, ", row ",
+        cursor.row, ") lies beyond any epoch of ", num_examples,
+        " pairs: an epoch has at most ", most_windows, " windows of at most ",
+        options_.max_length, " rows"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> WmtTrainWorkload::RowAtCursor(
-    const EpochOrder& order, const RowCursor& cursor) const {
+    const EpochOrder& order, const RowCursor& cursor,
+    const StopFlag* stop) const {
   if (absl::Status s = CheckOrder(order); !s.ok()) return s;
+  if (absl::Status s = CheckCursor(order.num_examples, cursor); !s.ok()) {
+    return s;
+  }
   index_->NoteSeed(order.seed);
   index_->Start();
   if (!index_->ready()) {
     // Learn the epoch as far as the cursor's window (and one past it).
-    absl::StatusOr<KnownRows> known = Extend(order, 0, cursor.window + 1);
+    absl::StatusOr<KnownRows> known = Extend(order, 0, cursor.window + 1, stop);
     if (!known.ok()) return known.status();
   }
   absl::StatusOr<std::shared_ptr<const EpochTable>> table = TableFor(order);
