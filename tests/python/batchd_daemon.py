@@ -76,6 +76,11 @@ class Daemon:
                                      stderr=subprocess.STDOUT, env=self._env,
                                      preexec_fn=self._preexec)
         self._wait_until_accepting(os.path.join(self.dir, "sock"))
+        # The metrics endpoint starts after the socket: wait for it too.
+        if "--metrics-listen" in self._argv:
+            host, _, port = self._argv[
+                self._argv.index("--metrics-listen") + 1].rpartition(":")
+            self._wait_until_accepting((host.strip("[]"), int(port)))
 
     def restart(self, kill=True):
         """Stops the daemon (SIGKILL, or SIGTERM with kill=False) and starts
@@ -98,7 +103,9 @@ class Daemon:
             if self.proc.poll() is not None:
                 pytest.fail(f"batchd exited with {self.proc.returncode}: "
                             f"{open(self.log_path).read()}")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            family = socket.AF_UNIX if isinstance(path, str) else (
+                socket.AF_INET6 if ":" in path[0] else socket.AF_INET)
+            with socket.socket(family, socket.SOCK_STREAM) as s:
                 try:
                     s.connect(path)
                     return
