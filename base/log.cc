@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/format.h"
 
 namespace batchd {
 
@@ -33,16 +34,21 @@ const char* LevelName(LogLevel l) {
   return "info";
 }
 
+// A value as one token of the line: escaped by Printable (so that no
+// control character, invalid UTF-8 or bidi override reaches the log raw:
+// shippers that split at CR, and terminals that tail the log, act on them),
+// then quoted when it holds a space, a quote, '=' or an escape.
 std::string Quote(const std::string& v) {
-  bool plain = !v.empty();
-  for (char c : v) {
-    if (c == ' ' || c == '"' || c == '=' || c == '\n') plain = false;
+  const std::string p = Printable(v);
+  bool plain = !p.empty() && p == v;
+  for (char c : p) {
+    if (c == ' ' || c == '"' || c == '=') plain = false;
   }
-  if (plain) return v;
+  if (plain) return p;
   std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c == '\n' ? ' ' : c;
+  for (char c : p) {
+    if (c == '"') out += '\\';
+    out += c;
   }
   return out + "\"";
 }
@@ -65,7 +71,9 @@ constexpr uint64_t kRepeatNs = 10ULL * 1000 * 1000 * 1000;
 
 std::string Fields(const LogFields& fields) {
   std::string line;
-  for (const auto& [k, v] : fields) line += " " + k + "=" + Quote(v);
+  for (const auto& [k, v] : fields) {
+    line += " " + Printable(k) + "=" + Quote(v);
+  }
   return line;
 }
 
@@ -96,7 +104,8 @@ void Write(LogLevel level, const std::string& event, const std::string& key,
   strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &t);
   if (dropped > 0) line += " repeats_dropped=" + std::to_string(dropped);
   fprintf(stderr, "batchd: ts=%s.%03ldZ level=%s event=%s%s\n", when,
-          ts.tv_nsec / 1000000, LevelName(level), event.c_str(), line.c_str());
+          ts.tv_nsec / 1000000, LevelName(level), Printable(event).c_str(),
+          line.c_str());
 }
 
 }  // namespace

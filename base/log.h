@@ -21,9 +21,11 @@ void SetLogLevel(const std::string& level);
 
 using LogFields = std::vector<std::pair<std::string, std::string>>;
 
-// Writes `event` with `fields` (values are quoted when they hold spaces or
-// quotes). Events of level warn and error are rate-limited per
-// (event, fields) key.
+// Writes `event` with `fields`: every value escaped by Printable
+// (base/format.h: no control character, invalid UTF-8 or bidi override is
+// written raw, so a line is one event whatever it quotes), and quoted when
+// it holds a space, a quote, '=' or an escape. Events of level warn and
+// error are rate-limited per (event, fields) key.
 void Log(LogLevel level, const std::string& event,
          const LogFields& fields = {});
 

@@ -1,7 +1,10 @@
 // LoaderState's JSON form; see batchd/loader.h. The format is small and
 // versioned: a checkpoint written by one release is read by the next, and
 // anything that is not a batchd state is refused naming the field.
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "batchd/loader.h"
@@ -18,10 +21,38 @@ absl::Status Wrong(const std::string& what) {
       absl::StrCat("not a batchd loader state: ", what));
 }
 
+// A counter exactly as ToJson writes it: a JSON integer from 0 to the
+// largest T. nlohmann's get<> would turn -1 into 2^64-1, 1.5 into 1 and
+// true into 1; a checkpoint that holds them was not written by state_dict().
+template <typename T>
+absl::Status TakeCount(const Json& v, const std::string& what, T* out) {
+  static_assert(std::is_unsigned_v<T>);
+  if (!v.is_number_unsigned()) {
+    const std::string is =
+        v.is_number_integer() ? std::string("negative")
+        : v.is_number_float()
+            ? absl::StrCat("not a whole number (", v.dump(), ")")
+            : absl::StrCat("a ", v.type_name());
+    return Wrong(absl::StrCat(what, " is ", is,
+                              "; it must be an integer from 0 to ",
+                              std::numeric_limits<T>::max()));
+  }
+  const uint64_t n = v.get<uint64_t>();
+  if (n > std::numeric_limits<T>::max()) {
+    return Wrong(absl::StrCat(what, " is ", n, "; it must be at most ",
+                              std::numeric_limits<T>::max()));
+  }
+  *out = T(n);
+  return absl::OkStatus();
+}
+
 template <typename T>
 absl::Status Take(const Json& j, const char* key, T* out) {
   auto it = j.find(key);
   if (it == j.end()) return Wrong(absl::StrCat("no field '", key, "'"));
+  if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+    return TakeCount(*it, absl::StrCat("field '", key, "'"), out);
+  }
   try {
     *out = it->get<T>();
   } catch (const Json::exception&) {
@@ -56,9 +87,9 @@ absl::StatusOr<LoaderState> LoaderState::FromJson(const std::string& text) {
   std::string format;
   if (absl::Status s = Take(j, "format", &format); !s.ok()) return s;
   if (format != kFormat) return Wrong(absl::StrCat("format is '", format, "'"));
-  int version = 0;
+  uint64_t version = 0;
   if (absl::Status s = Take(j, "version", &version); !s.ok()) return s;
-  if (version != kVersion) {
+  if (version != uint64_t(kVersion)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batchd loader state of version ", version, "; this client reads "
         "version ", kVersion));
@@ -77,10 +108,17 @@ absl::StatusOr<LoaderState> LoaderState::FromJson(const std::string& text) {
   if (!s.ok()) return s;
   const Json& c = j.contains("cursor") ? j["cursor"] : Json(nullptr);
   if (!c.is_null()) {
-    std::vector<uint64_t> v;
-    if (absl::Status cs = Take(j, "cursor", &v); !cs.ok()) return cs;
-    if (v.size() != 4) {
+    if (!c.is_array() || c.size() != 4) {
       return Wrong("cursor is not [epoch, window, row, step]");
+    }
+    std::vector<uint64_t> v(4);
+    static const char* const kCursorParts[] = {"epoch", "window", "row",
+                                               "step"};
+    for (size_t i = 0; i < 4; ++i) {
+      absl::Status cs = TakeCount(
+          c[i], absl::StrCat("field 'cursor' (its ", kCursorParts[i], ")"),
+          &v[i]);
+      if (!cs.ok()) return cs;
     }
     st.has_cursor = true;
     for (int i = 0; i < 3; ++i) st.cursor[i] = v[i];

@@ -21,6 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/groups.h"
+#include "client/shm_layout.h"
+#include "server/config_check.h"
 #include "workloads/registry.h"
 
 namespace batchd {
@@ -184,15 +186,16 @@ std::vector<Flag> StreamFlags() {
   return {
       STRING_FLAG("shm-prefix", core.shm_prefix, "NAME",
                   "first part of segment names "
-                  "(/dev/shm/NAME.<uid>.<owner>.<stream>.<rank>.<random>). "
-                  "Default: "
+                  "(/dev/shm/NAME.<uid>.<owner>.<stream>.<rank>.<random>): "
+                  "1 to 128 characters of A-Z a-z 0-9 _ -. Default: "
                   "batchd"),
       STRING_FLAG("shm-group", shm_group, "GROUP",
                   "ignored (a warning): a ring is its client's uid's alone "
                   "(mode 0600 and a POSIX ACL entry for that uid), never a "
                   "group's. Default: none"),
-      U64_FLAG("slots", core.default_slots, 1, "N",
-               "ring slots per rank when a spec asks for 0. Default: 4"),
+      BOUNDED_FLAG("slots", core.default_slots, 1, shm::kMaxSlots, "N",
+                   "ring slots per rank when a spec asks for 0; at most "
+                   "1024, what a ring holds. Default: 4"),
       DOUBLE_FLAG("client-stale-seconds", core.client_stale_seconds, "S",
                   "a client whose process the daemon cannot see (TCP, "
                   "another pid namespace) whose heartbeat is older than S "
@@ -452,6 +455,18 @@ const Flag* FindFlag(const std::string& name) {
   return nullptr;
 }
 
+// Sets `flag` from the command line or the file; a string that cannot work
+// (config_check.h) is refused first, naming the flag.
+absl::Status SetFlag(const Flag& flag, const std::string& value,
+                     DaemonConfig* config) {
+  if (flag.kind == Kind::kString) {
+    if (absl::Status s = CheckStringSetting(flag.name, value); !s.ok()) {
+      return s;
+    }
+  }
+  return flag.set(config, value);
+}
+
 }  // namespace
 
 std::string Usage() {
@@ -500,9 +515,13 @@ std::string Usage() {
 }
 
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
+  absl::StatusOr<std::string> text = ReadConfigFile(path);
+  if (!text.ok()) return text.status();
+  // Before the parser: it recurses per level of nesting.
+  if (absl::Status s = CheckConfigNesting(*text, path); !s.ok()) return s;
   toml::table table;
   try {
-    table = toml::parse_file(path);
+    table = toml::parse(*text, path);
   } catch (const toml::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "config %s line %d: %s", path, int(e.source().begin.line),
@@ -530,9 +549,10 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
           "config %s: key '%s' must be a string, number or boolean", path,
           name));
     }
-    if (absl::Status s = flag->set(config, value); !s.ok()) {
+    if (absl::Status s = SetFlag(*flag, value, config); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config ", path, ": ", s.message()));
+          absl::StrFormat("config %s line %d: %s", path,
+                          int(key.source().begin.line), s.message()));
     }
   }
   return absl::OkStatus();
@@ -708,7 +728,7 @@ absl::Status ParseArgs(int argc, char** argv, DaemonConfig* config,
         value = argv[++i];
       }
     }
-    if (absl::Status s = flag->set(config, value); !s.ok()) return s;
+    if (absl::Status s = SetFlag(*flag, value, config); !s.ok()) return s;
   }
   if (!config->admin_group.empty()) {
     absl::StatusOr<gid_t> gid = ResolveGroup("admin-group", config->admin_group);

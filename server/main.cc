@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "base/address.h"
 #include "base/files.h"
+#include "base/format.h"
 #include "base/groups.h"
 #include "base/log.h"
 #include "base/threads.h"
@@ -43,6 +44,7 @@
 #include "server/config.h"
 #include "server/core.h"
 #include "server/grpc_service.h"
+#include "server/library_log.h"
 #include "server/metrics.h"
 #include "server/peer.h"
 #include "workloads/common/cache_dir.h"
@@ -50,7 +52,8 @@
 namespace {
 
 int Fail(int code, const std::string& msg) {
-  fprintf(stderr, "batchd: %s\n", msg.c_str());
+  // The message may quote a setting's value: one line, escaped.
+  fprintf(stderr, "batchd: %s\n", batchd::Printable(msg).c_str());
   return code;
 }
 int Fail(int code, const absl::Status& status) {
@@ -626,6 +629,8 @@ int main(int argc, char** argv) {
   // First: reading the settings makes gRPC credentials, and gRPC starts
   // its threads then; each must inherit the mask.
   const sigset_t signals = BlockStopSignals();
+  // Before anything that may log through protobuf or gRPC.
+  batchd::RouteLibraryLogs();
   batchd::DaemonConfig config;
   if (std::optional<int> done = ReadSettings(argc, argv, &config)) return *done;
 

@@ -124,6 +124,35 @@ TEST(HumanBytes, BytesAreWholeAndLargerUnitsHaveOneDecimal) {
   EXPECT_EQ(HumanBytes(double(1ull << 50)), "1024.0 TiB");
 }
 
+// Issue 27: names from the data tree and spec options reached the
+// operator's terminal and the log raw (ESC, OSC 52, CR, LF).
+TEST(Printable, EscapesWhatATerminalOrALogShipperWouldActOn) {
+  EXPECT_EQ(Printable("train/shard-0 ok"), "train/shard-0 ok");
+  EXPECT_EQ(Printable("caf\xc3\xa9 \xe6\x97\xa5"), "caf\xc3\xa9 \xe6\x97\xa5")
+      << "printable UTF-8 is kept";
+  EXPECT_EQ(Printable("a\x1b[2Jb"), "a\\x1b[2Jb");
+  EXPECT_EQ(Printable("\x1b]52;c;aGk=\x07"), "\\x1b]52;c;aGk=\\x07");
+  EXPECT_EQ(Printable("1\r\n2\t\v\f"), "1\\r\\n2\\t\\x0b\\x0c");
+  EXPECT_EQ(Printable(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(Printable("\x7f"), "\\x7f");
+  EXPECT_EQ(Printable("back\\slash"), "back\\\\slash");
+  // Invalid UTF-8: a stray continuation byte, a cut sequence, an overlong
+  // '/', a surrogate.
+  EXPECT_EQ(Printable("\x80x\xe6\x97"), "\\x80x\\xe6\\x97");
+  EXPECT_EQ(Printable("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(Printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  // C1 CSI, a right-to-left override, a line separator, a BOM.
+  EXPECT_EQ(Printable("\xc2\x9b"
+                      "31m"),
+            "\\u009b31m");
+  EXPECT_EQ(Printable("txt.\xe2\x80\xae"
+                      "cod.exe"),
+            "txt.\\u202ecod.exe");
+  EXPECT_EQ(Printable("a\xe2\x80\xa8"
+                      "b\xef\xbb\xbf"),
+            "a\\u2028b\\ufeff");
+}
+
 TEST(ResolveGroup, TakesGidsAsTheyAreAndLooksUpNames) {
   EXPECT_EQ(*ResolveGroup("shm-group", "12345"), gid_t(12345));
   const group* root = getgrgid(0);

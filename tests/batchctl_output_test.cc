@@ -89,7 +89,26 @@ TEST(DumpJson, HasNoNaNAndSurvivesBytesThatAreNotUtf8) {
   j["bytes"] = std::string("\xff\xfe", 2);
   EXPECT_EQ(DumpJson(j),
             "{\"nan\":null,\"inf\":null,\"text\":\"a\\\"b\\\\c\\n\\u0001\","
-            "\"bytes\":\"\xEF\xBF\xBD\xEF\xBF\xBD\"}");
+            "\"bytes\":\"\\ufffd\\ufffd\"}");
+}
+
+// Issue 27: what a terminal acts on beyond the C0 controls (DEL, the C1
+// CSI, a right-to-left override) was written raw into the JSON line.
+TEST(DumpJson, IsAsciiWithEveryControlAndNonAsciiCharacterEscaped) {
+  Json j;
+  j["data"] = std::string(
+      "a\x1b]52;c;eA==\x07\x7f\xc2\x9b"
+      "2J\xe2\x80\xae"
+      "x");
+  j["name"] = "caf\xc3\xa9";
+  const std::string text = DumpJson(j);
+  EXPECT_EQ(text,
+            "{\"data\":\"a\\u001b]52;c;eA==\\u0007\\u007f\\u009b2J\\u202ex\","
+            "\"name\":\"caf\\u00e9\"}");
+  for (char c : text) {
+    EXPECT_TRUE(c >= 0x20 && c < 0x7f) << int(uint8_t(c));
+  }
+  EXPECT_EQ(Json::parse(text)["name"], "caf\xc3\xa9") << "the text is kept";
 }
 
 }  // namespace

@@ -188,6 +188,31 @@ TEST(RatesToJson, ListsStreamsWithTheirRanks) {
       R"({"rank":1,"examples_per_second":1.0,"bytes_per_second":10.0}]}])");
 }
 
+// Issue 27: a directory name under the data root (a stream's data path)
+// and an option value with ESC, OSC 52, CR or LF reached the operator's
+// terminal raw: a cleared screen, a clipboard write, a forged line.
+TEST(FormatStatus, EscapesControlCharactersFromPathsOptionsAndNames) {
+  v1::GetStatusResponse st = Answer(42, 5, "train", {{0, 0}});
+  st.set_version("0.1\x1b[2J");
+  v1::StreamSpec* spec = st.mutable_streams(0)->mutable_spec();
+  spec->set_workload("synthetic");
+  spec->set_data("evil\x1b]52;c;cm0gLXJmIH4K\x07\r\nstream forged  owner 0");
+  spec->set_split("train\xc2\x9b");
+  (*spec->mutable_options())["examples"] = "\r\n12\x0b\x0c";
+  (*spec->mutable_options())["k\x1b"] = "v";
+  const std::string out = FormatStatus(st);
+  for (char c : out) {
+    EXPECT_TRUE(c == '\n' || (c >= 0x20 && c != 0x7f)) << int(uint8_t(c));
+  }
+  EXPECT_THAT(out,
+              HasSubstr("data 'evil\\x1b]52;c;cm0gLXJmIH4K\\x07\\r\\nstream "
+                        "forged  owner 0'"));
+  EXPECT_THAT(out, HasSubstr("split train\\u009b"));
+  EXPECT_THAT(out, HasSubstr("examples=\\r\\n12\\x0b\\x0c k\\x1b=v"));
+  EXPECT_THAT(out, HasSubstr("batchd 0.1\\x1b[2J  pid 42"));
+  EXPECT_THAT(out, Not(HasSubstr("\nstream forged")));
+}
+
 TEST(CurrentRates, KeepTwoOwnersStreamsOfOneNameApart) {
   v1::GetStatusResponse prev = Answer(7, 10, "train", {{100, 100}});
   *prev.add_streams() = Answer(7, 10, "train", {{500, 500}}).streams(0);

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_join.h"
 #include "base/address.h"
@@ -109,6 +111,94 @@ TEST(DaemonTest, RefusesNumbersTheSettingCannotHold) {
             0)
       << out;
   EXPECT_NE(out.find("threads = 1024"), std::string::npos) << out;
+}
+
+// Issue 27: a 100 KB config whose dotted key or table header nested 50,000
+// levels overflowed toml++'s stack (SIGSEGV) before any error was written.
+// Nesting is bounded before the parser sees the file, naming the line.
+TEST(DaemonTest, ConfigNestingIsBoundedBeforeTheParser) {
+  const std::string dir = testing::MakeTempDir();
+  const int n = 50000;
+  std::string dotted, header = "[", array = "x = ", table = "x = ";
+  for (int i = 0; i < n; ++i) dotted += i > 0 ? ".a" : "a";
+  header += dotted + "]";
+  for (int i = 0; i < n; ++i) array += "[";
+  for (int i = 0; i < n; ++i) array += "]";
+  for (int i = 0; i < n; ++i) table += "{a=";
+  table += "1";
+  for (int i = 0; i < n; ++i) table += "}";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"dotted key", dotted + " = 1"},
+      {"table header", header},
+      {"array", array},
+      {"inline table", table}};
+  for (const auto& [what, line] : cases) {
+    const std::string path = dir + "/deep.toml";
+    // The file's second line; a string with dots and brackets first, which
+    // is no nesting.
+    std::ofstream(path) << "data-root = \"/a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r."
+                           "s.t.u.v.w.x.y.z.A.B.C.D.E.F.G.H.[[[[{{{{\"\n"
+                        << line << "\n";
+    std::string out;
+    const int status = RunDaemon("--config " + path + " --print-config", &out);
+    ASSERT_TRUE(WIFEXITED(status)) << what;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << what << ": " << out.substr(0, 300);
+    EXPECT_NE(out.find("config " + path + " line 2: "), std::string::npos)
+        << what << ": " << out.substr(0, 300);
+    EXPECT_NE(out.find("nested deeper than 32 levels"), std::string::npos)
+        << what << ": " << out.substr(0, 300);
+  }
+  // Larger than any settings file: refused unread.
+  const std::string big = dir + "/big.toml";
+  std::ofstream(big) << "# " << std::string(2 << 20, 'x') << "\n";
+  std::string out;
+  const int status = RunDaemon("--config " + big + " --print-config", &out);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_NE(out.find("is larger than 1048576 bytes"), std::string::npos) << out;
+}
+
+// Issue 27: settings that started a daemon which then failed every stream
+// (slots beyond what a ring holds, a prefix no segment name can hold), or
+// that were cut or split where used (a NUL in listen or data-root, a
+// newline in shm-prefix), are refused at start, naming the key.
+TEST(DaemonTest, SettingsThatCannotWorkAreRefusedNamingTheKey) {
+  const std::string dir = testing::MakeTempDir();
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"slots = 4294967295", "--slots wants an integer from 1 to 1024"},
+      {"slots = 1025", "--slots wants an integer from 1 to 1024"},
+      {"shm-prefix = \"" + std::string(300, 'p') + "\"", "--shm-prefix"},
+      {"shm-prefix = \"a\\nb\"", "--shm-prefix 'a\\nb'"},
+      {"shm-prefix = \"a.b\"", "--shm-prefix 'a.b'"},
+      {"listen = \"unix://" + dir + "/x\\u0000y/sock\"",
+       "--listen 'unix://" + dir + "/x\\x00y/sock' holds a control"},
+      {"data-root = \"/tmp\\u0000/etc\"",
+       "--data-root '/tmp\\x00/etc' holds a control"}};
+  for (const auto& [line, want] : files) {
+    const std::string path = dir + "/bad.toml";
+    std::ofstream(path) << "threads = 2\n" << line << "\n";
+    std::string out;
+    const int status = RunDaemon("--config " + path + " --print-config", &out);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << line << ": " << out;
+    EXPECT_NE(out.find("config " + path + " line 2: " + want),
+              std::string::npos)
+        << line << ": " << out;
+    EXPECT_EQ(out.find('\r'), std::string::npos);
+  }
+  for (const std::string& flag : {std::string("--slots 4294967295"),
+                                  "--shm-prefix " + std::string(129, 'p')}) {
+    std::string out;
+    const int status = RunDaemon(flag + " --print-config", &out);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << flag << ": " << out;
+  }
+  // The largest that work are taken.
+  std::string out;
+  EXPECT_EQ(RunDaemon("--slots 1024 --shm-prefix " + std::string(128, 'p') +
+                          " --print-config",
+                      &out),
+            0)
+      << out;
+  // No stray directory was made for the NUL-cut listen path.
+  EXPECT_NE(access((dir + "/x").c_str(), F_OK), 0);
 }
 
 // Issue 22: a flag that sizes threads beyond what a daemon can start was

@@ -97,6 +97,29 @@ TEST(LogTest, KeyedWarningsAreFoldedPerKeyWhateverTheirFields) {
   EXPECT_EQ(indexing, 3) << "info lines are never folded";
 }
 
+// Issue 27: ESC, BEL and CR in a value (a path under the data root) were
+// written raw: a terminal tailing the log acted on them, and shippers that
+// split at CR made two events of one.
+TEST(LogTest, ValuesAreEscapedSoThatALineIsOneEventAndInert) {
+  SetLogLevel("info");
+  auto lines = CaptureStderr([] {
+    Log(LogLevel::kInfo, "decode_error",
+        {{"file", "a\x1b]52;c;eA==\x07\rlevel=error event=forged\n.JPEG"},
+         {"msg", "say \"hi\" \\ \xff"}});
+  });
+  ASSERT_EQ(lines.size(), 1u);
+  for (char c : lines[0]) {
+    EXPECT_TRUE(uint8_t(c) >= 0x20 && c != 0x7f) << int(uint8_t(c));
+  }
+  EXPECT_NE(lines[0].find(" file=\"a\\x1b]52;c;eA==\\x07\\rlevel=error "
+                          "event=forged\\n.JPEG\""),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find(" msg=\"say \\\"hi\\\" \\\\ \\xff\""),
+            std::string::npos)
+      << lines[0];
+}
+
 TEST(LogTest, LevelThresholdDropsLowerLevels) {
   SetLogLevel("warn");
   auto lines = CaptureStderr([] {

@@ -9,6 +9,7 @@
 //                        [--owner UID]
 //        test_rpc_caller SERVER close STREAM [--owner UID]
 //        test_rpc_caller SERVER drain|shutdown
+//        test_rpc_caller SERVER open-invalid-utf8 COUNT
 //
 // open --hold: attaches the ring, reads one batch, prints "attached", then
 // waits for its stdin to close and reads one more batch: exit 0 when that
@@ -17,6 +18,12 @@
 // request's client_pid field) and, if it succeeded, prints "opened" and
 // waits for stdin to close without ever mapping the ring. --owner sets the
 // request's owner_uid: another uid's stream.
+//
+// open-invalid-utf8: COUNT OpenStream calls one after another whose spec
+// holds bytes that are not UTF-8 (which protobuf refuses to parse); exit 0
+// when the daemon answered every one with an error, 52 when one was
+// accepted or went unanswered.
+#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -27,8 +34,8 @@
 
 #include "base/address.h"
 #include "batchd/loader.h"
-#include "batchd/version.h"
 #include "batchd/v1/batchd.grpc.pb.h"
+#include "batchd/version.h"
 
 namespace {
 
@@ -130,6 +137,31 @@ int main(int argc, char** argv) {
     if (argc == 6) req.set_owner_uid(uint32_t(strtoul(argv[5], nullptr, 10)));
     batchd::v1::CloseStreamResponse resp;
     return Code(stub->CloseStream(context().get(), req, &resp));
+  }
+  if (op == "open-invalid-utf8" && argc == 4) {
+    // This side's own complaint about serializing the bytes is not wanted.
+    google::protobuf::SetLogHandler(nullptr);
+    const int count = atoi(argv[3]);
+    for (int i = 0; i < count; ++i) {
+      batchd::v1::OpenStreamRequest req;
+      batchd::v1::StreamSpec* spec = req.mutable_spec();
+      spec->set_name("flood" + std::to_string(i));
+      spec->set_workload("synthetic");
+      spec->set_data(std::string("bad\xff\xfe") + std::to_string(i));
+      spec->set_global_batch_size(8);
+      spec->set_world_size(1);
+      req.set_protocol_version(batchd::kProtocolVersion);
+      batchd::v1::OpenStreamResponse resp;
+      const grpc::Status s = stub->OpenStream(context().get(), req, &resp);
+      if (s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        fprintf(stderr, "call %d: %d %s\n", i, int(s.error_code()),
+                s.error_message().c_str());
+        return 52;
+      }
+    }
+    printf("refused %d\n", count);
+    return 0;
   }
   if (op == "drain") {
     batchd::v1::DrainResponse resp;

@@ -9,6 +9,25 @@
 
 namespace batchd {
 
+bool IsDecimal(absl::string_view v, bool allow_minus) {
+  if (allow_minus && !v.empty() && v[0] == '-') v.remove_prefix(1);
+  return !v.empty() && v.size() <= 20 &&
+         std::all_of(v.begin(), v.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool ParseStrictDouble(absl::string_view v, double* out) {
+  // absl::SimpleAtod skips white space and takes "inf" and "nan": digits,
+  // one sign, a point and an exponent only.
+  if (v.empty() || v.size() > 64) return false;
+  for (char c : v) {
+    const bool ok = (c >= '0' && c <= '9') || c == '.' || c == 'e' ||
+                    c == 'E' || c == '+' || c == '-';
+    if (!ok) return false;
+  }
+  return absl::SimpleAtod(v, out);
+}
+
 absl::StatusOr<WorkloadOptions> WorkloadOptions::Create(
     const std::string& workload,
     const std::map<std::string, std::string>& options,
@@ -42,7 +61,10 @@ absl::StatusOr<uint64_t> WorkloadOptions::Uint(const std::string& key,
   auto it = options_->find(key);
   if (it == options_->end()) return def;
   uint64_t v;
-  if (!absl::SimpleAtoi(it->second, &v) || v < lo || v > hi) {
+  // Strict: absl::SimpleAtoi alone takes white space (CR, LF, VT, FF)
+  // around the digits, and a '+'.
+  if (!IsDecimal(it->second, /*allow_minus=*/false) ||
+      !absl::SimpleAtoi(it->second, &v) || v < lo || v > hi) {
     return Invalid(
         key, lo == 0 && hi == UINT64_MAX
                  ? std::string("is not an unsigned integer")
@@ -56,7 +78,8 @@ absl::StatusOr<int> WorkloadOptions::Int(const std::string& key, int def,
   auto it = options_->find(key);
   if (it == options_->end()) return def;
   int v;
-  if (!absl::SimpleAtoi(it->second, &v) || v < lo || v > hi) {
+  if (!IsDecimal(it->second, /*allow_minus=*/true) ||
+      !absl::SimpleAtoi(it->second, &v) || v < lo || v > hi) {
     return Invalid(key,
                    absl::StrCat("is not an integer in [", lo, ", ", hi, "]"));
   }

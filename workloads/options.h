@@ -1,7 +1,10 @@
 // A workload's options (WorkloadConfig::options), read the same way by every
 // workload: unknown keys are refused naming the known ones, and a bad value
 // is an error naming the workload, the option and what it must be
-// ("wmt: option max_length='x' is not an integer in [1, 4096]").
+// ("wmt: option max_length='x' is not an integer in [1, 4096]"). Numbers
+// are strict: digits alone, nothing around them (a caller's " 8\r\n" is
+// refused, not read as 8). Messages quote values as given: whatever shows
+// them escapes them (base/format.h's Printable).
 //
 // Thread safety: immutable after Create.
 #ifndef BATCHD_WORKLOADS_OPTIONS_H_
@@ -14,8 +17,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace batchd {
+
+// Whether `v` is a plain decimal number: ASCII digits only (after one
+// leading '-' when `allow_minus`), at most 20 of them; no sign, white space
+// or other byte around them, which absl::SimpleAtoi would skip.
+bool IsDecimal(absl::string_view v, bool allow_minus);
+
+// A number of the form "1.5", "2", "1e-3": digits, a point, an exponent and
+// signs only (no white space, no inf or nan); false otherwise.
+bool ParseStrictDouble(absl::string_view v, double* out);
 
 class WorkloadOptions {
  public:

@@ -14,6 +14,7 @@ in a process of its own, as torchrun would start it.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,6 +226,46 @@ def test_closed_loader_refuses_next(server):
     loader.close()
     with pytest.raises(batchd.Error, match="closed"):
         next(loader)
+
+
+# Issue 27: the checkpoint JSON was read with silent conversions (-1 became
+# 2^64-1, 1.5 became 1, true became 1); a state that is not what
+# state_dict() writes is refused, naming the field.
+@pytest.mark.parametrize("field,value,why", [
+    ("next_step", -1, "is negative"),
+    ("next_step", 1.5, "is not a whole number"),
+    ("next_step", True, "is a boolean"),
+    ("next_step", 2**64, "is not a whole number"),
+    ("seed", -1, "is negative"),
+    ("global_batch_size", 32.0, "is not a whole number"),
+    ("world_size", 2**32, "must be at most 4294967295"),
+    ("version", 2**32 + 1, "version 4294967297"),
+    ("cursor", [0, -1, 0, 1], "'cursor' (its window) is negative"),
+    ("cursor", [0, 0, 0.5, 1], "'cursor' (its row) is not a whole number"),
+])
+def test_a_state_with_numbers_state_dict_never_writes_is_refused(
+        server, field, value, why):
+    loader = open_loader(server, "state-src", world_size=1, rank=0)
+    for _ in range(3):
+        loader.next_batch()
+    sd = loader.state_dict()
+    loader.close()
+    assert sd["next_step"] == 3 and sd["cursor"] is None
+    # What state_dict() wrote resumes.
+    with open_loader(server, "state-ok", world_size=1, rank=0,
+                     state=sd) as ok:
+        assert ok.next_batch()[1].step == 3
+    bad = json.loads(json.dumps(sd))
+    bad[field] = value
+    with pytest.raises(batchd.InvalidArgumentError) as e:
+        open_loader(server, "state-bad", world_size=1, rank=0, state=bad)
+    assert why in str(e.value), str(e.value)
+    if field != "version":
+        assert f"field '{field}'" in str(e.value), str(e.value)
+    fresh = open_loader(server, "state-load", world_size=1, rank=0)
+    with pytest.raises(batchd.InvalidArgumentError, match=re.escape(why)):
+        fresh.load_state_dict(bad)
+    fresh.close()
 
 
 IMAGENET_MEAN = torch.tensor([0.485, 0.456, 0.406]) * 255

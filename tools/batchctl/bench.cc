@@ -437,9 +437,10 @@ std::string FormatBench(const BenchConfig& cfg,
   std::string out = absl::StrFormat(
       "stream %s  workload %s  split %s  global batch %u  world %d  "
       "slots %u x %s%s%s\n",
-      o.stream, o.workload, o.split, o.global_batch_size, o.world_size,
-      first.slots, HumanBytes(double(first.slot_bytes)),
-      options.empty() ? "" : "  options", options);
+      Printable(o.stream), Printable(o.workload), Printable(o.split),
+      o.global_batch_size, o.world_size, first.slots,
+      HumanBytes(double(first.slot_bytes)), options.empty() ? "" : "  options",
+      options);
   Table t({"RANK", "STEPS", "EXAMPLES", "BYTES", "SECONDS", "EXAMPLES/S",
            "WAIT_S", "WAIT"});
   t.AlignRight({0, 1, 2, 3, 4, 5, 6, 7});

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/format.h"
 
 namespace batchd::batchctl {
 namespace {
@@ -47,14 +48,16 @@ absl::StatusOr<std::string> ReadFileContents(const std::string& flag,
 
 int UsageError(const std::string& command, const std::string& message) {
   fprintf(stderr, "batchctl%s%s: %s\n(see batchctl %s--help)\n",
-          command.empty() ? "" : " ", command.c_str(), message.c_str(),
+          command.empty() ? "" : " ", command.c_str(),
+          batchd::Printable(message).c_str(),
           command.empty() ? "" : (command + " ").c_str());
   return kExitUsage;
 }
 
 int ServerError(const std::string& command, const absl::Status& s) {
+  // The message may name a data path or an option another user chose.
   fprintf(stderr, "batchctl %s: %s\n", command.c_str(),
-          std::string(s.message()).c_str());
+          batchd::Printable(s.message()).c_str());
   return kExitServer;
 }
 

@@ -65,8 +65,8 @@ int RunClose(int argc, char** argv) {
                             : *args->owner_uid == kAnonymousOwner
                                 ? std::string(" of anonymous TCP callers")
                                 : absl::StrCat(" of uid ", *args->owner_uid);
-  printf("closed stream %s%s at %s\n", args->stream.c_str(), owner.c_str(),
-         args->connection.address.c_str());
+  printf("closed stream %s%s at %s\n", Printable(args->stream).c_str(),
+         owner.c_str(), Printable(args->connection.address).c_str());
   return kExitOk;
 }
 

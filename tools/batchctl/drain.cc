@@ -97,7 +97,7 @@ int RunDrain(int argc, char** argv) {
     printf(
         "batchd (pid %u) at %s is draining: %u rank(s) attached; it takes no "
         "new stream and exits once none is attached\n",
-        pid, c->address.c_str(), attached);
+        pid, Printable(c->address).c_str(), attached);
   }
   fflush(stdout);
   if (!wait) return kExitOk;

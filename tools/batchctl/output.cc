@@ -85,7 +85,9 @@ std::string FormatSeconds(double s) {
 
 std::string OptionsSuffix(const std::map<std::string, std::string>& options) {
   std::string out;
-  for (const auto& [k, v] : options) absl::StrAppend(&out, " ", k, "=", v);
+  for (const auto& [k, v] : options) {
+    absl::StrAppend(&out, " ", Printable(k), "=", Printable(v));
+  }
   return out;
 }
 
@@ -156,7 +158,10 @@ Json ProtoToJson(const pb::Message& m) {
 }
 
 std::string DumpJson(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  // ensure_ascii: every byte above 0x7e (DEL, C1 controls, bidi overrides)
+  // and every control is a \u escape, so that a terminal shown the line
+  // acts on none of what a data path or an option holds.
+  return j.dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
 }
 
 }  // namespace batchd::batchctl

@@ -21,13 +21,16 @@ using Json = nlohmann::ordered_json;
 // "12.3 s" under a minute, then "4m05s", "2h03m", "3d04h".
 std::string FormatSeconds(double s);
 
-// " k1=v1 k2=v2" with keys sorted; "" when empty.
+// " k1=v1 k2=v2" with keys sorted, each key and value Printable; "" when
+// empty.
 std::string OptionsSuffix(const std::map<std::string, std::string>& options);
 
 // "2026-12-02 09:30:05 UTC", now.
 std::string UtcNow();
 
-// Aligned text columns; columns flagged right (numbers) align right. Trailing
+// Aligned text columns (cells that hold text from the daemon must be
+// Printable already: a control character would break the alignment or
+// worse); columns flagged right (numbers) align right. Trailing
 // blanks are cut from every line.
 class Table {
  public:
@@ -48,8 +51,9 @@ class Table {
 // numbers, so that jq and Python read them as such.
 Json ProtoToJson(const google::protobuf::Message& m);
 
-// One line of compact JSON. NaN and infinities become null (JSON has
-// neither); bytes that are not UTF-8 become U+FFFD rather than an exception.
+// One line of compact JSON, ASCII only: controls, DEL and everything beyond
+// ASCII are \u escapes. NaN and infinities become null (JSON has neither);
+// bytes that are not UTF-8 become U+FFFD rather than an exception.
 std::string DumpJson(const Json& j);
 
 }  // namespace batchd::batchctl

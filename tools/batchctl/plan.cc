@@ -78,7 +78,7 @@ int RunPlan(int argc, char** argv) {
     fprintf(stderr,
             "batchctl plan: /dev/shm at %s has %s free; this node's rings "
             "need %s\n",
-            args->connection.address.c_str(),
+            Printable(args->connection.address).c_str(),
             HumanBytes(double(plan->shm_free_bytes())).c_str(),
             HumanBytes(double(f.total_bytes)).c_str());
     return kExitNoShm;
@@ -204,11 +204,12 @@ std::string FormatPlan(const PlanArgs& args, const v1::PlanResponse& plan,
   std::string out = absl::StrFormat(
       "spec: workload %s  data '%s'  split %s  global batch %u  world %u"
       "%s%s\n",
-      spec.workload(), spec.data(), spec.split(), spec.global_batch_size(),
-      spec.world_size(), options.empty() ? "" : "  options", options);
+      Printable(spec.workload()), Printable(spec.data()),
+      Printable(spec.split()), spec.global_batch_size(), spec.world_size(),
+      options.empty() ? "" : "  options", options);
   Table t({"TENSOR", "DTYPE", "SHAPE (one rank)"});
   for (const v1::TensorInfo& ti : plan.tensors()) {
-    t.Add({ti.name(), ti.dtype(), ShapeString(ti)});
+    t.Add({Printable(ti.name()), Printable(ti.dtype()), ShapeString(ti)});
   }
   out += t.Render("  ");
   absl::StrAppendFormat(
@@ -220,10 +221,10 @@ std::string FormatPlan(const PlanArgs& args, const v1::PlanResponse& plan,
   absl::StrAppendFormat(
       &out, "this node's rings: %u bytes (%s) for %u rank(s)\n", f.total_bytes,
       HumanBytes(double(f.total_bytes)), f.ranks);
-  absl::StrAppendFormat(&out, "/dev/shm free now: %u bytes (%s) at %s%s\n",
-                        plan.shm_free_bytes(),
-                        HumanBytes(double(plan.shm_free_bytes())),
-                        args.connection.address, f.fits ? "" : "  NOT ENOUGH");
+  absl::StrAppendFormat(
+      &out, "/dev/shm free now: %u bytes (%s) at %s%s\n", plan.shm_free_bytes(),
+      HumanBytes(double(plan.shm_free_bytes())),
+      Printable(args.connection.address), f.fits ? "" : "  NOT ENOUGH");
   absl::StrAppendFormat(
       &out,
       "\n/dev/shm to give a container (rings + 10%% + 64 MiB): %u MiB\n"

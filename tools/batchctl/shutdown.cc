@@ -79,7 +79,7 @@ int RunShutdown(int argc, char** argv) {
     printf("%s\n", DumpJson(out).c_str());
   }
   fprintf(stderr, "batchctl shutdown: batchd (pid %u) at %s stopped\n", pid,
-          c->address.c_str());
+          Printable(c->address).c_str());
   return kExitOk;
 }
 

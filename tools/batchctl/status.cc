@@ -95,15 +95,16 @@ int WatchStatus(const StatusArgs& args) {
     } else {
       std::string out = tty ? "\033[H\033[2J" : (frame > 0 ? "\n" : "");
       absl::StrAppendFormat(&out, "Every %.1f s: batchd at %s  %s\n\n",
-                            args.interval_seconds, args.connection.address,
-                            UtcNow());
+                            args.interval_seconds,
+                            Printable(args.connection.address), UtcNow());
       if (st.ok()) {
         out += FormatStatus(*st, rates.has_value() ? &*rates : nullptr);
         if (!rates.has_value()) {
           out += "\n(current rates from the next frame on)\n";
         }
       } else {
-        absl::StrAppend(&out, "error: ", st.status().message(), "\n");
+        absl::StrAppend(&out, "error: ", Printable(st.status().message()),
+                        "\n");
       }
       fputs(out.c_str(), stdout);
     }
@@ -277,8 +278,9 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
       &out,
       "\nstream %s  owner %s  workload %s  data '%s'  split %s  global "
       "batch %u  world %u  seed %u  start step %u  steps/epoch %u%s%s\n",
-      spec.name(), OwnerName(s.owner_uid(), s.owner_known()), spec.workload(),
-      spec.data(), spec.split(), spec.global_batch_size(), spec.world_size(),
+      Printable(spec.name()), OwnerName(s.owner_uid(), s.owner_known()),
+      Printable(spec.workload()), Printable(spec.data()),
+      Printable(spec.split()), spec.global_batch_size(), spec.world_size(),
       spec.seed(), spec.start_step(), s.steps_per_epoch(),
       options.empty() ? "" : "  options", options);
   const StreamRates* sr = nullptr;
@@ -306,8 +308,8 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
   if (s.has_indexing()) {
     // "  indexing wmt lengths 1200/5900 pairs (20%) 300/s ETA 16 s"
     const v1::IndexingStatus& ix = s.indexing();
-    absl::StrAppendFormat(&out, "  indexing %s %u/%u %s", ix.what(), ix.done(),
-                          ix.total(), ix.unit());
+    absl::StrAppendFormat(&out, "  indexing %s %u/%u %s", Printable(ix.what()),
+                          ix.done(), ix.total(), Printable(ix.unit()));
     if (ix.total() > 0) {
       absl::StrAppendFormat(&out, " (%u%%)", ix.done() * 100 / ix.total());
     }
@@ -376,8 +378,8 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
   std::string out = absl::StrFormat(
       "batchd %s  pid %u  up %s  threads %u (%u workers)  rss %s  rings %s  "
       "streams %d%s%s\n",
-      st.version(), st.pid(), FormatSeconds(st.uptime_seconds()), st.threads(),
-      st.worker_threads(), HumanBytes(double(st.rss_bytes())),
+      Printable(st.version()), st.pid(), FormatSeconds(st.uptime_seconds()),
+      st.threads(), st.worker_threads(), HumanBytes(double(st.rss_bytes())),
       HumanBytes(double(st.ring_bytes())), st.streams_size(),
       st.readahead_bytes() == 0
           ? ""

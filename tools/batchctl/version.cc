@@ -61,9 +61,9 @@ int RunVersion(int argc, char** argv) {
   } else {
     fputs(VersionLine().c_str(), stdout);
     if (st.ok()) {
-      printf("batchd %s at %s (pid %u, up %s)\n", st->version().c_str(),
-             c->address.c_str(), st->pid(),
-             FormatSeconds(st->uptime_seconds()).c_str());
+      printf("batchd %s at %s (pid %u, up %s)\n",
+             Printable(st->version()).c_str(), Printable(c->address).c_str(),
+             st->pid(), FormatSeconds(st->uptime_seconds()).c_str());
     }
   }
   fflush(stdout);

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/format.h"
 #include "workloads/common/crc32c.h"
 
 namespace batchd {
@@ -43,10 +44,11 @@ absl::Status CheckKind(absl::string_view kind) {
 }
 
 std::string Quoted(const std::string& s) {
+  // Printable: a path under the data root may hold ESC, CR or LF.
   std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c == '\n' ? ' ' : c;
+  for (char c : Printable(s)) {
+    if (c == '"') out += '\\';
+    out += c;
   }
   return out + "\"";
 }

@@ -22,6 +22,7 @@
 #include "workloads/imagenet/image_source.h"
 #include "workloads/imagenet/python_random.h"
 #include "workloads/imagenet/transforms.h"
+#include "workloads/options.h"
 #include "workloads/split.h"
 
 namespace batchd {
@@ -121,8 +122,8 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   if (!u.ok()) return u.status();
   opt.max_file_bytes = *u;
   if (opts->Has("dct_headroom")) {
-    if (!absl::SimpleAtod(opts->String("dct_headroom", ""),
-                          &opt.dct_headroom) ||
+    if (!ParseStrictDouble(opts->String("dct_headroom", ""),
+                           &opt.dct_headroom) ||
         !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
       return opts->Invalid("dct_headroom", "is not a number in [1, 8]");
     }
@@ -145,7 +146,8 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
     int v[5];
     bool ok = f.size() == 5;
     for (size_t i = 0; ok && i < 5; ++i) {
-      ok = absl::SimpleAtoi(f[i], &v[i]) && v[i] >= 0;
+      ok = IsDecimal(f[i], /*allow_minus=*/false) &&
+           absl::SimpleAtoi(f[i], &v[i]) && v[i] >= 0;
     }
     if (!ok || v[2] == 0 || v[3] == 0 || v[4] > 1) {
       return absl::InvalidArgumentError(

@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "base/coding.h"
+#include "base/format.h"
 #include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
@@ -165,7 +167,10 @@ class LineFile {
         fprintf(stderr,
                 "batchd: level=warn event=cache_put_failed kind=%s "
                 "error=\"%s\"\n",
-                kLinesKind, std::string(put.message()).c_str());
+                kLinesKind,
+                absl::StrReplaceAll(Printable(put.message()),
+                                    {{"\"", "\\\""}})
+                    .c_str());
       }
     }
     return f;
