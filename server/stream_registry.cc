@@ -91,7 +91,8 @@ absl::StatusOr<Stream*> StreamRegistry::FindOrCreateStream(
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<std::shared_ptr<StreamSetup>> setup = factory_.Make(spec);
+  absl::StatusOr<std::shared_ptr<StreamSetup>> setup =
+      factory_.Make(spec, access_.ReadAccessOf(caller));
   if (!setup.ok()) return setup.status();
   if (absl::Status s = budget_.CheckModelQuota(
           UsageOf(key.first), exempt, (*setup)->workload->resident_bytes());
