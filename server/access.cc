@@ -19,6 +19,16 @@ bool Access::IsAdmin(const Caller& caller) const {
                    uint32_t(admin_gid_)) != caller.groups.end();
 }
 
+ReadAccess Access::ReadAccessOf(const Caller& caller) const {
+  if (!caller.known) {
+    return anonymous_admin_ ? ReadAccess::Daemon() : ReadAccess::World();
+  }
+  // The groups of the connection as the kernel recorded them at connect()
+  // (SO_PEERGROUPS): the process's own, not the account's (getgrouplist),
+  // and not read later from /proc, where the pid may be another process.
+  return ReadAccess::User(caller.uid, caller.gid, caller.groups);
+}
+
 std::string Access::AdminGroupText() const {
   return admin_gid_ != gid_t(-1)
              ? absl::StrCat(", members of --admin-group ", admin_gid_)

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/caller.h"
+#include "workloads/common/read_access.h"
 
 namespace batchd {
 
@@ -37,6 +38,10 @@ class Access {
   // OK when `caller` may drain or shut down the daemon; PermissionDenied
   // naming `what` otherwise.
   absl::Status CheckAdmin(const Caller& caller, const std::string& what) const;
+  // Whose permissions a stream `caller` opens reads its data with: its
+  // own uid and groups (SO_PEERCRED, SO_PEERGROUPS); a TCP caller's, what
+  // any local user may read, or with anonymous_admin the daemon's.
+  ReadAccess ReadAccessOf(const Caller& caller) const;
   // Whose stream `name` an OpenStream asks for: the caller's own, or
   // another uid's (`owner_uid`) when the caller may join that uid's
   // streams.

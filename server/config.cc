@@ -136,8 +136,10 @@ std::vector<Flag> ServingFlags() {
                   "--allow-remote). Default: unix:///run/batchd/batchd.sock"),
       STRING_FLAG("data-root", core.data_root, "DIR",
                   "data paths of stream specs are confined to DIR ('..' "
-                  "and symlinks out of it are refused). Default: the "
-                  "current directory"),
+                  "and symlinks out of it are refused); a caller reads "
+                  "through batchd only what its own uid and groups could "
+                  "read (TCP callers: what any local user could). "
+                  "Default: the current directory"),
       Flag{"cache-dir", Kind::kString, "DIR",
            "persistent cache of what batchd learns about a data set "
            "(its indexes, such as text line offsets, and WMT token "
@@ -177,8 +179,7 @@ std::vector<Flag> ServingFlags() {
                "memory that loaded SentencePiece models may take, over all "
                "streams (a model shared by streams counts once; its share is "
                "estimated from its pieces and bytes); a stream whose model "
-               "would exceed it is refused. Default: 1073741824 (1 GiB)")
-  };
+               "would exceed it is refused. Default: 1073741824 (1 GiB)")};
 }
 
 // Rings, streams and what one user may hold.
@@ -315,8 +316,9 @@ std::vector<Flag> AccessFlags() {
       Flag{"tcp-admin", Kind::kBool, "BOOL",
            "let TCP callers (who have no kernel identity; with "
            "--tls-client-ca, those with a client certificate) drain, shut "
-           "down, and join or close any uid's stream by naming its owner. "
-           "Default: false",
+           "down, join or close any uid's stream by naming its owner, "
+           "and read any data the daemon can (without it they read only "
+           "what any local user could). Default: false",
            [](DaemonConfig* c, const std::string& v) {
              return ParseBool("tcp-admin", v, &c->core.anonymous_admin);
            },
@@ -373,8 +375,7 @@ std::vector<Flag> AccessFlags() {
            [](const DaemonConfig& c) { return c.log_level; }},
       DOUBLE_FLAG("throughput-log-seconds", core.throughput_log_seconds, "S",
                   "log a throughput line per stream every S seconds; 0: "
-                  "never. Default: 60")
-  };
+                  "never. Default: 60")};
 }
 
 // Read-ahead and the unix socket's connections.

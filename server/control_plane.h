@@ -36,9 +36,10 @@ class ControlPlane {
   // naming `what` otherwise.
   virtual absl::Status CheckAdmin(const Caller& caller,
                                   const std::string& what) const = 0;
-  // What req.spec() would need, without creating anything.
-  virtual absl::StatusOr<v1::PlanResponse> Plan(
-      const v1::PlanRequest& req) const = 0;
+  // What req.spec() would need, without creating anything; its data read
+  // with `caller`'s permissions.
+  virtual absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& req,
+                                                const Caller& caller) const = 0;
   // Refuses new streams from now on; for administrators only.
   virtual absl::StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& req,
                                                   const Caller& caller) = 0;

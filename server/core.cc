@@ -132,8 +132,9 @@ bool Core::IsAdmin(const Caller& caller) const {
   return access_.IsAdmin(caller);
 }
 
-absl::StatusOr<v1::PlanResponse> Core::Plan(const v1::PlanRequest& req) const {
-  return factory_->Plan(req.spec());
+absl::StatusOr<v1::PlanResponse> Core::Plan(const v1::PlanRequest& req,
+                                            const Caller& caller) const {
+  return factory_->Plan(req.spec(), access_.ReadAccessOf(caller));
 }
 
 uint32_t Core::Drain() { return registry_->Drain(); }

@@ -82,8 +82,8 @@ class Core : public ControlPlane {
                           const std::string& what) const override;
   bool IsAdmin(const Caller& caller) const;
   // What req.spec() would need, without creating anything.
-  absl::StatusOr<v1::PlanResponse> Plan(
-      const v1::PlanRequest& req) const override;
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& req,
+                                        const Caller& caller) const override;
   // Refuses new streams from now on; `on_drained` (given to SetOnDrained)
   // runs once no rank is attached. Returns the ranks attached now.
   uint32_t Drain();

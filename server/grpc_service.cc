@@ -53,10 +53,10 @@ grpc::Status BatchdService::Drain(grpc::ServerContext* ctx,
   return Reply(core_.Drain(*req, CallerOf(ctx)), resp);
 }
 
-grpc::Status BatchdService::Plan(grpc::ServerContext*,
+grpc::Status BatchdService::Plan(grpc::ServerContext* ctx,
                                  const v1::PlanRequest* req,
                                  v1::PlanResponse* resp) {
-  return Reply(core_.Plan(*req), resp);
+  return Reply(core_.Plan(*req, CallerOf(ctx)), resp);
 }
 
 }  // namespace batchd

@@ -14,6 +14,7 @@
 #include "base/paths.h"
 #include "client/ring.h"
 #include "server/core_options.h"
+#include "workloads/common/data_file.h"
 #include "workloads/registry.h"
 
 namespace batchd {
@@ -193,8 +194,27 @@ absl::StatusOr<v1::StreamSpec> StreamFactory::CheckedSpec(
 }
 
 absl::StatusOr<std::string> StreamFactory::ConfineDataPath(
-    const std::string& data) const {
+    const std::string& data, const ReadAccess& access) const {
   if (data.empty()) return std::string();
+  if (access.restricted()) {
+    // Resolved with the caller's permissions, and one error whether the
+    // path is missing or beyond a directory the caller cannot search.
+    absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+        DataRoot::Open(options_.data_root, access);
+    if (!root.ok()) return root.status();
+    absl::StatusOr<std::string> resolved = (*root)->Resolve(data);
+    if (absl::IsNotFound(resolved.status())) {
+      return absl::NotFoundError(absl::StrCat(
+          "data path '", data, "' does not exist under --data-root ",
+          options_.data_root, ", or is not readable by ", access.Describe()));
+    }
+    if (!resolved.ok()) {
+      return absl::Status(resolved.status().code(),
+                          absl::StrCat("data path '", data,
+                                       "': ", resolved.status().message()));
+    }
+    return *resolved;
+  }
   const std::string joined =
       data[0] == '/' ? data : absl::StrCat(options_.data_root, "/", data);
   char resolved[PATH_MAX];
@@ -214,12 +234,13 @@ absl::StatusOr<std::string> StreamFactory::ConfineDataPath(
 }
 
 absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
-    const v1::StreamSpec& spec) const {
-  absl::StatusOr<std::string> path = ConfineDataPath(spec.data());
+    const v1::StreamSpec& spec, const ReadAccess& access) const {
+  absl::StatusOr<std::string> path = ConfineDataPath(spec.data(), access);
   if (!path.ok()) return path.status();
   WorkloadConfig config;
   config.data_path = *path;
   config.data_root = options_.data_root;
+  config.access = access;
   config.cache = options_.cache;
   config.executor = executor_;
   config.shared = shared_;
@@ -278,10 +299,10 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
 }
 
 absl::StatusOr<v1::PlanResponse> StreamFactory::Plan(
-    const v1::StreamSpec& in) const {
+    const v1::StreamSpec& in, const ReadAccess& access) const {
   absl::StatusOr<v1::StreamSpec> spec = CheckedSpec(in, std::nullopt);
   if (!spec.ok()) return spec.status();
-  absl::StatusOr<std::shared_ptr<StreamSetup>> made = Make(*spec);
+  absl::StatusOr<std::shared_ptr<StreamSetup>> made = Make(*spec, access);
   if (!made.ok()) return made.status();
   const StreamSetup& sc = **made;
   RingGeometry g;

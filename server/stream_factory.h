@@ -1,7 +1,8 @@
 // Streams from their specs: the one place a spec is checked (the server's
 // defaults, the limits of a request, the rank in range), its data path
-// confined to --data-root, compared with an existing stream's, and turned
-// into what the engine fills from (workload, sampler, layout, schedule).
+// confined to --data-root and read with the caller's permissions, compared with
+// an existing stream's, and turned into what the engine fills from (workload,
+// sampler, layout, schedule).
 //
 // Thread safety: constant after construction; every method is
 // thread-safe.
@@ -17,6 +18,7 @@
 #include "base/executor.h"
 #include "batchd/v1/batchd.pb.h"
 #include "server/engine.h"
+#include "workloads/common/read_access.h"
 #include "workloads/shared_work.h"
 
 namespace batchd {
@@ -51,13 +53,16 @@ class StreamFactory {
       const v1::StreamSpec& in, std::optional<uint32_t> rank) const;
   // The stream `spec` (checked) asks for, prepared for read-ahead and
   // anchored at its start; its ring geometry checked.
+  // Its data is read with `access`'s permissions (the caller's).
   absl::StatusOr<std::shared_ptr<StreamSetup>> Make(
-      const v1::StreamSpec& spec) const;
+      const v1::StreamSpec& spec, const ReadAccess& access) const;
   // What `spec` would need, without creating anything.
-  absl::StatusOr<v1::PlanResponse> Plan(const v1::StreamSpec& spec) const;
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::StreamSpec& spec,
+                                        const ReadAccess& access) const;
 
  private:
-  absl::StatusOr<std::string> ConfineDataPath(const std::string& data) const;
+  absl::StatusOr<std::string> ConfineDataPath(const std::string& data,
+                                              const ReadAccess& access) const;
 
   const CoreOptions& options_;
   Executor* const executor_;

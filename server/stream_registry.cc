@@ -76,7 +76,8 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::Open(
   }
   // Made without the lock: opening a data set reads storage (a model, an
   // index, a listing), and no other caller's request waits for that.
-  absl::StatusOr<std::shared_ptr<StreamSetup>> setup = factory_.Make(spec);
+  absl::StatusOr<std::shared_ptr<StreamSetup>> setup =
+      factory_.Make(spec, access_.ReadAccessOf(caller));
   if (!setup.ok()) return setup.status();
   // Declared before the lock: what is not kept goes after it is released
   // (a schedule waits for its counting task when it goes).

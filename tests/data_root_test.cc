@@ -3,11 +3,14 @@
 // real file (link, FIFO, sparse file) read by the real sources; cases that
 // used to hang or allocate a GiB run in a forked child with an alarm and
 // their own memory high-water mark.
+#include <errno.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include "tests/testutil.h"
 #include "workloads/common/crc32c.h"
 #include "workloads/common/data_file.h"
+#include "workloads/common/read_access.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/registry.h"
 #include "workloads/wmt/pair_source.h"
@@ -161,6 +165,157 @@ TEST_P(DataRootTest, SizeCapRefusesWithoutReading) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutOpenat2, DataRootTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Fallback" : "Openat2";
+                         });
+
+// ------------------------------------------------- the reader's permissions
+
+// Uids and a group of no user: setfsuid accepts any number.
+constexpr uint32_t kOwnerUid = 47421;
+constexpr uint32_t kOtherUid = 47422;
+constexpr uint32_t kGroup = 47420;
+
+class ReadAccessTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to read as other uids";
+    DataRoot::DisableOpenat2ForTesting(GetParam());
+    root_ = MakeTempDir("access");
+    chmod(root_.c_str(), 0755);
+    // private/ is the owner's 0700; open/ the owner's 0755 with a 0600
+    // file and a 0644 one; grp/ is kGroup's 0750; links/ holds links into
+    // private/.
+    for (const char* d : {"private", "open", "grp", "links"}) {
+      mkdir((root_ + "/" + d).c_str(), 0755);
+    }
+    WriteFile(root_ + "/private/file", "private");
+    WriteFile(root_ + "/open/secret", "secret");
+    WriteFile(root_ + "/open/public", "public");
+    WriteFile(root_ + "/grp/file", "group");
+    symlink("../private/file", (root_ + "/links/rel").c_str());
+    symlink((root_ + "/private/file").c_str(), (root_ + "/links/abs").c_str());
+    for (const char* p : {"private", "private/file", "open", "open/secret",
+                          "open/public", "links", "links/rel", "links/abs"}) {
+      lchown((root_ + "/" + p).c_str(), kOwnerUid, kOwnerUid);
+    }
+    chmod((root_ + "/private").c_str(), 0700);
+    chmod((root_ + "/private/file").c_str(), 0644);
+    chmod((root_ + "/open/secret").c_str(), 0600);
+    chmod((root_ + "/open/public").c_str(), 0644);
+    chown((root_ + "/grp").c_str(), 0, kGroup);
+    chown((root_ + "/grp/file").c_str(), 0, kGroup);
+    chmod((root_ + "/grp").c_str(), 0750);
+    chmod((root_ + "/grp/file").c_str(), 0640);
+  }
+  void TearDown() override { DataRoot::DisableOpenat2ForTesting(false); }
+
+  absl::Status Read(const ReadAccess& access, const std::string& path,
+                    std::string* out = nullptr) {
+    absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+        DataRoot::Open(root_, access);
+    if (!root.ok()) return root.status();
+    std::string bytes;
+    return ReadFileCapped(**root, path, 1 << 20, out ? out : &bytes);
+  }
+
+  std::string root_;
+};
+
+TEST_P(ReadAccessTest, AnotherUidReadsOnlyWhatItMay) {
+  const ReadAccess other = ReadAccess::User(kOtherUid, kOtherUid, {});
+  const ReadAccess owner = ReadAccess::User(kOwnerUid, kOwnerUid, {});
+  for (const char* p :
+       {"private/file", "open/secret", "links/rel", "links/abs", "grp/file"}) {
+    std::string bytes;
+    const absl::Status s = Read(other, p, &bytes);
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << p << ": " << s;
+    EXPECT_TRUE(bytes.empty()) << p << " was read: " << bytes;
+    // One message for missing and unreachable, the path aside.
+    const absl::Status missing = Read(other, "open/none");
+    std::string text(s.message()), expected(missing.message());
+    text.replace(text.find(p), strlen(p), "PATH");
+    expected.replace(expected.find("open/none"), 9, "PATH");
+    EXPECT_EQ(text, expected);
+  }
+  std::string bytes;
+  EXPECT_TRUE(Read(other, "open/public", &bytes).ok());
+  EXPECT_EQ(bytes, "public");
+  // A member of the group reads grp/; the owner reads its own files,
+  // through its links too.
+  EXPECT_TRUE(
+      Read(ReadAccess::User(kOtherUid, kOtherUid, {kGroup}), "grp/file").ok());
+  for (const char* p :
+       {"private/file", "open/secret", "links/rel", "links/abs"}) {
+    EXPECT_TRUE(Read(owner, p).ok()) << p << ": " << Read(owner, p);
+  }
+  // The thread reads as the daemon again afterwards.
+  EXPECT_TRUE(Read(ReadAccess::Daemon(), "open/secret").ok());
+  EXPECT_EQ(setfsuid(uid_t(-1)), 0);
+}
+
+TEST_P(ReadAccessTest, AnyLocalUserReadsOnlyOtherBits) {
+  const ReadAccess world = ReadAccess::World();
+  EXPECT_TRUE(Read(world, "open/public").ok());
+  for (const char* p :
+       {"open/secret", "private/file", "grp/file", "links/rel"}) {
+    const absl::Status s = Read(world, p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << p << ": " << s;
+    EXPECT_NE(s.message().find("not readable by any local user"),
+              std::string::npos)
+        << s;
+  }
+}
+
+TEST_P(ReadAccessTest, ResolveNeedsSearchOnADirectoryAndReadOnAFile) {
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+      DataRoot::Open(root_, ReadAccess::User(kOtherUid, kOtherUid, {}));
+  ASSERT_TRUE(root.ok());
+  EXPECT_TRUE((*root)->Resolve("open").ok());
+  EXPECT_TRUE((*root)->Resolve("open/public").ok());
+  for (const char* p :
+       {"private", "private/file", "open/secret", "grp", "links/rel", "none"}) {
+    EXPECT_EQ((*root)->Resolve(p).status().code(), absl::StatusCode::kNotFound)
+        << p;
+  }
+}
+
+TEST(ReadAccessBits, AclEntriesGrantAndTheMaskLimits) {
+  const std::string dir = MakeTempDir("acl");
+  const std::string file = dir + "/f";
+  WriteFile(file, "x");
+  chown(file.c_str(), kOwnerUid, kOwnerUid);
+  chmod(file.c_str(), 0600);
+  // user::rw-, user:kOtherUid:r--, group::---, group:kGroup:r--,
+  // mask::r--, other::---
+  const uint16_t entries[][2] = {{0x01, 6}, {0x02, 4}, {0x04, 0},
+                                 {0x08, 4}, {0x10, 4}, {0x20, 0}};
+  const uint32_t ids[] = {uint32_t(-1), kOtherUid,    uint32_t(-1),
+                          kGroup,       uint32_t(-1), uint32_t(-1)};
+  std::string raw(4, '\0');
+  raw[0] = 2;
+  for (int i = 0; i < 6; ++i) {
+    raw.append(reinterpret_cast<const char*>(entries[i]), 4);
+    raw.append(reinterpret_cast<const char*>(&ids[i]), 4);
+  }
+  if (setxattr(file.c_str(), "system.posix_acl_access", raw.data(), raw.size(),
+               0) != 0) {
+    GTEST_SKIP() << "no POSIX ACLs here: " << strerror(errno);
+  }
+  struct stat st;
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  auto may = [&](const ReadAccess& a) {
+    return a.Permits(file, st, ReadAccess::kRead);
+  };
+  EXPECT_TRUE(may(ReadAccess::User(kOtherUid, kOtherUid, {})));
+  EXPECT_TRUE(may(ReadAccess::User(kOtherUid + 1, kOtherUid + 1, {kGroup})));
+  EXPECT_FALSE(may(ReadAccess::User(kOtherUid + 1, kOtherUid + 1, {})));
+  EXPECT_FALSE(may(ReadAccess::World()));
+  EXPECT_TRUE(may(ReadAccess::User(kOwnerUid, kOwnerUid, {})));
+}
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutOpenat2, ReadAccessTest,
                          ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? "Fallback" : "Openat2";

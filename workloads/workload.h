@@ -25,6 +25,7 @@
 #include "absl/strings/cord.h"
 #include "base/executor.h"
 #include "client/include/batchd/dtype.h"
+#include "workloads/common/read_access.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
 #include "workloads/schedule.h"
@@ -53,6 +54,10 @@ struct WorkloadConfig {
   // The server's --data-root (resolved): workloads open every file through
   // it (workloads/common/data_file.h). Empty: data_path is the root.
   std::string data_root;
+  // Whose permissions every file is opened with: the caller's, so that a
+  // stream reads only what its owner could read (workloads/common/
+  // read_access.h). Default: the daemon's (tools and tests).
+  ReadAccess access;
   // The split as the spec spells it; a workload parses it once with
   // ParseSplit (workloads/split.h), naming the splits it serves.
   std::string split;

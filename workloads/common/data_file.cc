@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -94,7 +96,7 @@ void DataRoot::DisableOpenat2ForTesting(bool disable) {
 }
 
 absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
-    const std::string& root) {
+    const std::string& root, const ReadAccess& access) {
   char resolved[PATH_MAX];
   if (realpath(root.c_str(), resolved) == nullptr) {
     return ErrnoStatus(absl::StrCat("data root ", root), errno);
@@ -105,7 +107,8 @@ absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
   }
   std::string given = root;
   while (given.size() > 1 && given.back() == '/') given.pop_back();
-  return std::shared_ptr<const DataRoot>(new DataRoot(fd, resolved, given));
+  return std::shared_ptr<const DataRoot>(
+      new DataRoot(fd, resolved, given, access));
 }
 
 DataRoot::~DataRoot() { close(fd_); }
@@ -120,9 +123,54 @@ absl::StatusOr<int> DataRoot::OpenDirectory(const std::string& path) const {
   return OpenBeneath(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY, true, nullptr);
 }
 
-absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
-                                          bool directory,
-                                          struct stat* st_out) const {
+absl::Status DataRoot::Unreachable(const std::string& path) const {
+  return absl::NotFoundError(absl::StrCat("cannot open ", path,
+                                          ": no such file, or not readable by ",
+                                          access_.Describe()));
+}
+
+bool DataRoot::BitsPermit(int fd, const std::string& rel, int want) const {
+  char real[PATH_MAX];
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = readlink(link.c_str(), real, sizeof(real) - 1);
+  if (n <= 0) return false;
+  real[n] = '\0';
+  if (!PathIsWithin(real, path_)) return false;
+  const std::string base = path_ == "/" ? "" : path_;
+  auto searchable = [&](const std::string& dir) {
+    struct stat st;
+    return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+           access_.Permits(dir, st, ReadAccess::kSearch);
+  };
+  // The path opened: the root and every directory below it searchable,
+  // `want` on what it names.
+  const std::vector<std::string> parts =
+      absl::StrSplit(std::string(real + path_.size()), '/', absl::SkipEmpty());
+  std::string dir = path_;
+  if (!parts.empty() && !searchable(dir)) return false;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    dir = absl::StrCat(dir == "/" ? "" : dir, "/", parts[i]);
+    if (!searchable(dir)) return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !access_.Permits(real, st, want)) return false;
+  // The path as given, up to its first link (what the link names is the
+  // path opened): a link is reached only through searchable directories.
+  std::string given = base;
+  const std::vector<std::string> walked =
+      absl::StrSplit(rel, '/', absl::SkipEmpty());
+  for (size_t i = 0; i + 1 < walked.size(); ++i) {
+    if (walked[i] == "." || walked[i] == "..") break;
+    given = absl::StrCat(given, "/", walked[i]);
+    struct stat lst;
+    if (lstat(given.c_str(), &lst) != 0 || !S_ISDIR(lst.st_mode)) break;
+    if (!access_.Permits(given, lst, ReadAccess::kSearch)) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<int> DataRoot::OpenChecked(const std::string& path, int flags,
+                                          int want) const {
   // The path relative to the root; an absolute one must name it lexically
   // (callers build paths from the resolved root).
   std::string rel;
@@ -140,44 +188,77 @@ absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
     rel = path;
   }
   if (rel.empty()) rel = ".";
-
-  int fd =
-      Openat2(fd_, rel.c_str(), flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
-  if (fd < 0 && (errno == EXDEV || errno == ELOOP || errno == ENOSYS)) {
+  const bool restricted = access_.restricted();
+  // Only the opens themselves run with the reader's credentials (the
+  // kernel's check); resolving a link is the daemon's.
+  auto open_as_reader = [&](auto&& open) -> std::pair<int, int> {
+    FsCredsScope as(access_);
+    if (!as.ok()) return {-1, EPERM};
+    const int fd = open();
+    return {fd, fd < 0 ? errno : 0};
+  };
+  auto [fd, err] = open_as_reader([&] {
+    return Openat2(fd_, rel.c_str(), flags,
+                   RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+  });
+  if (fd < 0 && (err == EXDEV || err == ELOOP || err == ENOSYS)) {
     // An absolute link (refused by RESOLVE_BENEATH even when it stays
     // inside), a link out of the root, or no openat2: resolve once and
     // check, then open the resolved path without following any link.
-    const bool no_openat2 = errno == ENOSYS;
+    const bool no_openat2 = err == ENOSYS;
     const std::string full =
         path_ == "/" ? "/" + rel : absl::StrCat(path_, "/", rel);
     char resolved[PATH_MAX];
     if (realpath(full.c_str(), resolved) == nullptr) {
+      if (restricted) return Unreachable(path);
       return ErrnoStatus(absl::StrCat("cannot open ", full), errno);
     }
     if (!PathIsWithin(resolved, path_)) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          full, " resolves to ", resolved, ", outside the data root ", path_));
+      // Where it leads is named only to whom may read every directory.
+      return absl::PermissionDeniedError(
+          restricted
+              ? absl::StrCat(full, " resolves outside the data root ", path_)
+              : absl::StrCat(full, " resolves to ", resolved,
+                             ", outside the data root ", path_));
     }
     std::string rrel = path_ == "/" ? std::string(resolved + 1)
                                     : std::string(resolved + path_.size());
     while (!rrel.empty() && rrel[0] == '/') rrel.erase(0, 1);
     if (rrel.empty()) rrel = ".";
-    fd = no_openat2 ? OpenNoFollowWalk(fd_, rrel, flags)
-                    : Openat2(fd_, rrel.c_str(), flags,
-                              RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
-    if (fd < 0 && (errno == EXDEV || errno == ELOOP)) {
+    std::tie(fd, err) = open_as_reader([&] {
+      return no_openat2 ? OpenNoFollowWalk(fd_, rrel, flags)
+                        : Openat2(fd_, rrel.c_str(), flags,
+                                  RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
+    });
+    if (fd < 0 && (err == EXDEV || err == ELOOP)) {
       return absl::PermissionDeniedError(absl::StrCat(
           full, " changed while it was opened (a link swapped in)"));
     }
   }
   if (fd < 0) {
-    const int err = errno;
     if (err == ENXIO) {  // a socket, or a FIFO opened for writing
       return absl::FailedPreconditionError(
           absl::StrCat(path, " is not a regular file"));
     }
+    if (restricted &&
+        (err == ENOENT || err == ENOTDIR || err == EACCES || err == EPERM)) {
+      return Unreachable(path);
+    }
     return ErrnoStatus(absl::StrCat("cannot open ", path), err);
   }
+  if (restricted && !access_.by_kernel() && !BitsPermit(fd, rel, want)) {
+    close(fd);
+    return Unreachable(path);
+  }
+  return fd;
+}
+
+absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
+                                          bool directory,
+                                          struct stat* st_out) const {
+  absl::StatusOr<int> opened = OpenChecked(path, flags, ReadAccess::kRead);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;
@@ -193,6 +274,53 @@ absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
   }
   if (st_out != nullptr) *st_out = st;
   return fd;
+}
+
+absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
+  // Reached (every directory on the way searchable), then: a directory
+  // searchable itself, a file readable.
+  absl::StatusOr<int> fd = OpenChecked(path, O_PATH | O_CLOEXEC, 0);
+  if (!fd.ok()) return fd.status();
+  struct stat st;
+  char real[PATH_MAX];
+  const std::string link = absl::StrCat("/proc/self/fd/", *fd);
+  const ssize_t n = readlink(link.c_str(), real, sizeof(real) - 1);
+  const bool stated = fstat(*fd, &st) == 0;
+  if (n <= 0 || !stated) {
+    close(*fd);
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", path));
+  }
+  real[n] = '\0';
+  if (S_ISDIR(st.st_mode)) {
+    // "." of the directory is looked up in it: search permission.
+    bool searchable;
+    if (access_.by_kernel()) {
+      FsCredsScope as(access_);
+      const int self = as.ok() ? openat(*fd, ".", O_PATH | O_CLOEXEC) : -1;
+      searchable = self >= 0;
+      if (self >= 0) close(self);
+    } else {
+      searchable = access_.Permits(real, st, ReadAccess::kSearch);
+    }
+    close(*fd);
+    if (!searchable) return Unreachable(path);
+  } else {
+    close(*fd);
+  }
+  if (S_ISREG(st.st_mode)) {
+    absl::StatusOr<int> again = OpenChecked(
+        real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, ReadAccess::kRead);
+    if (!again.ok()) {
+      return absl::IsNotFound(again.status()) ? Unreachable(path)
+                                              : again.status();
+    }
+    close(*again);
+  }
+  if (!PathIsWithin(real, path_)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, " resolves outside the data root ", path_));
+  }
+  return std::string(real);
 }
 
 absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,

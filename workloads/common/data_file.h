@@ -12,6 +12,14 @@
 // swapped in between fails instead of escaping. Without openat2 the same
 // resolved path is opened one component at a time with O_NOFOLLOW.
 //
+// Whose permissions: a DataRoot opened for a ReadAccess other than the
+// daemon's (workloads/common/read_access.h) opens only what that reader
+// could open itself, from the root down (the root's own directory
+// included; its parents are the operator's). A path the reader may not
+// reach fails exactly as a missing one does: NotFound, one message naming
+// the path and the reader, so that no error says what exists where the
+// reader cannot look.
+//
 // Thread safety: a DataRoot is immutable after Open; any number of threads
 // may open files through it at once.
 #ifndef BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
@@ -25,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "workloads/common/read_access.h"
 
 namespace batchd {
 
@@ -35,15 +44,24 @@ constexpr uint64_t kDefaultMaxFileBytes = uint64_t(64) << 20;
 class DataRoot {
  public:
   // `root` must be an existing directory; it is resolved (realpath) here and
-  // held open, so that later renames of its parents do not move it.
+  // held open, so that later renames of its parents do not move it. Files
+  // are opened with `access`'s permissions.
   static absl::StatusOr<std::shared_ptr<const DataRoot>> Open(
-      const std::string& root);
+      const std::string& root, const ReadAccess& access = ReadAccess());
   ~DataRoot();
   DataRoot(const DataRoot&) = delete;
   DataRoot& operator=(const DataRoot&) = delete;
 
   // The resolved root.
   const std::string& path() const { return path_; }
+  const ReadAccess& access() const { return access_; }
+
+  // The real path of `path` (absolute and beneath path(), or relative to
+  // it): a directory the reader may search, or a file it may read (any
+  // other kind of file is the workload's to refuse). NotFound (the one
+  // message) when missing or out of the reader's reach; PermissionDenied
+  // when it resolves outside the root.
+  absl::StatusOr<std::string> Resolve(const std::string& path) const;
 
   // Opens `path` (absolute and beneath path(), or relative to it) read-only,
   // close-on-exec and non-blocking, and returns the descriptor, which the
@@ -59,14 +77,27 @@ class DataRoot {
   static void DisableOpenat2ForTesting(bool disable);
 
  private:
-  DataRoot(int fd, std::string path, std::string given)
-      : fd_(fd), path_(std::move(path)), given_(std::move(given)) {}
+  DataRoot(int fd, std::string path, std::string given, ReadAccess access)
+      : fd_(fd),
+        path_(std::move(path)),
+        given_(std::move(given)),
+        access_(std::move(access)) {}
   absl::StatusOr<int> OpenBeneath(const std::string& path, int flags,
                                   bool directory, struct stat* st) const;
+  // The descriptor of `path` opened with `flags`, the reader granted `want`
+  // (ReadAccess::Want; 0: only the directories walked) on what it names.
+  absl::StatusOr<int> OpenChecked(const std::string& path, int flags,
+                                  int want) const;
+  // Bits check of an open `fd` reached by `rel`: every directory walked
+  // searchable, `want` on the file itself.
+  bool BitsPermit(int fd, const std::string& rel, int want) const;
+  // The error for a path the reader cannot open, whatever the reason.
+  absl::Status Unreachable(const std::string& path) const;
 
   const int fd_;
   const std::string path_;   // resolved
   const std::string given_;  // as passed to Open (paths may be built on it)
+  const ReadAccess access_;
 };
 
 // Reads the regular file `path` (confined to `root`) whole into *bytes,

@@ -406,8 +406,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   const std::string& split = config.split;
   // Every file is opened through the server's data root: symlinks may
   // point anywhere inside it, never out (workloads/common/data_file.h).
-  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
-      DataRoot::Open(config.data_root.empty() ? root : config.data_root);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root = DataRoot::Open(
+      config.data_root.empty() ? root : config.data_root, config.access);
   if (!data_root.ok()) return data_root.status();
   ImageSourceOptions source_options;
   source_options.root = *data_root;
@@ -438,7 +438,10 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   for (const std::string& dir_root : roots) {
     for (const std::string& name : names) {
       const std::string dir = absl::StrCat(dir_root, "/", name);
-      if (IsDir(dir)) {
+      // A restricted reader's tree is one it may reach: what lies beyond
+      // a directory it cannot search reads as missing.
+      if (IsDir(dir) &&
+          (!config.access.restricted() || (*data_root)->Resolve(dir).ok())) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
             OpenImageFolder(dir, source_options);
         if (!s.ok()) return s.status();

@@ -13,14 +13,16 @@ namespace wmt {
 absl::StatusOr<std::shared_ptr<const PairReader>> PairReader::Create(
     const WorkloadConfig& config, const Options& options,
     absl::string_view files) {
-  absl::StatusOr<std::string> model_path =
-      ModelPath(config.data_path, options.vocab);
-  if (!model_path.ok()) return model_path.status();
   // Every file is opened through the server's data root: symlinks may
-  // point anywhere inside it, never out (workloads/common/data_file.h).
+  // point anywhere inside it, never out (workloads/common/data_file.h),
+  // with the reader's permissions.
   absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root);
+      config.data_root.empty() ? config.data_path : config.data_root,
+      config.access);
   if (!root.ok()) return root.status();
+  absl::StatusOr<std::string> model_path =
+      ModelPath(config.data_path, options.vocab, root->get());
+  if (!model_path.ok()) return model_path.status();
   Executor* executor = config.pool();
   // Checked before SentencePiece sees it, loaded on the executor, shared
   // with the daemon's other streams of the same model and charged to the

@@ -289,8 +289,12 @@ absl::StatusOr<std::string> ReadModel(const std::string& model_path,
   std::string bytes;
   absl::Status s = ReadFileCapped(root, model_path, limit, &bytes);
   if (absl::IsNotFound(s)) {
-    return absl::NotFoundError(
-        absl::StrCat("SentencePiece model ", model_path, " not found"));
+    // For a restricted reader, one message for missing and unreadable.
+    return absl::NotFoundError(absl::StrCat(
+        "SentencePiece model ", model_path, " not found",
+        root.access().restricted()
+            ? absl::StrCat(", or not readable by ", root.access().Describe())
+            : std::string()));
   }
   if (absl::IsResourceExhausted(s)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/paths.h"
+#include "workloads/common/data_file.h"
 #include "workloads/options.h"
 #include "workloads/wmt/wmt_constants.h"
 
@@ -50,7 +51,8 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
 }
 
 absl::StatusOr<std::string> ModelPath(const std::string& data,
-                                      const std::string& vocab) {
+                                      const std::string& vocab,
+                                      const DataRoot* root) {
   if (vocab.empty() || vocab[0] == '/') {
     return absl::InvalidArgumentError(absl::StrCat(
         "wmt: vocab='", vocab, "' must be a path relative to the data path"));
@@ -62,10 +64,18 @@ absl::StatusOr<std::string> ModelPath(const std::string& data,
     }
   }
   const std::string path = data + "/" + vocab;
+  std::string d, m;
   char resolved_data[PATH_MAX], resolved_model[PATH_MAX];
-  if (realpath(data.c_str(), resolved_data) != nullptr &&
-      realpath(path.c_str(), resolved_model) != nullptr) {
-    const std::string d = resolved_data, m = resolved_model;
+  if (root != nullptr && root->access().restricted()) {
+    absl::StatusOr<std::string> rd = root->Resolve(data);
+    absl::StatusOr<std::string> rm = root->Resolve(path);
+    if (rd.ok() && rm.ok()) d = *rd, m = *rm;
+  } else if (realpath(data.c_str(), resolved_data) != nullptr &&
+             realpath(path.c_str(), resolved_model) != nullptr) {
+    d = resolved_data;
+    m = resolved_model;
+  }
+  if (!d.empty()) {
     if (m == d || !PathIsWithin(m, d)) {
       return absl::InvalidArgumentError(
           absl::StrCat("wmt: the SentencePiece model ", path, " resolves to ",

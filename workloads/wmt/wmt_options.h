@@ -15,6 +15,8 @@
 #include "workloads/wmt/tokenizer.h"
 
 namespace batchd {
+
+class DataRoot;  // workloads/common/data_file.h
 namespace wmt {
 
 // The largest index_threads asked (more means all the daemon's threads),
@@ -57,9 +59,12 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config);
 
 // The model path: `vocab` relative to the data directory `data` and inside
 // it, symlinks resolved, since the data directory is what the server
-// confines. A missing file is left for Tokenizer::Load to report.
+// confines. A missing file is left for Tokenizer::Load to report. With
+// `root` of a restricted reader, links are resolved with its permissions
+// (nothing is learnt through a directory it cannot search).
 absl::StatusOr<std::string> ModelPath(const std::string& data,
-                                      const std::string& vocab);
+                                      const std::string& vocab,
+                                      const DataRoot* root = nullptr);
 
 }  // namespace wmt
 }  // namespace batchd
