@@ -3,7 +3,8 @@
 # suites through ctest, the Python suite through Debian's pytest, a
 # 60-second soak (tests/soak.py: clients killed and stopped at random, every
 # batch checked against an independent sampler), then the Python package
-# installed by pip into venvs (scripts/test-pip.sh).
+# installed by pip into venvs (scripts/test-pip.sh). Compiles go through
+# ccache (scripts/ccache.sh), shared by every build directory.
 #
 # Usage: scripts/test.sh [--ci]
 #   --ci  also runs a second soak that kills (-9) and restarts the daemon
@@ -12,7 +13,8 @@
 #         restart), builds and runs the C++ suites under AddressSanitizer + UBSan
 #         (scripts/sanitize.sh --fuzz asan, build-asan/), runs every fuzz
 #         target of that build for a fixed number of inputs (scripts/fuzz.sh), builds
-#         the manylinux wheels (scripts/build-wheel.sh) and checks them in a
+#         the manylinux wheels (scripts/build-wheel.sh, before the pip stage,
+#         which installs them instead of compiling again) and checks them in a
 #         bare container (tests/container/wheel_check.sh), builds and runs
 #         the container image (scripts/container-check.sh), runs the torch
 #         suites and torchrun under PyPI's torch (scripts/test-torch.sh) and
@@ -35,11 +37,14 @@ stage() {
 }
 scripts/install-deps.sh
 if [ "$ci" = 1 ]; then
-  # PyPI's torch (3 GB, mostly download) comes while the C++ builds; the
-  # torch stages below wait for it (scripts/torch-venv.sh holds a lock).
+  # The slow downloads come while the C++ builds: PyPI's torch (3 GB) and
+  # the containers' base image (mmdebstrap from Debian's mirror). The stages
+  # that need them wait for them (scripts/torch-venv.sh holds a lock).
   mkdir -p build
   scripts/torch-venv.sh > build/torch-venv.log 2>&1 &
   torch_venv_pid=$!
+  scripts/container-check.sh --base-only > build/base-image.log 2>&1 &
+  base_image_pid=$!
 fi
 scripts/build.sh
 stage build
@@ -58,7 +63,15 @@ if [ "$soak_seconds" != 0 ]; then
     stage "soak, daemon restarts"
   fi
 fi
-scripts/test-pip.sh
+if [ "$ci" = 1 ]; then
+  # The wheels first: the pip stage installs them (each is compiled from the
+  # sdist; ccache gives the second Python the first one's compiles).
+  scripts/build-wheel.sh /usr/bin/python3 "$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 | sort -V | tail -n 1)"
+  stage "wheels (manylinux)"
+  scripts/test-pip.sh --wheels dist
+else
+  scripts/test-pip.sh
+fi
 stage pip
 if [ "$ci" = 1 ]; then
   # One clang build for both: the suites under ASan + UBSan, and the fuzz
@@ -67,10 +80,10 @@ if [ "$ci" = 1 ]; then
   stage "sanitize asan"
   BATCHD_FUZZ_SKIP_DEPS=1 BATCHD_FUZZ_BUILD=build-asan scripts/fuzz.sh
   stage fuzz
-  # Where users run it: manylinux wheels, the image, PyPI's torch and CUDA.
-  scripts/build-wheel.sh /usr/bin/python3
-  scripts/build-wheel.sh "$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 | sort -V | tail -n 1)"
-  stage "wheels (manylinux)"
+  # Where users run it: the wheels in a bare container, the image, PyPI's
+  # torch and CUDA.
+  wait "$base_image_pid" || { cat build/base-image.log >&2; echo "test.sh: the base image failed" >&2; exit 1; }
+  cat build/base-image.log
   tests/container/wheel_check.sh
   stage "wheel in a bare container, read-only install"
   scripts/container-check.sh
