@@ -18,8 +18,9 @@
 #         bare container (tests/container/wheel_check.sh), builds and runs
 #         the container image (scripts/container-check.sh), runs the torch
 #         suites and torchrun under PyPI's torch (scripts/test-torch.sh) and
-#         builds against its CUDA libtorch (scripts/build-cuda.sh): what
-#         .ci/run does. ThreadSanitizer stays in scripts/sanitize.sh tsan.
+#         builds against its CUDA libtorch (scripts/build-cuda.sh, alongside
+#         the container stages): what .ci/run does; docs/testing.md says
+#         what each stage costs. ThreadSanitizer stays in scripts/sanitize.sh tsan.
 # BATCHD_SOAK_SECONDS changes the soaks' length (0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +50,10 @@ fi
 scripts/build.sh
 stage build
 BUILD=${BATCHD_BUILD:-build}
+# The Python suites' shared data sets (tests/python/conftest.py) are made
+# once for the whole run, not once per pytest session.
+export BATCHD_TEST_DATA="$PWD/$BUILD/test-data"
+rm -rf "$BATCHD_TEST_DATA"
 (cd "$BUILD" && ctest --output-on-failure -j2)
 stage ctest
 export BATCHD_BIN="$PWD/$BUILD/server/batchd" PYTHONPATH="$PWD/$BUILD/python"
@@ -81,18 +86,25 @@ if [ "$ci" = 1 ]; then
   BATCHD_FUZZ_SKIP_DEPS=1 BATCHD_FUZZ_BUILD=build-asan scripts/fuzz.sh
   stage fuzz
   # Where users run it: the wheels in a bare container, the image, PyPI's
-  # torch and CUDA.
+  # torch and CUDA. The CUDA build compiles while the container stages
+  # mostly wait on podman and Debian's mirror; the torch stage runs after
+  # both, alone.
+  wait "$torch_venv_pid" || { cat build/torch-venv.log >&2; echo "test.sh: the torch venv failed" >&2; exit 1; }
+  cat build/torch-venv.log
+  scripts/build-cuda.sh > build/build-cuda.log 2>&1 &
+  build_cuda_pid=$!
   wait "$base_image_pid" || { cat build/base-image.log >&2; echo "test.sh: the base image failed" >&2; exit 1; }
   cat build/base-image.log
   tests/container/wheel_check.sh
   stage "wheel in a bare container, read-only install"
   scripts/container-check.sh
   stage "container image, sidecar, kube play"
-  wait "$torch_venv_pid" || { cat build/torch-venv.log >&2; echo "test.sh: the torch venv failed" >&2; exit 1; }
-  cat build/torch-venv.log
+  build_cuda_rc=0
+  wait "$build_cuda_pid" || build_cuda_rc=$?
+  cat build/build-cuda.log
+  [ "$build_cuda_rc" = 0 ] || { echo "test.sh: scripts/build-cuda.sh failed" >&2; exit 1; }
+  stage "CUDA libtorch build (what was left of it after the container stages)"
   scripts/test-torch.sh
   stage "PyPI torch and torchrun"
-  scripts/build-cuda.sh
-  stage "CUDA libtorch build"
 fi
 echo "== test.sh: all passed in $SECONDS s"
