@@ -13,8 +13,8 @@
 #         restart), builds and runs the C++ suites under AddressSanitizer + UBSan
 #         (scripts/sanitize.sh --fuzz asan, build-asan/), runs every fuzz
 #         target of that build for a fixed number of inputs (scripts/fuzz.sh), builds
-#         the manylinux wheels (scripts/build-wheel.sh, before the pip stage,
-#         which installs them instead of compiling again) and checks them in a
+#         the manylinux wheels (scripts/build-wheel.sh, alongside ctest and
+#         pytest; the pip stage installs them instead of compiling again) and checks them in a
 #         bare container (tests/container/wheel_check.sh), builds and runs
 #         the container image (scripts/container-check.sh), runs the torch
 #         suites and torchrun under PyPI's torch (scripts/test-torch.sh) and
@@ -49,6 +49,16 @@ if [ "$ci" = 1 ]; then
 fi
 scripts/build.sh
 stage build
+if [ "$ci" = 1 ]; then
+  # The manylinux wheels, which the pip stage installs, are built while
+  # ctest and pytest run (mostly downloads, venvs and auditwheel; ccache
+  # gives the second Python the first one's compiles), and are waited for
+  # before the soaks, which run alone.
+  scripts/build-wheel.sh /usr/bin/python3 \
+    "$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 | sort -V | tail -n 1)" \
+    > build/wheels.log 2>&1 &
+  wheels_pid=$!
+fi
 BUILD=${BATCHD_BUILD:-build}
 # The Python suites' shared data sets (tests/python/conftest.py) are made
 # once for the whole run, not once per pytest session.
@@ -59,6 +69,13 @@ stage ctest
 export BATCHD_BIN="$PWD/$BUILD/server/batchd" PYTHONPATH="$PWD/$BUILD/python"
 /usr/bin/python3 -m pytest -q tests/python
 stage pytest
+if [ "$ci" = 1 ]; then
+  wheels_rc=0
+  wait "$wheels_pid" || wheels_rc=$?
+  cat build/wheels.log
+  [ "$wheels_rc" = 0 ] || { echo "test.sh: scripts/build-wheel.sh failed" >&2; exit 1; }
+  stage "wheels (manylinux; what was left of them after pytest)"
+fi
 soak_seconds=${BATCHD_SOAK_SECONDS:-60}
 if [ "$soak_seconds" != 0 ]; then
   /usr/bin/python3 tests/soak.py --seconds "$soak_seconds"
@@ -69,10 +86,6 @@ if [ "$soak_seconds" != 0 ]; then
   fi
 fi
 if [ "$ci" = 1 ]; then
-  # The wheels first: the pip stage installs them (each is compiled from the
-  # sdist; ccache gives the second Python the first one's compiles).
-  scripts/build-wheel.sh /usr/bin/python3 "$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 | sort -V | tail -n 1)"
-  stage "wheels (manylinux)"
   scripts/test-pip.sh --wheels dist
 else
   scripts/test-pip.sh
