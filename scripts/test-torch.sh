@@ -3,7 +3,8 @@
 # the venv of scripts/torch-venv.sh (cached outside the clone), the
 # manylinux wheel of scripts/build-wheel.sh installed into it with pip, then
 # the Python suites that use torch (the AlgoPerf contract and drop-in, the
-# formats, the loader, torchvision's ImageNet transforms, the trainers) and
+# formats, the loader, torchvision's ImageNet transforms, the AlgoPerf
+# example trainer) and
 # DDP jobs launched by torch's own torchrun (tests/python/test_torchrun.py:
 # disjoint, complete slices every step; Ctrl-C; a killed rank;
 # tests/python/test_multinode.py: W = 4 over two daemons standing for two
@@ -40,7 +41,10 @@ print("batchd", batchd.__version__, "from", batchd.__file__, "beside torch", tor
 took "pip install $(basename "$wheel")"
 "$PY" -m pytest -q tests/python/test_torchrun.py tests/python/test_multinode.py
 took "torchrun DDP tests, one node and two"
+# Of test_trainers.py, the Python example alone: its C++ trainers are
+# build/'s (Debian's libtorch), whatever Python runs them, and ran in
+# scripts/test.sh's pytest stage.
 "$PY" -m pytest -q tests/python/test_algoperf_contract.py tests/python/test_algoperf.py \
   tests/python/test_formats.py tests/python/test_loader.py tests/python/test_imagenet.py \
-  tests/python/test_trainers.py
+  tests/python/test_trainers.py::test_algoperf_example_trains_through_the_drop_in
 took "torch suites with torch $("$PY" -c 'import torch; print(torch.__version__)')"
