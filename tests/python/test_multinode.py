@@ -103,11 +103,16 @@ def ddp_check(stream, record, *more):
             *[a for o in OPTIONS for a in ("--option", o)], *more]
 
 
-def launch(daemon, launcher_args, script_args):
+def launch(daemon, log, launcher_args, script_args):
+    """torchrun with its ranks' BATCHD_SERVER the daemon's; its output goes
+    to `log` (a file: nobody reads a pipe while the ranks are held)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", BATCHD_SERVER=daemon.address)
-    return subprocess.Popen([TORCHRUN, *launcher_args, *script_args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    with open(log, "w") as out:
+        proc = subprocess.Popen([TORCHRUN, *launcher_args, *script_args],
+                                env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    proc.log = log
+    return proc
 
 
 def stop(procs):
@@ -117,15 +122,20 @@ def stop(procs):
             proc.wait()
 
 
+def output(proc):
+    with open(proc.log) as f:
+        return f.read()
+
+
 def finish(procs):
     """Waits for the launchers; each must exit 0. Returns their output."""
-    outs = []
     try:
         for proc in procs:
-            outs.append(proc.communicate(timeout=DEADLINE)[0])
+            proc.wait(timeout=DEADLINE)
     finally:
         stop(procs)
-    for proc, out in zip(procs, outs):
+    outs = [output(proc) for proc in procs]
+    for proc in procs:
         assert proc.returncode == 0, "\n".join(outs)
     return outs
 
@@ -156,7 +166,7 @@ def wait_for_steps(directory, world, step, procs):
         if done == world:
             return
         for proc in procs:
-            assert proc.poll() is None, proc.communicate()[0]
+            assert proc.poll() is None, output(proc)
         assert time.monotonic() < deadline, f"the ranks did not reach step {step}"
         time.sleep(0.1)
 
@@ -171,7 +181,7 @@ def two_node_job(nodes, tmp_path_factory):
     port = free_port()
     rdzv_id = f"multinode-{uuid.uuid4().hex[:8]}"
     procs = [
-        launch(daemon,
+        launch(daemon, record / f"node{node}.out",
                ["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node),
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
                 "--rdzv-id", rdzv_id, "--local-addr", "127.0.0.1"],
@@ -243,7 +253,8 @@ def test_a_state_from_one_node_resumes_at_w2_on_the_other(nodes, global_order,
     # ... resumes the job at W = 2 on node 1's daemon, a new stream there.
     record = tmp_path / "job-w2"
     record.mkdir()
-    finish([launch(nodes[1], ["--standalone", "--nproc-per-node", "2"],
+    finish([launch(nodes[1], record / "node1.out",
+                   ["--standalone", "--nproc-per-node", "2"],
                    ddp_check("resumed", record, "--steps", str(RESUMED_STEPS),
                              "--state", str(path)))])
     resumed = records(record, 2)
