@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 DIST=${BATCHD_DIST:-$PWD/dist}
 PLAT=manylinux_2_34_x86_64
 WORK=$(mktemp -d /tmp/batchd-wheel-XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK"' EXIT
 start=$SECONDS
 CCACHE_BASEDIR=$WORK
 source scripts/ccache.sh
