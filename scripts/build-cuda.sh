@@ -23,10 +23,9 @@ import torch, torch.utils
 print(torch.__version__, torch.version.cuda, torch.utils.cmake_prefix_path)')
 [ "$TORCH_CUDA" != None ] || { echo "build-cuda: torch $TORCH_VERSION is a CPU build" >&2; exit 1; }
 echo "build-cuda: torch $TORCH_VERSION (CUDA $TORCH_CUDA) against $("$CUDA/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA toolkit \1/p') at $CUDA"
-launcher=()
-if command -v ccache > /dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+# ccache: what does not include torch (base, proto, the client, the
+# workloads) is compiled as in build/ and found there.
+source scripts/ccache.sh
 # torch_adapter_test's daemon: build/'s when it is there (the daemon does not
 # link torch: a second build of it here would only cost minutes).
 daemon_flags=() targets=(batchd)
@@ -41,7 +40,7 @@ fi
 # finding none, list every architecture; nothing here is compiled by nvcc.
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" \
   -DCUDAToolkit_ROOT="$CUDA" -DCMAKE_CUDA_COMPILER="$CUDA/bin/nvcc" \
-  -DTORCH_CUDA_ARCH_LIST=9.0 -DBATCHD_WITH_PYTHON=OFF "${launcher[@]}" \
+  -DTORCH_CUDA_ARCH_LIST=9.0 -DBATCHD_WITH_PYTHON=OFF "${ccache_cmake[@]}" \
   "${daemon_flags[@]}" \
   > "$BUILD.configure.log" 2>&1 \
   || { cat "$BUILD.configure.log" >&2; echo "build-cuda: configure failed" >&2; exit 1; }

@@ -23,9 +23,10 @@ limit=(-runs="${1:-4000}")
 if [ "${1:-}" = "--time" ]; then limit=(-max_total_time="${2:?seconds}"); fi
 BUILD=${BATCHD_FUZZ_BUILD:-build-fuzz}
 if [ "$BUILD" = build-fuzz ]; then
+  source scripts/ccache.sh
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DBATCHD_FUZZ=ON -DBATCHD_WITH_TORCH=OFF \
-    -DBATCHD_WITH_PYTHON=OFF -DBATCHD_WITH_TESTS=OFF >/dev/null
+    -DBATCHD_WITH_PYTHON=OFF -DBATCHD_WITH_TESTS=OFF "${ccache_cmake[@]}" >/dev/null
 elif ! grep -qx 'BATCHD_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
   echo "fuzz: $BUILD is not a build with BATCHD_FUZZ=ON" \
     "(scripts/sanitize.sh --fuzz asan makes build-asan one)" >&2

@@ -7,6 +7,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
+  ccache  # every build's compiles, shared between build directories (scripts/ccache.sh)
   libboost-dev libabsl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev

@@ -12,18 +12,40 @@
 #
 # Needs PyPI (the build backend, pybind11, numpy, pytest, jax). Stage 1 is
 # skipped, saying so, where no other Python exists. Prints each stage's time.
+#
+# Usage: scripts/test-pip.sh [--wheels DIR]
+#   --wheels DIR  installs DIR's manylinux wheels (scripts/build-wheel.sh, for
+#                 both Pythons) instead of building with `pip install .`:
+#                 CI builds them just before (scripts/test.sh --ci), from the
+#                 sdist for each of these Pythons, and builds from the
+#                 checkout once more in tests/container/wheel_check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WHEELS=""
+case "${1:-}" in
+  --wheels) WHEELS=${2:?--wheels DIR} ;;
+  "") ;;
+  *) echo "usage: scripts/test-pip.sh [--wheels DIR]" >&2; exit 2 ;;
+esac
 BUILD=${BATCHD_BUILD:-build}
 export BATCHD_BIN="$PWD/$BUILD/server/batchd"
 [ -x "$BATCHD_BIN" ] || { echo "batchd: build first (scripts/build.sh)" >&2; exit 1; }
 # The tests must import the installed package, never build/python.
 unset PYTHONPATH
 # Compiles are cached where ccache exists (a second run rebuilds nothing).
-if [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && command -v ccache >/dev/null; then
-  export CMAKE_CXX_COMPILER_LAUNCHER=ccache
-fi
+source scripts/ccache.sh
 PIP_FLAGS=(-q --disable-pip-version-check)
+
+# What `pip install` is given for the venv's Python: the checkout, or that
+# Python's wheel from --wheels.
+package() {
+  [ -n "$WHEELS" ] || { echo .; return; }
+  local tag wheel
+  tag=$("$1" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  wheel=$(ls "$WHEELS"/batchd-*-$tag-$tag-manylinux_2_34_x86_64.whl 2>/dev/null | tail -n 1 || true)
+  [ -n "$wheel" ] || { echo "test-pip: no $tag wheel in $WHEELS (scripts/build-wheel.sh)" >&2; exit 1; }
+  echo "$wheel"
+}
 
 # A Python >= 3.9 that is not Debian's: pyenv's 3.12 first (the issue's
 # target), then any other.
@@ -62,9 +84,10 @@ else
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install "${PIP_FLAGS[@]}" numpy pytest
   took "venv with numpy and pytest"
-  begin "pip install . for Python $VERSION"
-  "$VENV/bin/pip" install "${PIP_FLAGS[@]}" .
-  took "pip install . for Python $VERSION"
+  pkg=$(package "$VENV/bin/python")
+  begin "pip install $pkg for Python $VERSION"
+  "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "$pkg"
+  took "pip install $pkg for Python $VERSION"
   # Imported from outside the source tree; torch absent, batchd still loads.
   (cd / && "$VENV/bin/python" -c '
 import sys, batchd
@@ -84,8 +107,9 @@ VENV="$PWD/$BUILD/venv-debian"
 begin "venv of /usr/bin/python3 with Debian's torch"
 rm -rf "$VENV"
 /usr/bin/python3 -m venv --system-site-packages "$VENV"
-"$VENV/bin/pip" install "${PIP_FLAGS[@]}" .
-took "venv and pip install . for Debian's Python"
+pkg=$(package "$VENV/bin/python")
+"$VENV/bin/pip" install "${PIP_FLAGS[@]}" "$pkg"
+took "venv and pip install $pkg for Debian's Python"
 begin "AlgoPerf drop-in and formats from the installed package, torch $(
   /usr/bin/python3 -c 'import torch; print(torch.__version__)')"
 "$VENV/bin/python" -m pytest -q tests/python/test_algoperf.py tests/python/test_formats.py

@@ -3,9 +3,13 @@
 # the venv of scripts/torch-venv.sh (cached outside the clone), the
 # manylinux wheel of scripts/build-wheel.sh installed into it with pip, then
 # the Python suites that use torch (the AlgoPerf contract and drop-in, the
-# formats, the loader, torchvision's ImageNet transforms, the trainers) and
+# formats, the loader, torchvision's ImageNet transforms, the AlgoPerf
+# example trainer) and
 # DDP jobs launched by torch's own torchrun (tests/python/test_torchrun.py:
-# disjoint, complete slices every step; Ctrl-C; a killed rank).
+# disjoint, complete slices every step; Ctrl-C; a killed rank;
+# tests/python/test_multinode.py: W = 4 over two daemons standing for two
+# nodes, one of them killed and restarted, a checkpoint resumed at W = 2 on
+# the other).
 # Debian's torch 1.13 keeps its own runs (scripts/test.sh, scripts/test-pip.sh).
 #
 # Usage: scripts/test-torch.sh [PYTHON]   (default: pyenv's 3.12)
@@ -35,9 +39,12 @@ import sys, torch, batchd
 assert batchd.__file__.startswith(sys.prefix), batchd.__file__
 print("batchd", batchd.__version__, "from", batchd.__file__, "beside torch", torch.__version__)')
 took "pip install $(basename "$wheel")"
-"$PY" -m pytest -q tests/python/test_torchrun.py
-took "torchrun DDP tests"
+"$PY" -m pytest -q tests/python/test_torchrun.py tests/python/test_multinode.py
+took "torchrun DDP tests, one node and two"
+# Of test_trainers.py, the Python example alone: its C++ trainers are
+# build/'s (Debian's libtorch), whatever Python runs them, and ran in
+# scripts/test.sh's pytest stage.
 "$PY" -m pytest -q tests/python/test_algoperf_contract.py tests/python/test_algoperf.py \
   tests/python/test_formats.py tests/python/test_loader.py tests/python/test_imagenet.py \
-  tests/python/test_trainers.py
+  tests/python/test_trainers.py::test_algoperf_example_trains_through_the_drop_in
 took "torch suites with torch $("$PY" -c 'import torch; print(torch.__version__)')"

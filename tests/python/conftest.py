@@ -4,52 +4,46 @@ needs its own variant of a data set still makes it itself (with the
 generators of helpers.py). Helpers that are not fixtures live in
 helpers.py and batchd_daemon.py: no test module imports another."""
 
-import functools
+import fcntl
+import hashlib
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, WMT_TOOLS
-from helpers import make_imagenet, make_wmt
+from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, REPO, WMT_TOOLS
+from helpers import make_imagenet, make_wmt, run_generator
 
 
-GENERATOR_MODULES = ("numpy", "PIL", "skimage", "sentencepiece")
-
-
-def _has_modules(python):
-    probe = "import " + ", ".join(GENERATOR_MODULES)
-    try:
-        return subprocess.run([python, "-c", probe],
-                              capture_output=True).returncode == 0
-    except OSError:
-        return False
-
-
-@functools.lru_cache(maxsize=None)
-def generator_python():
-    """The interpreter that runs the data generators: this one when it has
-    what they import, else Debian's (the generators are scripts, so the
-    suite under test need not carry Pillow, scikit-image and SentencePiece
-    to be tested against their data). None when neither has them."""
-    for python in (sys.executable, "/usr/bin/python3"):
-        if _has_modules(python):
-            return python
-    return None
-
-
-def _run(*args):
-    python = generator_python()
-    if python is None:
-        pytest.skip("no interpreter here has the data generators' "
-                    + ", ".join(GENERATOR_MODULES))
-    result = subprocess.run([python, *map(str, args)], capture_output=True,
-                            text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, args))} failed "
-                           f"(exit {result.returncode}):\n{result.stderr}")
+def _generated(root, name, make):
+    """root/name made by make(path). With BATCHD_TEST_DATA set (scripts/
+    test.sh sets it), the set is made once per run of scripts/test.sh, by the
+    first session that needs it, in that directory (keyed by name and the
+    generators' sources) and copied from there: every pytest session of a CI
+    run (Debian's, the venvs', PyPI torch's) gets the same bytes without
+    generating them again. A copy, so that no session sees another's."""
+    out = root / name
+    cache = os.environ.get("BATCHD_TEST_DATA")
+    if not cache:
+        make(out)
+        return out
+    digest = hashlib.sha256(name.encode())
+    for tool in (IMAGENET_GENERATOR, os.path.join(WMT_TOOLS, "generate_wmt.py"),
+                 os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
+                 os.path.join(REPO, "tests", "python", "conftest.py")):
+        with open(tool, "rb") as f:
+            digest.update(f.read())
+    os.makedirs(cache, exist_ok=True)
+    kept = os.path.join(cache, f"{name}-{digest.hexdigest()[:16]}")
+    with open(kept + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent sessions wait for the first
+        if not os.path.isdir(kept):
+            tmp = kept + ".part"
+            shutil.rmtree(tmp, ignore_errors=True)
+            make(tmp)
+            os.rename(tmp, kept)
+    shutil.copytree(kept, out, symlinks=True)
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -58,14 +52,12 @@ def shared_data(tmp_path_factory):
     and TFRecord shards, no odd files) and wmt/ (300 train, 90 validation
     and 10 test pairs in 2 TFDS shards, a 600-piece SentencePiece model)."""
     root = tmp_path_factory.mktemp("shared-data")
-    _run(IMAGENET_GENERATOR, root / "imagenet", "--classes", "4",
-         "--per-class", "6", "--val-per-class", "3", "--no-odd")
-    wmt = root / "wmt"
-    _run(os.path.join(WMT_TOOLS, "generate_wmt.py"), "--out", wmt, "--train",
-         "300", "--validation", "90", "--test", "10", "--shards", "2",
-         "--seed", "5")
-    _run(os.path.join(WMT_TOOLS, "train_sentencepiece.py"), "--data", wmt,
-         "--vocab-size", "600", "--threads", "1")
+    _generated(root, "imagenet", lambda out: run_generator(
+        IMAGENET_GENERATOR, out, "--classes", "4", "--per-class", "6",
+        "--val-per-class", "3", "--no-odd"))
+    _generated(root, "wmt", lambda out: make_wmt(
+        out, train=300, validation=90, test=10, shards=2, seed=5,
+        vocab_size=600))
     return root
 
 
@@ -85,10 +77,14 @@ def algoperf_data(tmp_path_factory):
     (200 train, 20 validation and 10 test pairs in one TFDS shard, a
     500-piece SentencePiece model)."""
     root = tmp_path_factory.mktemp("algoperf")
-    make_imagenet(root / "imagenet", "--classes", 2, "--per-class", 4,
-                  "--val-per-class", 3, "--no-odd", "--no-tfrecord")
-    make_wmt(root / "wmt", train=200, validation=20, test=10, shards=1,
-             seed=3, vocab_size=500)
+    _generated(root, "algoperf-imagenet", lambda out: make_imagenet(
+        out, "--classes", 2, "--per-class", 4, "--val-per-class", 3,
+        "--no-odd", "--no-tfrecord"))
+    _generated(root, "algoperf-wmt", lambda out: make_wmt(
+        out, train=200, validation=20, test=10, shards=1, seed=3,
+        vocab_size=500))
+    os.rename(root / "algoperf-imagenet", root / "imagenet")
+    os.rename(root / "algoperf-wmt", root / "wmt")
     return root
 
 
@@ -113,7 +109,8 @@ def imagenet_clean_and_odd(tmp_path_factory):
     root = tmp_path_factory.mktemp("imagenet")
     for name, extra in (("clean", ["--no-odd", "--val-per-class", "3"]),
                         ("odd", ["--no-tfrecord"])):
-        make_imagenet(root / name, "--classes", 4, "--per-class", 6, *extra)
+        _generated(root, name, lambda out, extra=extra: make_imagenet(
+            out, "--classes", 4, "--per-class", 6, *extra))
     return root
 
 

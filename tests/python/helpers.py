@@ -4,9 +4,12 @@ Python reference of WMT's tokenization. Fixtures live in conftest.py, the
 daemon in batchd_daemon.py; no test module imports another.
 """
 
+import functools
 import os
 import subprocess
 import sys
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -15,26 +18,58 @@ IMAGENET_TOOL = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
 # AlgoPerf's WMT length limit: a pair is kept when both sides, EOS
 # included, have at most this many tokens.
 MAX_LENGTH = 256
+GENERATOR_MODULES = ("numpy", "PIL", "skimage", "sentencepiece")
+
+
+def _has_modules(python):
+    probe = "import " + ", ".join(GENERATOR_MODULES)
+    try:
+        return subprocess.run([python, "-c", probe],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def generator_python():
+    """The interpreter that runs the data generators: this one when it has
+    what they import, else Debian's (the generators are scripts, so the
+    suite under test need not carry Pillow, scikit-image and SentencePiece
+    to be tested against their data). None when neither has them."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        if _has_modules(python):
+            return python
+    return None
+
+
+def run_generator(*args):
+    """Runs a generator script (args: its path and flags) under
+    generator_python(); the test skips, saying why, where none can."""
+    python = generator_python()
+    if python is None:
+        pytest.skip("no interpreter here has the data generators' "
+                    + ", ".join(GENERATOR_MODULES))
+    result = subprocess.run([python, *map(str, args)], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))} failed "
+                           f"(exit {result.returncode}):\n{result.stderr}")
 
 
 def generate_wmt(out, *, train, validation, test, shards, seed):
     """Writes a WMT-like set of sentence pairs (TFDS shards and aligned
     text files) to out with workloads/wmt/tools/generate_wmt.py."""
-    subprocess.run([sys.executable, os.path.join(WMT_TOOLS, "generate_wmt.py"),
-                    "--out", str(out), "--train", str(train),
-                    "--validation", str(validation), "--test", str(test),
-                    "--shards", str(shards), "--seed", str(seed)],
-                   check=True, capture_output=True)
+    run_generator(os.path.join(WMT_TOOLS, "generate_wmt.py"), "--out", out,
+                  "--train", train, "--validation", validation, "--test", test,
+                  "--shards", shards, "--seed", seed)
     return out
 
 
 def train_sentencepiece(data, *, vocab_size, threads=1):
     """Trains data/wmt_sentencepiece_model on data's train pairs."""
-    subprocess.run([sys.executable,
-                    os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
-                    "--data", str(data), "--vocab-size", str(vocab_size),
-                    "--threads", str(threads)],
-                   check=True, capture_output=True)
+    run_generator(os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
+                  "--data", data, "--vocab-size", vocab_size,
+                  "--threads", threads)
 
 
 def make_wmt(out, *, train, validation, test, shards, seed, vocab_size,
@@ -49,8 +84,7 @@ def make_wmt(out, *, train, validation, test, shards, seed, vocab_size,
 def make_imagenet(out, *args):
     """Writes a small ImageNet-like set to out with
     workloads/imagenet/make_imagenet.py (args: its flags)."""
-    subprocess.run([sys.executable, IMAGENET_TOOL, str(out),
-                    *map(str, args)], check=True, capture_output=True)
+    run_generator(IMAGENET_TOOL, out, *args)
     return out
 
 
