@@ -31,6 +31,25 @@ def _has_modules(python):
 
 
 @functools.lru_cache(maxsize=None)
+def _runs_as(uid):
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    try:
+        return subprocess.run([sys.executable, "-c", "import batchd"],
+                              user=uid, group=uid, extra_groups=[], env=env,
+                              capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
+def require_python_as(uid):
+    """Skips the test where uid cannot run this interpreter with batchd
+    (a venv whose Python lives under /root, which other uids cannot
+    enter); Debian's Python, which the main suite runs under, can."""
+    if uid is not None and not _runs_as(uid):
+        pytest.skip(f"uid {uid} cannot run {sys.executable} with batchd")
+
+
+@functools.lru_cache(maxsize=None)
 def generator_python():
     """The interpreter that runs the data generators: this one when it has
     what they import, else Debian's (the generators are scripts, so the

@@ -32,6 +32,7 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port  # noqa: E402
+from helpers import require_python_as  # noqa: E402
 
 NOBODY = 65534
 PAIRS = 3000
@@ -93,6 +94,7 @@ sys.stdin.readline()
 
 
 def start_opener(address, prefix, count, world, user=NOBODY):
+    require_python_as(user)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     p = subprocess.Popen([sys.executable, "-c", OPENER, address, prefix,
                           str(count), str(world)], user=user, group=user,

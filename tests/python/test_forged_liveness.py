@@ -32,6 +32,7 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port, metrics  # noqa: E402
+from helpers import require_python_as  # noqa: E402
 
 NOBODY = 65534
 CLIENT_PID, CLIENT_START, CLIENT_HEARTBEAT = 256, 264, 272
@@ -62,6 +63,7 @@ sys.stdin.readline()
 
 
 def start_client(address, user=None):
+    require_python_as(user)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     p = subprocess.Popen([sys.executable, "-c", CLIENT, address], user=user,
                          group=user, extra_groups=[] if user else None,

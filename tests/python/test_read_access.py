@@ -32,6 +32,7 @@ import pytest
 pytest.importorskip("numpy")
 
 from batchd_daemon import Daemon, binary, free_port  # noqa: E402
+from helpers import require_python_as  # noqa: E402
 
 # Uids and a group of no user on the test machine.
 GROUP = 47410
@@ -141,6 +142,7 @@ def tree(shared_data):
 
 
 def run_as(uid, argv, groups=()):
+    require_python_as(uid)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     kw = {} if uid is None else dict(user=uid, group=uid,
                                      extra_groups=list(groups))

@@ -33,6 +33,7 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port  # noqa: E402
+from helpers import require_python_as  # noqa: E402
 
 NOBODY = 65534
 # Uids and a group of no user on the test machine: setuid/setgid accept
@@ -240,6 +241,7 @@ def acl_entries(path):
 
 
 def as_user(uid, argv, groups=(), **kw):
+    require_python_as(uid)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen(argv, user=uid, group=GROUP if groups else uid,
                             extra_groups=list(groups), env=env, text=True,
