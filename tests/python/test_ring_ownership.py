@@ -251,6 +251,7 @@ def as_user(uid, argv, groups=(), **kw):
 
 def test_a_member_of_the_shm_group_cannot_touch_another_members_ring(
         tmp_path):
+    require_python_as(MEMBER_B)
     (tmp_path / "data").mkdir()
     d = Daemon(tmp_path / "data", tmp_path / "batchd.log",
                args=("--socket-mode", "0666", "--shm-group", str(GROUP)))
