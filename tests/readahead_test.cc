@@ -17,6 +17,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -292,37 +293,46 @@ class StoredBytesWorkload : public Workload {
   uint64_t num_examples() const override { return n_; }
   bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
-  ExampleReadFn example_reader() const override {
-    return [this](uint64_t id, std::string* b, int64_t* l) {
-      return ReadStored(id, b, l);
-    };
-  }
-  void set_prefetch(ExamplePrefetch* p) override { prefetch_ = p; }
-  absl::Status FillItem(const ItemRef& ex, uint8_t* const* out,
-                    WorkloadCounters*) const override {
+  const ExampleSource* source() const override { return &stored_; }
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
     std::string bytes;
     int64_t label;
-    absl::Status st =
-        prefetch_ != nullptr
-            ? prefetch_->Read(ex.epoch, ex.position, ex.id, &bytes, &label)
-            : ReadStored(ex.id, &bytes, &label);
+    absl::Status st = ctx.Read(ctx.key(), &bytes, &label);
     if (!st.ok()) return st;
     memcpy(out[0], bytes.data(), kBytes);
     return absl::OkStatus();
   }
   mutable std::atomic<uint64_t> reads{0};
 
- private:
-  absl::Status ReadStored(uint64_t id, std::string* b, int64_t* l) const {
+ protected:
+  virtual absl::Status ReadStored(uint64_t id, std::string* b,
+                                  int64_t* l) const {
     reads.fetch_add(1);
     b->resize(kBytes);
     for (int i = 0; i < kBytes; ++i) (*b)[i] = char((id * 131 + i * 7) & 0xff);
     *l = 0;
     return absl::OkStatus();
   }
+  class Stored : public ExampleSource {
+   public:
+    explicit Stored(const StoredBytesWorkload* w) : w_(*w) {}
+    absl::Status Read(const ExampleKey& key, std::string* b,
+                      int64_t* l) const override {
+      return w_.ReadStored(key.id, b, l);
+    }
+    std::string Describe(const ExampleKey& key) const override {
+      return w_.DescribeStored(key.id);
+    }
+
+   private:
+    const StoredBytesWorkload& w_;
+  };
+  virtual std::string DescribeStored(uint64_t id) const {
+    return absl::StrCat("example ", id);
+  }
   uint64_t n_;
   std::vector<TensorLayout> tensors_;
-  ExamplePrefetch* prefetch_ = nullptr;
+  const Stored stored_{this};
 };
 
 struct EngineRun {
@@ -440,8 +450,8 @@ TEST(ReadAheadTest, AReadInAnItemScopeNeverWaitsAndIsKeptForTheNextAttempt) {
   std::string bytes;
   int64_t label = -1;
   {
-    ReadAheadItem::Scope scope(&item);
-    EXPECT_TRUE(IsReadPending(stream->Read(0, 7, 7, &bytes, &label)));
+    item.BeginAttempt();
+    EXPECT_TRUE(IsReadPending(item.Read({0, 7, 7}, &bytes, &label)));
   }
   ASSERT_TRUE(item.pending());
   for (int i = 0; i < 3000 && !item.landed(); ++i) {
@@ -451,8 +461,8 @@ TEST(ReadAheadTest, AReadInAnItemScopeNeverWaitsAndIsKeptForTheNextAttempt) {
   // The next attempt finds the bytes, as often as it asks, until the item
   // is finished.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    ReadAheadItem::Scope scope(&item);
-    ASSERT_TRUE(stream->Read(0, 7, 7, &bytes, &label).ok());
+    item.BeginAttempt();
+    ASSERT_TRUE(item.Read({0, 7, 7}, &bytes, &label).ok());
     EXPECT_EQ(bytes, std::string(kExampleBytes, char('a' + 7)));
     EXPECT_EQ(label, 7);
   }
@@ -517,14 +527,14 @@ class GatedWorkload : public StoredBytesWorkload {
  public:
   GatedWorkload(uint64_t n, std::shared_ptr<Gate> gate)
       : StoredBytesWorkload(n), gate_(std::move(gate)) {}
-  ExampleReadFn example_reader() const override {
-    ExampleReadFn inner = StoredBytesWorkload::example_reader();
-    return [gate = gate_, inner](uint64_t id, std::string* b, int64_t* l) {
-      gate->Pass();
-      return inner(id, b, l);
-    };
+
+ protected:
+  absl::Status ReadStored(uint64_t id, std::string* b,
+                          int64_t* l) const override {
+    gate_->Pass();
+    return StoredBytesWorkload::ReadStored(id, b, l);
   }
-  std::string DescribeExample(uint64_t id) const override {
+  std::string DescribeStored(uint64_t id) const override {
     return absl::StrCat("/mnt/stalled/file-", id);
   }
 
