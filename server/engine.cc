@@ -390,6 +390,7 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
         if (!t.item->pending()) ctx.Give(read, &bytes, label);
       }
       if (!t.item->pending()) st = s.workload->FillItem(ctx, out.data());
+      if (give) ctx.ReturnBuffer(&bytes);
       if (t.item->pending()) {
         t.next_item = e;
         return true;

@@ -263,8 +263,10 @@ class ReadAhead {
   // Adds an entry (indexed by its file).
   Entry& Insert(StreamState* s, const Key& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A buffered twin of `key` (the same file under another key), or null.
-  const Entry* Twin(const StreamState& s, const Key& key) const
+  // A buffered twin of `key` (the same file under another key), or null;
+  // `*in_flight` (may be null) says whether a twin is being read.
+  const Entry* Twin(const StreamState& s, const Key& key,
+                    bool* in_flight = nullptr) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CallOnLanded() ABSL_LOCKS_EXCLUDED(mu_, landed_mu_);
   void RemoveStream(ReadAheadStream* handle) ABSL_LOCKS_EXCLUDED(mu_);

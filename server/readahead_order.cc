@@ -72,16 +72,20 @@ ReadAhead::Entry& ReadAhead::Insert(StreamState* s, const Key& key) {
   return it->second;
 }
 
-const ReadAhead::Entry* ReadAhead::Twin(const StreamState& s,
-                                        const Key& key) const {
+const ReadAhead::Entry* ReadAhead::Twin(const StreamState& s, const Key& key,
+                                        bool* in_flight) const {
+  if (in_flight != nullptr) *in_flight = false;
   auto [lo, hi] =
       s.by_file.equal_range(std::make_pair(std::get<2>(key), std::get<3>(key)));
   for (auto f = lo; f != hi; ++f) {
     if (f->second == key) continue;
     auto e = s.entries.find(f->second);
-    if (e != s.entries.end() && e->second.done && e->second.status.ok() &&
-        !e->second.bytes.empty()) {
+    if (e == s.entries.end()) continue;
+    if (e->second.done && e->second.status.ok() && !e->second.bytes.empty()) {
       return &e->second;
+    }
+    if (in_flight != nullptr && e->second.started && !e->second.done) {
+      *in_flight = true;
     }
   }
   return nullptr;
@@ -206,6 +210,12 @@ bool ReadAhead::NextLaneRead(Pick* pick) {
       if (lane.stream->entries.count(k) != 0) {
         ++lane.next_index;  // already read (by an earlier lane, on demand)
         continue;
+      }
+      // The same file is being read under another key (an epoch earlier):
+      // the lane goes on once it lands, with a copy of its bytes.
+      bool twin_in_flight = false;
+      if (Twin(*lane.stream, k, &twin_in_flight) == nullptr && twin_in_flight) {
+        break;
       }
       *pick = {lane.stream, k, it->first, lane.next_step, false};
       round_robin_ = it->first;

@@ -122,6 +122,11 @@ class FillContext {
     given_ = true;
   }
 
+  // The engine, after FillItem: a buffer for the next item's read (what the
+  // workload's Read left in exchange for the bytes given), so that reads
+  // reuse memory rather than allocate it.
+  void ReturnBuffer(std::string* buffer) { buffer->swap(given_bytes_); }
+
  private:
   const ItemRef item_;
   WorkloadCounters* const counters_;
