@@ -37,8 +37,8 @@
 //
 // Read-ahead costs nothing where it buys nothing. While a stream's reads
 // return at once (Options::inline_read_ns: the last kFastReadsForInline
-// reads each returned within it, as reads of local storage or the page
-// cache do), nothing is read ahead for it and a worker reads what it needs
+// reads made ahead each returned within it, as reads of local storage or
+// the page cache do, and no read since was slower), nothing is read ahead for it and a worker reads what it needs
 // itself, inline, without the hop to an I/O thread and back; the first read
 // slower than that (and any inline read in flight longer than that) turns
 // reading ahead back on. A stream whose storage answered at once and then
@@ -257,8 +257,10 @@ class ReadAhead {
   // Whether `s`'s reads return at once now (workers read inline).
   bool ReadsInline(const StreamState& s, uint64_t now_ns) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Notes how long a read of `s` took; a slow one turns reading ahead on.
-  void NoteReadTime(StreamState* s, uint64_t ns)
+  // Notes how long a read of `s` took: a slow one turns reading ahead on;
+  // only reads made ahead (`ahead`) count towards reading inline, so that
+  // a stream reads ahead before it stops.
+  void NoteReadTime(StreamState* s, uint64_t ns, bool ahead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds an entry (indexed by its file).
   Entry& Insert(StreamState* s, const Key& key)

@@ -117,10 +117,10 @@ bool ReadAhead::ReadsInline(const StreamState& s, uint64_t now_ns) const {
          now_ns - *s.inline_starts.begin() <= options_.inline_read_ns;
 }
 
-void ReadAhead::NoteReadTime(StreamState* s, uint64_t ns) {
+void ReadAhead::NoteReadTime(StreamState* s, uint64_t ns, bool ahead) {
   if (options_.inline_read_ns == 0) return;
   if (ns <= options_.inline_read_ns) {
-    s->fast_reads = std::min(s->fast_reads + 1, kFastReadsForInline);
+    if (ahead) s->fast_reads = std::min(s->fast_reads + 1, kFastReadsForInline);
     return;
   }
   // Slow storage: read ahead again.

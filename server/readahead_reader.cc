@@ -96,7 +96,7 @@ absl::Status ReadAheadStream::Read(ReadAheadItem* item, const ExampleKey& k,
       const uint64_t took = MonotonicNanos() - now;
       ra.mu_.Lock();
       s.inline_starts.erase(start);
-      ra.NoteReadTime(&s, took);
+      ra.NoteReadTime(&s, took, /*ahead=*/true);
       return st;
     }
     ReadAhead::Entry& e = ra.Insert(&s, key);
@@ -319,7 +319,7 @@ void ReadAhead::RunRead(const Pick& pick, std::string* bytes) {
     }
     return;
   }
-  NoteReadTime(s, took);
+  NoteReadTime(s, took, !pick.demand);
   bool landed = false;
   auto it = s->entries.find(pick.key);
   if (it != s->entries.end() && it->second.serial == serial &&

@@ -99,7 +99,8 @@ struct StreamState {
   int in_flight = 0;                        // reads calling the source now
   std::multiset<uint64_t> read_starts;      // when each of them began
   std::multiset<uint64_t> inline_starts;    // inline reads in flight
-  // Reads in a row that returned within Options::inline_read_ns.
+  // Reads ahead in a row that returned within Options::inline_read_ns (no
+  // read slower since).
   uint64_t fast_reads = 0;
   bool removed = false;  // its handle went; reads in flight remain
   ReadAheadStats stats;
