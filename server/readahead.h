@@ -36,11 +36,13 @@
 // waits, and reads synchronously what was not read ahead.
 //
 // Read-ahead costs nothing where it buys nothing. While a stream's reads
-// return at once (Options::inline_read_ns: the last kFastReadsForInline
-// reads made ahead each returned within it, as reads of local storage or
-// the page cache do, and no read since was slower), nothing is read ahead for it and a worker reads what it needs
-// itself, inline, without the hop to an I/O thread and back; the first read
-// slower than that (and any inline read in flight longer than that) turns
+// return at once (the last kFastReadsForInline reads made ahead each
+// either never waited - the reading thread did not give up the CPU, as in a
+// read of the page cache, however long a busy machine kept it from running
+// - or waited at most Options::inline_read_ns, as a local disk does; and no
+// two reads since waited longer), nothing is read ahead for it and a worker reads what it needs
+// itself, inline, without the hop to an I/O thread and back; slow reads
+// (two close together; any inline read in flight longer than that) turn
 // reading ahead back on. A stream whose storage answered at once and then
 // stalls may thus hold the workers that were in a read at that moment, one
 // read each, as it would without read-ahead; the next reads go ahead.
@@ -151,8 +153,12 @@ class ReadAhead {
   // (a JPEG in tens of microseconds) is well within it; a network mount's
   // round trip is not.
   static constexpr uint64_t kDefaultInlineReadNs = 500 * 1000;
-  // Reads in a row, each within inline_read_ns, before workers read inline.
+  // Reads ahead in a row that return at once before workers read inline;
+  // what a read that does not costs; below which workers read ahead again
+  // (two slow reads close together; one, on a busy machine, is noise).
   static constexpr uint64_t kFastReadsForInline = 32;
+  static constexpr uint64_t kSlowReadCost = 8;
+  static constexpr uint64_t kLeaveInlineScore = 24;
   // An idle I/O thread ends after this long without work.
   static constexpr double kIdleExitSeconds = 2.0;
   // A stream that goes waits for its reads in flight, except those that
@@ -257,10 +263,12 @@ class ReadAhead {
   // Whether `s`'s reads return at once now (workers read inline).
   bool ReadsInline(const StreamState& s, uint64_t now_ns) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Notes how long a read of `s` took: a slow one turns reading ahead on;
-  // only reads made ahead (`ahead`) count towards reading inline, so that
-  // a stream reads ahead before it stops.
-  void NoteReadTime(StreamState* s, uint64_t ns, bool ahead)
+  // Notes how a read of `s` went: one that waited (its thread gave up the
+  // CPU during it: `waited`) longer than inline_read_ns turns reading
+  // ahead on; one that did not wait, or not long, returned at once. Only
+  // reads made ahead (`ahead`) count towards reading inline, so that a
+  // stream reads ahead before it stops.
+  void NoteReadTime(StreamState* s, uint64_t ns, bool waited, bool ahead)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds an entry (indexed by its file).
   Entry& Insert(StreamState* s, const Key& key)

@@ -108,25 +108,27 @@ std::map<ReadAhead::Key, ReadAhead::Entry>::iterator ReadAhead::Erase(
 }
 
 bool ReadAhead::ReadsInline(const StreamState& s, uint64_t now_ns) const {
-  if (options_.inline_read_ns == 0 || s.fast_reads < kFastReadsForInline) {
-    return false;
-  }
+  if (options_.inline_read_ns == 0 || !s.reads_inline) return false;
   // An inline read that has not returned within the bound: the storage
   // stopped answering at once.
   return s.inline_starts.empty() ||
          now_ns - *s.inline_starts.begin() <= options_.inline_read_ns;
 }
 
-void ReadAhead::NoteReadTime(StreamState* s, uint64_t ns, bool ahead) {
+void ReadAhead::NoteReadTime(StreamState* s, uint64_t ns, bool waited,
+                             bool ahead) {
   if (options_.inline_read_ns == 0) return;
-  if (ns <= options_.inline_read_ns) {
+  if (!waited || ns <= options_.inline_read_ns) {
     if (ahead) s->fast_reads = std::min(s->fast_reads + 1, kFastReadsForInline);
+    if (s->fast_reads == kFastReadsForInline) s->reads_inline = true;
     return;
   }
   // Slow storage: read ahead again.
-  const bool was_inline = s->fast_reads >= kFastReadsForInline;
-  s->fast_reads = 0;
-  if (was_inline) Wake(true);
+  s->fast_reads -= std::min(s->fast_reads, kSlowReadCost);
+  if (s->reads_inline && s->fast_reads < kLeaveInlineScore) {
+    s->reads_inline = false;
+    Wake(true);
+  }
 }
 
 bool ReadAhead::NextRead(Pick* pick) {

@@ -1,6 +1,8 @@
 // The read-ahead's reads: a worker's read for its item (buffered, pending or
 // inline), a read outside any item, the reads of the I/O threads, and what
 // the stream reports (stats, stall reasons). See readahead.h.
+#include <sys/resource.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,14 @@ namespace {
 
 std::string Seconds(uint64_t ns) {
   return absl::StrFormat("%.1f", double(ns) / 1e9);
+}
+
+// How often this thread has given up the CPU to wait (for storage, a lock):
+// a read during which it did not return at once, however long a busy
+// machine kept the thread from running.
+uint64_t Waits() {
+  struct rusage u;
+  return getrusage(RUSAGE_THREAD, &u) == 0 ? uint64_t(u.ru_nvcsw) : 0;
 }
 
 }  // namespace
@@ -92,11 +102,13 @@ absl::Status ReadAheadStream::Read(ReadAheadItem* item, const ExampleKey& k,
       // which outlives this call.
       const ExampleSource& source = *s.source;
       ra.mu_.Unlock();
+      const uint64_t waits = Waits();
       absl::Status st = source.Read(k, bytes, label);
+      const bool waited = Waits() != waits;
       const uint64_t took = MonotonicNanos() - now;
       ra.mu_.Lock();
       s.inline_starts.erase(start);
-      ra.NoteReadTime(&s, took, /*ahead=*/true);
+      ra.NoteReadTime(&s, took, waited, /*ahead=*/true);
       return st;
     }
     ReadAhead::Entry& e = ra.Insert(&s, key);
@@ -298,7 +310,9 @@ void ReadAhead::RunRead(const Pick& pick, std::string* bytes) {
   mu_.Unlock();
   int64_t label = 0;
   bytes->clear();
+  const uint64_t waits = Waits();
   absl::Status status = source.Read(ExampleKeyOf(pick.key), bytes, &label);
+  const bool waited = Waits() != waits;
   const uint64_t took = MonotonicNanos() - started;
   mu_.Lock();
   s->read_starts.erase(s->read_starts.find(started));
@@ -319,7 +333,7 @@ void ReadAhead::RunRead(const Pick& pick, std::string* bytes) {
     }
     return;
   }
-  NoteReadTime(s, took, !pick.demand);
+  NoteReadTime(s, took, waited, !pick.demand);
   bool landed = false;
   auto it = s->entries.find(pick.key);
   if (it != s->entries.end() && it->second.serial == serial &&

@@ -99,9 +99,12 @@ struct StreamState {
   int in_flight = 0;                        // reads calling the source now
   std::multiset<uint64_t> read_starts;      // when each of them began
   std::multiset<uint64_t> inline_starts;    // inline reads in flight
-  // Reads ahead in a row that returned within Options::inline_read_ns (no
-  // read slower since).
+  // How much the stream's reads have returned at once (ReadAhead::
+  // NoteReadTime): up one a read made ahead (or inline) that did, down
+  // kSlowReadCost a read that did not; workers read inline from when it
+  // reaches kFastReadsForInline until it falls below kLeaveInlineScore.
   uint64_t fast_reads = 0;
+  bool reads_inline = false;
   bool removed = false;  // its handle went; reads in flight remain
   ReadAheadStats stats;
 };

@@ -234,9 +234,9 @@ TEST(ReadAheadTest, AnEpochThatFitsTheBudgetManyTimesIsReadOnce) {
 
 // Issue 26: on local storage, reading ahead cost ImageNet 6-19 %: every
 // read hopped to an I/O thread and back. Reads that return at once are
-// made inline by the worker, and nothing is read ahead for them; the first
-// slow one turns reading ahead back on.
-TEST(ReadAheadTest, ReadsThatReturnAtOnceAreMadeInlineUntilOneIsSlow) {
+// made inline by the worker, and nothing is read ahead for them; slow ones
+// turn reading ahead back on.
+TEST(ReadAheadTest, ReadsThatReturnAtOnceAreMadeInlineUntilReadsAreSlow) {
   ReadAhead::Options o = Budget(1000 * kExampleBytes, 2);
   o.inline_read_ns = 50 * 1000 * 1000;  // 50 ms: these reads take us
   ReadAhead ra(o);
@@ -267,16 +267,18 @@ TEST(ReadAheadTest, ReadsThatReturnAtOnceAreMadeInlineUntilOneIsSlow) {
   EXPECT_FALSE(item.pending());
   EXPECT_EQ(bytes, std::string(kExampleBytes, char('a' + 400 % 26)));
   EXPECT_EQ(stream->stats().inline_reads, 1u);
-  // The storage slows down: the read that shows it is still the worker's;
-  // then a read not read ahead is pending, and reads go ahead again.
+  // The storage slows down: the reads that show it (two: one is noise on
+  // a busy machine) are still the worker's; then a read not read ahead is
+  // pending, and reads go ahead again.
   delay_ms.store(100);
   ASSERT_TRUE(item.Read({0, 401, 401}, &bytes, &label).ok());
-  EXPECT_EQ(stream->stats().inline_reads, 2u);
+  ASSERT_TRUE(item.Read({0, 402, 402}, &bytes, &label).ok());
+  EXPECT_EQ(stream->stats().inline_reads, 3u);
   ra.FinishItem(&item);
   ReadAheadItem later(stream.get(), lane, 101);
   later.BeginAttempt();
   EXPECT_TRUE(IsReadPending(later.Read({0, 900, 900}, &bytes, &label)));
-  EXPECT_EQ(stream->stats().inline_reads, 2u);
+  EXPECT_EQ(stream->stats().inline_reads, 3u);
   delay_ms.store(0);
   ra.Decoding(lane, 100);
   ra.WaitIdleForTest();
