@@ -40,10 +40,11 @@
 // either never waited - the reading thread did not give up the CPU, as in a
 // read of the page cache, however long a busy machine kept it from running
 // - or waited at most Options::inline_read_ns, as a local disk does; and no
-// two reads since waited longer), nothing is read ahead for it and a worker reads what it needs
+// reads since waited longer, more than a few), nothing is read ahead for it and a worker reads what it needs
 // itself, inline, without the hop to an I/O thread and back; slow reads
-// (two close together; any inline read in flight longer than that) turn
-// reading ahead back on. A stream whose storage answered at once and then
+// (six close together, or one in four for a while; any inline read in
+// flight kInlineStallFactor times inline_read_ns) turn reading ahead back
+// on. A stream whose storage answered at once and then
 // stalls may thus hold the workers that were in a read at that moment, one
 // read each, as it would without read-ahead; the next reads go ahead.
 //
@@ -154,11 +155,16 @@ class ReadAhead {
   // round trip is not.
   static constexpr uint64_t kDefaultInlineReadNs = 500 * 1000;
   // Reads ahead in a row that return at once before workers read inline;
-  // what a read that does not costs; below which workers read ahead again
-  // (two slow reads close together; one, on a busy machine, is noise).
+  // what a read that does not costs; below which workers read ahead again:
+  // six slow reads close together, or more than one read in four slow for
+  // a while (a few, on a busy machine, are noise: a thread that waited for
+  // a lock and then for a CPU).
   static constexpr uint64_t kFastReadsForInline = 32;
-  static constexpr uint64_t kSlowReadCost = 8;
-  static constexpr uint64_t kLeaveInlineScore = 24;
+  static constexpr uint64_t kSlowReadCost = 3;
+  static constexpr uint64_t kLeaveInlineScore = 16;
+  // An inline read in flight this many times inline_read_ns: the next
+  // reads go ahead.
+  static constexpr uint64_t kInlineStallFactor = 20;
   // An idle I/O thread ends after this long without work.
   static constexpr double kIdleExitSeconds = 2.0;
   // A stream that goes waits for its reads in flight, except those that
