@@ -39,7 +39,7 @@
 // return at once (the last kFastReadsForInline reads made ahead each
 // either never waited - the reading thread did not give up the CPU, as in a
 // read of the page cache, however long a busy machine kept it from running
-// - or waited at most Options::inline_read_ns, as a local disk does; and no
+// - or waited at most Options::inline_read_ns, a brief lock; and no
 // reads since waited longer, more than a few), nothing is read ahead for it and a worker reads what it needs
 // itself, inline, without the hop to an I/O thread and back; slow reads
 // (six close together, or one in four for a while; any inline read in
@@ -150,10 +150,10 @@ class ReadAhead {
     // kDefaultInlineReadNs.
     uint64_t inline_read_ns = 0;
   };
-  // The daemon's inline_read_ns: a read of local storage or the page cache
-  // (a JPEG in tens of microseconds) is well within it; a network mount's
-  // round trip is not.
-  static constexpr uint64_t kDefaultInlineReadNs = 500 * 1000;
+  // The daemon's inline_read_ns: a read of the page cache never waits (or
+  // waits for a lock, briefly); a FUSE or network mount's round trip, and
+  // a disk's seek, take longer and are better hidden behind decoding.
+  static constexpr uint64_t kDefaultInlineReadNs = 50 * 1000;
   // Reads ahead in a row that return at once before workers read inline;
   // what a read that does not costs; below which workers read ahead again:
   // six slow reads close together, or more than one read in four slow for

@@ -109,7 +109,8 @@ std::map<ReadAhead::Key, ReadAhead::Entry>::iterator ReadAhead::Erase(
 
 bool ReadAhead::ReadsInline(const StreamState& s, uint64_t now_ns) const {
   if (options_.inline_read_ns == 0 || !s.reads_inline) return false;
-  // An inline read that has not returned within many times the bound: the
+  // An inline read that has not returned within many times the bound (1 ms
+  // for the daemon's): the
   // storage stopped answering at once (a read merely kept from a CPU on a
   // busy machine returns within it).
   return s.inline_starts.empty() ||
