@@ -167,7 +167,9 @@ void ReadAhead::Decoding(LaneId id, uint64_t step) {
   // A step the order did not know may be known now (a packed stream's
   // epoch counted since).
   lane.at_end = false;
-  Wake(true);
+  // While the workers read inline there is nothing to issue: the I/O
+  // threads sleep (and end), rather than wake at every step.
+  if (!ReadsInline(*lane.stream, MonotonicNanos())) Wake(true);
 }
 
 void ReadAhead::FinishItem(ReadAheadItem* item) {
