@@ -17,6 +17,7 @@ ReadAhead::Options ReadAheadOptions(const CoreOptions& o) {
   ReadAhead::Options ra;
   ra.budget_bytes = o.readahead_bytes;
   ra.io_threads = o.readahead_threads;
+  ra.inline_read_ns = ReadAhead::kDefaultInlineReadNs;
   return ra;
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -91,19 +90,14 @@ Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds)
       absl::MutexLock lock(&mu_);
       ++live_workers_;
     }
-    try {
-      workers_.emplace_back([this] { WorkerLoop(); });
-    } catch (const std::system_error& e) {
+    status_ = workers_.Start(
+        absl::StrCat("worker thread ", i + 1, " of --threads ", thread_count_),
+        "--threads", [this] { WorkerLoop(); });
+    if (!status_.ok()) {
       {
         absl::MutexLock lock(&mu_);
         --live_workers_;
       }
-      status_ = absl::ResourceExhaustedError(absl::StrCat(
-          "cannot start worker thread ", i + 1, " of --threads ",
-          thread_count_, ": ", e.what(),
-          " (the daemon is at its thread limit: systemd's TasksMax, "
-          "RLIMIT_NPROC or the kernel's threads-max; raise it or lower "
-          "--threads)"));
       Stop();
       break;
     }
@@ -120,48 +114,32 @@ bool Engine::Stop(uint64_t deadline_ns) {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     cv_.SignalAll();
-    while (live_workers_ > 0) {
-      if (deadline_ns == 0) {
-        exit_cv_.Wait(&mu_);
-        continue;
-      }
-      const uint64_t now = MonotonicNanos();
-      if (now >= deadline_ns) break;
-      exit_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
-    }
-    if (live_workers_ > 0) {
-      Log(LogLevel::kWarn, "workers_abandoned",
-          {{"threads", std::to_string(live_workers_)},
-           {"msg", "workers stuck in a call that has not returned are left "
-                   "to end with the process"}});
-      return false;
-    }
   }
-  for (std::thread& t : workers_) {
-    if (t.joinable()) t.join();
+  // Workers stuck in a call that has not returned (storage read by a
+  // workload that reads nothing through its context) are abandoned.
+  if (const int stuck = workers_.JoinUntil(deadline_ns); stuck > 0) {
+    Log(LogLevel::kWarn, "workers_abandoned",
+        {{"threads", std::to_string(stuck)},
+         {"msg",
+          "workers stuck in a call that has not returned are left "
+          "to end with the process"}});
   }
-  return true;
+  absl::MutexLock lock(&mu_);
+  return live_workers_ == 0;
 }
 
 absl::Status Engine::Prepare(StreamSetup* stream) {
-  if (readahead_ == nullptr) return absl::OkStatus();
-  ExampleReadFn read = stream->workload->example_reader();
-  if (!read) return absl::OkStatus();
-  // The read function holds the workload: a read stuck in a stalled mount
-  // may return after the stream has gone.
-  std::shared_ptr<Workload> keep = stream->workload;
-  stream->readahead = readahead_->AddStream(
-      stream->name,
-      [keep, read](uint64_t id, std::string* bytes, int64_t* label) {
-        return read(id, bytes, label);
-      },
-      [keep](uint64_t id) { return keep->DescribeExample(id); });
+  if (readahead_ == nullptr || stream->source == nullptr) {
+    return absl::OkStatus();
+  }
+  // The source holds the workload: a read stuck in a stalled mount may
+  // return after the stream has gone.
+  stream->readahead = readahead_->AddStream(stream->name, stream->source);
   if (stream->readahead == nullptr) return absl::OkStatus();  // off
   if (absl::Status s = readahead_->EnsureThread(); !s.ok()) {
     stream->readahead.reset();
     return s;
   }
-  stream->workload->set_prefetch(stream->readahead.get());
   return absl::OkStatus();
 }
 
@@ -385,6 +363,8 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
     t.item = std::make_unique<ReadAheadItem>(ra, t.producer->readahead_lane,
                                              t.step);
   }
+  const bool give = ra != nullptr && schedule.items_are_examples();
+  std::string bytes;
   for (uint64_t e = t.next_item == kChunkStart ? lo : t.next_item; e < hi;
        ++e) {
     const ItemRef item = schedule.Item(*items, e);
@@ -394,14 +374,23 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
     }
     absl::Status st;
     if (ra == nullptr) {
-      st = s.workload->FillItem(item, out.data(), &s.counters);
+      FillContext ctx(item, &s.counters, s.source.get());
+      st = s.workload->FillItem(ctx, out.data());
     } else {
       // Counted only once the item is done: an item put back runs again.
       WorkloadCounters counted;
-      {
-        ReadAheadItem::Scope scope(t.item.get());
-        st = s.workload->FillItem(item, out.data(), &counted);
+      FillContext ctx(item, &counted, s.source.get(), t.item.get());
+      t.item->BeginAttempt();
+      if (give && item.valid) {
+        // The item's own example, read (or found read ahead) here and
+        // handed in the context; pending: the chunk waits without
+        // entering the workload.
+        int64_t label = 0;
+        const absl::Status read = t.item->Read(ctx.key(), &bytes, &label);
+        if (!t.item->pending()) ctx.Give(read, &bytes, label);
       }
+      if (!t.item->pending()) st = s.workload->FillItem(ctx, out.data());
+      if (give) ctx.ReturnBuffer(&bytes);
       if (t.item->pending()) {
         t.next_item = e;
         return true;
@@ -521,7 +510,6 @@ void Engine::WorkerLoop() {
     mu_.Lock();
   }
   --live_workers_;
-  exit_cv_.SignalAll();
   mu_.Unlock();
 }
 

@@ -9,7 +9,15 @@
 // header), and the worker that finishes a batch publishes every finished
 // batch at the front of that rank's queue, in step order.
 //
-// Workers never wait for storage. An item of a read-ahead stream whose
+// Each item is filled by one Workload::FillItem call, with a FillContext
+// (workloads/fill_context.h) through which the workload reads: from its
+// source, or, with read-ahead on, through the item's ReadAheadItem. For
+// items that are examples the engine reads the item's own example first and
+// hands the bytes in the context, so that an image crosses the line between
+// server and workload twice: its read (ExampleSource::Read, on an I/O
+// thread or inline) and its FillItem.
+//
+// Workers never wait for slow storage. An item of a read-ahead stream whose
 // bytes are not read yet (ReadAheadItem::pending) puts its chunk back, to
 // go on from that item once the bytes land, and the worker serves any other
 // chunk meanwhile; a chunk that has waited read_stall_seconds fails its
@@ -29,11 +37,11 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/threads.h"
 #include "client/ring.h"
 #include "server/readahead.h"
 #include "workloads/sampler.h"
@@ -75,7 +83,10 @@ struct StreamSetup {
   // Which items make up each batch (the workload's MakeSchedule); after
   // the workload, which it may use until it goes.
   std::unique_ptr<Schedule> schedule;
-  // The stream's read-ahead (null: off, or not a read-ahead workload); set
+  // Where the workload's examples are stored (Workload::source; null: it
+  // reads nothing), kept alive with the workload.
+  std::shared_ptr<const ExampleSource> source;
+  // The stream's read-ahead (null: off, or the workload reads nothing); set
   // by Engine::Prepare before any rank is added. Last, so that it goes
   // first (reads in flight then hold the workload, not the stream).
   std::shared_ptr<ReadAheadStream> readahead;
@@ -86,7 +97,8 @@ struct StreamSetup {
         workload(std::move(w)),
         sampler(std::move(sam)),
         layout(std::move(lay)),
-        schedule(workload->MakeSchedule(sampler)) {}
+        schedule(workload->MakeSchedule(sampler)),
+        source(workload, workload->source()) {}
   // Stops background work (a packed schedule's counting) soon; the
   // destructor then waits at most for the epoch being counted.
   void Cancel() { schedule->Cancel(); }
@@ -229,7 +241,6 @@ class Engine {
   absl::Status status_;           // constant after construction
   absl::Mutex mu_;
   absl::CondVar cv_;
-  absl::CondVar exit_cv_;  // a worker ended
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int live_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<RankProducer>> producers_ ABSL_GUARDED_BY(mu_);
@@ -240,7 +251,7 @@ class Engine {
   std::chrono::microseconds poll_interval_ ABSL_GUARDED_BY(mu_){kMinPoll};
   static constexpr std::chrono::microseconds kMinPoll{500};
   static constexpr std::chrono::microseconds kMaxPoll{20000};
-  std::vector<std::thread> workers_;
+  ThreadGroup workers_;  // the owner's (constructor, Stop)
 };
 
 }  // namespace batchd

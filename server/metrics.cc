@@ -73,6 +73,12 @@ void AppendReadAhead(const v1::GetStatusResponse& s,
       {"batchd_readahead_oldest_read_seconds", "gauge",
        "Age of the stream's oldest read in flight (a stalled mount grows "
        "it until --read-stall-seconds fails the stream)."},
+      {"batchd_readahead_inline_reads_total", "counter",
+       "Examples the workers read inline, while the stream's reads returned "
+       "at once (nothing read ahead)."},
+      {"batchd_readahead_copies_total", "counter",
+       "Reads ahead served from a file's bytes already buffered (an epoch "
+       "that fits the budget), not read again."},
   };
   for (size_t k = 0; k < sizeof(readahead) / sizeof(readahead[0]); ++k) {
     AppendFamily(out, readahead[k]);
@@ -89,7 +95,9 @@ void AppendReadAhead(const v1::GetStatusResponse& s,
                                double(ra.sync_reads),
                                double(ra.io_wait_ns) / 1e9,
                                double(ra.on_demand_examples),
-                               ra.oldest_read_seconds};
+                               ra.oldest_read_seconds,
+                               double(ra.inline_reads),
+                               double(ra.copies)};
       AppendSample(out, readahead[k].name, StreamLabels(st), values[k]);
     }
   }

@@ -5,14 +5,20 @@
 // io_uring would hand the blocking to kernel workers anyway), so storage
 // latency hides behind decode work.
 //
-// Shape:
-//   - one ReadAhead per server: the I/O threads and the byte budget;
-//   - one ReadAheadStream per stream: the buffer of examples read ahead, keyed
-//     by (epoch, position, id) - unique within a stream - and the stream's
-//     read function; it is the ExamplePrefetch the workload's FillItem reads
-//     through;
-//   - one lane per (stream, rank) producer: the order of that rank's
-//     examples (step by step) and the step its workers decode now.
+// Shape (one file per job):
+//   - readahead.h/.cc: one ReadAhead per server: the streams, their lanes,
+//     the I/O threads (started and ended as reads wait, via base/threads.h);
+//   - readahead_item.h: one ReadAheadItem per item a worker fills, across
+//     its attempts: the reads it holds, what it waits for; it is the
+//     ExampleReader behind the item's FillContext (workloads/fill_context.h);
+//   - readahead_state.h, readahead_order.cc: lanes and their order, the
+//     byte budget and its shares;
+//   - readahead_reader.cc: the reads themselves (ahead, on demand, inline),
+//     the pending rule, stall reasons and stats.
+// One ReadAheadStream per stream: the buffer of examples read ahead, keyed
+// by ExampleKey (unique within a stream), and the stream's ExampleSource;
+// one lane per (stream, rank) producer: the order of that rank's examples
+// (step by step) and the step its workers decode now.
 //
 // Reads ahead are issued only for steps after the latest step the engine
 // handed to the workers of a lane. What a worker needs and finds neither
@@ -20,15 +26,31 @@
 // file, a read ahead that failed) is read on demand, by the same I/O
 // threads, before any read ahead of that stream.
 //
-// Workers never wait for storage. The engine runs each item in a
-// ReadAheadItem scope; a Read in that scope whose bytes are not there yet
-// asks for them and returns ReadPendingError() at once, the engine puts the
-// item back (ReadAheadItem::pending) and serves other work until the bytes
-// land, then runs the item again: every read it made before stays with the
-// item until it completes (FinishItem), so the next attempt finds them. A
-// read that stays pending longer than the engine's deadline fails the
-// stream with StallReason. Outside a scope (tests, tools) Read waits, and
-// reads synchronously what was not read ahead.
+// Workers never wait for slow storage. A Read for an item whose bytes are
+// not there yet asks for them and returns ReadPendingError() at once, the
+// engine puts the item back (ReadAheadItem::pending) and serves other work
+// until the bytes land, then runs the item again: every read it made before
+// stays with the item until it completes (FinishItem), so the next attempt
+// finds them. A read that stays pending longer than the engine's deadline
+// fails the stream with StallReason. Outside an item (tests, tools) Read
+// waits, and reads synchronously what was not read ahead.
+//
+// Read-ahead costs nothing where it buys nothing. While a stream's reads
+// return at once (the last kFastReadsForInline reads made ahead each
+// either never waited - the reading thread did not give up the CPU, as in a
+// read of the page cache, however long a busy machine kept it from running
+// - or waited at most Options::inline_read_ns, a brief lock; and no
+// reads since waited longer, more than a few), nothing is read ahead for it and a worker reads what it needs
+// itself, inline, without the hop to an I/O thread and back; slow reads
+// (six close together, or one in four for a while; any inline read in
+// flight kInlineStallFactor times inline_read_ns) turn reading ahead back
+// on. A stream whose storage answered at once and then
+// stalls may thus hold the workers that were in a read at that moment, one
+// read each, as it would without read-ahead; the next reads go ahead.
+//
+// A stream whose epoch fits its budget many times reads each file once: a
+// read ahead of an example whose bytes are buffered under another key (the
+// same file, an epoch later) copies them instead of reading again.
 //
 // Every read is delivered to the worker as the source reported it: a failed
 // read ahead is read once more, on demand, and that result stands, so
@@ -65,109 +87,37 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "workloads/workload.h"
+#include "base/threads.h"
+#include "server/readahead_item.h"
+#include "server/readahead_state.h"
+#include "workloads/fill_context.h"
 
 namespace batchd {
 
-class ReadAhead;
-class ReadAheadStream;
-
-// One example of a lane's order.
-using ReadAheadKey = ExampleKey;
-
-// The examples of `step` of one lane, in decode order; false when the lane
-// has no such step now (a finite stream ended, or the step is not located
-// yet): the lane then asks again after its next Decoding.
-using LaneOrderFn =
-    std::function<bool(uint64_t step, std::vector<ReadAheadKey>* keys)>;
-
-// What a file of example `id` is, for messages ("/data/train/n01/x.JPEG").
-using ExampleDescribeFn = std::function<std::string(uint64_t id)>;
-
-// Figures of one stream; all counters since the stream began.
-struct ReadAheadStats {
-  uint64_t depth_examples = 0;   // read ahead (not on demand), buffered or
-                                 // in flight, now
-  uint64_t on_demand_examples = 0;  // asked for by the workers and not read
-                                    // ahead: in flight or kept for their
-                                    // item, now (outside the budget)
-  uint64_t bytes_in_flight = 0;  // estimated, now
-  uint64_t bytes_buffered = 0;   // now
-  uint64_t budget_bytes = 0;     // this stream's share, now
-  uint64_t max_held_bytes = 0;   // high-water mark of one lane's bytes
-  uint64_t max_lane_share = 0;   // the largest share a lane was given
-  uint64_t reads_issued = 0;     // reads ahead started
-  uint64_t min_steps_ahead = 0;  // of every read issued (0: none issued)
-  uint64_t max_steps_ahead = 0;
-  uint64_t hits = 0;          // examples decoded from read-ahead bytes
-  uint64_t waits = 0;         // ... of which a worker waited for
-  uint64_t sync_reads = 0;    // examples not read ahead (read on demand)
-  uint64_t failed_reads = 0;  // reads that failed (then read again)
-  uint64_t io_wait_ns = 0;    // time items waited for bytes
-  double oldest_read_seconds = 0;  // age of the oldest read in flight, now
-};
-
-// One item a worker fills, across the attempts it takes: the reads it made
-// (kept until FinishItem) and what it waits for. Owned by the engine, used
-// by one thread at a time; not thread-safe.
-class ReadAheadItem {
+// A stream's read-ahead. As an ExampleReader (outside any item: tests,
+// tools) Read waits for a read in flight and reads synchronously what was
+// not read ahead.
+class ReadAheadStream : public ExampleReader {
  public:
-  // `stream` (null: none) must outlive the item's scopes; `lane` is the
-  // rank's lane (demand reads count against it), `step` the step decoded.
-  ReadAheadItem(ReadAheadStream* stream, uint64_t lane, uint64_t step)
-      : stream_(stream), lane_(lane), step_(step) {}
-  ReadAheadItem(const ReadAheadItem&) = delete;
-  ReadAheadItem& operator=(const ReadAheadItem&) = delete;
-
-  // Reads of `stream_` on this thread belong to the item while it lives.
-  class Scope {
-   public:
-    explicit Scope(ReadAheadItem* item);
-    ~Scope();
-
-   private:
-    ReadAheadItem* const previous_;
-  };
-
-  // A read of the last attempt found no bytes yet: run the item again
-  // once landed() is true.
-  bool pending() const { return wait_ != nullptr; }
-  // The bytes waited for are there (or will never be: their lane or stream
-  // went). True when nothing is pending.
-  bool landed() const;
-  // When the item began to wait (MonotonicNanos); 0 when not pending.
-  uint64_t pending_since_ns() const { return pending_since_ns_; }
-
- private:
-  friend class ReadAhead;
-  friend class ReadAheadStream;
-  struct Wait {
-    std::atomic<bool> landed{false};
-  };
-  using Key = std::tuple<uint64_t, uint64_t, uint64_t>;
-
-  ReadAheadStream* const stream_;
-  const uint64_t lane_;
-  const uint64_t step_;
-  std::vector<Key> taken_;       // entries this item holds
-  Key waiting_for_{};            // the entry of wait_
-  std::shared_ptr<Wait> wait_;   // null: nothing pending
-  uint64_t pending_since_ns_ = 0;
-  uint64_t waited_ns_ = 0;       // over the earlier attempts
-};
-
-class ReadAheadStream : public ExamplePrefetch {
- public:
-  ~ReadAheadStream() override;
+  ~ReadAheadStream();
+  // For `item` (null: outside any item): the bytes of `key` read ahead, or
+  // read inline when the stream's reads return at once, or
+  // ReadPendingError() once the read is asked for (the pending rule).
+  absl::Status Read(ReadAheadItem* item, const ExampleKey& key,
+                    std::string* bytes, int64_t* label);
+  absl::Status Read(const ExampleKey& key, std::string* bytes,
+                    int64_t* label) override {
+    return Read(nullptr, key, bytes, label);
+  }
   absl::Status Read(uint64_t epoch, uint64_t position, uint64_t id,
-                    std::string* bytes, int64_t* label) override;
+                    std::string* bytes, int64_t* label) {
+    return Read(nullptr, ExampleKey{epoch, position, id}, bytes, label);
+  }
   ReadAheadStats stats() const;
   // Why `item` has waited since pending_since_ns(): the read it waits for
   // (or, when that one has not started, the stream's oldest read in
@@ -178,10 +128,8 @@ class ReadAheadStream : public ExamplePrefetch {
   friend class ReadAhead;
   ReadAheadStream(ReadAhead* owner, std::string name)
       : owner_(owner), name_(std::move(name)) {}
-  // Outside an item's scope: waits for a read in flight, reads
-  // synchronously what was not read ahead.
-  absl::Status ReadBlocking(uint64_t epoch, uint64_t position, uint64_t id,
-                            std::string* bytes, int64_t* label);
+  absl::Status ReadBlocking(const ExampleKey& key, std::string* bytes,
+                            int64_t* label);
 
   ReadAhead* const owner_;
   const std::string name_;
@@ -196,7 +144,27 @@ class ReadAhead {
     // I/O threads; blocking reads in flight at most (besides the reads
     // stuck in streams that went). Default: 32.
     int io_threads = 32;
+    // A read that returns within this long returns "at once": while a
+    // stream's reads do, workers read inline and nothing is read ahead for
+    // it. 0 (the default here): always read ahead. The daemon sets
+    // kDefaultInlineReadNs.
+    uint64_t inline_read_ns = 0;
   };
+  // The daemon's inline_read_ns: a read of the page cache never waits (or
+  // waits for a lock, briefly); a FUSE or network mount's round trip, and
+  // a disk's seek, take longer and are better hidden behind decoding.
+  static constexpr uint64_t kDefaultInlineReadNs = 50 * 1000;
+  // Reads ahead in a row that return at once before workers read inline;
+  // what a read that does not costs; below which workers read ahead again:
+  // six slow reads close together, or more than one read in four slow for
+  // a while (a few, on a busy machine, are noise: a thread that waited for
+  // a lock and then for a CPU).
+  static constexpr uint64_t kFastReadsForInline = 32;
+  static constexpr uint64_t kSlowReadCost = 3;
+  static constexpr uint64_t kLeaveInlineScore = 16;
+  // An inline read in flight this many times inline_read_ns: the next
+  // reads go ahead.
+  static constexpr uint64_t kInlineStallFactor = 20;
   // An idle I/O thread ends after this long without work.
   static constexpr double kIdleExitSeconds = 2.0;
   // A stream that goes waits for its reads in flight, except those that
@@ -214,13 +182,17 @@ class ReadAhead {
   // I/O threads running now.
   int live_threads() const;
 
-  // A stream's read-ahead over `read`, or null when read-ahead is off or the
-  // workload is not read ahead (`read` empty). When the ReadAheadStream
+  // A stream's read-ahead over `source`, or null when read-ahead is off or
+  // the workload reads nothing (`source` null). When the ReadAheadStream
   // goes it waits for the reads in flight, except those that began more
-  // than kRemoveWaitSeconds before (a stalled mount): `read` is kept until
+  // than kRemoveWaitSeconds before (a stalled mount): `source` is kept until
   // their return, so whatever it uses must live as long (hold it in the
-  // function). `describe` names example files in StallReason. The
+  // pointer's owner, e.g. an aliasing shared_ptr of the workload). The
   // ReadAheadStream must outlive its lanes and the workers' Reads.
+  std::shared_ptr<ReadAheadStream> AddStream(
+      const std::string& name, std::shared_ptr<const ExampleSource> source);
+  // The same over functions (tests, tools); `describe` names example files
+  // in StallReason.
   std::shared_ptr<ReadAheadStream> AddStream(
       const std::string& name, ExampleReadFn read,
       ExampleDescribeFn describe = nullptr);
@@ -262,59 +234,12 @@ class ReadAhead {
 
  private:
   friend class ReadAheadStream;
-  using Key = ReadAheadItem::Key;
-  struct Entry {
-    LaneId lane = 0;
-    uint64_t id = 0;
-    uint64_t serial = 0;   // which read fills it (a retry is another)
-    uint64_t step = 0;     // the step it was read for
-    bool demand = false;   // read on demand, not ahead
-    bool started = false;  // its read is under way (or done)
-    bool done = false;
-    bool retried = false;  // failed once and is read again
-    bool taken = false;    // held by an item until it completes
-    bool counted = false;  // counted as a hit
-    uint64_t start_ns = 0;
-    absl::Status status;
-    std::string bytes;
-    int64_t label = 0;
-    uint64_t held = 0;  // bytes counted against the lane
-    std::shared_ptr<ReadAheadItem::Wait> wait;  // items waiting for it
-  };
-  struct StreamState {
-    ReadAheadStream* handle = nullptr;
-    ExampleReadFn read;
-    ExampleDescribeFn describe;
-    std::map<Key, Entry> entries;
-    std::deque<Key> demand;  // entries read on demand, not started yet
-    std::vector<LaneId> lanes;
-    uint64_t bytes_read = 0, reads_done = 0;  // for the mean size
-    int in_flight = 0;  // reads calling `read` now
-    std::multiset<uint64_t> read_starts;  // when each of them began
-    bool removed = false;  // its handle went; reads in flight remain
-    ReadAheadStats stats;
-  };
-  struct Lane {
-    StreamState* stream = nullptr;
-    LaneOrderFn order;
-    uint64_t decoding = 0;  // latest step handed to workers
-    bool any_decoding = false;
-    uint64_t first_step = 0;  // where the lane began
-    uint64_t next_step = 0;   // the step being issued
-    size_t next_index = 0;    // within keys
-    std::vector<ReadAheadKey> keys;
-    bool have_keys = false;
-    bool at_end = false;  // order said false; cleared by Decoding
-    uint64_t held = 0;  // bytes buffered + estimated in flight
-  };
-  // A read picked by NextRead.
-  struct Pick {
-    StreamState* stream = nullptr;
-    Key key;
-    LaneId lane = 0;
-    uint64_t step = 0;
-    bool demand = false;
-  };
+  friend class ReadAheadItem;
+  using Key = readahead_internal::Key;
+  using Entry = readahead_internal::Entry;
+  using StreamState = readahead_internal::StreamState;
+  using Lane = readahead_internal::Lane;
+  using Pick = readahead_internal::Pick;
 
   void IoLoop(uint64_t thread_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs one picked read (mu_ is released while reading).
@@ -340,7 +265,25 @@ class ReadAhead {
   // Wakes one idle I/O thread (all of them with `all`), or starts one when
   // every thread is busy. False when no thread runs.
   bool Wake(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StartIoThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `s`'s reads return at once now (workers read inline).
+  bool ReadsInline(const StreamState& s, uint64_t now_ns) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Notes how a read of `s` went: one that waited (its thread gave up the
+  // CPU during it: `waited`) longer than inline_read_ns turns reading
+  // ahead on; one that did not wait, or not long, returned at once. Only
+  // reads made ahead (`ahead`) count towards reading inline, so that a
+  // stream reads ahead before it stops.
+  void NoteReadTime(StreamState* s, uint64_t ns, bool waited, bool ahead)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds an entry (indexed by its file).
+  Entry& Insert(StreamState* s, const Key& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A buffered twin of `key` (the same file under another key), or null;
+  // `*in_flight` (may be null) says whether a twin is being read.
+  const Entry* Twin(const StreamState& s, const Key& key,
+                    bool* in_flight = nullptr) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CallOnLanded() ABSL_LOCKS_EXCLUDED(mu_, landed_mu_);
   void RemoveStream(ReadAheadStream* handle) ABSL_LOCKS_EXCLUDED(mu_);
   StreamState* StateOf(const ReadAheadStream* handle) const
@@ -365,7 +308,7 @@ class ReadAhead {
   int live_ ABSL_GUARDED_BY(mu_) = 0;      // I/O threads running
   int idle_ ABSL_GUARDED_BY(mu_) = 0;      // ... of which waiting for work
   uint64_t next_thread_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Thread> threads_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> finished_ ABSL_GUARDED_BY(mu_);  // ended, to join
   uint64_t max_total_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::string thread_error_ ABSL_GUARDED_BY(mu_);  // why the last failed

@@ -66,10 +66,10 @@ class FakePackedWorkload : public Workload, public RowPacking {
     return std::make_unique<PackedSchedule>(*this, sampler,
                                             Executor::Default());
   }
-  absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
-                        WorkloadCounters* counters) const override {
-    return FillRow(ShuffledOrder(n_, item.seed, item.epoch), item.position,
-                   out, counters);
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& item = ctx.item();
+    return FillRow(ShuffledOrder(n_, item.seed, item.epoch), item.position, out,
+                   ctx.counters());
   }
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& o) const override {
     return PlainRows(o).size();
@@ -289,8 +289,7 @@ class FailingWorkload : public FakePackedWorkload {
       const Sampler& sampler) const override {
     return Workload::MakeSchedule(sampler);  // examples, not rows
   }
-  absl::Status FillItem(const ItemRef&, uint8_t* const*,
-                    WorkloadCounters*) const override {
+  absl::Status FillItem(FillContext&, uint8_t* const*) const override {
     return absl::DataLossError("the disk returned garbage");
   }
 };

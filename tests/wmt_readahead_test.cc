@@ -152,9 +152,11 @@ class WmtReadAheadTest : public ::testing::Test {
     std::shared_ptr<ReadAheadStream> stream;
     ReadAhead::LaneId lane = 0;
     if (ra != nullptr) {
-      stream = ra->AddStream("wmt", read ? read : w.example_reader());
+      stream =
+          read ? ra->AddStream("wmt", read)
+               : ra->AddStream("wmt", std::shared_ptr<const ExampleSource>(
+                                          std::shared_ptr<void>(), w.source()));
       EXPECT_TRUE(stream != nullptr);
-      w.set_prefetch(stream.get());
     }
     // The lane is added once step 0 is located and `before_decoding` has
     // run, so that nothing is read ahead of what that hook changes.
@@ -212,8 +214,9 @@ class WmtReadAheadTest : public ::testing::Test {
           ptrs[k] = reinterpret_cast<uint8_t*>(out[k].data()) +
                     i * tensors[k].ExampleBytes();
         }
-        run.status = w.FillItem(schedule->Item(*items, i), ptrs.data(),
-                                &counters);
+        FillContext ctx(schedule->Item(*items, i), &counters, w.source(),
+                        stream.get());
+        run.status = w.FillItem(ctx, ptrs.data());
       }
       if (!run.status.ok()) {
         run.failed_step = step;
@@ -256,7 +259,7 @@ TEST_F(WmtReadAheadTest, TextSourcesAreNotReadAhead) {
   }
   std::unique_ptr<Workload> w = Create(d, "train");
   ASSERT_NE(w, nullptr);
-  EXPECT_TRUE(w->example_reader() == nullptr);
+  EXPECT_TRUE(w->source() == nullptr);
 }
 
 TEST_F(WmtReadAheadTest, TrainRowsReadAheadAreTheRowsReadSynchronously) {
@@ -264,7 +267,7 @@ TEST_F(WmtReadAheadTest, TrainRowsReadAheadAreTheRowsReadSynchronously) {
   std::unique_ptr<Workload> plain = Create(d, "train");
   std::unique_ptr<Workload> ahead = Create(d, "train");
   ASSERT_TRUE(plain && ahead);
-  ASSERT_TRUE(ahead->example_reader() != nullptr);
+  ASSERT_TRUE(ahead->source() != nullptr);
   constexpr uint64_t kSteps = 6;
   const StreamRun want = Fill(*plain, kSteps, nullptr);
   ASSERT_TRUE(want.status.ok()) << want.status;
@@ -332,12 +335,12 @@ TEST_F(WmtReadAheadTest, AFailedReadAheadIsReadAgainByTheWorker) {
   // Every read ahead (on an I/O thread) fails; the worker's (this
   // thread's) succeed.
   const std::thread::id worker = std::this_thread::get_id();
-  const ExampleReadFn reader = ahead->example_reader();
+  const ExampleSource* source = ahead->source();
   ExampleReadFn flaky = [&](uint64_t id, std::string* bytes, int64_t* label) {
     if (std::this_thread::get_id() != worker) {
       return absl::UnavailableError("the storage hiccuped");
     }
-    return reader(id, bytes, label);
+    return source->Read({0, 0, id}, bytes, label);
   };
   ReadAhead ra(Budget(8 << 20));
   const StreamRun got = Fill(*ahead, 4, &ra, flaky);

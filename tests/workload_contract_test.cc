@@ -37,8 +37,8 @@ class CountingWorkload : public Workload {
   const std::vector<TensorLayout>& tensors() const override {
     return tensors_;
   }
-  absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
-                        WorkloadCounters*) const override {
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& item = ctx.item();
     uint64_t id = 0, noise[2] = {0, 0};
     float weight = 0;
     if (item.valid) {  // 2. padding is zeros, weight 0

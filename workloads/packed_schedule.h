@@ -166,6 +166,7 @@ class PackedSchedule : public Schedule {
   void Cancel() override;
   // The pairs of the rank's rows, from the packer, when the step is
   // located (its epoch counted); never starts counting.
+  bool items_are_examples() const override { return false; }
   bool ExamplesOf(uint64_t step, uint32_t rank,
                   std::vector<ExampleKey>* keys) override;
 

@@ -50,13 +50,24 @@ struct StepItems {
   RowCursor cursor;  // where the batch begins (its first item)
 };
 
-// An example that a step's items read from storage, for read-ahead: unique
-// per (epoch, position) within a stream, and `id` is what the workload's
-// ExampleReadFn reads.
+// An example that an item reads from storage (workloads/fill_context.h):
+// unique per (epoch, position, id, kind) within a stream; the read-ahead
+// keys its reads by it.
 struct ExampleKey {
+  // What `id` numbers. kExample: an example of the stream, as its items name
+  // it. kSubstitute: an entry of the workload's store read in place of one
+  // that could not be decoded (ImageNet); a stream that serves a subset of
+  // its store numbers the two differently.
+  enum class Kind : uint8_t { kExample, kSubstitute };
   uint64_t epoch = 0;
   uint64_t position = 0;
   uint64_t id = 0;
+  Kind kind = Kind::kExample;
+
+  bool operator==(const ExampleKey& o) const {
+    return epoch == o.epoch && position == o.position && id == o.id &&
+           kind == o.kind;
+  }
 };
 
 class Schedule {
@@ -100,6 +111,11 @@ class Schedule {
   // id), once Ready(step) is OK (items that are examples).
   virtual bool ExamplesOf(uint64_t step, uint32_t rank,
                           std::vector<ExampleKey>* keys);
+  // Whether each valid item is one example that FillItem reads under the
+  // item's own key (FillContext::key()); the engine then reads it before
+  // FillItem and hands it in the context. Default: true (items are the
+  // sampler's examples).
+  virtual bool items_are_examples() const { return true; }
 };
 
 // Items are the examples of the sampler's order, pure arithmetic: rank r's

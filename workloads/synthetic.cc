@@ -43,8 +43,8 @@ class SyntheticWorkload : public Workload {
     return tensors_;
   }
 
-  absl::Status FillItem(const ItemRef& ex, uint8_t* const* out,
-                    WorkloadCounters*) const override {
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& ex = ctx.item();
     const uint64_t id = ex.valid ? ex.id : ~uint64_t(0);
     memcpy(out[0], &id, 8);
     memcpy(out[1], &ex.epoch, 8);

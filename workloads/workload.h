@@ -26,6 +26,7 @@
 #include "base/executor.h"
 #include "client/include/batchd/dtype.h"
 #include "workloads/common/read_access.h"
+#include "workloads/fill_context.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
 #include "workloads/schedule.h"
@@ -105,47 +106,6 @@ struct IndexProgress {
   double eta_seconds = 0;
 };
 
-// Where a workload gets the stored bytes of the examples it decodes when the
-// server reads ahead (server/readahead.h). The read-ahead stage calls the
-// workload's own ExampleReadFn, so every rule of the source (how files are
-// opened, size caps) applies unchanged.
-//
-// Thread safety: Read may be called from any number of worker threads.
-class ExamplePrefetch {
- public:
-  virtual ~ExamplePrefetch() = default;
-  // Example `id` at (epoch, position) of the stream: the bytes read ahead when
-  // that read succeeded, else a read through the same function, whose error
-  // is returned exactly as the source reports it (a failed read ahead is
-  // never delivered: the read is made again, as it would have been made
-  // without read-ahead).
-  //
-  // On the server's workers, Read never waits for storage: when the bytes
-  // are not there yet it returns a status for which IsReadPending is true.
-  // FillItem must then return that status at once, unchanged, counting and
-  // logging nothing for it (no decode error, no substitute): the engine
-  // runs the item again, from its start, once the bytes are there, and the
-  // reads it made before then succeed at once with the same bytes.
-  virtual absl::Status Read(uint64_t epoch, uint64_t position, uint64_t id,
-                            std::string* bytes, int64_t* label) = 0;
-};
-
-// The status of an ExamplePrefetch::Read whose bytes are not there yet.
-inline constexpr char kReadPendingPayload[] = "batchd.dev/read-pending";
-inline absl::Status ReadPendingError() {
-  absl::Status s = absl::UnavailableError("the example's bytes are not read yet");
-  s.SetPayload(kReadPendingPayload, absl::Cord("1"));
-  return s;
-}
-inline bool IsReadPending(const absl::Status& s) {
-  return absl::IsUnavailable(s) && s.GetPayload(kReadPendingPayload).has_value();
-}
-
-// Example `id`'s stored bytes (and, for sources that keep them beside the
-// bytes, its label). Must be callable from any thread.
-using ExampleReadFn = std::function<absl::Status(
-    uint64_t id, std::string* bytes, int64_t* label)>;
-
 class Workload {
  public:
   virtual ~Workload() = default;
@@ -158,24 +118,13 @@ class Workload {
     return std::make_unique<ExampleSchedule>(sampler);
   }
 
-  // Read-ahead. A workload that reads each example from storage on its own
-  // (ImageNet's files and records, WMT's TFDS records) returns that read
-  // here; empty (the default): the workload is not read ahead (synthetic
-  // data, WMT text files). Which examples a step reads, and their keys, is
-  // the schedule's ExamplesOf.
-  virtual ExampleReadFn example_reader() const { return nullptr; }
-  // What example_reader reads for `id`, for messages (the file, or the
-  // shard and record): "/data/train/n01/x.JPEG". Never does I/O.
-  // Default: "example <id>".
-  virtual std::string DescribeExample(uint64_t id) const {
-    return "example " + std::to_string(id);
-  }
-  // FillItem then takes the first read of each example it reads from
-  // `prefetch`, keyed as the schedule's ExamplesOf keys it (the ItemRef's
-  // epoch and position for items that are examples). Set once,
-  // before the first FillItem; `prefetch` outlives every FillItem.
-  // Default: ignored.
-  virtual void set_prefetch(ExamplePrefetch* prefetch) {}
+  // Where the examples this workload reads are stored (its files, its
+  // records), or null (the default) when it reads nothing through the
+  // context: synthetic data, text files held in memory. The server reads
+  // ahead from it: which examples a step reads, and their keys, is the
+  // schedule's ExamplesOf, and FillItem reads exactly those, through its
+  // context. Lives as long as the workload.
+  virtual const ExampleSource* source() const { return nullptr; }
 
   // The indexing in progress, if any; nullopt when none runs (the
   // default). Cheap (a few atomic loads); callable from any thread while
@@ -193,12 +142,22 @@ class Workload {
   // Training streams shuffle and repeat; others run once in order.
   virtual bool shuffle() const = 0;
   virtual const std::vector<TensorLayout>& tensors() const = 0;
-  // Writes item `item` of the schedule (an example, or a packed row) into
-  // out[k], the item's bytes of tensor k (each tensors()[k].ExampleBytes()
-  // long). Called for padding too (item.valid false), which must be
-  // written deterministically (zeros, weight 0).
-  virtual absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
-                                WorkloadCounters* counters) const = 0;
+  // Writes item ctx.item() of the schedule (an example, or a packed row)
+  // into out[k], the item's bytes of tensor k (each
+  // tensors()[k].ExampleBytes() long), counting into ctx.counters() (may be
+  // null). Called for padding too (item.valid false), which must be written
+  // deterministically (zeros, weight 0). Stored bytes are read only through
+  // ctx.Read, which follows the pending rule (workloads/fill_context.h).
+  virtual absl::Status FillItem(FillContext& ctx,
+                                uint8_t* const* out) const = 0;
+
+  // FillItem outside the engine (tools, tests): reads from source(), without
+  // read-ahead.
+  absl::Status FillItem(const ItemRef& item, uint8_t* const* out,
+                        WorkloadCounters* counters) const {
+    FillContext ctx(item, counters, source());
+    return FillItem(ctx, out);
+  }
 };
 
 }  // namespace batchd

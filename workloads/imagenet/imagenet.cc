@@ -186,36 +186,10 @@ class ImageNetWorkload : public Workload {
   bool shuffle() const override { return train_; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
-  // Read-ahead: the same Read that FillItem makes, by the id the engine
-  // gives, or (kSourceId set) by the source's own id: a substitute.
-  ExampleReadFn example_reader() const override {
-    return [this](uint64_t id, std::string* bytes, int64_t* label) {
-      if ((id & kSourceId) != 0) {
-        id &= ~kSourceId;
-      } else if (!subset_.empty()) {
-        if (id >= subset_.size()) {
-          return absl::OutOfRangeError(
-              absl::StrCat("imagenet: example ", id, " of ", subset_.size()));
-        }
-        id = subset_[id];
-      }
-      return source_->Read(id, bytes, label);
-    };
-  }
-  void set_prefetch(ExamplePrefetch* prefetch) override {
-    prefetch_ = prefetch;
-  }
-  std::string DescribeExample(uint64_t id) const override {
-    if ((id & kSourceId) != 0) return source_->Describe(id & ~kSourceId);
-    if (!subset_.empty()) {
-      return id < subset_.size() ? source_->Describe(subset_[id])
-                                 : absl::StrCat("example ", id);
-    }
-    return source_->Describe(id);
-  }
+  const ExampleSource* source() const override { return &stored_; }
 
-  absl::Status FillItem(const ItemRef& example, uint8_t* const* out,
-                    WorkloadCounters* counters) const override {
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& example = ctx.item();
     ItemRef ex = example;
     if (ex.valid && !subset_.empty()) {
       if (ex.id >= subset_.size()) {
@@ -230,7 +204,7 @@ class ImageNetWorkload : public Workload {
     if (!ex.valid) {
       memset(out[0], 0, image_bytes);
     } else {
-      absl::Status st = FillValid(ex, example.id, out[0], &label, counters);
+      absl::Status st = FillValid(ctx, ex, out[0], &label);
       if (!st.ok()) return st;
       weight = 1.0f;
     }
@@ -246,12 +220,11 @@ class ImageNetWorkload : public Workload {
   }
 
  private:
-  // `request_id`: the example's id as the engine asked for it (before the
-  // eval_train subset), the key of its read-ahead.
-  absl::Status FillValid(const ItemRef& ex, uint64_t request_id,
-                         uint8_t* inputs, int64_t* label,
-                         WorkloadCounters* counters) const {
-    absl::Status st = FillImage(ex, ex.id, inputs, label, request_id);
+  // `ex`: the item with the source's id (after the eval_train subset).
+  absl::Status FillValid(FillContext& ctx, const ItemRef& ex, uint8_t* inputs,
+                         int64_t* label) const {
+    WorkloadCounters* counters = ctx.counters();
+    absl::Status st = FillImage(ctx, ex, ctx.key(), inputs, label);
     // Bytes not read yet: the engine runs the item again once they are.
     if (st.ok() || IsReadPending(st)) return st;
     ReportError(ex.id, st, counters);
@@ -266,7 +239,10 @@ class ImageNetWorkload : public Workload {
     const uint64_t n = source_->size();
     for (int t = 0; t < kSubstituteTries; ++t) {
       const uint64_t other = (ex.id + 1 + pick.NextU64() % (n - 1)) % n;
-      st = FillImage(ex, other, inputs, label, other | kSourceId);
+      st = FillImage(
+          ctx, ex,
+          {ex.epoch, ex.position, other, ExampleKey::Kind::kSubstitute}, inputs,
+          label);
       if (st.ok() || IsReadPending(st)) return st;
       ReportError(other, st, counters);
     }
@@ -298,13 +274,11 @@ class ImageNetWorkload : public Workload {
     }
   }
 
-  // Example `id` (the example itself or its substitute) into `inputs`, with
-  // the augmentation randomness of ex. With a prefetch, the bytes come
-  // through the read-ahead under `prefetch_id` (the id the engine gave, or
-  // a substitute's source id with kSourceId), which reads them as
-  // source_->Read does.
-  absl::Status FillImage(const ItemRef& ex, uint64_t id, uint8_t* inputs,
-                         int64_t* label, uint64_t prefetch_id) const {
+  // The example `key` reads (the item's own, or a substitute's) into
+  // `inputs`, with the augmentation randomness of ex.
+  absl::Status FillImage(FillContext& ctx, const ItemRef& ex,
+                         const ExampleKey& key, uint8_t* inputs,
+                         int64_t* label) const {
     ThreadState& ts = LocalState();
     ts.decoder.set_dct_headroom(opt_.dct_headroom);
     struct ReleaseLargeBuffer {
@@ -313,10 +287,7 @@ class ImageNetWorkload : public Workload {
         if (bytes.capacity() > kKeepBufferBytes) std::string().swap(bytes);
       }
     } release{ts.bytes};
-    absl::Status st = prefetch_ != nullptr
-                          ? prefetch_->Read(ex.epoch, ex.position, prefetch_id,
-                                            &ts.bytes, label)
-                          : source_->Read(id, &ts.bytes, label);
+    absl::Status st = ctx.Read(key, &ts.bytes, label);
     if (!st.ok()) return st;
     st = ts.decoder.Open(reinterpret_cast<const uint8_t*>(ts.bytes.data()),
                          ts.bytes.size());
@@ -390,10 +361,37 @@ class ImageNetWorkload : public Workload {
   mutable std::atomic<uint64_t> logged_{0};
   // Rate-limit key of this instance's decode warnings (its address).
   const std::string log_key_ = absl::StrCat(reinterpret_cast<uintptr_t>(this));
-  ExamplePrefetch* prefetch_ = nullptr;  // set before the first FillItem
-  // Marks a read-ahead id that is the source's own (a substitute), not one
-  // of the stream's examples (eval_train's subset maps those).
-  static constexpr uint64_t kSourceId = uint64_t(1) << 63;
+  // The stored images, by the stream's example id (eval_train's subset
+  // maps it to the source's) or, for a substitute, by the source's own.
+  class StoredImages : public ExampleSource {
+   public:
+    explicit StoredImages(const ImageNetWorkload* w) : w_(*w) {}
+    absl::Status Read(const ExampleKey& key, std::string* bytes,
+                      int64_t* label) const override {
+      absl::StatusOr<uint64_t> id = w_.SourceId(key);
+      if (!id.ok()) return id.status();
+      return w_.source_->Read(*id, bytes, label);
+    }
+    std::string Describe(const ExampleKey& key) const override {
+      absl::StatusOr<uint64_t> id = w_.SourceId(key);
+      return id.ok() ? w_.source_->Describe(*id)
+                     : absl::StrCat("example ", key.id);
+    }
+
+   private:
+    const ImageNetWorkload& w_;
+  };
+  absl::StatusOr<uint64_t> SourceId(const ExampleKey& key) const {
+    if (key.kind == ExampleKey::Kind::kSubstitute || subset_.empty()) {
+      return key.id;
+    }
+    if (key.id >= subset_.size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("imagenet: example ", key.id, " of ", subset_.size()));
+    }
+    return subset_[key.id];
+  }
+  const StoredImages stored_{this};
 };
 
 }  // namespace

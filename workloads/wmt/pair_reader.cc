@@ -50,14 +50,14 @@ absl::StatusOr<std::shared_ptr<const PairReader>> PairReader::Create(
 }
 
 absl::StatusOr<PairFate> PairReader::LoadPair(uint64_t id, TokenPair* pair,
-                                              ExamplePrefetch* prefetch,
+                                              FillContext* ctx,
                                               const ExampleKey* key) const {
   std::string de, en;
   absl::Status s;
-  if (key != nullptr && prefetch != nullptr && source_->has_records()) {
+  if (key != nullptr && ctx != nullptr && source_->has_records()) {
     std::string bytes;
     int64_t label = 0;
-    s = prefetch->Read(key->epoch, key->position, key->id, &bytes, &label);
+    s = ctx->Read(*key, &bytes, &label);
     if (s.ok()) s = source_->ParseRecord(id, bytes, &de, &en);
   } else {
     s = source_->Read(id, &de, &en);

@@ -42,11 +42,12 @@ class PairReader {
   Executor* executor() const { return executor_; }
 
   // Reads and tokenizes pair `id`. Damaged records are a fate, not an
-  // error; I/O failures are errors. With `prefetch` and `key` (the pair's
-  // read-ahead key) the record's bytes come through the prefetch, whose
-  // errors are those of the source's own read.
+  // error; I/O failures are errors. With `ctx` and `key` (the pair's key in
+  // the stream) a stored record is read through the context, whose errors
+  // are those of the source's own read and which follows the pending rule
+  // (workloads/fill_context.h); text lines are read from the source.
   absl::StatusOr<PairFate> LoadPair(uint64_t id, TokenPair* pair,
-                                    ExamplePrefetch* prefetch = nullptr,
+                                    FillContext* ctx = nullptr,
                                     const ExampleKey* key = nullptr) const;
 
   // Up to index_threads of the executor's threads for `n` pairs.

@@ -85,27 +85,13 @@ class WmtEvalWorkload : public Workload {
     return reader_->tokenizer()->resident_bytes();
   }
 
-  // Read-ahead reads the stored record of a pair (TFDS sources; text lines
-  // are not read ahead); the id is an eval example (an index of pairs_), as
-  // the schedule keys it.
-  ExampleReadFn example_reader() const override {
-    if (!reader_->source()->has_records()) return nullptr;
-    return [this](uint64_t id, std::string* bytes, int64_t* label) {
-      *label = 0;
-      if (id >= pairs_.size()) return OutOfRange(id);
-      return reader_->source()->ReadRecord(pairs_[id].id, bytes);
-    };
-  }
-  std::string DescribeExample(uint64_t id) const override {
-    if (id < pairs_.size()) id = pairs_[id].id;
-    return absl::StrCat("pair ", id, " of ", reader_->source()->Describe());
-  }
-  void set_prefetch(ExamplePrefetch* prefetch) override {
-    prefetch_ = prefetch;
+  // Stored records (TFDS sources) are read through the context; text lines
+  // are read from the source in memory.
+  const ExampleSource* source() const override {
+    return reader_->source()->has_records() ? &records_ : nullptr;
   }
 
-  absl::Status FillItem(const ItemRef& ex, uint8_t* const* out,
-                        WorkloadCounters* counters) const override;
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override;
 
  private:
   absl::Status OutOfRange(uint64_t id) const {
@@ -125,12 +111,34 @@ class WmtEvalWorkload : public Workload {
   const std::shared_ptr<const PairReader> reader_;
   const std::vector<EvalPair> pairs_;
   const std::vector<TensorLayout> tensors_;
-  // Set once by the server, before the first FillItem (read-ahead).
-  ExamplePrefetch* prefetch_ = nullptr;
+  // The stored record of an eval example (an index of pairs_, as the
+  // schedule keys it).
+  class Records : public ExampleSource {
+   public:
+    explicit Records(const WmtEvalWorkload* w) : w_(*w) {}
+    absl::Status Read(const ExampleKey& key, std::string* bytes,
+                      int64_t* label) const override {
+      *label = 0;
+      if (key.id >= w_.pairs_.size()) return w_.OutOfRange(key.id);
+      return w_.reader_->source()->ReadRecord(w_.pairs_[key.id].id, bytes);
+    }
+    std::string Describe(const ExampleKey& key) const override {
+      const uint64_t id =
+          key.id < w_.pairs_.size() ? w_.pairs_[key.id].id : key.id;
+      return absl::StrCat("pair ", id, " of ",
+                          w_.reader_->source()->Describe());
+    }
+
+   private:
+    const WmtEvalWorkload& w_;
+  };
+  const Records records_{this};
 };
 
-absl::Status WmtEvalWorkload::FillItem(const ItemRef& ex, uint8_t* const* out,
-                                       WorkloadCounters* counters) const {
+absl::Status WmtEvalWorkload::FillItem(FillContext& ctx,
+                                       uint8_t* const* out) const {
+  const ItemRef& ex = ctx.item();
+  WorkloadCounters* counters = ctx.counters();
   const size_t n = reader_->options().max_length;
   std::vector<float> weights(n, 0.0f);
   if (!ex.valid) {
@@ -141,8 +149,8 @@ absl::Status WmtEvalWorkload::FillItem(const ItemRef& ex, uint8_t* const* out,
   if (ex.id >= pairs_.size()) return OutOfRange(ex.id);
   const EvalPair& e = pairs_[ex.id];
   TokenPair pair;
-  const ExampleKey key{ex.epoch, ex.position, ex.id};
-  absl::StatusOr<PairFate> fate = reader_->LoadPair(e.id, &pair, prefetch_, &key);
+  const ExampleKey key = ctx.key();
+  absl::StatusOr<PairFate> fate = reader_->LoadPair(e.id, &pair, &ctx, &key);
   if (!fate.ok()) return fate.status();
   if (*fate != PairFate::kKept) return PairChanged(*reader_->source(), e.id);
   if (counters != nullptr) {

@@ -169,26 +169,17 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   }
 
   // The item is row ex.position of the shuffled epoch (PackedSchedule).
-  absl::Status FillItem(const ItemRef& ex, uint8_t* const* out,
-                        WorkloadCounters* counters) const override {
-    return FillRow(ShuffledOrder(source_.size(), ex.seed, ex.epoch),
-                   ex.position, out, counters);
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& ex = ctx.item();
+    return FillRowOf(ShuffledOrder(source_.size(), ex.seed, ex.epoch),
+                     ex.position, out, ctx);
   }
 
-  // Read-ahead reads the stored record of a pair (TFDS sources; text lines
-  // are not read ahead); the id is a pair of the source (ExamplesOfRows).
-  ExampleReadFn example_reader() const override {
-    if (!source_.has_records()) return nullptr;
-    return [this](uint64_t id, std::string* bytes, int64_t* label) {
-      *label = 0;
-      return source_.ReadRecord(id, bytes);
-    };
-  }
-  std::string DescribeExample(uint64_t id) const override {
-    return absl::StrCat("pair ", id, " of ", source_.Describe());
-  }
-  void set_prefetch(ExamplePrefetch* prefetch) override {
-    prefetch_ = prefetch;
+  // Stored records (TFDS sources) are read through the context, by the
+  // pair's id in the source (ExamplesOfRows); text lines are read from the
+  // source in memory.
+  const ExampleSource* source() const override {
+    return source_.has_records() ? &records_ : nullptr;
   }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override;
@@ -233,6 +224,26 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   bool FillFromStoredTokens(const WindowPlan& plan, uint64_t r,
                             uint8_t* const* out) const;
   void WriteRow(const PackedRow& packed, uint8_t* const* out) const;
+  // FillRow, reading stored pairs through `ctx`.
+  absl::Status FillRowOf(const EpochOrder& order, uint64_t row,
+                         uint8_t* const* out, FillContext& ctx) const;
+
+  // The stored record of a pair of the source.
+  class Records : public ExampleSource {
+   public:
+    explicit Records(const PairSource& source) : source_(source) {}
+    absl::Status Read(const ExampleKey& key, std::string* bytes,
+                      int64_t* label) const override {
+      *label = 0;
+      return source_.ReadRecord(key.id, bytes);
+    }
+    std::string Describe(const ExampleKey& key) const override {
+      return absl::StrCat("pair ", key.id, " of ", source_.Describe());
+    }
+
+   private:
+    const PairSource& source_;
+  };
 
   // Constant after construction.
   const std::shared_ptr<const PairReader> reader_;
@@ -246,7 +257,7 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   const std::vector<TensorLayout> tensors_;
   // The epochs' tables (its own lock).
   const std::unique_ptr<EpochTableCache> tables_;
-  ExamplePrefetch* prefetch_ = nullptr;  // set before the first FillItem
+  const Records records_{source_};
   // Asks Extend to stop (the destructor).
   std::atomic<bool> stopping_{false};
 };
@@ -412,6 +423,14 @@ absl::Status WmtTrainWorkload::Plan(
 absl::Status WmtTrainWorkload::FillRow(const EpochOrder& order, uint64_t row,
                                        uint8_t* const* out,
                                        WorkloadCounters* counters) const {
+  FillContext ctx(ItemRef{0, order.epoch, row, row, true}, counters, source());
+  return FillRowOf(order, row, out, ctx);
+}
+
+absl::Status WmtTrainWorkload::FillRowOf(const EpochOrder& order, uint64_t row,
+                                         uint8_t* const* out,
+                                         FillContext& ctx) const {
+  WorkloadCounters* counters = ctx.counters();
   absl::StatusOr<std::shared_ptr<const EpochTable>> table_or = TableFor(order);
   if (!table_or.ok()) return table_or.status();
   const EpochTable& table = **table_or;
@@ -447,7 +466,7 @@ absl::Status WmtTrainWorkload::FillRow(const EpochOrder& order, uint64_t row,
     TokenPair& pair = pairs[i - begin];
     const ExampleKey key{order.epoch, plan.positions[i], plan.ids[i]};
     absl::StatusOr<PairFate> fate =
-        reader_->LoadPair(plan.ids[i], &pair, prefetch_, &key);
+        reader_->LoadPair(plan.ids[i], &pair, &ctx, &key);
     if (!fate.ok()) return fate.status();
     const PackedLengths now = PackedLengthsOf(pair, options_.max_length);
     if (*fate != PairFate::kKept || now.inputs != plan.lengths[i].inputs ||

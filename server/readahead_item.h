@@ -1,0 +1,83 @@
+// One item a worker fills with read-ahead on, across the attempts it takes:
+// the reads it made (kept until ReadAhead::FinishItem, so that an attempt
+// after a pending read finds the same bytes) and what it waits for. It is
+// the ExampleReader behind the item's FillContext: a workload's reads go
+// through it to its stream (server/readahead.h).
+//
+// Thread safety: owned by the engine, used by one thread at a time.
+#ifndef BATCHD_SERVER_READAHEAD_ITEM_H_
+#define BATCHD_SERVER_READAHEAD_ITEM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "workloads/fill_context.h"
+
+namespace batchd {
+
+class ReadAhead;
+class ReadAheadStream;
+
+// An ExampleKey as the read-ahead orders its entries.
+using ReadAheadEntryKey = std::tuple<uint64_t, uint64_t, uint64_t, int>;
+inline ReadAheadEntryKey EntryKeyOf(const ExampleKey& k) {
+  return {k.epoch, k.position, k.id, int(k.kind)};
+}
+inline ExampleKey ExampleKeyOf(const ReadAheadEntryKey& k) {
+  return {std::get<0>(k), std::get<1>(k), std::get<2>(k),
+          ExampleKey::Kind(std::get<3>(k))};
+}
+
+class ReadAheadItem : public ExampleReader {
+ public:
+  // `stream` must outlive the item; `lane` is the rank's lane (demand reads
+  // count against it), `step` the step decoded.
+  ReadAheadItem(ReadAheadStream* stream, uint64_t lane, uint64_t step)
+      : stream_(stream), lane_(lane), step_(step) {}
+  ReadAheadItem(const ReadAheadItem&) = delete;
+  ReadAheadItem& operator=(const ReadAheadItem&) = delete;
+
+  // The item's read of `key` (ReadAheadStream::Read for this item).
+  absl::Status Read(const ExampleKey& key, std::string* bytes,
+                    int64_t* label) override;
+
+  // The engine, before each attempt: what the last one waited for landed.
+  void BeginAttempt();
+  // A read of the last attempt found no bytes yet: run the item again
+  // once landed() is true.
+  bool pending() const { return wait_ != nullptr; }
+  // The bytes waited for are there (or will never be: their lane or stream
+  // went). True when nothing is pending.
+  bool landed() const {
+    return wait_ == nullptr || wait_->landed.load(std::memory_order_acquire);
+  }
+  // When the item began to wait (MonotonicNanos); 0 when not pending.
+  uint64_t pending_since_ns() const { return pending_since_ns_; }
+
+  // What the items waiting for one read share: set once it lands.
+  struct Wait {
+    std::atomic<bool> landed{false};
+  };
+
+ private:
+  friend class ReadAhead;
+  friend class ReadAheadStream;
+  using Key = ReadAheadEntryKey;
+
+  ReadAheadStream* const stream_;
+  const uint64_t lane_;
+  const uint64_t step_;
+  std::vector<Key> taken_;      // entries this item holds
+  Key waiting_for_{};           // the entry of wait_
+  std::shared_ptr<Wait> wait_;  // null: nothing pending
+  uint64_t pending_since_ns_ = 0;
+  uint64_t waited_ns_ = 0;  // over the earlier attempts
+};
+
+}  // namespace batchd
+
+#endif  // BATCHD_SERVER_READAHEAD_ITEM_H_

@@ -1,0 +1,313 @@
+// docs/workloads.md followed for a workload that reads files (sections 1-5):
+// a small "filebytes" workload whose examples are the files of its split's
+// directory, built only from what that page names (the interface, an
+// ExampleSource read through the FillContext, the data root, the split
+// vocabulary, a registry entry), opened through the registry and served by
+// the engine to 2 ranks with read-ahead off, on, and on over storage that
+// answers at once: every batch holds exactly the files' bytes, in the
+// sampler's order.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/ring.h"
+#include "gtest/gtest.h"
+#include "server/engine.h"
+#include "server/readahead.h"
+#include "tests/testutil.h"
+#include "workloads/common/data_file.h"
+#include "workloads/options.h"
+#include "workloads/registry.h"
+#include "workloads/split.h"
+#include "workloads/workload.h"
+
+namespace batchd {
+namespace {
+
+constexpr int64_t kBytes = 16;  // the first bytes of a file, zero-padded
+
+// 5.1 The source: the files of the split's directory, read through the data
+// root.
+class Files : public ExampleSource {
+ public:
+  Files(std::shared_ptr<const DataRoot> root, std::vector<std::string> paths)
+      : root_(std::move(root)), paths_(std::move(paths)) {}
+  absl::Status Read(const ExampleKey& key, std::string* bytes,
+                    int64_t* label) const override {
+    *label = 0;
+    if (key.id >= paths_.size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("filebytes: example ", key.id, " of ", paths_.size()));
+    }
+    return ReadFileCapped(*root_, paths_[key.id], kDefaultMaxFileBytes, bytes);
+  }
+  std::string Describe(const ExampleKey& key) const override {
+    return key.id < paths_.size() ? paths_[key.id]
+                                  : absl::StrCat("example ", key.id);
+  }
+  uint64_t size() const { return paths_.size(); }
+
+ private:
+  const std::shared_ptr<const DataRoot> root_;
+  const std::vector<std::string> paths_;
+};
+
+// 1. The interface: each example writes its file's first kBytes bytes and
+// its length (and, for evaluation, its weight).
+class FileBytesWorkload : public Workload {
+ public:
+  FileBytesWorkload(std::shared_ptr<const DataRoot> root,
+                    std::vector<std::string> paths, bool train)
+      : files_(std::move(root), std::move(paths)), train_(train) {
+    tensors_ = {{"bytes", DType::kUInt8, {kBytes}},
+                {"length", DType::kInt64, {}}};
+    if (!train_) tensors_.push_back({"weights", DType::kFloat32, {}});
+  }
+  uint64_t num_examples() const override { return files_.size(); }
+  bool shuffle() const override { return train_; }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
+  const ExampleSource* source() const override { return &files_; }
+
+  // 5.2 Reading through the context.
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& item = ctx.item();
+    memset(out[0], 0, kBytes);  // every byte of every tensor
+    int64_t length = 0;
+    float weight = 0;
+    if (item.valid) {
+      std::string bytes;
+      int64_t label = 0;
+      absl::Status st = ctx.Read(ctx.key(), &bytes, &label);
+      if (!st.ok()) return st;  // pending included: returned unchanged
+      memcpy(out[0], bytes.data(), std::min<size_t>(bytes.size(), kBytes));
+      length = int64_t(bytes.size());
+      weight = 1;
+    }
+    memcpy(out[1], &length, 8);
+    if (!train_) memcpy(out[2], &weight, 4);
+    return absl::OkStatus();
+  }
+
+ private:
+  const Files files_;
+  const bool train_;
+  std::vector<TensorLayout> tensors_;
+};
+
+// The regular files of `dir` (beneath the root), sorted.
+absl::StatusOr<std::vector<std::string>> ListFiles(const DataRoot& root,
+                                                   const std::string& dir) {
+  absl::StatusOr<int> fd = root.OpenDirectory(dir);
+  if (!fd.ok()) return fd.status();
+  DIR* d = fdopendir(*fd);
+  if (d == nullptr) {
+    close(*fd);
+    return absl::InternalError(absl::StrCat("filebytes: cannot list ", dir));
+  }
+  std::vector<std::string> paths;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_type == DT_REG) paths.push_back(dir + "/" + e->d_name);
+  }
+  closedir(d);
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("filebytes: ", dir, " holds no files"));
+  }
+  return paths;
+}
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateFileBytesWorkload(
+    const WorkloadConfig& config) {
+  absl::StatusOr<WorkloadOptions> options =
+      WorkloadOptions::Create("filebytes", config.options, {});
+  if (!options.ok()) return options.status();
+  absl::StatusOr<Split> split = ParseSplit("filebytes", config.split,
+                                           {Split::kTrain, Split::kValidation});
+  if (!split.ok()) return split.status();
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
+      config.data_root.empty() ? config.data_path : config.data_root);
+  if (!root.ok()) return root.status();
+  absl::StatusOr<std::vector<std::string>> paths = ListFiles(
+      **root,
+      config.data_path + (*split == Split::kTrain ? "/train" : "/validation"));
+  if (!paths.ok()) return paths.status();
+  return std::unique_ptr<Workload>(new FileBytesWorkload(
+      *std::move(root), *std::move(paths), *split == Split::kTrain));
+}
+
+// 3. The registry entry: the daemon's table and one line more.
+std::vector<WorkloadEntry> Table() {
+  std::vector<WorkloadEntry> table(Workloads().begin(), Workloads().end());
+  table.push_back({"filebytes", CreateFileBytesWorkload,
+                   "the first bytes of each file, for the file test"});
+  return table;
+}
+
+enum class Reading { kOff, kAhead, kInline };
+
+class FileWorkloadTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kFiles = 37;
+  static constexpr uint64_t kGlobal = 8;
+
+  void SetUp() override {
+    for (const char* split : {"train", "validation"}) {
+      const std::string dir = data_ + "/" + split;
+      ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+      for (uint64_t i = 0; i < kFiles; ++i) {
+        std::ofstream(absl::StrFormat("%s/%03d.bin", dir, i))
+            << Contents(split, i);
+      }
+    }
+  }
+
+  // File i of `split`: 5 to 40 bytes that name it.
+  static std::string Contents(const std::string& split, uint64_t i) {
+    std::string s = absl::StrCat(split, " file ", i, ":");
+    s.resize(5 + (i * 7) % 36, char('a' + i % 26));
+    return s;
+  }
+
+  // What item `id` of `split` writes: bytes (zero-padded) and length.
+  static std::string Expected(const std::string& split, uint64_t id) {
+    const std::string c = Contents(split, id);
+    std::string out(kBytes, '\0');
+    memcpy(&out[0], c.data(), std::min<size_t>(c.size(), kBytes));
+    const int64_t length = int64_t(c.size());
+    out.append(reinterpret_cast<const char*>(&length), 8);
+    return out;
+  }
+
+  // `steps` global batches of `split`, served through the engine to two
+  // ranks: per step, each item's bytes and length, rank 0's then rank 1's.
+  std::vector<std::vector<std::string>> Serve(const std::string& split,
+                                              Reading reading, int steps) {
+    WorkloadConfig config;
+    config.data_path = data_;
+    config.split = split;
+    config.seed = 4;
+    absl::StatusOr<std::unique_ptr<Workload>> w =
+        CreateWorkload("filebytes", config, Table());
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return {};
+    const uint32_t world = 2;
+    auto sampler = Sampler::Create((*w)->num_examples(), kGlobal, world, 4,
+                                   (*w)->shuffle());
+    EXPECT_TRUE(sampler.ok()) << sampler.status();
+    auto layout = BatchLayout::Make((*w)->tensors(), kGlobal / world);
+    EXPECT_TRUE(layout.ok()) << layout.status();
+    ReadAhead::Options o;
+    o.budget_bytes = reading == Reading::kOff ? 0 : 1 << 20;
+    o.io_threads = 2;
+    // Local files return at once: read inline once that is seen.
+    if (reading == Reading::kInline) o.inline_read_ns = uint64_t(1e9);
+    ReadAhead ra(o);
+    std::vector<std::vector<std::string>> got(steps);
+    {
+      auto stream = std::make_shared<StreamSetup>("files", *std::move(w),
+                                                  *sampler, *layout);
+      Engine engine(2, &ra);
+      EXPECT_TRUE(engine.Prepare(stream.get()).ok());
+      EXPECT_EQ(stream->readahead != nullptr, reading != Reading::kOff);
+      std::vector<std::unique_ptr<RingReader>> readers;
+      std::vector<std::shared_ptr<RankProducer>> producers;
+      for (uint32_t r = 0; r < world; ++r) {
+        RingGeometry geo;
+        geo.slot_count = 2;
+        geo.payload_bytes = layout->payload_bytes;
+        geo.rank = r;
+        const std::string name =
+            absl::StrCat("/bdfiles", getpid(), ".", split, int(reading), r);
+        auto ring = RingWriter::Create(name, geo);
+        EXPECT_TRUE(ring.ok()) << ring.status();
+        if (!ring.ok()) return {};
+        readers.push_back(std::move(*RingReader::Attach(name)));
+        producers.push_back(std::make_shared<RankProducer>(
+            stream, r, 0, std::move(*ring), SharedSchedule(stream)));
+        engine.Add(producers.back());
+      }
+      for (int s = 0; s < steps; ++s) {
+        for (uint32_t r = 0; r < world; ++r) {
+          absl::StatusOr<uint64_t> pos = readers[r]->Acquire(60.0);
+          EXPECT_TRUE(pos.ok()) << pos.status();
+          if (!pos.ok()) return {};
+          const uint8_t* base = readers[r]->SlotBase(*pos);
+          for (uint64_t i = 0; i < kGlobal / world; ++i) {
+            std::string item(reinterpret_cast<const char*>(
+                                 base + layout->entries[0].offset + kBytes * i),
+                             kBytes);
+            item.append(reinterpret_cast<const char*>(
+                            base + layout->entries[1].offset + 8 * i),
+                        8);
+            got[s].push_back(item);
+          }
+          readers[r]->Release(*pos);
+        }
+      }
+      if (stream->readahead != nullptr) stats_ = stream->readahead->stats();
+      for (auto& p : producers) engine.Retire(p);
+      EXPECT_TRUE(engine.Stop());
+    }
+    return got;
+  }
+
+  testutil::TempDir tmp_{"files"};
+  const std::string data_ = tmp_.path();
+  ReadAheadStats stats_;
+};
+
+TEST_F(FileWorkloadTest, TrainBatchesAreTheFilesBytesWithReadAheadOnAndOff) {
+  const int steps = 12;  // two epochs and a half
+  auto sampler = Sampler::Create(kFiles, kGlobal, 1, 4, true);
+  ASSERT_TRUE(sampler.ok());
+  std::vector<std::vector<std::string>> want(steps);
+  for (int s = 0; s < steps; ++s) {
+    const RankSlice slice = sampler->Slice(s, 0);
+    for (uint64_t i = 0; i < kGlobal; ++i) {
+      want[s].push_back(Expected(
+          "train", sampler->ExampleId(slice.epoch, slice.first_position + i)));
+    }
+  }
+  EXPECT_EQ(Serve("train", Reading::kOff, steps), want);
+  EXPECT_EQ(Serve("train", Reading::kAhead, steps), want);
+  EXPECT_GT(stats_.reads_issued + stats_.sync_reads, 0u);
+  EXPECT_EQ(stats_.failed_reads, 0u);
+  EXPECT_EQ(Serve("train", Reading::kInline, steps), want);
+}
+
+TEST_F(FileWorkloadTest, AnEvalPassIsTheFilesInOrderWithReadAheadOnAndOff) {
+  const int steps = 5;  // 37 files: 4 full batches of 8 and one padded
+  std::vector<std::vector<std::string>> want(steps);
+  for (uint64_t k = 0; k < steps * kGlobal; ++k) {
+    want[k / kGlobal].push_back(k < kFiles ? Expected("validation", k)
+                                           : std::string(kBytes + 8, '\0'));
+  }
+  EXPECT_EQ(Serve("validation", Reading::kOff, steps), want);
+  EXPECT_EQ(Serve("validation", Reading::kAhead, steps), want);
+  EXPECT_EQ(Serve("validation", Reading::kInline, steps), want);
+}
+
+TEST_F(FileWorkloadTest, TheRegistryKnowsTheWorkloadAndItsSplits) {
+  WorkloadConfig config;
+  config.data_path = data_;
+  config.split = "test";
+  EXPECT_NE(CreateWorkload("filebytes", config, Table())
+                .status()
+                .message()
+                .find("filebytes: unknown split 'test'"),
+            std::string::npos);
+  EXPECT_NE(WorkloadHelp(Table()).find("filebytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace batchd
