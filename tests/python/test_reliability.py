@@ -123,8 +123,12 @@ def test_a_stalled_mount_stalls_only_its_stream_and_not_sigterm(
         stalled_mount, tmp_path):
     data, control = stalled_mount
     # Two workers: without its fix both end up in the stalled stream's reads.
+    # A read-ahead budget far below an epoch (32 images), so that the
+    # stalled stream must read its files again rather than copy those it
+    # holds.
     d = Daemon(data, tmp_path / "batchd.log", threads=2,
-               args=["--read-stall-seconds", "4"])
+               args=["--read-stall-seconds", "4",
+                     "--readahead-bytes", "65536"])
     try:
         a = imagenet(d, "stalled", "stalled")
         b = imagenet(d, "local", "local")
