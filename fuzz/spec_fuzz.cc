@@ -11,6 +11,7 @@
 // and a segment slots x that. Sizes that wrap in 64 bits (a segment smaller
 // than its batches, which the workers would write past) fail the target.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -60,7 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   batchd::v1::PlanRequest plan_request;
   *plan_request.mutable_spec() = request.spec();
   const batchd::v1::StreamSpec& spec = plan_request.spec();
-  absl::StatusOr<batchd::v1::PlanResponse> plan = core->Plan(plan_request);
+  // The daemon's own uid: reads are its own (read_access.h).
+  batchd::Caller self;
+  self.known = true;
+  self.uid = geteuid();
+  self.gid = getegid();
+  absl::StatusOr<batchd::v1::PlanResponse> plan =
+      core->Plan(plan_request, self);
   if (!plan.ok()) return 0;
 
   if (plan->ranks() != spec.world_size() || plan->slots() == 0 ||
