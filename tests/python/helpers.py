@@ -8,6 +8,7 @@ import functools
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -28,6 +29,16 @@ def _has_modules(python):
                               capture_output=True).returncode == 0
     except OSError:
         return False
+
+
+def wait_until(condition, seconds, what):
+    """Polls condition() until it is true; fails the test naming `what`
+    after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds} s: {what}")
+        time.sleep(0.02)
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -32,7 +31,7 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port  # noqa: E402
-from helpers import require_python_as  # noqa: E402
+from helpers import require_python_as, wait_until  # noqa: E402
 
 NOBODY = 65534
 PAIRS = 3000
@@ -40,14 +39,6 @@ STATE_VERSION = 1  # of Loader.state_dict()
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to become other users")
-
-
-def wait_until(condition, seconds, what):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s: {what}")
-        time.sleep(0.02)
 
 
 def as_nobody():

@@ -32,7 +32,7 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port, metrics  # noqa: E402
-from helpers import require_python_as  # noqa: E402
+from helpers import require_python_as, wait_until  # noqa: E402
 
 NOBODY = 65534
 CLIENT_PID, CLIENT_START, CLIENT_HEARTBEAT = 256, 264, 272
@@ -40,14 +40,6 @@ WRITE_POS, RELEASED = 64, 192
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to become other users")
-
-
-def wait_until(condition, seconds, what):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s: {what}")
-        time.sleep(0.05)
 
 
 CLIENT = r"""

@@ -35,7 +35,7 @@ pytest.importorskip("skimage")  # the generator's photos
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
-from helpers import make_imagenet  # noqa: E402
+from helpers import make_imagenet, wait_until  # noqa: E402
 
 NOBODY = 65534
 
@@ -44,14 +44,6 @@ def build_program(name):
     """A program of the build tree's tests/ (beside server/)."""
     daemon = os.environ.get("BATCHD_BIN", "")
     return os.path.join(os.path.dirname(os.path.dirname(daemon)), "tests", name)
-
-
-def wait_until(condition, seconds, what):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s: {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

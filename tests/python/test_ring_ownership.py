@@ -33,7 +33,7 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port  # noqa: E402
-from helpers import require_python_as  # noqa: E402
+from helpers import require_python_as, wait_until  # noqa: E402
 
 NOBODY = 65534
 # Uids and a group of no user on the test machine: setuid/setgid accept
@@ -44,14 +44,6 @@ MEMBER_B = 47302
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to become other users")
-
-
-def wait_until(condition, seconds, what):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds} s: {what}")
-        time.sleep(0.02)
 
 
 def accepts(port):
