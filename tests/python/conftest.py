@@ -19,9 +19,10 @@ def _generated(root, name, make):
     """root/name made by make(path). With BATCHD_TEST_DATA set (scripts/
     test.sh sets it), the set is made once per run of scripts/test.sh, by the
     first session that needs it, in that directory (keyed by name and the
-    generators' sources) and copied from there: every pytest session of a CI
-    run (Debian's, the venvs', PyPI torch's) gets the same bytes without
-    generating them again. A copy, so that no session sees another's."""
+    generators' sources); each session then takes its own duplicate of
+    those files: every pytest session of a CI run (Debian's, the venvs',
+    PyPI torch's) gets the same bytes without generating them again, and
+    no session sees another's."""
     out = root / name
     cache = os.environ.get("BATCHD_TEST_DATA")
     if not cache:
