@@ -38,12 +38,15 @@ stage() {
 }
 scripts/install-deps.sh
 if [ "$ci" = 1 ]; then
-  # The slow downloads come while the C++ builds: PyPI's torch (3 GB) and
-  # the containers' base image (mmdebstrap from Debian's mirror). The stages
-  # that need them wait for them (scripts/torch-venv.sh holds a lock).
+  # The slow downloads come while the C++ builds: PyPI's torch (3 GB), the
+  # reference packages (TensorFlow, datasets, ...: for the tests that
+  # compare with AlgoPerf's own pipelines) and the containers' base image
+  # (mmdebstrap from Debian's mirror). The stages that need them wait for
+  # them (scripts/torch-venv.sh and reference-venv.sh hold a lock).
   mkdir -p build
   scripts/torch-venv.sh > build/torch-venv.log 2>&1 &
   torch_venv_pid=$!
+  scripts/reference-venv.sh > build/reference-venv.log 2>&1 &
   scripts/container-check.sh --base-only > build/base-image.log 2>&1 &
   base_image_pid=$!
 fi

@@ -42,6 +42,34 @@ def wait_until(condition, seconds, what):
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
+def reference_python():
+    """The Python of scripts/reference-venv.sh: AlgoPerf's own packages
+    (TensorFlow, datasets/pyarrow, pyfarmhash, h5py, jraph), which compute
+    the reference batches the tests compare batchd's with, in their own
+    process. Made on first use (about a minute from PyPI), reused after."""
+    out = subprocess.run([os.path.join(REPO, "scripts", "reference-venv.sh")],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.fail("scripts/reference-venv.sh failed:\n" + out.stderr[-4000:])
+    return os.path.join(out.stdout.strip(), "bin", "python")
+
+
+def run_reference(script, *args, timeout=600):
+    """Runs tests/python/reference/<script> with reference_python() and
+    the given arguments; returns its stdout. A failure fails the test with
+    the script's stderr."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "reference", script)
+    out = subprocess.run([reference_python(), path, *map(str, args)],
+                         capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                                  CUDA_VISIBLE_DEVICES=""))
+    if out.returncode != 0:
+        pytest.fail(f"reference/{script} failed:\n" + out.stderr[-4000:])
+    return out.stdout
+
+
 def _runs_as(uid):
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     try:

@@ -1,5 +1,6 @@
-"""AlgoPerf drop-in: the input queues of AlgoPerf's PyTorch `imagenet_resnet`
-and `wmt` workloads, served by batchd instead of one pipeline per rank.
+"""AlgoPerf drop-in: the input queues of AlgoPerf's PyTorch workloads,
+served by one batchd per node instead of one pipeline per rank (or one on
+rank 0 whose batches are broadcast to the others).
 
 In a workload's `_build_input_queue`, return
 
@@ -9,108 +10,55 @@ In a workload's `_build_input_queue`, return
                                 repeat_final_dataset=repeat_final_dataset)
 
 and each rank gets its slice of every global batch, as AlgoPerf's PyTorch
-workloads (algoperf/workloads/{imagenet_resnet,wmt}/*_pytorch/workload.py,
-`_build_input_queue` / `_build_dataset`) hand them to the runner:
+workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
+`_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
+input_queue takes to its module, whose docstring says what that queue
+yields, when it repeats, and where it deliberately differs from AlgoPerf:
+`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit) and `wmt`.
 
-- imagenet: ``inputs`` float32 [B, 3, 224, 224] normalised with ImageNet's
-  mean and std, ``targets`` int64 [B]. Evaluation splits add ``weights``
-  float32 [B], 1 on real examples and 0 on the padding of the last global
-  batch. AlgoPerf yields no ``weights`` on validation and eval_train (its
-  per-rank DistributedEvalSampler leaves the last batches uneven instead)
-  and float ``weights`` only on the padded last batch of test; its eval
-  loop reads them with ``batch.get('weights')``, where a weight of 1 counts
-  as no weight, so the metrics are the same and every rank gets equally
-  shaped batches (uneven ones hang DDP collectives). This is deliberate.
-- wmt: int64 [B, 256] everywhere, as AlgoPerf's PyTorch workload casts
-  every array with ``torch.as_tensor(value, dtype=torch.int64)``:
-  train ``inputs``, ``inputs_position``, ``inputs_segmentation``,
-  ``targets``, ``targets_position``, ``targets_segmentation`` and
-  ``weights`` = ``targets > 0`` (BaseWmtWorkload._build_input_queue adds
-  ``np.where(batch['targets'] > 0, 1, 0)`` to train batches too, and the
-  baseline submissions mask the loss with ``batch.get('weights')``);
-  evaluation splits ``inputs``, ``targets``, ``weights`` = ``targets > 0``
-  and 0 on padding rows (``logical_and`` of the padding mask with
-  ``targets > 0``), integer so that ``translate_and_calculate_bleu``'s
-  ``range(weights.sum(0)[0].item())`` works. Its odd ``weights.sum(0)[0]``
-  (the rows whose first target token is not padding) counts the real rows
-  because every kept pair has at least EOS.
+Splits: "train", "eval_train", "validation" (or "val"), "test", where the
+workload has them.
 
-Splits: "train", "eval_train", "validation" (or "val"), "test".
-
-- Evaluation queues repeat as AlgoPerf's do: AlgoPerf caches each eval
-  iterator in `_eval_iters` and keeps drawing from it across evaluations.
-  WMT builds it with ``ds.take(num_batches).repeat()``
-  (``repeat_final_dataset=True``) and draws 2 x num_batches per evaluation
-  (metrics, then BLEU); ImageNet wraps its loader in ``data_utils.cycle``
-  (test: ``itertools.cycle``) and ignores num_batches. Here a pass ends at
-  the end of the split or after ``num_batches`` batches; then the queue
-  starts the same pass again (the same batches, in the same order) when
-  ``repeat_final_dataset`` is true, or for imagenet when num_batches is
-  None, as AlgoPerf does; otherwise it raises StopIteration (WMT's
-  ``take(num_batches)`` without repeat; an imagenet queue given num_batches
-  stops likewise, where AlgoPerf's ignores the argument). Train runs on
-  until num_batches, if given.
-  Like AlgoPerf's ``take(num_batches).repeat()``, a split shorter than
-  num_batches (its length filter drops pairs, while AlgoPerf counts
-  num_batches from the unfiltered size) starts again early: the metrics
-  loop then reads into the next pass and the BLEU loop starts mid-pass, as
-  in AlgoPerf.
+- A pass ends at the end of the split or after ``num_batches`` batches;
+  an evaluation queue then starts the same pass again (the same batches,
+  in the same order) where AlgoPerf's repeats (it caches each eval
+  iterator in `_eval_iters` and keeps drawing from it across evaluations),
+  and raises StopIteration otherwise. Train runs on until num_batches, if
+  given.
 - eval_train is AlgoPerf's, not the train stream: the evaluation transform
-  and padded batches with ``weights``.
-  imagenet: Resize(256) + CenterCrop(224) over the very subset AlgoPerf
-  draws, ``random.Random(seed).shuffle(list(range(N)))[:num_eval_train_
-  examples]`` (N = the train split's size; AlgoPerf hard-codes 1,281,167,
-  the real size), in that order; pass ``seed=int(data_rng[0])`` of the
-  data_rng AlgoPerf's `_eval_model_on_split` derives.
-  wmt: the first num_eval_train_examples length-filtered train pairs in
-  file order, padded one pair per row like validation. AlgoPerf draws them
-  through ``shuffle(1024, seed)`` over the same file order and reshuffles on
-  every repeat, so each of its passes holds a different draw of about the
-  first num_eval_train_examples + 1023 pairs; batchd's passes are the same
-  fixed set every time (deliberately: repeated evaluations then measure
-  the same examples).
-- test: imagenet = ImageNet-v2 (AlgoPerf loads TFDS
-  ``imagenet_v2/matched-frequency:3.0.0``): point ``data`` at the TFDS
-  data_dir (AlgoPerf's imagenet_v2_data_dir), which holds
-  ``imagenet_v2/matched-frequency/3.0.0/imagenet_v2-test.tfrecord-*``; a
-  ``test`` folder or ``*-test.tfrecord-*`` shards there are used first.
-  batchd decodes it with the same Resize(256) + CenterCrop(224) as
-  validation; AlgoPerf's TF pipeline resizes ImageNet-v2 its own way.
+  over the examples AlgoPerf evaluates.
 
-Ranks: rank r gets the r-th contiguous slice of every global batch, as
-AlgoPerf's WMT does (``tensor[0]`` of the batch reshaped to [W, B, 256]);
-AlgoPerf's ImageNet samplers stride instead (``indices[r::W]``), which
-changes which rank sees an example, not the sums its metrics all-reduce.
-
+Ranks: rank r gets the r-th contiguous slice of every global batch.
 B = global_batch_size / world size; tensors are on ``device`` (default
-cuda:LOCAL_RANK when CUDA is there, else the CPU). Images travel as uint8
-and are normalised on the device (4x less shared-memory traffic than
-float32). No tensor handed out is a view of the ring: on the CPU every
-tensor is a copy, so a runner may keep any number of batches; on CUDA the
-ring is registered as pinned memory once, the host-to-device copy is
-asynchronous straight from shared memory and the slot is held only until
-its copy has finished.
+cuda:LOCAL_RANK when CUDA is there, else the CPU; a workload whose AlgoPerf
+queue stays on the host says so). No tensor handed out is a view of the
+ring: on the CPU every tensor is a copy, so a runner may keep any number of
+batches; on CUDA the ring is registered as pinned memory once, the
+host-to-device copy is asynchronous straight from shared memory and the
+slot is held only until its copy has finished.
 """
 
 import collections
 import os
 
-from . import Loader, normalize
+from .. import Loader
+from . import imagenet, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
            "validation": "validation", "val": "validation", "test": "test"}
 _opened = collections.Counter()
 
-# AlgoPerf's num_eval_train_examples: its validation set size rounded up to a
-# multiple of its eval batch size.
-NUM_EVAL_TRAIN_EXAMPLES = {"imagenet": 50176, "wmt": 3072}
-
-IMAGENET_KEYS = ("inputs", "targets")
-WMT_TRAIN_KEYS = ("inputs", "inputs_position", "inputs_segmentation",
-                  "targets", "targets_position", "targets_segmentation",
-                  "weights")
-WMT_EVAL_KEYS = ("inputs", "targets", "weights")
+# The names input_queue takes, each with its module: WORKLOAD (the daemon's
+# workload), NUM_EVAL_TRAIN_EXAMPLES (AlgoPerf's, or None), options(split,
+# opts) (the stream's option defaults), repeats(split, num_batches,
+# repeat_final_dataset) and convert(host, split, move, torch) (the batch
+# AlgoPerf's queue yields, from the ring's tensors; move(t, dtype) puts a
+# ring tensor on the queue's device), and optionally DEVICE.
+WORKLOADS = {
+    "imagenet": imagenet,
+    "wmt": wmt,
+}
 
 
 def _default_device(torch):
@@ -140,8 +88,8 @@ class InputQueue:
     num_batches: batches per pass (AlgoPerf's num_batches); None: the whole
         split.
     repeat_final_dataset: start the pass again at its end, as AlgoPerf's
-        ``ds.repeat()``; imagenet evaluation queues also repeat when
-        num_batches is None (AlgoPerf's ``data_utils.cycle``).
+        ``ds.repeat()``; some evaluation queues repeat without it, as
+        AlgoPerf's do (the workload's module says which).
     num_eval_train_examples: size of eval_train; default AlgoPerf's.
     state: a state_dict() of a queue of the same arguments: the queue
         resumes exactly where that one was (see state_dict).
@@ -154,22 +102,26 @@ class InputQueue:
                  options=None, timeout=None, state=None):
         import torch
         self._torch = torch
-        if workload not in ("imagenet", "wmt"):
-            raise ValueError(f"workload {workload!r}: imagenet or wmt")
+        if workload not in WORKLOADS:
+            raise ValueError(f"workload {workload!r}: one of "
+                             f"{', '.join(sorted(WORKLOADS))}")
+        self._adapter = adapter = WORKLOADS[workload]
         if split not in _SPLITS:
             raise ValueError(f"split {split!r}: one of {sorted(_SPLITS)}")
         self.workload = workload
         self.split = _SPLITS[split]
         self.train = split == "train"
-        self.device = torch.device(device) if device is not None else \
-            _default_device(torch)
+        if device is None:
+            # DEVICE: where AlgoPerf's queue leaves the tensors, if not on
+            # the rank's GPU (its model_fn moves them).
+            device = getattr(adapter, "DEVICE", None) or _default_device(torch)
+        self.device = torch.device(device)
         opts = dict(options or {})
-        if workload == "imagenet":
-            opts.setdefault("layout", "nchw")
-        if self.split == "eval_train":
-            opts.setdefault("eval_train_examples",
-                            num_eval_train_examples or
-                            NUM_EVAL_TRAIN_EXAMPLES[workload])
+        adapter.options(self.split, opts)
+        eval_train_examples = (num_eval_train_examples or
+                               adapter.NUM_EVAL_TRAIN_EXAMPLES)
+        if self.split == "eval_train" and eval_train_examples:
+            opts.setdefault("eval_train_examples", eval_train_examples)
         if stream is None:
             # Every rank opens its queues in the same order, so a counter
             # gives all ranks the same name for the same queue.
@@ -178,14 +130,13 @@ class InputQueue:
             _opened[key] += 1
         self._open_args = dict(
             stream=stream, global_batch_size=global_batch_size,
-            workload=workload, data=data, split=self.split,
+            workload=adapter.WORKLOAD, data=data, split=self.split,
             world_size=world_size, rank=rank, seed=seed,
             start_step=start_step, server=server, options=opts,
             timeout=timeout)
         self.num_batches = num_batches
-        self.repeat = not self.train and (
-            repeat_final_dataset or
-            (workload == "imagenet" and num_batches is None))
+        self.repeat = adapter.repeats(self.split, num_batches,
+                                      repeat_final_dataset)
         self.passes = 0  # completed passes of a repeating queue
         self._served = 0  # batches of the current pass
         # Host batches whose asynchronous copies may still be reading them.
@@ -279,27 +230,11 @@ class InputQueue:
         # the slot goes back as soon as `host` dies.
         copy = self.device.type == "cpu"
 
-        def move(t, dtype):
+        def move(t, dtype, copy=copy):
             return t.to(self.device, dtype, non_blocking=non_blocking,
                         copy=copy)
 
-        out = {}
-        if self.workload == "imagenet":
-            images = host["inputs"].to(self.device, non_blocking=non_blocking)
-            out["inputs"] = normalize(images, layout="nchw")
-            out["targets"] = move(host["targets"], torch.int64)
-            if "weights" in host:
-                out["weights"] = move(host["weights"], torch.float32)
-        else:
-            names = WMT_TRAIN_KEYS[:-1] if self.train else WMT_EVAL_KEYS[:-1]
-            for name in names:
-                out[name] = move(host[name], torch.int64)
-            # AlgoPerf: weights = np.where(targets > 0, 1, 0), and-ed with
-            # the padding mask where the batch has one; int64 once in torch.
-            real = out["targets"] > 0
-            if "weights" in host:
-                real &= move(host["weights"], torch.float32) > 0
-            out["weights"] = real.to(torch.int64)
+        out = self._adapter.convert(host, self.split, move, torch)
         if non_blocking:
             event = torch.cuda.Event()
             event.record()
