@@ -125,9 +125,11 @@ absl::Status PackedSchedule::CheckReachable(uint64_t step) const {
 
 absl::Status PackedSchedule::Reachable(uint64_t step) const {
   if (step < anchor_step_) return absl::OkStatus();  // Find refuses it
-  // epochs >= (step - anchor) * G / N; in 128 bits, so nothing wraps.
+  // epochs >= (step - anchor) * G / (N * max rows per example); in 128
+  // bits, so nothing wraps.
   const unsigned __int128 need =
-      (unsigned __int128)(step - anchor_step_) * g_ / n_;
+      (unsigned __int128)(step - anchor_step_) * g_ /
+      ((unsigned __int128)n_ * packer_.max_rows_per_example());
   if (need > kMaxReplayEpochs) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step ", step, " lies more than ", kMaxReplayEpochs, " epochs of ", n_,
@@ -253,7 +255,7 @@ bool PackedSchedule::CountEpoch() {
   const uint64_t skipped = anchor_row_ / g_;
   // The rows up to target_ in this epoch (all of it if target_ is later;
   // the packer stops at the epoch's end). No overflow: Reachable bounds
-  // target_ - first step by N * kMaxReplayEpochs / G.
+  // target_ - first step by N * max_rows_per_example * kMaxReplayEpochs / G.
   const uint64_t first_step = first ? anchor_step_ : ends_.back();
   const uint64_t want =
       (first ? anchor_row_ : 0) + (target_ - first_step + 1) * g_;

@@ -71,6 +71,10 @@ class RowPacking {
   virtual absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
                                                const RowCursor& cursor,
                                                const StopFlag* stop) const = 0;
+  // The most rows one example can give (a workload whose examples are
+  // blocks of many rows says so); bounds how far a step can lie. Default:
+  // 1 (a row holds at least one example).
+  virtual uint64_t max_rows_per_example() const { return 1; }
   // InvalidArgument when no epoch of `num_examples` examples can hold
   // `cursor` (a window or row beyond the most there can be); cheap, and
   // learns nothing, so that a far cursor is refused at once. Default: OK.

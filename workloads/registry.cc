@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/imagenet/imagenet.h"
 #include "workloads/synthetic.h"
 #include "workloads/wmt/wmt.h"
@@ -17,6 +18,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "examples that carry their id, epoch and position (tests, benches)"},
     {"imagenet", CreateImageNetWorkload,
      "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms"},
+    {"criteo1tb", CreateCriteo1TbWorkload,
+     "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform"},
     {"wmt", CreateWmtWorkload,
      "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
 };

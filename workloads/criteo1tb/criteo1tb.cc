@@ -1,0 +1,531 @@
+// The criteo1tb workload; see criteo1tb.h and docs/criteo1tb.md.
+#include "workloads/criteo1tb/criteo1tb.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "workloads/criteo1tb/criteo_blocks.h"
+#include "workloads/packed_schedule.h"
+
+namespace batchd {
+namespace {
+
+using criteo::BlockCache;
+using criteo::BlockTable;
+using criteo::kCategorical;
+using criteo::kFields;
+using criteo::kInputs;
+using criteo::ParsedBlock;
+
+constexpr char kName[] = "criteo1tb";
+constexpr uint64_t kAlgoPerfEvalTrain = 83279872;
+// Blocks parsed and kept per stream beyond the window being served.
+constexpr size_t kSpareBlocks = 16;
+
+struct Options {
+  bool exact_ids = false;
+  uint64_t block_bytes = 1 << 20;
+  uint64_t window_blocks = 64;
+  uint64_t max_line = 65536;
+  uint64_t eval_train = kAlgoPerfEvalTrain;
+};
+
+absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
+  absl::StatusOr<WorkloadOptions> o = WorkloadOptions::Create(
+      kName, config.options,
+      {"ids", "block_kib", "window_blocks", "max_line_bytes",
+       "eval_train_examples"});
+  if (!o.ok()) return o.status();
+  Options out;
+  absl::StatusOr<std::string> ids =
+      o->Choice("ids", "float32", {"float32", "int64"});
+  if (!ids.ok()) return ids.status();
+  out.exact_ids = *ids == "int64";
+  absl::StatusOr<uint64_t> v = o->Uint("block_kib", 1024, 64, 65536);
+  if (!v.ok()) return v.status();
+  out.block_bytes = *v << 10;
+  if (v = o->Uint("window_blocks", 64, 1, 4096); !v.ok()) return v.status();
+  out.window_blocks = *v;
+  if (v = o->Uint("max_line_bytes", 65536, 128, uint64_t(1) << 24); !v.ok()) {
+    return v.status();
+  }
+  out.max_line = *v;
+  if (v = o->Uint("eval_train_examples", kAlgoPerfEvalTrain, 1,
+                  uint64_t(1) << 40);
+      !v.ok()) {
+    return v.status();
+  }
+  out.eval_train = *v;
+  return out;
+}
+
+// day_{D}_{NN}: D in 0..23 (no leading zero), NN two digits; nothing else.
+bool DayFile(const char* name, int* day, int* index) {
+  if (std::strncmp(name, "day_", 4) != 0) return false;
+  const char* p = name + 4;
+  const char* u = std::strchr(p, '_');
+  if (u == nullptr || u == p || u - p > 2) return false;
+  if (u - p == 2 && p[0] == '0') return false;
+  int d = 0;
+  for (const char* q = p; q < u; ++q) {
+    if (*q < '0' || *q > '9') return false;
+    d = d * 10 + (*q - '0');
+  }
+  const char* n = u + 1;
+  if (std::strlen(n) != 2 || n[0] < '0' || n[0] > '9' || n[1] < '0' ||
+      n[1] > '9') {
+    return false;
+  }
+  if (d > 23) return false;
+  *day = d;
+  *index = (n[0] - '0') * 10 + (n[1] - '0');
+  return true;
+}
+
+// The split's files, sorted by (day, index), relative to the data root.
+absl::StatusOr<std::vector<std::string>> SplitFiles(const DataRoot& root,
+                                                    const std::string& dir,
+                                                    Split split) {
+  absl::StatusOr<int> fd = root.OpenDirectory(dir);
+  if (!fd.ok()) return fd.status();
+  DIR* d = fdopendir(*fd);
+  if (d == nullptr) {
+    close(*fd);
+    return absl::InternalError(absl::StrCat(kName, ": cannot list ", dir));
+  }
+  std::vector<std::tuple<int, int, std::string>> found;
+  while (dirent* e = readdir(d)) {
+    int day = 0, index = 0;
+    if (!DayFile(e->d_name, &day, &index)) continue;
+    const bool train = day <= 22;
+    bool take = false;
+    switch (split) {
+      case Split::kTrain:
+      case Split::kEvalTrain:
+        take = train;
+        break;
+      case Split::kValidation:
+        take = day == 23 && index >= 19 && index <= 35;
+        break;
+      case Split::kTest:
+        take = day == 23 && index <= 18;
+        break;
+    }
+    if (take) found.emplace_back(day, index, e->d_name);
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> files;
+  for (auto& [day, index, name] : found) {
+    files.push_back(absl::StrCat(dir, "/", name));
+  }
+  if (files.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        kName, ": no file of split ", SplitName(split), " in ", dir,
+        " (day_0_NN .. day_22_NN for train and eval_train, day_23_00 .. "
+        "day_23_18 for test, day_23_19 .. day_23_35 for validation)"));
+  }
+  return files;
+}
+
+std::vector<TensorLayout> Tensors(const Options& o) {
+  std::vector<TensorLayout> t = {{"inputs", DType::kFloat32, {kInputs}},
+                                 {"targets", DType::kFloat32, {}},
+                                 {"weights", DType::kFloat32, {}}};
+  if (o.exact_ids) t.push_back({"ids", DType::kInt64, {kCategorical}});
+  return t;
+}
+
+// Writes line `j` of `block` (zeros with weight 0 when damaged or null).
+void WriteLine(const ParsedBlock* block, uint64_t j, bool exact_ids,
+               uint8_t* const* out, WorkloadCounters* counters) {
+  if (block == nullptr || block->bad[j] != 0) {
+    std::memset(out[0], 0, kInputs * 4);
+    std::memset(out[1], 0, 4);
+    std::memset(out[2], 0, 4);
+    if (exact_ids) std::memset(out[3], 0, kCategorical * 8);
+    if (block != nullptr && counters != nullptr) {
+      counters->decode_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  const float* v = block->values.data() + j * kFields;
+  std::memcpy(out[0], v + 1, kInputs * 4);
+  std::memcpy(out[1], v, 4);
+  const float one = 1.0f;
+  std::memcpy(out[2], &one, 4);
+  if (exact_ids) {
+    std::memcpy(out[3], block->ids.data() + j * kCategorical,
+                kCategorical * 8);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Evaluation splits: lines in file order, counted at Create.
+
+class EvalWorkload : public Workload {
+ public:
+  EvalWorkload(Options o, std::shared_ptr<BlockTable> table,
+               std::vector<uint64_t> first_line, uint64_t n)
+      : o_(o),
+        table_(std::move(table)),
+        first_line_(std::move(first_line)),
+        n_(n),
+        tensors_(Tensors(o)),
+        cache_(table_, kSpareBlocks, o.exact_ids) {}
+
+  uint64_t num_examples() const override { return n_; }
+  bool shuffle() const override { return false; }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
+
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& item = ctx.item();
+    if (!item.valid) {
+      WriteLine(nullptr, 0, o_.exact_ids, out, nullptr);
+      return absl::OkStatus();
+    }
+    const uint64_t b = uint64_t(std::upper_bound(first_line_.begin(),
+                                                 first_line_.end(), item.id) -
+                                first_line_.begin()) -
+                       1;
+    absl::StatusOr<std::shared_ptr<const ParsedBlock>> block = cache_.Get(b);
+    if (!block.ok()) return block.status();
+    const uint64_t j = item.id - first_line_[b];
+    if (j >= (*block)->lines) {
+      return absl::DataLossError(absl::StrCat(
+          kName, ": ", table_->Describe(b), " holds ", (*block)->lines,
+          " lines now, ", first_line_[b + 1] - first_line_[b],
+          " when counted (the file changed)"));
+    }
+    WriteLine(block->get(), j, o_.exact_ids, out, ctx.counters());
+    return absl::OkStatus();
+  }
+
+ private:
+  const Options o_;
+  const std::shared_ptr<BlockTable> table_;
+  const std::vector<uint64_t> first_line_;  // per block, + end
+  const uint64_t n_;
+  const std::vector<TensorLayout> tensors_;
+  const BlockCache cache_;
+};
+
+// ---------------------------------------------------------------------------
+// Train: blocks permuted per epoch, lines shuffled within windows of blocks.
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// What is known of an epoch: the first row of each window learnt so far.
+struct EpochRows {
+  std::vector<uint64_t> first_row{0};  // windows known + 1
+  bool complete = false;
+};
+
+class TrainWorkload : public Workload, public RowPacking {
+ public:
+  TrainWorkload(Options o, std::shared_ptr<BlockTable> table, Executor* pool)
+      : o_(o),
+        table_(std::move(table)),
+        pool_(pool),
+        nb_(table_->num_blocks()),
+        windows_((nb_ + o.window_blocks - 1) / o.window_blocks),
+        tensors_(Tensors(o)),
+        cache_(table_, 2 * o.window_blocks + kSpareBlocks, o.exact_ids) {}
+
+  std::unique_ptr<Schedule> MakeSchedule(
+      const Sampler& sampler) const override {
+    return std::make_unique<PackedSchedule>(*this, sampler, pool_);
+  }
+  // The schedule's examples are blocks; its rows are lines.
+  uint64_t num_examples() const override { return nb_; }
+  bool shuffle() const override { return true; }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
+
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
+    const ItemRef& item = ctx.item();
+    return Fill(item.seed, item.epoch, item.position, out, ctx.counters());
+  }
+
+  absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
+    absl::StatusOr<std::shared_ptr<const EpochRows>> t =
+        Extend(order, UINT64_MAX, UINT64_MAX, nullptr);
+    if (!t.ok()) return t.status();
+    return (*t)->first_row.back();
+  }
+  absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
+                                     uint64_t want_rows,
+                                     const StopFlag* stop) const override {
+    absl::StatusOr<std::shared_ptr<const EpochRows>> t =
+        Extend(order, want_rows, 0, stop);
+    if (!t.ok()) return t.status();
+    return KnownRows{(*t)->first_row.back(), (*t)->complete};
+  }
+  absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
+                                        uint64_t row) const override {
+    std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
+    if (t == nullptr || row >= t->first_row.back()) {
+      return absl::OutOfRangeError(
+          absl::StrCat(kName, ": row ", row, " of epoch ", order.epoch,
+                       " is not counted yet"));
+    }
+    const uint64_t w = WindowOf(*t, row);
+    return RowCursor{order.epoch, w, row - t->first_row[w]};
+  }
+  absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
+                                       const RowCursor& cursor,
+                                       const StopFlag* stop) const override {
+    absl::StatusOr<std::shared_ptr<const EpochRows>> t =
+        Extend(order, 0, cursor.window + 1, stop);
+    if (!t.ok()) return t.status();
+    const std::vector<uint64_t>& f = (*t)->first_row;
+    if (cursor.window + 1 >= f.size() ||
+        cursor.row >= f[cursor.window + 1] - f[cursor.window]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": cursor (", cursor.epoch, ", ", cursor.window, ", ",
+          cursor.row, ") is past its window's lines"));
+    }
+    return f[cursor.window] + cursor.row;
+  }
+  absl::Status CheckCursor(uint64_t num_examples,
+                           const RowCursor& cursor) const override {
+    if (cursor.window >= windows_ ||
+        cursor.row >= o_.window_blocks * max_rows_per_example()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": cursor (", cursor.epoch, ", ", cursor.window, ", ",
+          cursor.row, ") names no line: the train split has ", windows_,
+          " windows of at most ", o_.window_blocks, " blocks"));
+    }
+    return absl::OkStatus();
+  }
+  uint64_t max_rows_per_example() const override {
+    return o_.block_bytes / 2 + 1;  // a line is at least "\n" after a byte
+  }
+  absl::Status FillRow(const EpochOrder& order, uint64_t row,
+                       uint8_t* const* out,
+                       WorkloadCounters* counters) const override {
+    return Fill(order.seed, order.epoch, row, out, counters);
+  }
+
+ private:
+  static uint64_t WindowOf(const EpochRows& t, uint64_t row) {
+    return uint64_t(std::upper_bound(t.first_row.begin(), t.first_row.end(),
+                                     row) -
+                    t.first_row.begin()) -
+           1;
+  }
+  std::shared_ptr<const EpochRows> Find(uint64_t seed, uint64_t epoch) const {
+    absl::MutexLock lock(&mu_);
+    auto it = epochs_.find({seed, epoch});
+    return it == epochs_.end() ? nullptr : it->second;
+  }
+  absl::StatusOr<std::shared_ptr<const EpochRows>> Extend(
+      const EpochOrder& order, uint64_t want_rows, uint64_t want_windows,
+      const StopFlag* stop) const;
+  absl::Status Fill(uint64_t seed, uint64_t epoch, uint64_t row,
+                    uint8_t* const* out, WorkloadCounters* counters) const;
+
+  const Options o_;
+  const std::shared_ptr<BlockTable> table_;
+  Executor* const pool_;
+  const uint64_t nb_, windows_;
+  const std::vector<TensorLayout> tensors_;
+  const BlockCache cache_;
+  mutable absl::Mutex mu_;
+  // Learnt epochs by (seed, epoch); the oldest dropped past a few.
+  mutable std::map<std::pair<uint64_t, uint64_t>,
+                   std::shared_ptr<const EpochRows>>
+      epochs_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::shared_ptr<const EpochRows>> TrainWorkload::Extend(
+    const EpochOrder& order, uint64_t want_rows, uint64_t want_windows,
+    const StopFlag* stop) const {
+  std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
+  if (t == nullptr) t = std::make_shared<EpochRows>();
+  // Windows are counted a few at a time, their blocks in parallel.
+  const uint64_t kChunk = 8;
+  while (!t->complete && (t->first_row.back() < want_rows ||
+                          t->first_row.size() - 1 < want_windows)) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat(kName, ": stream closed"));
+    }
+    const uint64_t w0 = t->first_row.size() - 1;
+    const uint64_t w1 = std::min(windows_, w0 + kChunk);
+    const uint64_t p0 = w0 * o_.window_blocks;
+    const uint64_t p1 = std::min(nb_, w1 * o_.window_blocks);
+    std::vector<uint64_t> blocks(p1 - p0);
+    EpochIds(order, p0, p1 - p0, blocks.data());
+    std::vector<uint32_t> lines(blocks.size());
+    absl::Status s = ParallelFor(
+        pool_, Priority::kServing, blocks.size(), blocks.size(),
+        [&](uint64_t i) -> absl::Status {
+          absl::StatusOr<uint32_t> n = table_->Lines(blocks[i]);
+          if (!n.ok()) return n.status();
+          lines[i] = *n;
+          return absl::OkStatus();
+        },
+        1);
+    if (!s.ok()) return s;
+    auto next = std::make_shared<EpochRows>(*t);
+    for (uint64_t w = w0; w < w1; ++w) {
+      uint64_t rows = 0;
+      for (uint64_t p = w * o_.window_blocks;
+           p < std::min(nb_, (w + 1) * o_.window_blocks); ++p) {
+        rows += lines[p - p0];
+      }
+      next->first_row.push_back(next->first_row.back() + rows);
+    }
+    next->complete = next->first_row.size() - 1 == windows_;
+    t = next;
+    absl::MutexLock lock(&mu_);
+    auto& slot = epochs_[{order.seed, order.epoch}];
+    if (slot == nullptr || slot->first_row.size() < t->first_row.size()) {
+      slot = t;
+    }
+    while (epochs_.size() > 4) epochs_.erase(epochs_.begin());
+  }
+  return t;
+}
+
+// Row `row` of the epoch: window w's lines, in the order of w's blocks,
+// permuted by a permutation of its own (seeded by seed, w and the epoch).
+absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
+                                 uint8_t* const* out,
+                                 WorkloadCounters* counters) const {
+  std::shared_ptr<const EpochRows> t = Find(seed, epoch);
+  if (t == nullptr || row >= t->first_row.back()) {
+    return absl::InternalError(absl::StrCat(
+        kName, ": row ", row, " of epoch ", epoch, " is not counted yet"));
+  }
+  const uint64_t w = WindowOf(*t, row);
+  const uint64_t lines = t->first_row[w + 1] - t->first_row[w];
+  // The window's blocks and their first lines, kept per thread: a batch's
+  // rows are mostly of one window.
+  struct WindowLayout {
+    bool set = false;
+    const TrainWorkload* owner = nullptr;
+    uint64_t seed = 0, epoch = 0, window = 0;
+    std::vector<uint64_t> blocks, first;  // first: blocks + 1
+    std::optional<EpochPermutation> perm;
+  };
+  thread_local WindowLayout l;
+  if (!l.set || l.owner != this || l.seed != seed || l.epoch != epoch ||
+      l.window != w) {
+    const uint64_t p0 = w * o_.window_blocks;
+    const uint64_t p1 = std::min(nb_, p0 + o_.window_blocks);
+    l.blocks.resize(p1 - p0);
+    EpochPermutation(nb_, seed, epoch).Fill(p0, p1 - p0, l.blocks.data());
+    l.first.assign(1, 0);
+    for (uint64_t b : l.blocks) {
+      const uint32_t n = table_->KnownLines(b);
+      if (n == UINT32_MAX) {
+        l.set = false;
+        return absl::InternalError(absl::StrCat(
+            kName, ": ", table_->Describe(b), " is not counted yet"));
+      }
+      l.first.push_back(l.first.back() + n);
+    }
+    l.perm.emplace(lines, Mix(seed ^ Mix(w + 0x5bd1e995)), epoch);
+    l.set = true;
+    l.owner = this;
+    l.seed = seed;
+    l.epoch = epoch;
+    l.window = w;
+  }
+  const uint64_t q = (*l.perm)(row - t->first_row[w]);
+  const uint64_t k =
+      uint64_t(std::upper_bound(l.first.begin(), l.first.end(), q) -
+               l.first.begin()) -
+      1;
+  absl::StatusOr<std::shared_ptr<const ParsedBlock>> block =
+      cache_.Get(l.blocks[k]);
+  if (!block.ok()) return block.status();
+  const uint64_t j = q - l.first[k];
+  if (j >= (*block)->lines) {
+    return absl::DataLossError(absl::StrCat(
+        kName, ": ", table_->Describe(l.blocks[k]), " holds ",
+        (*block)->lines, " lines now, ", l.first[k + 1] - l.first[k],
+        " when counted (the file changed)"));
+  }
+  WriteLine(block->get(), j, o_.exact_ids, out, counters);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
+    const WorkloadConfig& config) {
+  absl::StatusOr<Options> o = ParseOptions(config);
+  if (!o.ok()) return o.status();
+  absl::StatusOr<Split> split =
+      ParseSplit(kName, config.split,
+                 {Split::kTrain, Split::kEvalTrain, Split::kValidation,
+                  Split::kTest});
+  if (!split.ok()) return split.status();
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
+      config.data_root.empty() ? config.data_path : config.data_root,
+      config.access);
+  if (!root.ok()) return root.status();
+  absl::StatusOr<std::vector<std::string>> files =
+      SplitFiles(**root, config.data_path, *split);
+  if (!files.ok()) return files.status();
+  absl::StatusOr<std::shared_ptr<BlockTable>> table =
+      BlockTable::Create(*root, *std::move(files), o->block_bytes,
+                         o->max_line);
+  if (!table.ok()) return table.status();
+  Executor* pool = config.pool();
+  if (*split == Split::kTrain) {
+    if ((*table)->num_blocks() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kName, ": the train files of ", config.data_path,
+                       " are empty"));
+    }
+    return std::unique_ptr<Workload>(
+        new TrainWorkload(*o, *std::move(table), pool));
+  }
+  // Evaluation: count the lines of the files it needs, in parallel, file
+  // by file (eval_train stops at eval_train_examples).
+  const BlockTable& t = **table;
+  std::vector<uint64_t> first_line{0};
+  const uint64_t want =
+      *split == Split::kEvalTrain ? o->eval_train : UINT64_MAX;
+  for (size_t f = 0; f < t.num_files() && first_line.back() < want; ++f) {
+    const uint64_t b0 = t.first_block(f), b1 = t.first_block(f + 1);
+    absl::Status s = ParallelFor(
+        pool, Priority::kServing, b1 - b0, b1 - b0,
+        [&](uint64_t i) -> absl::Status {
+          return t.Lines(b0 + i).status();
+        },
+        1);
+    if (!s.ok()) return s;
+    for (uint64_t b = b0; b < b1; ++b) {
+      first_line.push_back(first_line.back() + t.KnownLines(b));
+    }
+  }
+  const uint64_t n = std::min(want, first_line.back());
+  if (n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": the ", SplitName(*split), " files of ",
+                     config.data_path, " hold no line"));
+  }
+  return std::unique_ptr<Workload>(
+      new EvalWorkload(*o, *std::move(table), std::move(first_line), n));
+}
+
+}  // namespace batchd

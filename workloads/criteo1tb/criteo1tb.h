@@ -1,0 +1,44 @@
+// The criteo1tb workload (AlgoPerf's DLRM data): Criteo 1TB's TSV day
+// files read as they lie (`day_{D}_{NN}`, no extension), every line turned
+// into AlgoPerf's values (criteo_line.h). docs/criteo1tb.md has the
+// details.
+//
+// Splits (files relative to data_path, sorted by day then index):
+//   train       day_0_* .. day_22_*: the files cut into block_kib blocks,
+//               the blocks permuted per epoch (seeded), the lines of each
+//               window of window_blocks consecutive blocks of that order
+//               shuffled (seeded); every line once per epoch, the epoch's
+//               remainder dropped; resumes from a batch's cursor
+//               (epoch, window, row in window) after counting the
+//               newlines of the epoch's earlier windows only.
+//   eval_train  the first eval_train_examples lines of the train files, in
+//               file order; validation day_23_19 .. day_23_35; test
+//               day_23_00 .. day_23_18: one pass in file order, the last
+//               batch padded with zero rows of weight 0.
+// Options:
+//   ids           float32 (default) or int64: int64 adds tensor `ids`
+//                 int64 [26], the hashed ids before AlgoPerf's cast to
+//                 float32 (which merges ids above 2^24).
+//   block_kib     block size in KiB (default 1024; 64 .. 65536).
+//   window_blocks blocks whose lines are shuffled together (default 64;
+//                 1 .. 4096).
+//   max_line_bytes  longer lines are damaged (default 65536; 128 .. 2^24).
+//   eval_train_examples  default 83279872 (AlgoPerf's), 1 .. 2^40.
+// Tensors: inputs float32 [39] (13 dense, then 26 ids as float32), targets
+// float32 [], weights float32 [] (1 real, 0 padding or a damaged line).
+#ifndef BATCHD_WORKLOADS_CRITEO1TB_CRITEO1TB_H_
+#define BATCHD_WORKLOADS_CRITEO1TB_CRITEO1TB_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "workloads/workload.h"
+
+namespace batchd {
+
+absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
+    const WorkloadConfig& config);
+
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_CRITEO1TB_CRITEO1TB_H_

@@ -1,0 +1,54 @@
+// One line of Criteo 1TB's TSV day files turned into AlgoPerf's values
+// (algoperf/workloads/criteo1tb/input_pipeline.py, `_parse_example_fn`):
+// a label, 13 dense features log(max(x, 0) + 1) and 26 categorical
+// features hashed into their vocabularies.
+//
+// Thread safety: the functions are pure.
+#ifndef BATCHD_WORKLOADS_CRITEO1TB_CRITEO_LINE_H_
+#define BATCHD_WORKLOADS_CRITEO1TB_CRITEO_LINE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace batchd {
+namespace criteo {
+
+constexpr int kDense = 13;
+constexpr int kCategorical = 26;
+constexpr int kFields = 1 + kDense + kCategorical;  // 40
+constexpr int kInputs = kDense + kCategorical;      // 39
+
+// AlgoPerf's vocabulary size of each categorical column.
+extern const uint64_t kVocab[kCategorical];
+
+// TF's float32 log on CPU: Eigen's vectorised one (frexp range reduction to
+// [sqrt(1/2), sqrt(2)), a (3,3) rational approximation of log(1 + x), then
+// e * ln 2 added), evaluated with separate multiplies and adds as TF's
+// wheels do (no FMA). Bit-exact against tf.math.log for every x >= 1 that
+// the tests try; x must be finite and >= 1 here.
+float TfLog(float x);
+
+// A line's values. Ids exact (before AlgoPerf's cast to float32).
+struct ParsedLine {
+  float label = 0;
+  float dense[kDense] = {};
+  uint64_t ids[kCategorical] = {};
+};
+
+// Why a line is not a Criteo example.
+enum class LineError { kNone, kFieldCount, kNotANumber, kFieldTooLong };
+const char* LineErrorName(LineError e);
+
+// Parses `line` (without its '\n') as AlgoPerf's decode_csv does with
+// field_delim '\t' and na_value '-1': an empty field or "-1" takes the
+// default (0.0; categoricals "00000000"); the label and dense fields are
+// float32 numbers (other negatives are kept and then clipped by the
+// log's max(x, 0)); categorical field i is FarmHash Fingerprint64 of its
+// bytes followed by decimal i, modulo kVocab[i] (to_hash_bucket_fast).
+// No allocation.
+LineError ParseLine(const char* line, size_t size, ParsedLine* out);
+
+}  // namespace criteo
+}  // namespace batchd
+
+#endif  // BATCHD_WORKLOADS_CRITEO1TB_CRITEO_LINE_H_
