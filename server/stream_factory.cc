@@ -252,7 +252,8 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   if (!workload.ok()) return workload.status();
   absl::StatusOr<Sampler> sampler =
       Sampler::Create((*workload)->num_examples(), spec.global_batch_size(),
-                      spec.world_size(), spec.seed(), (*workload)->shuffle());
+                      spec.world_size(), spec.seed(), (*workload)->shuffle(),
+                      (*workload)->examples_hold_many_rows());
   if (!sampler.ok()) return sampler.status();
   absl::StatusOr<BatchLayout> layout =
       BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());

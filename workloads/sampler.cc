@@ -1,6 +1,8 @@
 // Epoch permutations and batch slicing; see sampler.h.
 #include "workloads/sampler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "workloads/counter_rng.h"
 
@@ -97,7 +99,8 @@ void EpochIds(const EpochOrder& order, uint64_t first, uint64_t count,
 absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
                                         uint64_t global_batch_size,
                                         uint32_t world_size, uint64_t seed,
-                                        bool shuffle) {
+                                        bool shuffle,
+                                        bool many_rows_per_example) {
   if (world_size == 0) {
     return absl::InvalidArgumentError("world_size must be at least 1");
   }
@@ -113,7 +116,7 @@ absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
   if (num_examples == 0) {
     return absl::InvalidArgumentError("the data set has no examples");
   }
-  if (shuffle && num_examples < global_batch_size) {
+  if (shuffle && num_examples < global_batch_size && !many_rows_per_example) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the data set has ", num_examples,
         " examples, fewer than one global batch of ", global_batch_size,
@@ -125,7 +128,9 @@ absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
 Sampler::Sampler(uint64_t n, uint64_t g, uint32_t w, uint64_t seed,
                  bool shuffle)
     : n_(n), g_(g), w_(w), seed_(seed), shuffle_(shuffle) {
-  steps_per_epoch_ = shuffle ? n / g : (n + g - 1) / g;
+  // At least 1: an epoch of fewer examples than a batch (their rows make
+  // the batches; the schedule knows them) must not divide by zero.
+  steps_per_epoch_ = shuffle ? std::max<uint64_t>(1, n / g) : (n + g - 1) / g;
 }
 
 RankSlice Sampler::Slice(uint64_t step, uint32_t rank) const {

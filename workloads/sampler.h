@@ -52,7 +52,8 @@ class Sampler {
   static absl::StatusOr<Sampler> Create(uint64_t num_examples,
                                         uint64_t global_batch_size,
                                         uint32_t world_size, uint64_t seed,
-                                        bool shuffle);
+                                        bool shuffle,
+                                        bool many_rows_per_example = false);
 
   uint64_t num_examples() const { return n_; }
   uint64_t global_batch_size() const { return g_; }

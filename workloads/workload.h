@@ -139,6 +139,11 @@ class Workload {
   virtual uint64_t resident_bytes() const { return 0; }
 
   virtual uint64_t num_examples() const = 0;
+  // Whether one example makes many rows of a batch (criteo1tb's examples
+  // are blocks of lines, its schedule's rows the lines): a training epoch
+  // may then hold fewer examples than one global batch, and its schedule
+  // checks the rows instead. Default: false.
+  virtual bool examples_hold_many_rows() const { return false; }
   // Training streams shuffle and repeat; others run once in order.
   virtual bool shuffle() const = 0;
   virtual const std::vector<TensorLayout>& tensors() const = 0;

@@ -254,6 +254,7 @@ class TrainWorkload : public Workload, public RowPacking {
   }
   // The schedule's examples are blocks; its rows are lines.
   uint64_t num_examples() const override { return nb_; }
+  bool examples_hold_many_rows() const override { return true; }
   bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 

@@ -14,7 +14,8 @@ workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 `_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
 input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
-`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit) and `wmt`.
+`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
+`criteo1tb` (module criteo: AlgoPerf's DLRM workloads).
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -42,7 +43,7 @@ import collections
 import os
 
 from .. import Loader
-from . import imagenet, wmt
+from . import criteo, imagenet, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -56,6 +57,7 @@ _opened = collections.Counter()
 # AlgoPerf's queue yields, from the ring's tensors; move(t, dtype) puts a
 # ring tensor on the queue's device), and optionally DEVICE.
 WORKLOADS = {
+    "criteo1tb": criteo,
     "imagenet": imagenet,
     "wmt": wmt,
 }
