@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -20,7 +21,8 @@ from batchd_daemon import Daemon, binary
 from helpers import REPO as ROOT
 SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
-          "wmt": ["train", "validation", "eval_train", "test"]}
+          "wmt": ["train", "validation", "eval_train", "test"],
+          "criteo1tb": ["train", "validation", "eval_train", "test"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -54,6 +56,9 @@ def daemon(shared_data, tmp_path_factory):
     for name in ("imagenet", "wmt"):
         shutil.copytree(shared_data / name, root / name, symlinks=True)
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
+    subprocess.run([sys.executable, os.path.join(
+        ROOT, "workloads", "criteo1tb", "make_criteo1tb.py"), "--out",
+        str(root / "criteo1tb"), "--lines", "12"], check=True)
     d = Daemon(root, root / "batchd.log")
     yield d
     d.stop()
