@@ -1,0 +1,227 @@
+// The criteo1tb workload's parts: TF's float log, a line's values,
+// options and splits, blocks (lines across block bounds, damaged lines,
+// empty files, no final newline), padding and determinism of FillItem.
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "tests/testutil.h"
+#include "workloads/criteo1tb/criteo1tb.h"
+#include "workloads/criteo1tb/criteo_line.h"
+
+namespace batchd {
+namespace {
+
+using criteo::ParsedLine;
+using criteo::ParseLine;
+using testutil::TempDir;
+using testutil::WriteFile;
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(CriteoLog, BitExactAgainstTensorFlow) {
+  // (x, bits of tf.math.log(relu(x) + 1)) from TF 2.21 on CPU.
+  const struct {
+    float x;
+    uint32_t want;
+  } cases[] = {{0, 0},
+               {1, 1060205080},
+               {6, 1073288086},
+               {36, 1080498504},  // logf(37) is 1 ulp lower here
+               {178, 1084620561},
+               {200, 1084863660},
+               {999999, 1096617045},
+               {FromBits(1266681552), 1099240959},
+               {FromBits(1328730924), 1101960021},
+               {FromBits(2132180564), 1118855703}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(Bits(criteo::TfLog(c.x + 1.0f)), c.want) << c.x;
+  }
+  EXPECT_NE(Bits(criteo::TfLog(37.0f)), Bits(logf(37.0f)));
+}
+
+std::string Line(const std::vector<std::string>& fields) {
+  return absl::StrJoin(fields, "\t");
+}
+
+std::vector<std::string> GoodFields() {
+  std::vector<std::string> f = {"1"};
+  for (int i = 0; i < 13; ++i) f.push_back(absl::StrCat(i * 3));
+  for (int i = 0; i < 26; ++i) f.push_back("68fd1e64");
+  return f;
+}
+
+TEST(CriteoLine, ValuesAsAlgoPerf) {
+  std::vector<std::string> f = GoodFields();
+  f[1] = "";     // missing
+  f[2] = "-1";   // na_value
+  f[3] = "-3";   // kept, then max(x, 0)
+  f[14] = "";    // categorical missing: "00000000"
+  f[39] = "-1";  // categorical na_value
+  const std::string line = Line(f);
+  ParsedLine p;
+  ASSERT_EQ(ParseLine(line.data(), line.size(), &p), criteo::LineError::kNone);
+  EXPECT_EQ(p.label, 1.0f);
+  EXPECT_EQ(p.dense[0], 0.0f);
+  EXPECT_EQ(p.dense[1], 0.0f);
+  EXPECT_EQ(p.dense[2], 0.0f);
+  EXPECT_EQ(p.dense[3], criteo::TfLog(10.0f));
+  // pyfarmhash: fingerprint64("68fd1e640") = 9066014191666271819,
+  // fingerprint64("0000000025") = 10220210890468929800.
+  std::vector<std::string> g = GoodFields();
+  const std::string good = Line(g);
+  ASSERT_EQ(ParseLine(good.data(), good.size(), &p), criteo::LineError::kNone);
+  EXPECT_EQ(p.ids[0], 9066014191666271819ull % criteo::kVocab[0]);
+  ASSERT_EQ(ParseLine(line.data(), line.size(), &p), criteo::LineError::kNone);
+  EXPECT_EQ(p.ids[25], 10220210890468929800ull % criteo::kVocab[25]);
+}
+
+TEST(CriteoLine, DamagedLinesAreErrors) {
+  std::vector<std::string> f = GoodFields();
+  f.resize(12);
+  std::string s = Line(f);
+  ParsedLine p;
+  EXPECT_EQ(ParseLine(s.data(), s.size(), &p), criteo::LineError::kFieldCount);
+  f = GoodFields();
+  f.push_back("x");
+  s = Line(f);
+  EXPECT_EQ(ParseLine(s.data(), s.size(), &p), criteo::LineError::kFieldCount);
+  f = GoodFields();
+  f[5] = "12a";
+  s = Line(f);
+  EXPECT_EQ(ParseLine(s.data(), s.size(), &p), criteo::LineError::kNotANumber);
+  EXPECT_EQ(ParseLine("", 0, &p), criteo::LineError::kFieldCount);
+}
+
+struct Set {
+  TempDir dir{"criteo"};
+  std::vector<std::string> lines;  // validation's, in order
+};
+
+// day_0_00 (train) and validation files day_23_19 (many lines, several
+// 64 KiB blocks), day_23_20 (damaged lines, no final newline), day_23_21
+// (empty).
+void MakeSet(Set* s) {
+  std::string big;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<std::string> f = GoodFields();
+    f[0] = i % 2 ? "1" : "0";
+    f[1] = absl::StrCat(i);
+    f[14] = absl::StrCat(absl::Hex(i * 7919, absl::kZeroPad8));
+    s->lines.push_back(Line(f));
+    big += s->lines.back() + "\n";
+  }
+  WriteFile(s->dir.Path("day_0_00"), big.substr(0, 20000));
+  WriteFile(s->dir.Path("day_23_19"), big);
+  std::vector<std::string> twelve = GoodFields();
+  twelve.resize(12);
+  const std::string bad = Line(twelve);
+  s->lines.push_back(bad);
+  s->lines.push_back(s->lines[0]);
+  WriteFile(s->dir.Path("day_23_20"), bad + "\n" + s->lines[0]);
+  WriteFile(s->dir.Path("day_23_21"), "");
+}
+
+absl::StatusOr<std::unique_ptr<Workload>> Make(
+    const Set& s, const std::string& split,
+    std::map<std::string, std::string> options = {{"block_kib", "64"}}) {
+  WorkloadConfig c;
+  c.data_path = s.dir.path();
+  c.split = split;
+  c.options = std::move(options);
+  return CreateCriteo1TbWorkload(c);
+}
+
+TEST(Criteo1Tb, RefusesBadOptionsAndSplits) {
+  Set s;
+  MakeSet(&s);
+  absl::StatusOr<std::unique_ptr<Workload>> w = Make(s, "bogus");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("bogus"), std::string::npos);
+  w = Make(s, "train", {{"block_kib", "1"}});
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("block_kib"), std::string::npos);
+  w = Make(s, "train", {{"nope", "1"}});
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("nope"), std::string::npos);
+  w = Make(s, "test");  // no day_23_00 .. 18
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("test"), std::string::npos);
+}
+
+struct Row {
+  std::vector<uint8_t> inputs = std::vector<uint8_t>(39 * 4);
+  float target = -1, weight = -1;
+  uint8_t* out[3];
+  Row() {
+    out[0] = inputs.data();
+    out[1] = reinterpret_cast<uint8_t*>(&target);
+    out[2] = reinterpret_cast<uint8_t*>(&weight);
+  }
+};
+
+TEST(Criteo1Tb, ValidationLinesAcrossBlocksDamagedAndPadding) {
+  Set s;
+  MakeSet(&s);
+  absl::StatusOr<std::unique_ptr<Workload>> w = Make(s, "validation");
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ((*w)->num_examples(), s.lines.size());
+  WorkloadCounters counters;
+  for (uint64_t i = 0; i < s.lines.size(); ++i) {
+    Row r;
+    ItemRef item{0, 0, i, i, true};
+    ASSERT_TRUE((*w)->FillItem(item, r.out, &counters).ok()) << i;
+    ParsedLine p;
+    const bool ok = ParseLine(s.lines[i].data(), s.lines[i].size(), &p) ==
+                    criteo::LineError::kNone;
+    ASSERT_EQ(r.weight, ok ? 1.0f : 0.0f) << i;
+    if (!ok) continue;
+    EXPECT_EQ(r.target, p.label) << i;
+    float want[39];
+    std::memcpy(want, p.dense, sizeof(p.dense));
+    for (int c = 0; c < 26; ++c) want[13 + c] = float(p.ids[c]);
+    ASSERT_EQ(std::memcmp(r.inputs.data(), want, sizeof(want)), 0) << i;
+  }
+  EXPECT_EQ(counters.decode_errors.load(), 1u);
+  Row pad;
+  ItemRef padding{0, 0, s.lines.size(), 0, false};
+  ASSERT_TRUE((*w)->FillItem(padding, pad.out, nullptr).ok());
+  EXPECT_EQ(pad.weight, 0.0f);
+  EXPECT_EQ(pad.target, 0.0f);
+  EXPECT_EQ(pad.inputs, std::vector<uint8_t>(39 * 4, 0));
+}
+
+TEST(Criteo1Tb, FillIsDeterministicAcrossThreads) {
+  Set s;
+  MakeSet(&s);
+  absl::StatusOr<std::unique_ptr<Workload>> w = Make(s, "validation");
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<Row> a(200), b(200);
+  auto fill = [&](std::vector<Row>* rows, bool reverse) {
+    for (int k = 0; k < 200; ++k) {
+      const int i = reverse ? 199 - k : k;
+      ItemRef item{0, 0, uint64_t(i * 13), uint64_t(i * 13), true};
+      ASSERT_TRUE((*w)->FillItem(item, (*rows)[i].out, nullptr).ok());
+    }
+  };
+  std::thread t1([&] { fill(&a, false); });
+  std::thread t2([&] { fill(&b, true); });
+  t1.join();
+  t2.join();
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(a[i].inputs, b[i].inputs) << i;
+}
+
+}  // namespace
+}  // namespace batchd
