@@ -136,3 +136,16 @@ def test_a_killed_rank_stops_the_job_and_frees_the_rings(server):
     assert re.search(r"Signal 9|SIGKILL", out), out
     assert wait_until(lambda: gone(proc.pid)), "rank 0 outlived torchrun"
     assert wait_until(lambda: server.segments() == []), server.segments()
+
+
+def test_torchrun_criteo1tb_through_algoperf_disjoint_complete(server, tmp_path):
+    subprocess.run([sys.executable, os.path.join(
+        REPO, "workloads", "criteo1tb", "make_criteo1tb.py"), "--out",
+        str(tmp_path / "data" / "criteo1tb"), "--lines", "400",
+        "--day23-lines", "30"], check=True)
+    proc = torchrun(server, os.path.join(HERE, "criteo_ddp_check.py"),
+                    "--steps", "6", "--global-batch-size", "64")
+    out, _ = proc.communicate(timeout=DEADLINE * 3)
+    assert proc.returncode == 0, out
+    assert "criteo: every global batch disjoint and complete" in out, out
+    assert len(re.findall(r"^criteo \w+ step \d+ ok$", out, re.M)) == 12, out
