@@ -360,7 +360,7 @@ absl::StatusOr<std::shared_ptr<const EpochRows>> TrainWorkload::Extend(
   std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
   if (t == nullptr) t = std::make_shared<EpochRows>();
   // Windows are counted a few at a time, their blocks in parallel.
-  const uint64_t kChunk = 8;
+  const uint64_t kChunk = 2;
   while (!t->complete && (t->first_row.back() < want_rows ||
                           t->first_row.size() - 1 < want_windows)) {
     if (stop != nullptr && stop->load()) {

@@ -1,0 +1,89 @@
+"""criteo1tb at scale: a train set of tens of millions of lines
+(make_criteo1tb.py --pool), served by a new daemon: time to the first
+batch of a set it has never seen (the files' pages dropped from the page
+cache with posix_fadvise first), rows/s over N steps, then a second new
+daemon resuming at step N + 1 from the cursor of step N (state_dict's
+way) and a third resuming from the step alone, the pages dropped again
+before each; each daemon's peak RSS (VmHWM).
+
+usage: BATCHD_BIN=build/server/batchd PYTHONPATH=build/python \
+  python3 bench/criteo_scale.py DATA_ROOT [--steps 120] [--batch 262144]
+"""
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+
+def drop_pages(folder):
+    for name in os.listdir(folder):
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def peak_rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def serve(root, batch, threads, steps, **kw):
+    import batchd
+    from batchd_daemon import Daemon
+    d = Daemon(root, f"/tmp/criteo-scale-{os.getpid()}.log", threads=threads)
+    try:
+        t0 = time.monotonic()
+        l = batchd.Loader("scale", batch, workload="criteo1tb",
+                          data="criteo1tb", split="train", seed=1,
+                          server=d.address, timeout=600.0, **kw)
+        _, info = l.next_batch()
+        first = time.monotonic() - t0
+        cursors = [info.cursor]
+        t1 = time.monotonic()
+        for _ in range(steps):
+            _, info = l.next_batch()
+            cursors.append(info.cursor)
+        rate = steps * batch / (time.monotonic() - t1) if steps else 0
+        l.close()
+        return first, rate, cursors, peak_rss_mib(d.proc.pid)
+    finally:
+        d.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--batch", type=int, default=262144)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    folder = os.path.join(a.root, "criteo1tb")
+    size = sum(os.path.getsize(os.path.join(folder, f))
+               for f in os.listdir(folder))
+    print(f"set: {size / 1e9:.1f} GB in {len(os.listdir(folder))} files")
+    drop_pages(folder)
+    first, rate, cursors, rss = serve(a.root, a.batch, a.threads, a.steps)
+    print(f"never-seen set: first batch {first:.2f} s; {rate:,.0f} rows/s "
+          f"over {a.steps} steps on {a.threads} threads; peak RSS "
+          f"{rss:.0f} MiB")
+    far = cursors[-1]
+    print(f"cursor of step {far.step}: {tuple(far)}")
+    drop_pages(folder)
+    first, _, got, rss = serve(a.root, a.batch, a.threads, 0,
+                               start_step=far.step + 1, start_cursor=far)
+    print(f"resume from the cursor of step {far.step}: first batch "
+          f"{first:.2f} s; peak RSS {rss:.0f} MiB")
+    drop_pages(folder)
+    first, _, got2, rss = serve(a.root, a.batch, a.threads, 0,
+                                start_step=far.step + 1)
+    print(f"resume from step {far.step + 1} alone: first batch {first:.2f} s;"
+          f" peak RSS {rss:.0f} MiB; same batch: {got[0] == got2[0]}")
+
+
+if __name__ == "__main__":
+    main()
