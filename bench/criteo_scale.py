@@ -4,7 +4,8 @@ batch of a set it has never seen (the files' pages dropped from the page
 cache with posix_fadvise first), rows/s over N steps, then a second new
 daemon resuming at step N + 1 from the cursor of step N (state_dict's
 way) and a third resuming from the step alone, the pages dropped again
-before each; each daemon's peak RSS (VmHWM).
+before each; each daemon's peak RSS (VmHWM). The first two daemons share a --cache-dir (where the block line
+counts are kept), the third has a new one, so it counts.
 
 usage: BATCHD_BIN=build/server/batchd PYTHONPATH=build/python \
   python3 bench/criteo_scale.py DATA_ROOT [--steps 120] [--batch 262144]
@@ -32,10 +33,11 @@ def peak_rss_mib(pid):
     return 0.0
 
 
-def serve(root, batch, threads, steps, **kw):
+def serve(root, batch, threads, steps, cache, **kw):
     import batchd
     from batchd_daemon import Daemon
-    d = Daemon(root, f"/tmp/criteo-scale-{os.getpid()}.log", threads=threads)
+    d = Daemon(root, f"/tmp/criteo-scale-{os.getpid()}.log", threads=threads,
+               args=("--cache-dir", cache))
     try:
         t0 = time.monotonic()
         l = batchd.Loader("scale", batch, workload="criteo1tb",
@@ -66,22 +68,28 @@ def main():
     size = sum(os.path.getsize(os.path.join(folder, f))
                for f in os.listdir(folder))
     print(f"set: {size / 1e9:.1f} GB in {len(os.listdir(folder))} files")
+    import tempfile
+    kept = tempfile.mkdtemp(prefix="criteo-scale-cache-")
     drop_pages(folder)
-    first, rate, cursors, rss = serve(a.root, a.batch, a.threads, a.steps)
+    first, rate, cursors, rss = serve(a.root, a.batch, a.threads, a.steps,
+                                      kept)
     print(f"never-seen set: first batch {first:.2f} s; {rate:,.0f} rows/s "
           f"over {a.steps} steps on {a.threads} threads; peak RSS "
           f"{rss:.0f} MiB")
     far = cursors[-1]
     print(f"cursor of step {far.step}: {tuple(far)}")
     drop_pages(folder)
-    first, _, got, rss = serve(a.root, a.batch, a.threads, 0,
+    first, _, got, rss = serve(a.root, a.batch, a.threads, 0, kept,
                                start_step=far.step + 1, start_cursor=far)
-    print(f"resume from the cursor of step {far.step}: first batch "
+    print(f"resume (same --cache-dir) from the cursor of step {far.step}: "
+          f"first batch "
           f"{first:.2f} s; peak RSS {rss:.0f} MiB")
     drop_pages(folder)
     first, _, got2, rss = serve(a.root, a.batch, a.threads, 0,
+                                tempfile.mkdtemp(prefix="criteo-scale-cache-"),
                                 start_step=far.step + 1)
-    print(f"resume from step {far.step + 1} alone: first batch {first:.2f} s;"
+    print(f"resume (new --cache-dir: counting) from step {far.step + 1} "
+          f"alone: first batch {first:.2f} s;"
           f" peak RSS {rss:.0f} MiB; same batch: {got[0] == got2[0]}")
 
 

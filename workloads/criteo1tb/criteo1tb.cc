@@ -32,6 +32,8 @@ constexpr char kName[] = "criteo1tb";
 constexpr uint64_t kAlgoPerfEvalTrain = 83279872;
 // Blocks parsed and kept per stream beyond the window being served.
 constexpr size_t kSpareBlocks = 16;
+// Blocks counted between two stores of the counts in the daemon's cache.
+constexpr uint64_t kStoreEvery = 8192;
 
 struct Options {
   bool exact_ids = false;
@@ -239,14 +241,22 @@ struct EpochRows {
 
 class TrainWorkload : public Workload, public RowPacking {
  public:
-  TrainWorkload(Options o, std::shared_ptr<BlockTable> table, Executor* pool)
+  TrainWorkload(Options o, std::shared_ptr<BlockTable> table, Executor* pool,
+                std::shared_ptr<const CacheDir> cache)
       : o_(o),
         table_(std::move(table)),
         pool_(pool),
+        store_(std::move(cache)),
         nb_(table_->num_blocks()),
         windows_((nb_ + o.window_blocks - 1) / o.window_blocks),
         tensors_(Tensors(o)),
         cache_(table_, 2 * o.window_blocks + kSpareBlocks, o.exact_ids) {}
+
+  ~TrainWorkload() override {
+    if (store_ != nullptr && table_->counted_since_store() > 0) {
+      table_->StoreCounts(*store_);
+    }
+  }
 
   std::unique_ptr<Schedule> MakeSchedule(
       const Sampler& sampler) const override {
@@ -344,6 +354,8 @@ class TrainWorkload : public Workload, public RowPacking {
   const Options o_;
   const std::shared_ptr<BlockTable> table_;
   Executor* const pool_;
+  // Where the line counts are kept (null: cache off).
+  const std::shared_ptr<const CacheDir> store_;
   const uint64_t nb_, windows_;
   const std::vector<TensorLayout> tensors_;
   const BlockCache cache_;
@@ -394,6 +406,10 @@ absl::StatusOr<std::shared_ptr<const EpochRows>> TrainWorkload::Extend(
     }
     next->complete = next->first_row.size() - 1 == windows_;
     t = next;
+    // Kept now and then, so that a daemon that dies loses little counting.
+    if (store_ != nullptr && table_->counted_since_store() >= kStoreEvery) {
+      table_->StoreCounts(*store_);
+    }
     absl::MutexLock lock(&mu_);
     auto& slot = epochs_[{order.seed, order.epoch}];
     if (slot == nullptr || slot->first_row.size() < t->first_row.size()) {
@@ -491,6 +507,10 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
                          o->max_line);
   if (!table.ok()) return table.status();
   Executor* pool = config.pool();
+  std::shared_ptr<const CacheDir> store =
+      config.cache != nullptr && config.cache->enabled() ? config.cache
+                                                         : nullptr;
+  if (store != nullptr) (*table)->LoadCounts(*store);
   if (*split == Split::kTrain) {
     if ((*table)->num_blocks() == 0) {
       return absl::InvalidArgumentError(
@@ -498,7 +518,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
                        " are empty"));
     }
     return std::unique_ptr<Workload>(
-        new TrainWorkload(*o, *std::move(table), pool));
+        new TrainWorkload(*o, *std::move(table), pool, store));
   }
   // Evaluation: count the lines of the files it needs, in parallel, file
   // by file (eval_train stops at eval_train_examples).
@@ -519,6 +539,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
       first_line.push_back(first_line.back() + t.KnownLines(b));
     }
   }
+  if (store != nullptr && t.counted_since_store() > 0) t.StoreCounts(*store);
   const uint64_t n = std::min(want, first_line.back());
   if (n == 0) {
     return absl::InvalidArgumentError(

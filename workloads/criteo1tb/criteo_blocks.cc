@@ -21,12 +21,14 @@ absl::StatusOr<std::shared_ptr<BlockTable>> BlockTable::Create(
   t->block_bytes_ = block_bytes;
   t->max_line_ = max_line;
   t->first_block_.push_back(0);
+  t->identity_ = absl::StrCat("block_bytes=", block_bytes, "\n");
   for (std::string& path : files) {
     struct stat st;
     absl::StatusOr<int> fd = t->root_->OpenFile(path, &st);
     if (!fd.ok()) return fd.status();
     close(*fd);
     const uint64_t size = uint64_t(st.st_size);
+    absl::StrAppend(&t->identity_, FileIdentity(path, st), "\n");
     t->total_bytes_ += size;
     t->first_block_.push_back(t->first_block_.back() +
                               (size + block_bytes - 1) / block_bytes);
@@ -105,7 +107,36 @@ absl::StatusOr<uint32_t> BlockTable::Lines(uint64_t block) const {
     }
   }
   counts_[block].store(lines, std::memory_order_relaxed);
+  counted_.fetch_add(1, std::memory_order_relaxed);
   return lines;
+}
+
+constexpr char kCountsKind[] = "criteo-block-lines";
+
+void BlockTable::LoadCounts(const CacheDir& cache) const {
+  absl::StatusOr<std::string> v = cache.Get(kCountsKind, identity_);
+  const uint64_t n = num_blocks();
+  if (!v.ok() || v->size() != n * 4) return;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t c;
+    std::memcpy(&c, v->data() + i * 4, 4);
+    if (c != UINT32_MAX) counts_[i].store(c, std::memory_order_relaxed);
+  }
+  counted_.store(0);
+}
+
+void BlockTable::StoreCounts(const CacheDir& cache) const {
+  const uint64_t n = num_blocks();
+  std::string v(n * 4, '\0');
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t c = counts_[i].load(std::memory_order_relaxed);
+    std::memcpy(v.data() + i * 4, &c, 4);
+  }
+  counted_.store(0);
+  if (absl::Status s = cache.Put(kCountsKind, identity_, v); !s.ok()) {
+    Log(LogLevel::kWarn, "criteo1tb: line counts not kept",
+        {{"error", std::string(s.message())}});
+  }
 }
 
 absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(

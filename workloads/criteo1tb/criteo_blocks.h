@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
 #include "workloads/criteo1tb/criteo_line.h"
 
@@ -66,6 +67,15 @@ class BlockTable {
   // "day_0_00 bytes [0, 1048576)", for messages.
   std::string Describe(uint64_t block) const;
 
+  // The line counts learnt so far, kept in the daemon's cache (keyed by
+  // every file's identity and the block size), so that a stream of a
+  // restarted daemon resumes without counting again. Best effort: a
+  // failure to store is logged and forgotten.
+  void LoadCounts(const CacheDir& cache) const;
+  void StoreCounts(const CacheDir& cache) const;
+  // Blocks counted since the last StoreCounts (or LoadCounts).
+  uint64_t counted_since_store() const { return counted_.load(); }
+
  private:
   struct File {
     std::string path;
@@ -81,6 +91,8 @@ class BlockTable {
   std::vector<uint64_t> first_block_;  // files + 1
   uint64_t block_bytes_ = 0, max_line_ = 0, total_bytes_ = 0;
   mutable std::unique_ptr<std::atomic<uint32_t>[]> counts_;
+  mutable std::atomic<uint64_t> counted_{0};
+  std::string identity_;  // the cache key: files, sizes, mtimes, block size
 };
 
 // The parsed blocks being served, least recently used dropped beyond
