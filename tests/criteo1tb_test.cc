@@ -52,6 +52,23 @@ TEST(CriteoLog, BitExactAgainstTensorFlow) {
   EXPECT_NE(Bits(criteo::TfLog(37.0f)), Bits(logf(37.0f)));
 }
 
+TEST(CriteoLine, FastModIsTheRemainder) {
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int c = 0; c < criteo::kCategorical; ++c) {
+    const criteo::FastMod mod(criteo::kVocab[c]);
+    for (uint64_t v : {uint64_t(0), uint64_t(1), criteo::kVocab[c] - 1,
+                       criteo::kVocab[c], ~uint64_t(0), ~uint64_t(0) - 1}) {
+      ASSERT_EQ(mod(v), v % criteo::kVocab[c]) << v;
+    }
+    for (int i = 0; i < 200000; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      ASSERT_EQ(mod(x), x % criteo::kVocab[c]) << x;
+    }
+  }
+}
+
 std::string Line(const std::vector<std::string>& fields) {
   return absl::StrJoin(fields, "\t");
 }

@@ -2,6 +2,9 @@
 #include "workloads/criteo1tb/criteo_line.h"
 
 #include <farmhash.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <charconv>
 #include <cstring>
@@ -16,6 +19,17 @@ const uint64_t kVocab[kCategorical] = {
     39664984, 585935,   12972,    108,      36};
 
 namespace {
+
+const FastMod kVocabMod[kCategorical] = {
+    FastMod(kVocab[0]),  FastMod(kVocab[1]),  FastMod(kVocab[2]),
+    FastMod(kVocab[3]),  FastMod(kVocab[4]),  FastMod(kVocab[5]),
+    FastMod(kVocab[6]),  FastMod(kVocab[7]),  FastMod(kVocab[8]),
+    FastMod(kVocab[9]),  FastMod(kVocab[10]), FastMod(kVocab[11]),
+    FastMod(kVocab[12]), FastMod(kVocab[13]), FastMod(kVocab[14]),
+    FastMod(kVocab[15]), FastMod(kVocab[16]), FastMod(kVocab[17]),
+    FastMod(kVocab[18]), FastMod(kVocab[19]), FastMod(kVocab[20]),
+    FastMod(kVocab[21]), FastMod(kVocab[22]), FastMod(kVocab[23]),
+    FastMod(kVocab[24]), FastMod(kVocab[25])};
 
 float FromBits(uint32_t u) {
   float f;
@@ -53,6 +67,43 @@ bool ParseFloat(const char* p, size_t n, float* out) {
   auto rf = std::from_chars(q, end, f);
   if (rf.ec != std::errc() || rf.ptr != end || q == end) return false;
   *out = f;
+  return true;
+}
+
+// The 40 fields of `line`: false unless it has exactly 39 tabs. Tabs are
+// found 16 bytes at a time (SSE2, in every x86-64), not one memchr call a
+// field.
+bool SplitFields(const char* line, size_t size, const char** start,
+                 size_t* len) {
+  int f = 0;
+  const char* field = line;
+  auto tab_at = [&](size_t i) -> bool {
+    if (f == kFields - 1) return false;  // a 41st field
+    start[f] = field;
+    len[f] = size_t(line + i - field);
+    ++f;
+    field = line + i + 1;
+    return true;
+  };
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i tab = _mm_set1_epi8('\t');
+  for (; i + 16 <= size; i += 16) {
+    const __m128i chunk =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(line + i));
+    unsigned mask = unsigned(_mm_movemask_epi8(_mm_cmpeq_epi8(chunk, tab)));
+    while (mask != 0) {
+      if (!tab_at(i + size_t(__builtin_ctz(mask)))) return false;
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; i < size; ++i) {
+    if (line[i] == '\t' && !tab_at(i)) return false;
+  }
+  if (f != kFields - 1) return false;
+  start[f] = field;
+  len[f] = size_t(line + size - field);
   return true;
 }
 
@@ -95,24 +146,10 @@ float TfLog(float v) {
 }
 
 LineError ParseLine(const char* line, size_t size, ParsedLine* out) {
-  const char* p = line;
-  const char* const end = line + size;
   // Field boundaries first: a line of the wrong shape parses nothing.
   const char* start[kFields];
   size_t len[kFields];
-  int f = 0;
-  for (;;) {
-    const char* tab =
-        static_cast<const char*>(std::memchr(p, '\t', size_t(end - p)));
-    const char* stop = tab != nullptr ? tab : end;
-    if (f == kFields) return LineError::kFieldCount;
-    start[f] = p;
-    len[f] = size_t(stop - p);
-    ++f;
-    if (tab == nullptr) break;
-    p = tab + 1;
-  }
-  if (f != kFields) return LineError::kFieldCount;
+  if (!SplitFields(line, size, start, len)) return LineError::kFieldCount;
   if (!ParseFloat(start[0], len[0], &out->label)) return LineError::kNotANumber;
   for (int i = 0; i < kDense; ++i) {
     float x = 0;
@@ -148,7 +185,7 @@ LineError ParseLine(const char* line, size_t size, ParsedLine* out) {
       big[k++] = char('0' + i % 10);
       h = util::Fingerprint64(big, k);
     }
-    out->ids[i] = h % kVocab[i];
+    out->ids[i] = kVocabMod[i](h);
   }
   return LineError::kNone;
 }

@@ -28,6 +28,24 @@ extern const uint64_t kVocab[kCategorical];
 // the tests try; x must be finite and >= 1 here.
 float TfLog(float x);
 
+// x % d for the vocabulary sizes without a 64-bit division (Lemire, Kaser
+// and Kurz, "Faster remainder by direct computation", 2019: with a 128-bit
+// reciprocal M = ceil(2^128 / d), x % d = ((M * x mod 2^128) * d) >> 128,
+// exact for every 64-bit x and every d > 1).
+struct FastMod {
+  unsigned __int128 m = 0;
+  uint64_t d = 1;
+  explicit FastMod(uint64_t divisor)
+      : m(~(unsigned __int128)0 / divisor + 1), d(divisor) {}
+  uint64_t operator()(uint64_t x) const {
+    const unsigned __int128 low = m * x;  // mod 2^128
+    const uint64_t lh = uint64_t(low >> 64), ll = uint64_t(low);
+    const unsigned __int128 top =
+        (unsigned __int128)lh * d + (((unsigned __int128)ll * d) >> 64);
+    return uint64_t(top >> 64);
+  }
+};
+
 // A line's values. Ids exact (before AlgoPerf's cast to float32).
 struct ParsedLine {
   float label = 0;
