@@ -1,6 +1,8 @@
 // The criteo1tb workload's parts: TF's float log, a line's values,
 // options and splits, blocks (lines across block bounds, damaged lines,
 // empty files, no final newline), padding and determinism of FillItem.
+#include "workloads/criteo1tb/criteo1tb.h"
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -9,7 +11,6 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
-#include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/criteo1tb/criteo_line.h"
 
 namespace batchd {

@@ -44,10 +44,10 @@ struct Options {
 };
 
 absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> o = WorkloadOptions::Create(
-      kName, config.options,
-      {"ids", "block_kib", "window_blocks", "max_line_bytes",
-       "eval_train_examples"});
+  absl::StatusOr<WorkloadOptions> o =
+      WorkloadOptions::Create(kName, config.options,
+                              {"ids", "block_kib", "window_blocks",
+                               "max_line_bytes", "eval_train_examples"});
   if (!o.ok()) return o.status();
   Options out;
   absl::StatusOr<std::string> ids =
@@ -168,8 +168,7 @@ void WriteLine(const ParsedBlock* block, uint64_t j, bool exact_ids,
   const float one = 1.0f;
   std::memcpy(out[2], &one, 4);
   if (exact_ids) {
-    std::memcpy(out[3], block->ids.data() + j * kCategorical,
-                kCategorical * 8);
+    std::memcpy(out[3], block->ids.data() + j * kCategorical, kCategorical * 8);
   }
 }
 
@@ -291,9 +290,9 @@ class TrainWorkload : public Workload, public RowPacking {
                                         uint64_t row) const override {
     std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
     if (t == nullptr || row >= t->first_row.back()) {
-      return absl::OutOfRangeError(
-          absl::StrCat(kName, ": row ", row, " of epoch ", order.epoch,
-                       " is not counted yet"));
+      return absl::OutOfRangeError(absl::StrCat(kName, ": row ", row,
+                                                " of epoch ", order.epoch,
+                                                " is not counted yet"));
     }
     const uint64_t w = WindowOf(*t, row);
     return RowCursor{order.epoch, w, row - t->first_row[w]};
@@ -307,9 +306,9 @@ class TrainWorkload : public Workload, public RowPacking {
     const std::vector<uint64_t>& f = (*t)->first_row;
     if (cursor.window + 1 >= f.size() ||
         cursor.row >= f[cursor.window + 1] - f[cursor.window]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          kName, ": cursor (", cursor.epoch, ", ", cursor.window, ", ",
-          cursor.row, ") is past its window's lines"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kName, ": cursor (", cursor.epoch, ", ", cursor.window,
+                       ", ", cursor.row, ") is past its window's lines"));
     }
     return f[cursor.window] + cursor.row;
   }
@@ -335,9 +334,9 @@ class TrainWorkload : public Workload, public RowPacking {
 
  private:
   static uint64_t WindowOf(const EpochRows& t, uint64_t row) {
-    return uint64_t(std::upper_bound(t.first_row.begin(), t.first_row.end(),
-                                     row) -
-                    t.first_row.begin()) -
+    return uint64_t(
+               std::upper_bound(t.first_row.begin(), t.first_row.end(), row) -
+               t.first_row.begin()) -
            1;
   }
   std::shared_ptr<const EpochRows> Find(uint64_t seed, uint64_t epoch) const {
@@ -427,8 +426,8 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
                                  WorkloadCounters* counters) const {
   std::shared_ptr<const EpochRows> t = Find(seed, epoch);
   if (t == nullptr || row >= t->first_row.back()) {
-    return absl::InternalError(absl::StrCat(
-        kName, ": row ", row, " of epoch ", epoch, " is not counted yet"));
+    return absl::InternalError(absl::StrCat(kName, ": row ", row, " of epoch ",
+                                            epoch, " is not counted yet"));
   }
   const uint64_t w = WindowOf(*t, row);
   const uint64_t lines = t->first_row[w + 1] - t->first_row[w];
@@ -476,8 +475,8 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
   const uint64_t j = q - l.first[k];
   if (j >= (*block)->lines) {
     return absl::DataLossError(absl::StrCat(
-        kName, ": ", table_->Describe(l.blocks[k]), " holds ",
-        (*block)->lines, " lines now, ", l.first[k + 1] - l.first[k],
+        kName, ": ", table_->Describe(l.blocks[k]), " holds ", (*block)->lines,
+        " lines now, ", l.first[k + 1] - l.first[k],
         " when counted (the file changed)"));
   }
   WriteLine(block->get(), j, o_.exact_ids, out, counters);
@@ -490,10 +489,9 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
     const WorkloadConfig& config) {
   absl::StatusOr<Options> o = ParseOptions(config);
   if (!o.ok()) return o.status();
-  absl::StatusOr<Split> split =
-      ParseSplit(kName, config.split,
-                 {Split::kTrain, Split::kEvalTrain, Split::kValidation,
-                  Split::kTest});
+  absl::StatusOr<Split> split = ParseSplit(
+      kName, config.split,
+      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
   if (!split.ok()) return split.status();
   absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
       config.data_root.empty() ? config.data_path : config.data_root,
@@ -503,8 +501,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
       SplitFiles(**root, config.data_path, *split);
   if (!files.ok()) return files.status();
   absl::StatusOr<std::shared_ptr<BlockTable>> table =
-      BlockTable::Create(*root, *std::move(files), o->block_bytes,
-                         o->max_line);
+      BlockTable::Create(*root, *std::move(files), o->block_bytes, o->max_line);
   if (!table.ok()) return table.status();
   Executor* pool = config.pool();
   std::shared_ptr<const CacheDir> store =
@@ -513,9 +510,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
   if (store != nullptr) (*table)->LoadCounts(*store);
   if (*split == Split::kTrain) {
     if ((*table)->num_blocks() == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kName, ": the train files of ", config.data_path,
-                       " are empty"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": the train files of ", config.data_path, " are empty"));
     }
     return std::unique_ptr<Workload>(
         new TrainWorkload(*o, *std::move(table), pool, store));
@@ -530,9 +526,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
     const uint64_t b0 = t.first_block(f), b1 = t.first_block(f + 1);
     absl::Status s = ParallelFor(
         pool, Priority::kServing, b1 - b0, b1 - b0,
-        [&](uint64_t i) -> absl::Status {
-          return t.Lines(b0 + i).status();
-        },
+        [&](uint64_t i) -> absl::Status { return t.Lines(b0 + i).status(); },
         1);
     if (!s.ok()) return s;
     for (uint64_t b = b0; b < b1; ++b) {

@@ -41,9 +41,9 @@ absl::StatusOr<std::shared_ptr<BlockTable>> BlockTable::Create(
 }
 
 size_t BlockTable::FileOf(uint64_t block) const {
-  return size_t(std::upper_bound(first_block_.begin(), first_block_.end(),
-                                 block) -
-                first_block_.begin()) -
+  return size_t(
+             std::upper_bound(first_block_.begin(), first_block_.end(), block) -
+             first_block_.begin()) -
          1;
 }
 
@@ -68,15 +68,14 @@ absl::Status BlockTable::ReadRange(size_t file, uint64_t begin, uint64_t end,
       const int err = errno;
       close(*fd);
       if (r == 0) {  // shrank since it was listed
-        return absl::DataLossError(absl::StrCat(
-            "criteo1tb: ", files_[file].path, " ends at byte ", begin + done,
-            ", before ", end, " (it was ", files_[file].size,
-            " bytes when listed)"));
+        return absl::DataLossError(
+            absl::StrCat("criteo1tb: ", files_[file].path, " ends at byte ",
+                         begin + done, ", before ", end, " (it was ",
+                         files_[file].size, " bytes when listed)"));
       }
-      return absl::InternalError(absl::StrCat("criteo1tb: reading ",
-                                              files_[file].path, " at byte ",
-                                              begin + done, ": ",
-                                              strerror(err)));
+      return absl::InternalError(
+          absl::StrCat("criteo1tb: reading ", files_[file].path, " at byte ",
+                       begin + done, ": ", strerror(err)));
     }
     done += uint64_t(r);
   }
@@ -164,7 +163,8 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
   const char* const block_end = base + (end - from);
   ParsedLine line;
   while (s < block_end) {
-    const char* nl = static_cast<const char*>(memchr(s, '\n', size_t(stop - s)));
+    const char* nl =
+        static_cast<const char*>(memchr(s, '\n', size_t(stop - s)));
     const char* line_end = nl != nullptr ? nl : stop;
     const uint64_t offset = from + uint64_t(s - base);
     LineError err = LineError::kNone;
@@ -189,14 +189,15 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
       }
     } else {
       const bool too_long = uint64_t(line_end - s) > max_line_ || nl == nullptr;
-      LogKeyed(LogLevel::kWarn, "criteo1tb-bad-line",
-               "criteo1tb: line is not an example; served as zeros with "
-               "weight 0",
-               {{"file", files_[f].path},
-                {"offset", absl::StrCat(offset)},
-                {"reason", too_long ? absl::StrCat("longer than max_line_bytes=",
-                                                   max_line_)
-                                    : std::string(LineErrorName(err))}});
+      LogKeyed(
+          LogLevel::kWarn, "criteo1tb-bad-line",
+          "criteo1tb: line is not an example; served as zeros with "
+          "weight 0",
+          {{"file", files_[f].path},
+           {"offset", absl::StrCat(offset)},
+           {"reason",
+            too_long ? absl::StrCat("longer than max_line_bytes=", max_line_)
+                     : std::string(LineErrorName(err))}});
     }
     if (nl == nullptr) break;
     s = nl + 1;

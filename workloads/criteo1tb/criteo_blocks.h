@@ -34,9 +34,9 @@ namespace criteo {
 // asked for.
 struct ParsedBlock {
   uint32_t lines = 0;
-  std::vector<float> values;    // lines x 40
-  std::vector<uint8_t> bad;     // lines: 1 = not an example (zeros)
-  std::vector<int64_t> ids;     // lines x 26, when exact ids are kept
+  std::vector<float> values;  // lines x 40
+  std::vector<uint8_t> bad;   // lines: 1 = not an example (zeros)
+  std::vector<int64_t> ids;   // lines x 26, when exact ids are kept
 };
 
 class BlockTable {
