@@ -232,6 +232,11 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+uint64_t NextInstance() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 // What is known of an epoch: the first row of each window learnt so far.
 struct EpochRows {
   std::vector<uint64_t> first_row{0};  // windows known + 1
@@ -358,6 +363,8 @@ class TrainWorkload : public Workload, public RowPacking {
   const uint64_t nb_, windows_;
   const std::vector<TensorLayout> tensors_;
   const BlockCache cache_;
+  // Names this workload in per-thread state (an address may be reused).
+  const uint64_t instance_ = NextInstance();
   mutable absl::Mutex mu_;
   // Learnt epochs by (seed, epoch); the oldest dropped past a few.
   mutable std::map<std::pair<uint64_t, uint64_t>,
@@ -435,13 +442,13 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
   // rows are mostly of one window.
   struct WindowLayout {
     bool set = false;
-    const TrainWorkload* owner = nullptr;
+    uint64_t owner = 0;  // the workload's instance, never reused
     uint64_t seed = 0, epoch = 0, window = 0;
     std::vector<uint64_t> blocks, first;  // first: blocks + 1
     std::optional<EpochPermutation> perm;
   };
   thread_local WindowLayout l;
-  if (!l.set || l.owner != this || l.seed != seed || l.epoch != epoch ||
+  if (!l.set || l.owner != instance_ || l.seed != seed || l.epoch != epoch ||
       l.window != w) {
     const uint64_t p0 = w * o_.window_blocks;
     const uint64_t p1 = std::min(nb_, p0 + o_.window_blocks);
@@ -459,7 +466,7 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
     }
     l.perm.emplace(lines, Mix(seed ^ Mix(w + 0x5bd1e995)), epoch);
     l.set = true;
-    l.owner = this;
+    l.owner = instance_;
     l.seed = seed;
     l.epoch = epoch;
     l.window = w;
