@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -172,8 +173,78 @@ void WriteLine(const ParsedBlock* block, uint64_t j, bool exact_ids,
   }
 }
 
+// The stored examples: one entry per block, its bytes (BlockTable::ReadBlock).
+class Blocks : public ExampleSource {
+ public:
+  explicit Blocks(std::shared_ptr<const BlockTable> table)
+      : table_(std::move(table)) {}
+  absl::Status Read(const ExampleKey& key, std::string* bytes,
+                    int64_t* label) const override {
+    *label = 0;
+    return table_->ReadBlock(key.id, bytes);
+  }
+  std::string Describe(const ExampleKey& key) const override {
+    return key.id < table_->num_blocks() ? table_->Describe(key.id)
+                                         : absl::StrCat("block ", key.id);
+  }
+
+ private:
+  const std::shared_ptr<const BlockTable> table_;
+};
+
+// A line of `block` through the parse cache: a block not parsed is read
+// under `key` through the item's context (the pending rule: its status is
+// returned unchanged). The item named in the schedule's ExamplesOf for the
+// block (`reader`) reads it even when it is parsed already, so that what
+// was read ahead for it is taken and freed.
+absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockOf(
+    const BlockCache& cache, FillContext& ctx, const ExampleKey& key,
+    bool reader) {
+  std::string bytes;
+  int64_t label = 0;
+  if (reader) {
+    if (absl::Status s = ctx.Read(key, &bytes, &label); !s.ok()) return s;
+    return cache.Get(key.id, [&](std::string* out) {
+      out->swap(bytes);
+      return absl::OkStatus();
+    });
+  }
+  return cache.Get(
+      key.id, [&](std::string* out) { return ctx.Read(key, out, &label); });
+}
+
 // ---------------------------------------------------------------------------
 // Evaluation splits: lines in file order, counted at Create.
+
+// Items are the lines of the pass (ExampleSchedule's); a block is read
+// ahead for the item of its first line.
+class EvalSchedule : public ExampleSchedule {
+ public:
+  EvalSchedule(const Sampler& sampler, const std::vector<uint64_t>& first_line)
+      : ExampleSchedule(sampler), first_line_(first_line) {}
+  bool items_are_examples() const override { return false; }
+  bool ExamplesOf(uint64_t step, uint32_t rank,
+                  std::vector<ExampleKey>* keys) override {
+    if (!Ready(step).ok()) return false;
+    absl::StatusOr<StepItems> items = Locate(step, rank);
+    if (!items.ok()) return false;
+    if (items->valid == 0) return true;
+    const uint64_t lo = Item(*items, 0).id;
+    const uint64_t hi = Item(*items, items->valid - 1).id;
+    // Blocks whose first line lies in [lo, hi] (ids of a pass are
+    // consecutive); a block of no line has the first line of the next.
+    auto b = std::lower_bound(first_line_.begin(), first_line_.end() - 1, lo);
+    for (; b != first_line_.end() - 1 && *b <= hi; ++b) {
+      if (*(b + 1) == *b) continue;
+      const uint64_t block = uint64_t(b - first_line_.begin());
+      keys->push_back({items->epoch, block, block});
+    }
+    return true;
+  }
+
+ private:
+  const std::vector<uint64_t>& first_line_;
+};
 
 class EvalWorkload : public Workload {
  public:
@@ -184,8 +255,14 @@ class EvalWorkload : public Workload {
         first_line_(std::move(first_line)),
         n_(n),
         tensors_(Tensors(o)),
-        cache_(table_, kSpareBlocks, o.exact_ids) {}
+        cache_(table_, kSpareBlocks, o.exact_ids),
+        blocks_(table_) {}
 
+  std::unique_ptr<Schedule> MakeSchedule(
+      const Sampler& sampler) const override {
+    return std::make_unique<EvalSchedule>(sampler, first_line_);
+  }
+  const ExampleSource* source() const override { return &blocks_; }
   uint64_t num_examples() const override { return n_; }
   bool shuffle() const override { return false; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
@@ -200,7 +277,8 @@ class EvalWorkload : public Workload {
                                                  first_line_.end(), item.id) -
                                 first_line_.begin()) -
                        1;
-    absl::StatusOr<std::shared_ptr<const ParsedBlock>> block = cache_.Get(b);
+    absl::StatusOr<std::shared_ptr<const ParsedBlock>> block = BlockOf(
+        cache_, ctx, ExampleKey{item.epoch, b, b}, item.id == first_line_[b]);
     if (!block.ok()) return block.status();
     const uint64_t j = item.id - first_line_[b];
     if (j >= (*block)->lines) {
@@ -220,6 +298,7 @@ class EvalWorkload : public Workload {
   const uint64_t n_;
   const std::vector<TensorLayout> tensors_;
   const BlockCache cache_;
+  const Blocks blocks_;
 };
 
 // ---------------------------------------------------------------------------
@@ -243,6 +322,18 @@ struct EpochRows {
   bool complete = false;
 };
 
+// A window of an epoch: its blocks (in the epoch's block order), the lines
+// before each, the permutation of its lines, and for each block the least
+// row of the window (counted from the window's first) that reads it: the
+// row the block is read ahead for.
+struct WindowLayout {
+  uint64_t seed = 0, epoch = 0, window = 0;
+  std::vector<uint64_t> blocks;
+  std::vector<uint64_t> first;   // blocks + 1
+  std::vector<uint64_t> reader;  // per block; UINT64_MAX: a block of no line
+  EpochPermutation perm{1, 0, 0};
+};
+
 class TrainWorkload : public Workload, public RowPacking {
  public:
   TrainWorkload(Options o, std::shared_ptr<BlockTable> table, Executor* pool,
@@ -254,7 +345,8 @@ class TrainWorkload : public Workload, public RowPacking {
         nb_(table_->num_blocks()),
         windows_((nb_ + o.window_blocks - 1) / o.window_blocks),
         tensors_(Tensors(o)),
-        cache_(table_, 2 * o.window_blocks + kSpareBlocks, o.exact_ids) {}
+        cache_(table_, 2 * o.window_blocks + kSpareBlocks, o.exact_ids),
+        blocks_(table_) {}
 
   ~TrainWorkload() override {
     if (store_ != nullptr && table_->counted_since_store() > 0) {
@@ -272,9 +364,11 @@ class TrainWorkload : public Workload, public RowPacking {
   bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
+  const ExampleSource* source() const override { return &blocks_; }
+
   absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
     const ItemRef& item = ctx.item();
-    return Fill(item.seed, item.epoch, item.position, out, ctx.counters());
+    return Fill(item.seed, item.epoch, item.position, out, ctx);
   }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
@@ -334,8 +428,17 @@ class TrainWorkload : public Workload, public RowPacking {
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
                        uint8_t* const* out,
                        WorkloadCounters* counters) const override {
-    return Fill(order.seed, order.epoch, row, out, counters);
+    FillContext ctx(ItemRef{order.seed, order.epoch, row, row, true}, counters,
+                    &blocks_);
+    return Fill(order.seed, order.epoch, row, out, ctx);
   }
+  // The blocks read first by rows [first_row, first_row + count): each
+  // block of a window is read ahead for the window's first row that reads
+  // it (WindowLayout::reader), keyed by (epoch, its position in the epoch's
+  // block order, block).
+  bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
+                      uint64_t count,
+                      std::vector<ExampleKey>* keys) const override;
 
  private:
   static uint64_t WindowOf(const EpochRows& t, uint64_t row) {
@@ -352,8 +455,13 @@ class TrainWorkload : public Workload, public RowPacking {
   absl::StatusOr<std::shared_ptr<const EpochRows>> Extend(
       const EpochOrder& order, uint64_t want_rows, uint64_t want_windows,
       const StopFlag* stop) const;
+  // Window w's blocks, their lines and the row that reads each first;
+  // null when a block of it is not counted yet. Computation only (no I/O).
+  std::shared_ptr<const WindowLayout> LayoutOf(uint64_t seed, uint64_t epoch,
+                                               uint64_t w,
+                                               uint64_t lines) const;
   absl::Status Fill(uint64_t seed, uint64_t epoch, uint64_t row,
-                    uint8_t* const* out, WorkloadCounters* counters) const;
+                    uint8_t* const* out, FillContext& ctx) const;
 
   const Options o_;
   const std::shared_ptr<BlockTable> table_;
@@ -363,8 +471,15 @@ class TrainWorkload : public Workload, public RowPacking {
   const uint64_t nb_, windows_;
   const std::vector<TensorLayout> tensors_;
   const BlockCache cache_;
+  const Blocks blocks_;
   // Names this workload in per-thread state (an address may be reused).
   const uint64_t instance_ = NextInstance();
+  // The layouts of the windows being served and read ahead, the oldest
+  // dropped past kLayouts.
+  static constexpr size_t kLayouts = 8;
+  mutable absl::Mutex layouts_mu_;
+  mutable std::deque<std::shared_ptr<const WindowLayout>> layouts_
+      ABSL_GUARDED_BY(layouts_mu_);
   mutable absl::Mutex mu_;
   // Learnt epochs by (seed, epoch); the oldest dropped past a few.
   mutable std::map<std::pair<uint64_t, uint64_t>,
@@ -426,58 +541,117 @@ absl::StatusOr<std::shared_ptr<const EpochRows>> TrainWorkload::Extend(
   return t;
 }
 
+std::shared_ptr<const WindowLayout> TrainWorkload::LayoutOf(
+    uint64_t seed, uint64_t epoch, uint64_t w, uint64_t lines) const {
+  {
+    absl::MutexLock lock(&layouts_mu_);
+    for (const auto& l : layouts_) {
+      if (l->seed == seed && l->epoch == epoch && l->window == w) return l;
+    }
+  }
+  auto l = std::make_shared<WindowLayout>();
+  l->seed = seed;
+  l->epoch = epoch;
+  l->window = w;
+  const uint64_t p0 = w * o_.window_blocks;
+  const uint64_t p1 = std::min(nb_, p0 + o_.window_blocks);
+  l->blocks.resize(p1 - p0);
+  EpochPermutation(nb_, seed, epoch).Fill(p0, p1 - p0, l->blocks.data());
+  l->first.assign(1, 0);
+  size_t unseen = 0;
+  l->reader.assign(l->blocks.size(), UINT64_MAX);
+  for (uint64_t b : l->blocks) {
+    const uint32_t n = table_->KnownLines(b);
+    if (n == UINT32_MAX) return nullptr;
+    l->first.push_back(l->first.back() + n);
+    unseen += n > 0 ? 1 : 0;
+  }
+  if (l->first.back() != lines) return nullptr;
+  l->perm = EpochPermutation(lines, Mix(seed ^ Mix(w + 0x5bd1e995)), epoch);
+  // The first rows of a window read all its blocks but a few: look until
+  // every block with a line has its reader.
+  uint64_t q[1024];
+  for (uint64_t r0 = 0; r0 < lines && unseen > 0; r0 += 1024) {
+    const uint64_t n = std::min<uint64_t>(1024, lines - r0);
+    l->perm.Fill(r0, n, q);
+    for (uint64_t i = 0; i < n; ++i) {
+      const size_t k =
+          size_t(std::upper_bound(l->first.begin(), l->first.end(), q[i]) -
+                 l->first.begin()) -
+          1;
+      if (l->reader[k] == UINT64_MAX) {
+        l->reader[k] = r0 + i;
+        --unseen;
+      }
+    }
+  }
+  absl::MutexLock lock(&layouts_mu_);
+  layouts_.push_back(l);
+  while (layouts_.size() > kLayouts) layouts_.pop_front();
+  return l;
+}
+
+bool TrainWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
+                                   uint64_t count,
+                                   std::vector<ExampleKey>* keys) const {
+  std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
+  if (t == nullptr || first_row + count > t->first_row.back()) return false;
+  std::vector<std::pair<uint64_t, ExampleKey>> found;  // (row, key)
+  for (uint64_t w = WindowOf(*t, first_row);
+       w + 1 < t->first_row.size() && t->first_row[w] < first_row + count;
+       ++w) {
+    const uint64_t f = t->first_row[w];
+    std::shared_ptr<const WindowLayout> l =
+        LayoutOf(order.seed, order.epoch, w, t->first_row[w + 1] - f);
+    if (l == nullptr) return false;
+    for (size_t k = 0; k < l->blocks.size(); ++k) {
+      const uint64_t r = l->reader[k];
+      if (r == UINT64_MAX || f + r < first_row || f + r >= first_row + count) {
+        continue;
+      }
+      found.push_back(
+          {f + r, {order.epoch, w * o_.window_blocks + k, l->blocks[k]}});
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [row, key] : found) keys->push_back(key);
+  return true;
+}
+
 // Row `row` of the epoch: window w's lines, in the order of w's blocks,
 // permuted by a permutation of its own (seeded by seed, w and the epoch).
 absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
-                                 uint8_t* const* out,
-                                 WorkloadCounters* counters) const {
+                                 uint8_t* const* out, FillContext& ctx) const {
   std::shared_ptr<const EpochRows> t = Find(seed, epoch);
   if (t == nullptr || row >= t->first_row.back()) {
     return absl::InternalError(absl::StrCat(kName, ": row ", row, " of epoch ",
                                             epoch, " is not counted yet"));
   }
   const uint64_t w = WindowOf(*t, row);
-  const uint64_t lines = t->first_row[w + 1] - t->first_row[w];
-  // The window's blocks and their first lines, kept per thread: a batch's
-  // rows are mostly of one window.
-  struct WindowLayout {
-    bool set = false;
-    uint64_t owner = 0;  // the workload's instance, never reused
-    uint64_t seed = 0, epoch = 0, window = 0;
-    std::vector<uint64_t> blocks, first;  // first: blocks + 1
-    std::optional<EpochPermutation> perm;
-  };
-  thread_local WindowLayout l;
-  if (!l.set || l.owner != instance_ || l.seed != seed || l.epoch != epoch ||
-      l.window != w) {
-    const uint64_t p0 = w * o_.window_blocks;
-    const uint64_t p1 = std::min(nb_, p0 + o_.window_blocks);
-    l.blocks.resize(p1 - p0);
-    EpochPermutation(nb_, seed, epoch).Fill(p0, p1 - p0, l.blocks.data());
-    l.first.assign(1, 0);
-    for (uint64_t b : l.blocks) {
-      const uint32_t n = table_->KnownLines(b);
-      if (n == UINT32_MAX) {
-        l.set = false;
-        return absl::InternalError(absl::StrCat(
-            kName, ": ", table_->Describe(b), " is not counted yet"));
-      }
-      l.first.push_back(l.first.back() + n);
+  // The layout of the window this thread served last (a batch's rows are
+  // mostly of one window), else the shared one.
+  thread_local std::shared_ptr<const WindowLayout> last;
+  thread_local uint64_t last_owner = 0;
+  if (last == nullptr || last_owner != instance_ || last->seed != seed ||
+      last->epoch != epoch || last->window != w) {
+    last = LayoutOf(seed, epoch, w, t->first_row[w + 1] - t->first_row[w]);
+    last_owner = instance_;
+    if (last == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          kName, ": window ", w, " of epoch ", epoch, " is not counted yet"));
     }
-    l.perm.emplace(lines, Mix(seed ^ Mix(w + 0x5bd1e995)), epoch);
-    l.set = true;
-    l.owner = instance_;
-    l.seed = seed;
-    l.epoch = epoch;
-    l.window = w;
   }
-  const uint64_t q = (*l.perm)(row - t->first_row[w]);
+  const WindowLayout& l = *last;
+  const uint64_t r = row - t->first_row[w];
+  const uint64_t q = l.perm(r);
   const uint64_t k =
       uint64_t(std::upper_bound(l.first.begin(), l.first.end(), q) -
                l.first.begin()) -
       1;
-  absl::StatusOr<std::shared_ptr<const ParsedBlock>> block =
-      cache_.Get(l.blocks[k]);
+  absl::StatusOr<std::shared_ptr<const ParsedBlock>> block = BlockOf(
+      cache_, ctx, ExampleKey{epoch, w * o_.window_blocks + k, l.blocks[k]},
+      l.reader[k] == r);
   if (!block.ok()) return block.status();
   const uint64_t j = q - l.first[k];
   if (j >= (*block)->lines) {
@@ -486,7 +660,7 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
         " lines now, ", l.first[k + 1] - l.first[k],
         " when counted (the file changed)"));
   }
-  WriteLine(block->get(), j, o_.exact_ids, out, counters);
+  WriteLine(block->get(), j, o_.exact_ids, out, ctx.counters());
   return absl::OkStatus();
 }
 

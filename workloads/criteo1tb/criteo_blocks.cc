@@ -95,7 +95,7 @@ absl::StatusOr<uint32_t> BlockTable::Lines(uint64_t block) const {
   uint32_t lines = (begin == 0 && size > 0) ? 1 : 0;
   const uint64_t from = begin == 0 ? 0 : begin - 1;
   if (end > from + 1) {
-    thread_local std::string buf;
+    std::string buf;
     if (absl::Status s = ReadRange(f, from, end - 1, &buf); !s.ok()) return s;
     const char* p = buf.data();
     const char* const e = p + buf.size();
@@ -138,8 +138,11 @@ void BlockTable::StoreCounts(const CacheDir& cache) const {
   }
 }
 
-absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
-    uint64_t block, bool exact_ids) const {
+absl::Status BlockTable::ReadBlock(uint64_t block, std::string* bytes) const {
+  if (block >= num_blocks()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("criteo1tb: block ", block, " of ", num_blocks()));
+  }
   const size_t f = FileOf(block);
   const uint64_t size = files_[f].size;
   const uint64_t begin = (block - first_block_[f]) * block_bytes_;
@@ -147,12 +150,33 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
   const uint64_t from = begin == 0 ? 0 : begin - 1;
   // The last line starting in the block may run max_line bytes past it.
   const uint64_t to = std::min(size, end + max_line_ + 1);
-  thread_local std::string buf;
-  if (absl::Status s = ReadRange(f, from, to, &buf); !s.ok()) return s;
+  if (absl::Status s = ReadRange(f, from, to, bytes); !s.ok()) return s;
+  // Kept up to the end of the block's last line: the first '\n' at or after
+  // byte end - 1 (a '\n' before it starts a line inside the block).
+  const size_t last = size_t(end - 1 - from);
+  const void* nl = memchr(bytes->data() + last, '\n', bytes->size() - last);
+  if (nl != nullptr) {
+    bytes->resize(size_t(static_cast<const char*>(nl) - bytes->data()) + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
+    uint64_t block, const std::string& buf, bool exact_ids) const {
+  const size_t f = FileOf(block);
+  const uint64_t size = files_[f].size;
+  const uint64_t begin = (block - first_block_[f]) * block_bytes_;
+  const uint64_t end = std::min(begin + block_bytes_, size);
+  const uint64_t from = begin == 0 ? 0 : begin - 1;
+  if (from + buf.size() < end || from + buf.size() > size) {
+    return absl::DataLossError(absl::StrCat(
+        "criteo1tb: ", Describe(block), " read as ", buf.size(),
+        " bytes from byte ", from, " (the file changed since it was listed)"));
+  }
   auto out = std::make_shared<ParsedBlock>();
   const char* const base = buf.data();
   const char* const stop = base + buf.size();
-  const bool at_eof = to == size;
+  const bool at_eof = from + buf.size() == size;
   // The first line start at or after `begin`.
   const char* s = base;
   if (begin != 0) {
@@ -207,15 +231,26 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
 }
 
 absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockCache::Get(
-    uint64_t block) const {
+    uint64_t block, absl::FunctionRef<absl::Status(std::string*)> read) const {
   std::shared_ptr<Entry> entry;
-  bool mine = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(block);
     if (it != entries_.end()) {
       entry = it->second;
       lru_.splice(lru_.begin(), lru_, entry->lru);
+    }
+  }
+  bool mine = false;
+  std::string bytes;
+  if (entry == nullptr) {
+    // Read without an entry: a read may be pending (its item runs again
+    // later), and nobody waits for another item's I/O.
+    if (absl::Status s = read(&bytes); !s.ok()) return s;
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(block);
+    if (it != entries_.end()) {  // parsed meanwhile by another thread
+      entry = it->second;
     } else {
       entry = std::make_shared<Entry>();
       lru_.push_front(block);
@@ -229,7 +264,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockCache::Get(
     }
   }
   if (mine) {
-    entry->result = table_->Parse(block, exact_ids_);
+    entry->result = table_->Parse(block, bytes, exact_ids_);
     if (!entry->result.ok()) {  // not kept: the next reader tries again
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(block);
@@ -240,7 +275,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockCache::Get(
     }
     entry->ready.Notify();
   } else {
-    entry->ready.WaitForNotification();
+    entry->ready.WaitForNotification();  // a parse in progress, never I/O
   }
   return entry->result;
 }

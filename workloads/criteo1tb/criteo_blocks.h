@@ -3,7 +3,8 @@
 // its first byte lies in, so a block's lines are found by seeking to the
 // block and skipping to the byte after the first '\n' (unless the block
 // starts its file); nothing per line is ever kept but the lines of the
-// blocks being served (BlockCache).
+// blocks being served (BlockCache). A block's bytes are the workload's
+// stored examples (ReadBlock), read through its items' FillContext.
 //
 // Thread safety: BlockTable is immutable after Create except for its
 // per-block line counts (atomics); BlockCache is thread-safe.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -60,10 +62,16 @@ class BlockTable {
   uint32_t KnownLines(uint64_t block) const {
     return counts_[block].load(std::memory_order_relaxed);
   }
-  // Reads and parses the block's lines (damaged lines logged with their
-  // file and byte offset, and marked bad).
+  // The block's stored bytes, its one entry of the workload's
+  // ExampleSource: from the byte before it (unless it starts its file) to
+  // the end of the last line starting in it (at most max_line bytes past
+  // it; to the end of the file if that comes first).
+  absl::Status ReadBlock(uint64_t block, std::string* bytes) const;
+  // Parses ReadBlock's bytes into the block's lines (damaged lines logged
+  // with their file and byte offset, and marked bad); DataLoss when they
+  // cannot be the block's (the file changed).
   absl::StatusOr<std::shared_ptr<const ParsedBlock>> Parse(
-      uint64_t block, bool exact_ids) const;
+      uint64_t block, const std::string& bytes, bool exact_ids) const;
   // "day_0_00 bytes [0, 1048576)", for messages.
   std::string Describe(uint64_t block) const;
 
@@ -96,13 +104,16 @@ class BlockTable {
 };
 
 // The parsed blocks being served, least recently used dropped beyond
-// `capacity`; a block asked for by several threads at once is parsed once.
+// `capacity`. A block not parsed is read by `read` (the item's context:
+// no entry is held while it reads, since the read may be pending); a block
+// another thread is parsing is waited for (CPU work, never I/O).
 class BlockCache {
  public:
   BlockCache(std::shared_ptr<const BlockTable> table, size_t capacity,
              bool exact_ids)
       : table_(std::move(table)), capacity_(capacity), exact_ids_(exact_ids) {}
-  absl::StatusOr<std::shared_ptr<const ParsedBlock>> Get(uint64_t block) const;
+  absl::StatusOr<std::shared_ptr<const ParsedBlock>> Get(
+      uint64_t block, absl::FunctionRef<absl::Status(std::string*)> read) const;
 
  private:
   struct Entry {
