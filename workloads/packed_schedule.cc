@@ -51,7 +51,7 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
 }
 
 absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
-                                   bool any_rank) {
+                                    bool any_rank) {
   if (absl::Status s = packer_.CheckCursor(n_, cursor); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   anchor_step_ = step;
@@ -73,6 +73,11 @@ bool PackedSchedule::ResolveAnchor() {
   // without the lock: only this task resolves the anchor.
   absl::StatusOr<uint64_t> row =
       packer_.RowAtCursor(Order(cursor.epoch), cursor, &stop_);
+  if (row.ok() && (any_rank || *row % g_ == 0)) {
+    absl::Status s =
+        packer_.PrepareFrom(Order(cursor.epoch), *row - *row % g_, &stop_);
+    if (!s.ok()) row = s;
+  }
   mu_.Lock();
   if (cancelled_) return false;
   if (!row.ok()) {

@@ -71,6 +71,16 @@ class RowPacking {
   virtual absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
                                                const RowCursor& cursor,
                                                const StopFlag* stop) const = 0;
+  // The schedule resumes at `row` of the epoch: RowAtCursor's row, moved to
+  // the first row of its global batch (an earlier row when the cursor was
+  // another rank's). Learns what serving rows from there needs that
+  // RowAtCursor did not (a workload that learnt only from the cursor on).
+  // May be slow: called from the counting task, after RowAtCursor.
+  // Default: nothing to learn.
+  virtual absl::Status PrepareFrom(const EpochOrder& order, uint64_t row,
+                                   const StopFlag* stop) const {
+    return absl::OkStatus();
+  }
   // The most rows one example can give (a workload whose examples are
   // blocks of many rows says so); bounds how far a step can lie. Default:
   // 1 (a row holds at least one example).

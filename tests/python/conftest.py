@@ -8,6 +8,8 @@ import fcntl
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -31,6 +33,7 @@ def _generated(root, name, make):
     digest = hashlib.sha256(name.encode())
     for tool in (IMAGENET_GENERATOR, os.path.join(WMT_TOOLS, "generate_wmt.py"),
                  os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
+                 CRITEO_GENERATOR,
                  os.path.join(REPO, "tests", "python", "conftest.py")):
         with open(tool, "rb") as f:
             digest.update(f.read())
@@ -60,6 +63,21 @@ def shared_data(tmp_path_factory):
         out, train=300, validation=90, test=10, shards=2, seed=5,
         vocab_size=600))
     return root
+
+
+CRITEO_GENERATOR = os.path.join(REPO, "workloads", "criteo1tb",
+                                "make_criteo1tb.py")
+
+
+@pytest.fixture(scope="session")
+def criteo_data(tmp_path_factory):
+    """A generated criteo1tb set (make_criteo1tb.py, seed 4): train days 0,
+    1 and 22 of two files each, 600 + 400 lines a day (3000 lines, several
+    64 KiB blocks a file); day 23's 36 files of 40 lines. Its folder."""
+    root = tmp_path_factory.mktemp("criteo-data")
+    return _generated(root, "criteo1tb", lambda out: subprocess.run(
+        [sys.executable, CRITEO_GENERATOR, "--out", str(out), "--lines",
+         "600", "--day23-lines", "40", "--seed", "4"], check=True))
 
 
 @pytest.fixture

@@ -24,16 +24,16 @@ def _make(out, *args):
 
 
 @pytest.fixture(scope="module")
-def criteo(tmp_path_factory):
-    """A Server whose data root holds criteo/ (train days 0, 1, 22 of two
-    files each, 600 + 400 lines a day: 3000 lines in several 64 KiB
-    blocks a file; day 23's 36 files of 40 lines, its last 27) and the
-    reference rows of every split."""
+def criteo(criteo_data, tmp_path_factory):
+    """A Server whose data root holds criteo/ (conftest's criteo_data: train
+    days 0, 1, 22 of two files each, 3000 lines in several 64 KiB blocks a
+    file; day 23's 36 files of 40 lines) and the reference rows of every
+    split."""
     from batchd_daemon import Server
     tmp = tmp_path_factory.mktemp("criteo")
     s = Server(tmp)
     data = tmp / "data" / "criteo"
-    _make(data, "--lines", 600, "--day23-lines", 40, "--seed", 4)
+    shutil.copytree(criteo_data, data)
     names = sorted(os.listdir(data),
                    key=lambda n: tuple(int(x) for x in n.split("_")[1:]))
     split_files = {
@@ -215,3 +215,55 @@ def test_algoperf_drop_in(criteo):
                               options=OPTS, seed=1)
     t2.load_state_dict(state)
     assert all(torch.equal(a, next(t2)["inputs"]) for a in after)
+
+
+def _counted_blocks(cache_dir):
+    """Blocks whose lines a daemon counted, from its --cache-dir entry of
+    criteo1tb's line counts (cache_dir.h's entry layout: a 32-byte header,
+    kind, key, then 4 bytes a block, 0xffffffff where not counted)."""
+    import glob
+    import struct
+    counted = 0
+    for path in glob.glob(os.path.join(cache_dir, "criteo-block-lines-*.entry")):
+        raw = open(path, "rb").read()
+        kind_len, key_len, value_len = struct.unpack_from("<IQQ", raw, 12)
+        value = raw[32 + kind_len + key_len:][:value_len]
+        counted += sum(c != 0xFFFFFFFF for c in
+                       struct.unpack(f"<{value_len // 4}I", value))
+    return counted
+
+
+def test_resume_from_a_cursor_counts_no_earlier_window(criteo, criteo_data,
+                                                       tmp_path):
+    """A cursor carries the rows before its window: a daemon with an empty
+    --cache-dir resumes from it counting only the windows it serves, while
+    a bare step needs every earlier window counted."""
+    from batchd_daemon import Server
+    server, _ = criteo
+    g, step = 8, 250  # row 2000 of 3000: a late window of one block
+    opts = {"window_blocks": "1"}
+    full, infos = _global(_loaders(server, "c-far", "train", g, seed=5,
+                                   start_step=step, options=opts), 2)
+    cursor = infos[0].cursor
+    window = cursor.window // (1 * (64 * 1024 // 2 + 1))
+    assert window >= 6 and cursor.row == 2000
+    for by_cursor in (True, False):
+        root = tmp_path / ("cursor" if by_cursor else "step")
+        root.mkdir()
+        fresh = Server(root)
+        try:
+            shutil.copytree(criteo_data, root / "data" / "criteo")
+            kw = {"start_cursor": cursor} if by_cursor else {}
+            got, _ = _global(_loaders(fresh, "c-fresh", "train", g, seed=5,
+                                      start_step=step, options=opts, **kw), 2)
+            for a, b in zip(got, full):
+                assert a["inputs"].tobytes() == b["inputs"].tobytes()
+            fresh.proc.terminate()  # the counts are stored as it stops
+            fresh.proc.wait(timeout=30)
+            counted = _counted_blocks(os.path.join(fresh.dir, "cache"))
+        finally:
+            fresh.stop()
+        if by_cursor:
+            assert 0 < counted <= 3, counted  # the cursor's window and next
+        else:
+            assert counted > window, counted  # every window before it too

@@ -316,10 +316,17 @@ uint64_t NextInstance() {
   return next.fetch_add(1);
 }
 
-// What is known of an epoch: the first row of each window learnt so far.
+// What is known of an epoch: the first row of each window learnt so far,
+// from window w0 on (0, unless the epoch was entered at a cursor).
 struct EpochRows {
-  std::vector<uint64_t> first_row{0};  // windows known + 1
+  uint64_t w0 = 0;
+  std::vector<uint64_t> first_row{0};  // windows w0 .. end(), + 1
   bool complete = false;
+  uint64_t end() const { return w0 + first_row.size() - 1; }
+  uint64_t Row(uint64_t w) const { return first_row[w - w0]; }
+  bool Has(uint64_t row) const {
+    return row >= first_row.front() && row < first_row.back();
+  }
 };
 
 // A window of an epoch: its blocks (in the epoch's block order), the lines
@@ -385,40 +392,27 @@ class TrainWorkload : public Workload, public RowPacking {
     if (!t.ok()) return t.status();
     return KnownRows{(*t)->first_row.back(), (*t)->complete};
   }
+  // A row's cursor is (epoch, w * M + j, row): the row is line j of window
+  // w and row `row` of its epoch, M = window_blocks * max_rows_per_example
+  // (the most lines a window can hold; w * M stays below the split's bytes).
+  // Resuming from it thus needs the lines of window w alone (the rows
+  // before it are in the cursor), not a count of the epoch's earlier
+  // windows.
   absl::StatusOr<RowCursor> CursorOfRow(const EpochOrder& order,
-                                        uint64_t row) const override {
-    std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
-    if (t == nullptr || row >= t->first_row.back()) {
-      return absl::OutOfRangeError(absl::StrCat(kName, ": row ", row,
-                                                " of epoch ", order.epoch,
-                                                " is not counted yet"));
-    }
-    const uint64_t w = WindowOf(*t, row);
-    return RowCursor{order.epoch, w, row - t->first_row[w]};
-  }
+                                        uint64_t row) const override;
   absl::StatusOr<uint64_t> RowAtCursor(const EpochOrder& order,
                                        const RowCursor& cursor,
-                                       const StopFlag* stop) const override {
-    absl::StatusOr<std::shared_ptr<const EpochRows>> t =
-        Extend(order, 0, cursor.window + 1, stop);
-    if (!t.ok()) return t.status();
-    const std::vector<uint64_t>& f = (*t)->first_row;
-    if (cursor.window + 1 >= f.size() ||
-        cursor.row >= f[cursor.window + 1] - f[cursor.window]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kName, ": cursor (", cursor.epoch, ", ", cursor.window,
-                       ", ", cursor.row, ") is past its window's lines"));
-    }
-    return f[cursor.window] + cursor.row;
-  }
+                                       const StopFlag* stop) const override;
+  absl::Status PrepareFrom(const EpochOrder& order, uint64_t row,
+                           const StopFlag* stop) const override;
   absl::Status CheckCursor(uint64_t num_examples,
                            const RowCursor& cursor) const override {
-    if (cursor.window >= windows_ ||
-        cursor.row >= o_.window_blocks * max_rows_per_example()) {
+    if (cursor.window / WindowRows() >= windows_ ||
+        cursor.row < cursor.window % WindowRows()) {
       return absl::InvalidArgumentError(absl::StrCat(
           kName, ": cursor (", cursor.epoch, ", ", cursor.window, ", ",
           cursor.row, ") names no line: the train split has ", windows_,
-          " windows of at most ", o_.window_blocks, " blocks"));
+          " windows of at most ", WindowRows(), " lines"));
     }
     return absl::OkStatus();
   }
@@ -441,12 +435,24 @@ class TrainWorkload : public Workload, public RowPacking {
                       std::vector<ExampleKey>* keys) const override;
 
  private:
+  uint64_t WindowRows() const {
+    return o_.window_blocks * max_rows_per_example();
+  }
+  // The window of a row t has (t.Has(row)).
   static uint64_t WindowOf(const EpochRows& t, uint64_t row) {
-    return uint64_t(
+    return t.w0 +
+           uint64_t(
                std::upper_bound(t.first_row.begin(), t.first_row.end(), row) -
                t.first_row.begin()) -
            1;
   }
+  // Lines of windows [w, w + rows->size()) of the epoch, their blocks
+  // counted in parallel on the executor.
+  absl::Status CountWindows(const EpochOrder& order, uint64_t w,
+                            std::vector<uint64_t>* rows) const;
+  // Makes t what is known of the epoch, unless more is known already.
+  void Keep(const EpochOrder& order, std::shared_ptr<const EpochRows> t,
+            bool replace) const;
   std::shared_ptr<const EpochRows> Find(uint64_t seed, uint64_t epoch) const {
     absl::MutexLock lock(&mu_);
     auto it = epochs_.find({seed, epoch});
@@ -487,6 +493,49 @@ class TrainWorkload : public Workload, public RowPacking {
       epochs_ ABSL_GUARDED_BY(mu_);
 };
 
+absl::Status TrainWorkload::CountWindows(const EpochOrder& order, uint64_t w,
+                                         std::vector<uint64_t>* rows) const {
+  const uint64_t p0 = w * o_.window_blocks;
+  const uint64_t p1 = std::min(nb_, (w + rows->size()) * o_.window_blocks);
+  std::vector<uint64_t> blocks(p1 - p0);
+  EpochIds(order, p0, p1 - p0, blocks.data());
+  std::vector<uint32_t> lines(blocks.size());
+  absl::Status s = ParallelFor(
+      pool_, Priority::kServing, blocks.size(), blocks.size(),
+      [&](uint64_t i) -> absl::Status {
+        absl::StatusOr<uint32_t> n = table_->Lines(blocks[i]);
+        if (!n.ok()) return n.status();
+        lines[i] = *n;
+        return absl::OkStatus();
+      },
+      1);
+  if (!s.ok()) return s;
+  for (uint64_t i = 0; i < rows->size(); ++i) {
+    (*rows)[i] = 0;
+    for (uint64_t p = (w + i) * o_.window_blocks;
+         p < std::min(p1, (w + i + 1) * o_.window_blocks); ++p) {
+      (*rows)[i] += lines[p - p0];
+    }
+  }
+  // Kept now and then, so that a daemon that dies loses little counting.
+  if (store_ != nullptr && table_->counted_since_store() >= kStoreEvery) {
+    table_->StoreCounts(*store_);
+  }
+  return absl::OkStatus();
+}
+
+void TrainWorkload::Keep(const EpochOrder& order,
+                         std::shared_ptr<const EpochRows> t,
+                         bool replace) const {
+  absl::MutexLock lock(&mu_);
+  auto& slot = epochs_[{order.seed, order.epoch}];
+  if (replace || slot == nullptr || slot->w0 != t->w0 ||
+      slot->end() < t->end()) {
+    slot = std::move(t);
+  }
+  while (epochs_.size() > 4) epochs_.erase(epochs_.begin());
+}
+
 absl::StatusOr<std::shared_ptr<const EpochRows>> TrainWorkload::Extend(
     const EpochOrder& order, uint64_t want_rows, uint64_t want_windows,
     const StopFlag* stop) const {
@@ -494,51 +543,104 @@ absl::StatusOr<std::shared_ptr<const EpochRows>> TrainWorkload::Extend(
   if (t == nullptr) t = std::make_shared<EpochRows>();
   // Windows are counted a few at a time, their blocks in parallel.
   const uint64_t kChunk = 2;
-  while (!t->complete && (t->first_row.back() < want_rows ||
-                          t->first_row.size() - 1 < want_windows)) {
+  while (!t->complete &&
+         (t->first_row.back() < want_rows || t->end() < want_windows)) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat(kName, ": stream closed"));
     }
-    const uint64_t w0 = t->first_row.size() - 1;
-    const uint64_t w1 = std::min(windows_, w0 + kChunk);
-    const uint64_t p0 = w0 * o_.window_blocks;
-    const uint64_t p1 = std::min(nb_, w1 * o_.window_blocks);
-    std::vector<uint64_t> blocks(p1 - p0);
-    EpochIds(order, p0, p1 - p0, blocks.data());
-    std::vector<uint32_t> lines(blocks.size());
-    absl::Status s = ParallelFor(
-        pool_, Priority::kServing, blocks.size(), blocks.size(),
-        [&](uint64_t i) -> absl::Status {
-          absl::StatusOr<uint32_t> n = table_->Lines(blocks[i]);
-          if (!n.ok()) return n.status();
-          lines[i] = *n;
-          return absl::OkStatus();
-        },
-        1);
-    if (!s.ok()) return s;
+    std::vector<uint64_t> rows(std::min(windows_, t->end() + kChunk) -
+                               t->end());
+    if (absl::Status s = CountWindows(order, t->end(), &rows); !s.ok()) {
+      return s;
+    }
     auto next = std::make_shared<EpochRows>(*t);
-    for (uint64_t w = w0; w < w1; ++w) {
-      uint64_t rows = 0;
-      for (uint64_t p = w * o_.window_blocks;
-           p < std::min(nb_, (w + 1) * o_.window_blocks); ++p) {
-        rows += lines[p - p0];
-      }
-      next->first_row.push_back(next->first_row.back() + rows);
+    for (uint64_t r : rows) {
+      next->first_row.push_back(next->first_row.back() + r);
     }
-    next->complete = next->first_row.size() - 1 == windows_;
+    next->complete = next->end() == windows_;
     t = next;
-    // Kept now and then, so that a daemon that dies loses little counting.
-    if (store_ != nullptr && table_->counted_since_store() >= kStoreEvery) {
-      table_->StoreCounts(*store_);
-    }
-    absl::MutexLock lock(&mu_);
-    auto& slot = epochs_[{order.seed, order.epoch}];
-    if (slot == nullptr || slot->first_row.size() < t->first_row.size()) {
-      slot = t;
-    }
-    while (epochs_.size() > 4) epochs_.erase(epochs_.begin());
+    Keep(order, t, false);
   }
   return t;
+}
+
+absl::StatusOr<RowCursor> TrainWorkload::CursorOfRow(const EpochOrder& order,
+                                                     uint64_t row) const {
+  std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
+  if (t == nullptr || !t->Has(row)) {
+    return absl::OutOfRangeError(absl::StrCat(kName, ": row ", row,
+                                              " of epoch ", order.epoch,
+                                              " is not counted yet"));
+  }
+  const uint64_t w = WindowOf(*t, row);
+  return RowCursor{order.epoch, w * WindowRows() + (row - t->Row(w)), row};
+}
+
+absl::StatusOr<uint64_t> TrainWorkload::RowAtCursor(
+    const EpochOrder& order, const RowCursor& cursor,
+    const StopFlag* stop) const {
+  if (absl::Status s = CheckCursor(nb_, cursor); !s.ok()) return s;
+  const uint64_t w = cursor.window / WindowRows();
+  const uint64_t j = cursor.window % WindowRows();
+  const uint64_t base = cursor.row - j;  // the rows before window w
+  auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": cursor (", cursor.epoch, ", ", cursor.window,
+                     ", ", cursor.row, ") ", why));
+  };
+  if (w == 0 && base != 0) return refuse("has rows before the first window");
+  std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
+  if (t == nullptr || w < t->w0 || w >= t->end()) {
+    // Entered here: only window w is counted, from the rows the cursor says
+    // precede it.
+    auto at = std::make_shared<EpochRows>();
+    at->w0 = w;
+    at->first_row = {base};
+    Keep(order, at, true);
+  } else if (t->Row(w) != base) {
+    return refuse(absl::StrCat("says ", base, " rows precede window ", w,
+                               "; its epoch has ", t->Row(w)));
+  }
+  absl::StatusOr<std::shared_ptr<const EpochRows>> f =
+      Extend(order, 0, w + 1, stop);
+  if (!f.ok()) return f.status();
+  if (w >= (*f)->end() || j >= (*f)->Row(w + 1) - (*f)->Row(w)) {
+    return refuse("is past its window's lines");
+  }
+  return cursor.row;
+}
+
+absl::Status TrainWorkload::PrepareFrom(const EpochOrder& order, uint64_t row,
+                                        const StopFlag* stop) const {
+  std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
+  if (t == nullptr) return absl::OkStatus();  // counted from window 0
+  // Another rank's cursor: its batch may begin in an earlier window.
+  while (row < t->first_row.front()) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat(kName, ": stream closed"));
+    }
+    if (t->w0 == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": row ", row, " precedes epoch ", order.epoch, "'s first"));
+    }
+    std::vector<uint64_t> rows(1);
+    if (absl::Status s = CountWindows(order, t->w0 - 1, &rows); !s.ok()) {
+      return s;
+    }
+    if (rows[0] > t->first_row.front() ||
+        (t->w0 == 1 && rows[0] != t->first_row.front())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kName, ": the cursor's rows before window ", t->w0,
+                       " disagree with the lines of the windows before it"));
+    }
+    auto next = std::make_shared<EpochRows>(*t);
+    next->w0 = t->w0 - 1;
+    next->first_row.insert(next->first_row.begin(),
+                           t->first_row.front() - rows[0]);
+    t = next;
+    Keep(order, t, true);
+  }
+  return absl::OkStatus();
 }
 
 std::shared_ptr<const WindowLayout> TrainWorkload::LayoutOf(
@@ -595,14 +697,16 @@ bool TrainWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                                    uint64_t count,
                                    std::vector<ExampleKey>* keys) const {
   std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
-  if (t == nullptr || first_row + count > t->first_row.back()) return false;
+  if (t == nullptr || count == 0 || !t->Has(first_row) ||
+      first_row + count > t->first_row.back()) {
+    return false;
+  }
   std::vector<std::pair<uint64_t, ExampleKey>> found;  // (row, key)
   for (uint64_t w = WindowOf(*t, first_row);
-       w + 1 < t->first_row.size() && t->first_row[w] < first_row + count;
-       ++w) {
-    const uint64_t f = t->first_row[w];
+       w < t->end() && t->Row(w) < first_row + count; ++w) {
+    const uint64_t f = t->Row(w);
     std::shared_ptr<const WindowLayout> l =
-        LayoutOf(order.seed, order.epoch, w, t->first_row[w + 1] - f);
+        LayoutOf(order.seed, order.epoch, w, t->Row(w + 1) - f);
     if (l == nullptr) return false;
     for (size_t k = 0; k < l->blocks.size(); ++k) {
       const uint64_t r = l->reader[k];
@@ -624,7 +728,7 @@ bool TrainWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
 absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
                                  uint8_t* const* out, FillContext& ctx) const {
   std::shared_ptr<const EpochRows> t = Find(seed, epoch);
-  if (t == nullptr || row >= t->first_row.back()) {
+  if (t == nullptr || !t->Has(row)) {
     return absl::InternalError(absl::StrCat(kName, ": row ", row, " of epoch ",
                                             epoch, " is not counted yet"));
   }
@@ -635,7 +739,7 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
   thread_local uint64_t last_owner = 0;
   if (last == nullptr || last_owner != instance_ || last->seed != seed ||
       last->epoch != epoch || last->window != w) {
-    last = LayoutOf(seed, epoch, w, t->first_row[w + 1] - t->first_row[w]);
+    last = LayoutOf(seed, epoch, w, t->Row(w + 1) - t->Row(w));
     last_owner = instance_;
     if (last == nullptr) {
       return absl::InternalError(absl::StrCat(
@@ -643,7 +747,7 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
     }
   }
   const WindowLayout& l = *last;
-  const uint64_t r = row - t->first_row[w];
+  const uint64_t r = row - t->Row(w);
   const uint64_t q = l.perm(r);
   const uint64_t k =
       uint64_t(std::upper_bound(l.first.begin(), l.first.end(), q) -
