@@ -3,9 +3,10 @@
 batch of a set it has never seen (the files' pages dropped from the page
 cache with posix_fadvise first), rows/s over N steps, then a second new
 daemon resuming at step N + 1 from the cursor of step N (state_dict's
-way) and a third resuming from the step alone, the pages dropped again
-before each; each daemon's peak RSS (VmHWM). The first two daemons share a --cache-dir (where the block line
-counts are kept), the third has a new one, so it counts.
+way) with an empty --cache-dir, and two resuming from the step alone, with
+the first daemon's --cache-dir (where the block line counts are kept) and
+with an empty one (it counts the epoch up to the step), the pages dropped
+again before each; each daemon's peak RSS (VmHWM).
 
 usage: BATCHD_BIN=build/server/batchd PYTHONPATH=build/python \
   python3 bench/criteo_scale.py DATA_ROOT [--steps 120] [--batch 262144]
@@ -78,20 +79,23 @@ def main():
           f"{rss:.0f} MiB")
     far = cursors[-1]
     print(f"cursor of step {far.step}: {tuple(far)}")
-    drop_pages(folder)
-    first, _, got, rss = serve(a.root, a.batch, a.threads, 0, kept,
-                               start_step=far.step + 1, start_cursor=far)
-    print(f"resume (same --cache-dir) from the cursor of step {far.step}: "
-          f"first batch "
-          f"{first:.2f} s; peak RSS {rss:.0f} MiB")
-    drop_pages(folder)
-    first, _, got2, rss = serve(a.root, a.batch, a.threads, 0,
-                                tempfile.mkdtemp(prefix="criteo-scale-cache-"),
-                                start_step=far.step + 1)
-    print(f"resume (new --cache-dir: counting) from step {far.step + 1} "
-          f"alone: first batch {first:.2f} s;"
-          f" peak RSS {rss:.0f} MiB; same batch: {got[0] == got2[0]}")
-
+    resumes = [
+        ("from its cursor, new --cache-dir (nothing counted before)",
+         tempfile.mkdtemp(prefix="criteo-scale-cache-"),
+         {"start_cursor": far}),
+        ("from the step alone, same --cache-dir (counts kept)", kept, {}),
+        ("from the step alone, new --cache-dir (counts the epoch so far)",
+         tempfile.mkdtemp(prefix="criteo-scale-cache-"), {}),
+    ]
+    batches = []
+    for what, cache, kw in resumes:
+        drop_pages(folder)
+        first, _, got, rss = serve(a.root, a.batch, a.threads, 0, cache,
+                                   start_step=far.step + 1, **kw)
+        batches.append(got[0])
+        print(f"resume at step {far.step + 1} {what}: first batch "
+              f"{first:.2f} s; peak RSS {rss:.0f} MiB")
+    print(f"same batch every way: {all(b == batches[0] for b in batches)}")
 
 if __name__ == "__main__":
     main()

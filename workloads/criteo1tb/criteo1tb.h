@@ -8,9 +8,9 @@
 //               the blocks permuted per epoch (seeded), the lines of each
 //               window of window_blocks consecutive blocks of that order
 //               shuffled (seeded); every line once per epoch, the epoch's
-//               remainder dropped; resumes from a batch's cursor
-//               (epoch, window, row in window) after counting the
-//               newlines of the epoch's earlier windows only.
+//               remainder dropped; a batch's cursor carries the rows
+//               before its window, so resuming from it counts only the
+//               windows served (O(1) in the data).
 //   eval_train  the first eval_train_examples lines of the train files, in
 //               file order; validation day_23_19 .. day_23_35; test
 //               day_23_00 .. day_23_18: one pass in file order, the last
