@@ -267,3 +267,30 @@ def test_resume_from_a_cursor_counts_no_earlier_window(criteo, criteo_data,
             assert 0 < counted <= 3, counted  # the cursor's window and next
         else:
             assert counted > window, counted  # every window before it too
+
+
+def test_resume_from_another_ranks_cursor_in_a_later_window(criteo):
+    """Rank 1's cursor of a batch that began in an earlier window resumes
+    that whole batch: the window before the cursor's is learnt too."""
+    server, _ = criteo
+    g, m = 400, 64 * 1024 // 2 + 1
+    opts = {"window_blocks": "1"}
+    loaders = _loaders(server, "c-any", "train", g, world=2, seed=7,
+                       options=opts)
+    batches, straddle = [], None
+    for step in range(7):
+        parts = [l.next_batch() for l in loaders]
+        batches.append(np.concatenate([p[0]["inputs"].numpy()
+                                       for p in parts]))
+        c0, c1 = parts[0][1].cursor, parts[1][1].cursor
+        if straddle is None and c0.window // m != c1.window // m:
+            straddle = (step, c1)
+    for l in loaders:
+        l.close()
+    assert straddle is not None  # ~260 lines a window, 200 rows a rank
+    step, cursor = straddle
+    got, _ = _global(_loaders(server, "c-any2", "train", g, world=2, seed=7,
+                              start_step=step, start_cursor=cursor,
+                              options=opts), 2)
+    for a, b in zip(got, batches[step:]):
+        assert a["inputs"].tobytes() == b.tobytes()
