@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
 #include "workloads/criteo1tb/criteo_line.h"
+#include "workloads/packed_schedule.h"
 
 namespace batchd {
 namespace {
@@ -239,6 +240,52 @@ TEST(Criteo1Tb, FillIsDeterministicAcrossThreads) {
   t1.join();
   t2.join();
   for (int i = 0; i < 200; ++i) EXPECT_EQ(a[i].inputs, b[i].inputs) << i;
+}
+
+// A cursor carries the rows before its window: a fresh workload finds its
+// row without counting earlier windows, and refuses a cursor whose rows
+// cannot be (rows before window 0, or disagreeing with the epoch's count).
+TEST(Criteo1Tb, CursorsCarryTheRowsBeforeTheirWindow) {
+  Set s;
+  MakeSet(&s);
+  WriteFile(s.dir.Path("day_1_00"), [&] {
+    std::string t;
+    for (int i = 0; i < 3000; ++i) t += s.lines[i % 3000] + "\n";
+    return t;
+  }());
+  const std::map<std::string, std::string> o = {{"block_kib", "64"},
+                                                {"window_blocks", "1"}};
+  absl::StatusOr<std::unique_ptr<Workload>> a = Make(s, "train", o);
+  absl::StatusOr<std::unique_ptr<Workload>> b = Make(s, "train", o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto* pa = dynamic_cast<const RowPacking*>(a->get());
+  auto* pb = dynamic_cast<const RowPacking*>(b->get());
+  ASSERT_TRUE(pa != nullptr && pb != nullptr);
+  const EpochOrder order = ShuffledOrder((*a)->num_examples(), 3, 0);
+  absl::StatusOr<uint64_t> rows = pa->RowsInEpoch(order);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const uint64_t m = 1 * (64 * 1024 / 2 + 1);
+  for (uint64_t row : {uint64_t(0), *rows / 2, *rows - 1}) {
+    absl::StatusOr<RowCursor> c = pa->CursorOfRow(order, row);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->row, row);
+    absl::StatusOr<uint64_t> back = pb->RowAtCursor(order, *c, nullptr);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, row);
+    absl::StatusOr<RowCursor> again = pb->CursorOfRow(order, row);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->window, c->window);
+  }
+  // Rows before window 0.
+  EXPECT_FALSE(pb->RowAtCursor(order, RowCursor{0, 3, 10}, nullptr).ok());
+  // The last row's window, with one row too many before it.
+  absl::StatusOr<RowCursor> last = pa->CursorOfRow(order, *rows - 1);
+  RowCursor bad = *last;
+  bad.row += 1;
+  absl::Status st = pb->RowAtCursor(order, bad, nullptr).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  // A window past the split's.
+  EXPECT_FALSE(pb->CheckCursor(0, RowCursor{0, 1000 * m, 0}).ok());
 }
 
 }  // namespace
