@@ -14,7 +14,8 @@ workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 `_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
 input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
-`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit) and `wmt`.
+`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
+`librispeech` (librispeech_conformer and librispeech_deepspeech).
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -42,7 +43,7 @@ import collections
 import os
 
 from .. import Loader
-from . import imagenet, wmt
+from . import imagenet, librispeech, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -58,6 +59,7 @@ _opened = collections.Counter()
 WORKLOADS = {
     "imagenet": imagenet,
     "wmt": wmt,
+    "librispeech": librispeech,
 }
 
 
