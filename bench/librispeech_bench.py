@@ -196,7 +196,8 @@ def footprint(pids):
 def start_daemon(a, root, sock, log):
     cmd = [os.path.join(a.build, "server", "batchd"), "--listen",
            f"unix://{sock}", "--data-root", root, "--threads",
-           str(os.cpu_count()), "--shm-prefix", f"lsbench{os.getpid()}"]
+           str(os.cpu_count()), "--shm-prefix", f"lsbench{os.getpid()}",
+           *a.daemon_arg]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log,
                             start_new_session=True)
     deadline = time.monotonic() + 60
@@ -284,6 +285,9 @@ def main():
     p.add_argument("--sides", nargs="+", default=["batchd-ring",
                                                   "batchd-dropin", "algoperf"])
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--daemon-arg", action="append", default=[],
+                   help="one more flag for batchd (repeatable), e.g. "
+                   "--daemon-arg=--readahead-bytes=0")
     p.add_argument("--json", help="write every run's row here")
     # A rank process (started by the bench itself).
     p.add_argument("--rank-of")
