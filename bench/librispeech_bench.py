@@ -129,6 +129,8 @@ def run_rank(a):
     with open(f"{a.sync}/warm{a.rank}", "w") as f:
         f.write(str(time.monotonic()))
     while not os.path.exists(f"{a.sync}/go"):
+        if os.path.exists(f"{a.sync}/stop"):  # the bench was interrupted
+            os._exit(1)
         time.sleep(0.005)
     for _ in range(a.steps):
         batch = next(batches)
