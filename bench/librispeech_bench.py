@@ -17,7 +17,10 @@ the same generated files and the same cores, at W = 1 and W = 8 ranks:
             queue with device="cpu" (widened on the host: AlgoPerf's float32
             tensors exactly).
 
-Every rank takes --warmup batches, then the timed ones; the figures are for
+Every rank takes --warmup batches, then the timed ones, within one pass
+over its share of train (the defaults: 2,048 utterances, 1,536 timed; each
+rank's DataLoader ends its workers at the end of a pass and starts new ones,
+which the full data set does only every ~33,000 utterances); the figures are for
 the timed window only: utterances/s (all ranks), CPU-seconds of every
 process of the pipeline in the window (daemon + ranks, or ranks + workers;
 from /proc), utterances per CPU-second ("per core": other load on the
@@ -164,12 +167,14 @@ def descendants(pids):
 
 
 def cpu_seconds(pids):
+    """CPU time of pids and of their children that have ended (a
+    DataLoader's workers end with each pass over the sampler)."""
     total = 0.0
     for p in pids:
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / CLK
+            total += sum(int(x) for x in fields[11:15]) / CLK
         except OSError:
             pass
     return total
@@ -277,9 +282,9 @@ def main():
                    default="/var/cache/batchd-ci/venv-torch-3.12/bin/python")
     p.add_argument("--data-root", default=os.path.join(
         tempfile.gettempdir(), "batchd-librispeech-bench"))
-    p.add_argument("--train", type=int, default=320,
+    p.add_argument("--train", type=int, default=2048,
                    help="train utterances generated (3 subsets)")
-    p.add_argument("--utterances", type=int, default=512,
+    p.add_argument("--utterances", type=int, default=1536,
                    help="timed utterances per run (all ranks)")
     p.add_argument("--b", type=int, default=4, help="per-rank batch")
     p.add_argument("--warmup", type=int, default=3)
