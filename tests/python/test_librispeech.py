@@ -8,7 +8,6 @@ shapes, device and repeat, resume from state_dict, and two ranks.
         /usr/bin/python3 -m pytest tests/python/test_librispeech.py
 """
 
-import collections
 import hashlib
 import shutil
 
