@@ -181,14 +181,17 @@ def cpu_seconds(pids):
 
 
 def footprint(pids):
-    """processes, threads, RSS and PSS (MiB) of pids."""
-    procs = threads = rss = pss = 0
+    """processes, threads, RSS, PSS and anonymous RSS (MiB) of pids (RSS
+    counts shared pages, the rings' and the workers' copy-on-write ones,
+    once per process; PSS shares them out)."""
+    procs = threads = rss = pss = anon = 0
     for p in pids:
         try:
             with open(f"/proc/{p}/status") as f:
                 status = dict(l.split(":", 1) for l in f if ":" in l)
             threads += int(status["Threads"])
             rss += int(status.get("VmRSS", "0 kB").split()[0])
+            anon += int(status.get("RssAnon", "0 kB").split()[0])
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Pss:"):
@@ -197,7 +200,7 @@ def footprint(pids):
         except (OSError, KeyError):
             pass
     return {"procs": procs, "threads": threads, "rss_mib": rss / 1024,
-            "pss_mib": pss / 1024}
+            "pss_mib": pss / 1024, "anon_mib": anon / 1024}
 
 
 def start_daemon(a, root, sock, log):
@@ -227,10 +230,11 @@ def one_run(a, side, world, root):
         python = "/usr/bin/python3"
         env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
     env["OMP_NUM_THREADS"] = "1"
-    steps = max(1, a.utterances // (a.b * world))
+    b = a.global_batch // world
+    steps = max(1, a.utterances // (b * world))
     ranks = [subprocess.Popen(
         [python, os.path.abspath(__file__), "--rank-of", side, "--rank",
-         str(r), "--world", str(world), "--b", str(a.b), "--steps",
+         str(r), "--world", str(world), "--b", str(b), "--steps",
          str(steps), "--warmup", str(a.warmup), "--sync", sync, "--data",
          os.path.join(root, "librispeech"), "--server", f"unix://{sock}"],
         env=env, start_new_session=True) for r in range(world)]
@@ -254,7 +258,7 @@ def one_run(a, side, world, root):
         t1 = time.monotonic()
         cpu1 = cpu_seconds(descendants(pids))
         daemon1 = cpu_seconds([daemon.pid]) if daemon else 0.0
-        utt = steps * a.b * world
+        utt = steps * b * world
         row = {"side": side, "world": world, "utterances": utt,
                "seconds": t1 - t0, "utt_per_s": utt / (t1 - t0),
                "cpu_s": cpu1 - cpu0, "daemon_cpu_s": daemon1 - daemon0, "utt_per_cpu_s": utt / (cpu1 - cpu0),
@@ -286,7 +290,8 @@ def main():
                    help="train utterances generated (3 subsets)")
     p.add_argument("--utterances", type=int, default=1536,
                    help="timed utterances per run (all ranks)")
-    p.add_argument("--b", type=int, default=4, help="per-rank batch")
+    p.add_argument("--global-batch", type=int, default=32,
+                   help="global batch (b = this / W per rank)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--worlds", type=int, nargs="+", default=[1, 8])
     p.add_argument("--sides", nargs="+", default=["batchd-ring",
@@ -301,6 +306,7 @@ def main():
     p.add_argument("--rank", type=int)
     p.add_argument("--world", type=int)
     p.add_argument("--steps", type=int)
+    p.add_argument("--b", type=int)
     p.add_argument("--sync")
     p.add_argument("--data")
     p.add_argument("--server")
@@ -332,11 +338,12 @@ def main():
         with open(a.json, "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
-    print(f"\nmedians of {a.repeat} alternating runs; per-rank batch {a.b}; "
+    print(f"\nmedians of {a.repeat} alternating runs; global batch "
+          f"{a.global_batch}; "
           f"{os.cpu_count()} cores")
     print(f"{'side':14} {'W':>2} {'utt/s':>7} {'utt/cpu-s':>9} "
           f"{'procs':>5} {'threads':>7} {'RSS MiB':>8} {'PSS MiB':>8}  "
-          f"(daemon: threads, RSS MiB)")
+          f"(daemon: threads, RSS, of it anonymous MiB)")
     per_core = {}
     for world in a.worlds:
         for side in a.sides:
@@ -346,7 +353,8 @@ def main():
             d = ""
             if mine[0]["daemon"]:
                 d = (f"  ({med(lambda r: r['daemon']['threads']):.0f}, "
-                     f"{med(lambda r: r['daemon']['rss_mib']):.0f})")
+                     f"{med(lambda r: r['daemon']['rss_mib']):.0f}, "
+                     f"{med(lambda r: r['daemon']['anon_mib']):.0f})")
             print(f"{side:14} {world:>2} {med(lambda r: r['utt_per_s']):7.1f} "
                   f"{per_core[side, world]:9.1f} "
                   f"{med(lambda r: r['ranks']['procs']):5.0f} "
