@@ -254,6 +254,25 @@ def images(out):
     img.convert("LA").save(os.path.join(out, "gray_alpha.png"), "PNG")
 
 
+def npy(descr, values, fortran=False, major=1):
+    """A .npy file as numpy writes one (header padded to 64 bytes)."""
+    header = (f"{{'descr': '{descr}', 'fortran_order': {fortran}, "
+              f"'shape': ({len(values)},), }}")
+    prefix = 10 if major == 1 else 12
+    header += " " * (-(prefix + len(header) + 1) % 64) + "\n"
+    size = len(header).to_bytes(2 if major == 1 else 4, "little")
+    width = int(descr[2])
+    data = b"".join(v.to_bytes(width, "little", signed=True) for v in values)
+    return b"\x93NUMPY" + bytes([major, 0]) + size + header.encode() + data
+
+
+def npys():
+    good = npy("<i8", [0, 1, -32768, 32767])
+    return [good, good[:-3], npy("<i4", [7, 2]), npy("<i2", [1], major=2),
+            npy("<i8", [5], fortran=True), npy("<f8", [0]),
+            npy("<i8", [], major=3)]
+
+
 def write(directory, name, data):
     os.makedirs(directory, exist_ok=True)
     if isinstance(data, str):
@@ -288,6 +307,8 @@ def main():
         write(f"{out}/cache_index_fuzz", f"value{i}", data)
     for i, data in enumerate(length_tables()):
         write(f"{out}/wmt_lengths_fuzz", f"table{i}", data)
+    for i, data in enumerate(npys()):
+        write(f"{out}/npy_fuzz", f"array{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 

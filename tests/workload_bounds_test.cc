@@ -40,6 +40,8 @@ TEST(WorkloadOptions, EverySizingOptionIsRefusedPastItsBoundNamingIt) {
            {"wmt", "train", "index_threads", "1048577", "1048576"},
            {"wmt", "train", "eval_train_examples", "16777217", "16777216"},
            {"wmt", "train", "max_length", "4097", "4096"},
+           {"librispeech", "eval_train", "eval_train_examples", "4294967296",
+            "4294967295"},
        }) {
     SCOPED_TRACE(std::string(b.workload) + " " + b.option);
     const absl::Status s = Open(b.workload, b.split, b.option, b.too_big);

@@ -173,8 +173,8 @@ TEST(WorkloadContractTest, ARegisteredWorkloadIsOpenedByNameAndRefusesTheRest) {
   config.split = "train";
   EXPECT_THAT(CreateWorkload("countng", config, Table()).status().message(),
               HasSubstr("unknown workload 'countng' (known: synthetic, "
-                        "imagenet, wmt, counting)"));
-  EXPECT_THAT(WorkloadHelp(Table()), HasSubstr("counting   ids and"));
+                        "imagenet, wmt, librispeech, counting)"));
+  EXPECT_THAT(WorkloadHelp(Table()), HasSubstr("counting     ids and"));
   // The daemon's own table does not know the test's workload.
   EXPECT_EQ(CreateWorkload("counting", config).status().code(),
             absl::StatusCode::kInvalidArgument);

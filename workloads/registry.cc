@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/imagenet/imagenet.h"
+#include "workloads/librispeech/librispeech.h"
 #include "workloads/synthetic.h"
 #include "workloads/wmt/wmt.h"
 
@@ -22,6 +23,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform"},
     {"wmt", CreateWmtWorkload,
      "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
+    {"librispeech", CreateLibriSpeechWorkload,
+     "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)"},
 };
 
 }  // namespace

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, REPO, WMT_TOOLS
-from helpers import make_imagenet, make_wmt, run_generator
+from helpers import LIBRISPEECH_GENERATOR, make_imagenet, make_wmt
+from helpers import run_generator
 
 
 def _generated(root, name, make):
@@ -31,7 +32,8 @@ def _generated(root, name, make):
         make(out)
         return out
     digest = hashlib.sha256(name.encode())
-    for tool in (IMAGENET_GENERATOR, os.path.join(WMT_TOOLS, "generate_wmt.py"),
+    for tool in (IMAGENET_GENERATOR, LIBRISPEECH_GENERATOR,
+                 os.path.join(WMT_TOOLS, "generate_wmt.py"),
                  os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
                  CRITEO_GENERATOR,
                  os.path.join(REPO, "tests", "python", "conftest.py")):
@@ -118,6 +120,18 @@ def algoperf_server(algoperf_data, tmp_path):
         shutil.copytree(algoperf_data / name, tmp_path / "data" / name)
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def librispeech_data(tmp_path_factory):
+    """A root with librispeech/: AlgoPerf's pre-processed layout, 6 + 6 + 4
+    train, 4 + 3 validation and 5 test utterances (workloads/librispeech/
+    make_librispeech.py; each subset's first at 320,000 samples)."""
+    root = tmp_path_factory.mktemp("librispeech-data")
+    _generated(root, "librispeech", lambda out: run_generator(
+        LIBRISPEECH_GENERATOR, out, "--seed", 4, "--per-subset", 6, 6, 4, 4,
+        3, 5))
+    return root
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 WMT_TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
 IMAGENET_TOOL = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
+LIBRISPEECH_GENERATOR = os.path.join(REPO, "workloads", "librispeech",
+                                     "make_librispeech.py")
 # AlgoPerf's WMT length limit: a pair is kept when both sides, EOS
 # included, have at most this many tokens.
 MAX_LENGTH = 256

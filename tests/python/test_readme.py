@@ -21,7 +21,8 @@ from helpers import REPO as ROOT
 SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
           "wmt": ["train", "validation", "eval_train", "test"],
-          "criteo1tb": ["train", "validation", "eval_train", "test"]}
+          "criteo1tb": ["train", "validation", "eval_train", "test"],
+          "librispeech": ["train", "validation", "eval_train", "test"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -48,12 +49,13 @@ def readme_table():
 
 
 @pytest.fixture(scope="module")
-def daemon(shared_data, criteo_data, tmp_path_factory):
+def daemon(shared_data, criteo_data, librispeech_data, tmp_path_factory):
     # The shared data with an imagenet test split (a copy of val), so that
     # every split has data.
     root = tmp_path_factory.mktemp("readme")
     for name in ("imagenet", "wmt"):
         shutil.copytree(shared_data / name, root / name, symlinks=True)
+    shutil.copytree(librispeech_data / "librispeech", root / "librispeech")
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
     shutil.copytree(criteo_data, root / "criteo1tb")
     d = Daemon(root, root / "batchd.log")

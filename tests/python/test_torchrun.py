@@ -9,6 +9,7 @@ is older than 2 or has no torchrun beside the interpreter (Debian's torch
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -149,3 +150,32 @@ def test_torchrun_criteo1tb_through_algoperf_disjoint_complete(server, tmp_path)
     assert proc.returncode == 0, out
     assert "criteo: every global batch disjoint and complete" in out, out
     assert len(re.findall(r"^criteo \w+ step \d+ ok$", out, re.M)) == 12, out
+
+
+def test_torchrun_librispeech_through_algoperf_drop_in(tmp_path,
+                                                       librispeech_data):
+    """Two ranks of AlgoPerf's LibriSpeech queues: every global batch of a
+    train epoch disjoint and complete, the epoch AlgoPerf's utterances,
+    the validation pass AlgoPerf's in order (reference/librispeech_ref.py)."""
+    from helpers import run_reference
+    s = Server(tmp_path)
+    try:
+        shutil.copytree(librispeech_data / "librispeech",
+                        tmp_path / "data" / "librispeech")
+        proc = torchrun(s, os.path.join(HERE, "librispeech_ddp_check.py"),
+                        "--global-batch-size", "4", "--epoch", "16",
+                        "--eval", "7")
+        out, _ = proc.communicate(timeout=DEADLINE * 3)
+        assert proc.returncode == 0, out
+        assert "librispeech ddp ok" in out, out
+        data = librispeech_data / "librispeech"
+        for split in ("train", "validation"):
+            want = [line.split()[0] for line in run_reference(
+                "librispeech_ref.py", data, split, 0, 0).split("\n") if line]
+            got = re.findall(rf"^{split} ([0-9a-f]{{64}})$", out, re.M)
+            if split == "train":
+                assert sorted(got) == sorted(want)
+            else:
+                assert got == want
+    finally:
+        s.stop()

@@ -15,7 +15,8 @@ workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
 `imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
-`criteo1tb` (module criteo: AlgoPerf's DLRM workloads).
+`criteo1tb` (module criteo: AlgoPerf's DLRM workloads),
+`librispeech` (librispeech_conformer and librispeech_deepspeech).
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -43,7 +44,7 @@ import collections
 import os
 
 from .. import Loader
-from . import criteo, imagenet, wmt
+from . import criteo, imagenet, librispeech, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -60,6 +61,7 @@ WORKLOADS = {
     "criteo1tb": criteo,
     "imagenet": imagenet,
     "wmt": wmt,
+    "librispeech": librispeech,
 }
 
 
