@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "workloads/imagenet/imagenet.h"
+#include "workloads/ogbg/ogbg.h"
 #include "workloads/synthetic.h"
 #include "workloads/wmt/wmt.h"
 
@@ -19,6 +20,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms"},
     {"wmt", CreateWmtWorkload,
      "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
+    {"ogbg", CreateOgbgWorkload,
+     "TFDS ogbg_molpcba, AlgoPerf's jraph graph batching in fixed rows"},
 };
 
 }  // namespace
