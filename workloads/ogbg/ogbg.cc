@@ -517,8 +517,9 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
       config.data_root.empty() ? config.data_path : config.data_root,
       config.access);
   if (!root.ok()) return root.status();
-  absl::StatusOr<std::vector<std::string>> files =
-      SplitFiles(**root, config.data_path, *split);
+  absl::StatusOr<std::vector<std::string>> files = SplitFiles(
+      **root, config.data_path.empty() ? (*root)->path() : config.data_path,
+      *split);
   if (!files.ok()) return files.status();
   TFRecordOptions tfr;
   tfr.root = *root;
