@@ -14,6 +14,8 @@ import pytest
 from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, REPO, WMT_TOOLS
 from helpers import make_imagenet, make_wmt, run_generator
 
+OGBG_GENERATOR = os.path.join(REPO, "workloads", "ogbg", "make_ogbg.py")
+
 
 def _generated(root, name, make):
     """root/name made by make(path). With BATCHD_TEST_DATA set (scripts/
@@ -29,7 +31,8 @@ def _generated(root, name, make):
         make(out)
         return out
     digest = hashlib.sha256(name.encode())
-    for tool in (IMAGENET_GENERATOR, os.path.join(WMT_TOOLS, "generate_wmt.py"),
+    for tool in (IMAGENET_GENERATOR, OGBG_GENERATOR,
+                 os.path.join(WMT_TOOLS, "generate_wmt.py"),
                  os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
                  os.path.join(REPO, "tests", "python", "conftest.py")):
         with open(tool, "rb") as f:
@@ -123,3 +126,14 @@ def server(tmp_path):
     s = Server(tmp_path)
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def ogbg_data(tmp_path_factory):
+    """A data root with ogbg/ogbg_molpcba/0.1.3/ (workloads/ogbg/
+    make_ogbg.py: 240 train graphs in 8 shards, 60 validation, 50 test)."""
+    root = tmp_path_factory.mktemp("ogbg-data")
+    _generated(root, "ogbg", lambda out: run_generator(
+        OGBG_GENERATOR, out, "--train", 240, "--validation", 60, "--test", 50,
+        "--seed", 7))
+    return root

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/executor.h"
+#include "base/log.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord_shards.h"
 #include "workloads/ogbg/graph.h"
@@ -31,6 +32,7 @@ constexpr uint64_t kDefaultEvalTrain = 43793;  // AlgoPerf's
 // A molecule's record is a few KB; a larger one is refused unread.
 constexpr uint64_t kMaxRecordBytes = 16 << 20;
 constexpr uint32_t kDamaged = UINT32_MAX;
+constexpr uint64_t kLoggedDamaged = 10;
 
 // What packing needs of a graph: its nodes and bonds, or kDamaged.
 struct Info {
@@ -64,13 +66,22 @@ class GraphStore : public ExampleSource {
         pool, Priority::kServing, infos_.size(), 8,
         [&](uint64_t i) -> absl::Status {
           absl::StatusOr<std::string> rec = shards_.Read(i);
-          if (!rec.ok()) {
-            damaged.fetch_add(1);
-            return absl::OkStatus();
+          absl::Status bad = rec.status();
+          absl::StatusOr<Graph> g;
+          if (bad.ok()) {
+            g = ParseGraph(*rec);
+            bad = g.status();
           }
-          absl::StatusOr<Graph> g = ParseGraph(*rec);
-          if (!g.ok()) {
-            damaged.fetch_add(1);
+          if (!bad.ok()) {
+            // The first few each name their record; the rest are counted
+            // (the stream's decode_errors, as its rows leave them out).
+            if (damaged.fetch_add(1) < kLoggedDamaged) {
+              Log(LogLevel::kWarn, "decode_error",
+                  {{"workload", kName},
+                   {"example", Describe({0, 0, i})},
+                   {"error", std::string(bad.message())},
+                   {"action", "left out"}});
+            }
             return absl::OkStatus();
           }
           infos_[i] = {uint32_t(g->num_nodes), uint32_t(g->num_edges)};

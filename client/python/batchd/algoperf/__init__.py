@@ -14,7 +14,8 @@ workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 `_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
 input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
-`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit) and `wmt`.
+`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
+`ogbg`.
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -42,7 +43,7 @@ import collections
 import os
 
 from .. import Loader
-from . import imagenet, wmt
+from . import imagenet, ogbg, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -54,10 +55,13 @@ _opened = collections.Counter()
 # opts) (the stream's option defaults), repeats(split, num_batches,
 # repeat_final_dataset) and convert(host, split, move, torch) (the batch
 # AlgoPerf's queue yields, from the ring's tensors; move(t, dtype) puts a
-# ring tensor on the queue's device), and optionally DEVICE.
+# ring tensor on the queue's device), and optionally DEVICE and
+# rows(global_batch_size, opts) (the stream's global batch, where its
+# items are rows of several examples).
 WORKLOADS = {
     "imagenet": imagenet,
     "wmt": wmt,
+    "ogbg": ogbg,
 }
 
 
@@ -128,6 +132,8 @@ class InputQueue:
             key = (workload, split, seed)
             stream = f"algoperf-{workload}-{split}-{seed}-{_opened[key]}"
             _opened[key] += 1
+        if hasattr(adapter, "rows"):
+            global_batch_size = adapter.rows(global_batch_size, opts)
         self._open_args = dict(
             stream=stream, global_batch_size=global_batch_size,
             workload=adapter.WORKLOAD, data=data, split=self.split,
