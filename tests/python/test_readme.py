@@ -20,7 +20,8 @@ from batchd_daemon import Daemon, binary
 from helpers import REPO as ROOT
 SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
-          "wmt": ["train", "validation", "eval_train", "test"]}
+          "wmt": ["train", "validation", "eval_train", "test"],
+          "ogbg": ["train", "validation", "eval_train", "test"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -47,13 +48,14 @@ def readme_table():
 
 
 @pytest.fixture(scope="module")
-def daemon(shared_data, tmp_path_factory):
+def daemon(shared_data, ogbg_data, tmp_path_factory):
     # The shared data with an imagenet test split (a copy of val), so that
     # every split has data.
     root = tmp_path_factory.mktemp("readme")
     for name in ("imagenet", "wmt"):
         shutil.copytree(shared_data / name, root / name, symlinks=True)
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
+    shutil.copytree(ogbg_data / "ogbg", root / "ogbg")
     d = Daemon(root, root / "batchd.log")
     yield d
     d.stop()
