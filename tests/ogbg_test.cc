@@ -1,6 +1,8 @@
 // The ogbg workload: graph parsing and its refusals, the row budget and
 // padding layout of AlgoPerf's jraph batching, options and splits, damaged
 // records, and rows that are the same whoever fills them.
+#include "workloads/ogbg/ogbg.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,7 +19,6 @@
 #include "tests/testutil.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/ogbg/graph.h"
-#include "workloads/ogbg/ogbg.h"
 #include "workloads/packed_schedule.h"
 
 namespace batchd {
@@ -191,16 +192,17 @@ struct Data {
 TEST(OgbgWorkload, RefusesBadOptionsSplitsAndMissingFiles) {
   Data data(16, 6);
   EXPECT_THAT(data.Create("dev").status().message(), HasSubstr("dev"));
-  EXPECT_THAT(data.Create("train", {{"graphs_per_row", "0"}}).status().message(),
-              HasSubstr("graphs_per_row"));
+  EXPECT_THAT(
+      data.Create("train", {{"graphs_per_row", "0"}}).status().message(),
+      HasSubstr("graphs_per_row"));
   EXPECT_THAT(
       data.Create("train", {{"graphs_per_row", "1025"}}).status().message(),
       HasSubstr("graphs_per_row"));
   EXPECT_THAT(data.Create("train", {{"bogus", "1"}}).status().message(),
               HasSubstr("bogus"));
-  unlink(absl::StrCat(data.shards,
-                      "/ogbg_molpcba-train.tfrecord-00003-of-00008")
-             .c_str());
+  unlink(
+      absl::StrCat(data.shards, "/ogbg_molpcba-train.tfrecord-00003-of-00008")
+          .c_str());
   EXPECT_THAT(data.Create("train").status().message(),
               HasSubstr("train.tfrecord-00003-of-00008"));
   // The version folder itself is accepted as data.
@@ -233,9 +235,9 @@ TEST(OgbgWorkload, EvalRowsPackInFileOrderAndCountDamagedGraphs) {
   WorkloadCounters counters;
   for (uint64_t row = 0; row < (*w)->num_examples(); ++row) {
     RowBuffers out((*w)->tensors());
-    ASSERT_TRUE((*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(),
-                               &counters)
-                    .ok());
+    ASSERT_TRUE(
+        (*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(), &counters)
+            .ok());
     for (int id : IdsOf(out, shape)) ids.push_back(id);
   }
   EXPECT_EQ(ids, (std::vector<int>{0, 1, 4, 5, 6, 7}));
@@ -244,8 +246,8 @@ TEST(OgbgWorkload, EvalRowsPackInFileOrderAndCountDamagedGraphs) {
   EXPECT_EQ((*w)->num_examples(), 3u);
   // A padding item: all padding, weight 0.
   RowBuffers pad((*w)->tensors());
-  ASSERT_TRUE((*w)->FillItem(ItemRef{0, 0, 3, 3, false}, pad.out(), nullptr)
-                  .ok());
+  ASSERT_TRUE(
+      (*w)->FillItem(ItemRef{0, 0, 3, 3, false}, pad.out(), nullptr).ok());
   EXPECT_EQ(pad.as<int32_t>(4)[0], shape.nodes());
   EXPECT_EQ(pad.as<int32_t>(5)[0], shape.edges());
 }

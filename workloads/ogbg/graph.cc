@@ -71,8 +71,8 @@ absl::StatusOr<Graph> ParseGraph(const std::string& record) {
     const int64_t v = g.edge_index[i];
     if (v < 0 || v >= g.num_nodes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("ogbg: edge ", i / 2, " names node ", v, " of a graph of ",
-                       g.num_nodes, " nodes"));
+          absl::StrCat("ogbg: edge ", i / 2, " names node ", v,
+                       " of a graph of ", g.num_nodes, " nodes"));
     }
   }
   return g;

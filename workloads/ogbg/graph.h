@@ -28,7 +28,7 @@ inline constexpr int64_t kEdgesPerGraph = 56;
 
 struct Graph {
   int64_t num_nodes = 0;
-  int64_t num_edges = 0;  // bonds, each stored once
+  int64_t num_edges = 0;            // bonds, each stored once
   std::vector<float> node_feat;     // [n * 9]
   std::vector<float> edge_feat;     // [e * 3]
   std::vector<int64_t> edge_index;  // [e * 2]: (src, dst) pairs
@@ -64,7 +64,8 @@ struct RowBudget {
   RowShape shape;
   int64_t graphs = 0, nodes = 0, edges = 0;
   bool Add(int64_t n, int64_t e) {
-    if (graphs + 1 > shape.graphs || nodes + n > kNodesPerGraph * shape.graphs ||
+    if (graphs + 1 > shape.graphs ||
+        nodes + n > kNodesPerGraph * shape.graphs ||
         edges + 2 * e > shape.edges()) {
       return false;
     }

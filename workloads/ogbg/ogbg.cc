@@ -117,13 +117,14 @@ class GraphStore : public ExampleSource {
   absl::StatusOr<Graph> Parse(uint64_t id, const std::string& bytes) const {
     absl::StatusOr<Graph> g = ParseGraph(bytes);
     if (!g.ok()) {
-      return absl::DataLossError(absl::StrCat(
-          g.status().message(), " (", Describe({0, 0, id}), ")"));
+      return absl::DataLossError(
+          absl::StrCat(g.status().message(), " (", Describe({0, 0, id}), ")"));
     }
     const Info& i = infos_[id];
-    if (uint64_t(g->num_nodes) != i.nodes || uint64_t(g->num_edges) != i.bonds) {
-      return absl::DataLossError(absl::StrCat(
-          "ogbg: ", Describe({0, 0, id}), " changed since it was indexed"));
+    if (uint64_t(g->num_nodes) != i.nodes ||
+        uint64_t(g->num_edges) != i.bonds) {
+      return absl::DataLossError(absl::StrCat("ogbg: ", Describe({0, 0, id}),
+                                              " changed since it was indexed"));
     }
     return g;
   }
@@ -137,10 +138,9 @@ class GraphStore : public ExampleSource {
 // Row starts (positions in the order) of ids in the given order: greedy,
 // as jraph's dynamically_batch; damaged and oversized graphs are left out
 // but belong to the row whose range holds them.
-std::vector<uint32_t> PackStarts(const GraphStore& store, const RowShape& shape,
-                                 uint64_t n,
-                                 const std::function<void(uint64_t, uint64_t,
-                                                          uint64_t*)>& ids) {
+std::vector<uint32_t> PackStarts(
+    const GraphStore& store, const RowShape& shape, uint64_t n,
+    const std::function<void(uint64_t, uint64_t, uint64_t*)>& ids) {
   std::vector<uint32_t> starts;
   RowBudget row{shape};
   bool open = false;
@@ -480,13 +480,11 @@ absl::StatusOr<std::vector<std::string>> SplitFiles(const DataRoot& root,
                                    "-of-0000", kTrainShards));
     }
   } else {
-    names.push_back(absl::StrCat("ogbg_molpcba-",
-                                 split == Split::kValidation ? "validation"
-                                                             : "test",
-                                 ".tfrecord-00000-of-00001"));
+    names.push_back(absl::StrCat(
+        "ogbg_molpcba-", split == Split::kValidation ? "validation" : "test",
+        ".tfrecord-00000-of-00001"));
   }
-  for (const std::string& dir :
-       {absl::StrCat(data, "/", kVersionDir), data}) {
+  for (const std::string& dir : {absl::StrCat(data, "/", kVersionDir), data}) {
     if (!root.Resolve(absl::StrCat(dir, "/", names[0])).ok()) continue;
     std::vector<std::string> paths;
     for (const std::string& n : names) {
@@ -498,9 +496,9 @@ absl::StatusOr<std::vector<std::string>> SplitFiles(const DataRoot& root,
     }
     return paths;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "ogbg: no ", names[0], " under ", data, "/", kVersionDir, " or ", data,
-      " (TFDS ogbg_molpcba 0.1.3)"));
+  return absl::NotFoundError(absl::StrCat("ogbg: no ", names[0], " under ",
+                                          data, "/", kVersionDir, " or ", data,
+                                          " (TFDS ogbg_molpcba 0.1.3)"));
 }
 
 }  // namespace
@@ -512,16 +510,15 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
   absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
       kName, config.options, {"graphs_per_row", "eval_train_examples"});
   if (!opts.ok()) return opts.status();
-  absl::StatusOr<uint64_t> r = opts->Uint("graphs_per_row", kDefaultGraphsPerRow,
-                                          1, kMaxGraphsPerRow);
+  absl::StatusOr<uint64_t> r =
+      opts->Uint("graphs_per_row", kDefaultGraphsPerRow, 1, kMaxGraphsPerRow);
   if (!r.ok()) return r.status();
   absl::StatusOr<uint64_t> eval_train = opts->Uint(
       "eval_train_examples", kDefaultEvalTrain, 1, uint64_t(1) << 32);
   if (!eval_train.ok()) return eval_train.status();
-  absl::StatusOr<Split> split =
-      ParseSplit(kName, config.split,
-                 {Split::kTrain, Split::kEvalTrain, Split::kValidation,
-                  Split::kTest});
+  absl::StatusOr<Split> split = ParseSplit(
+      kName, config.split,
+      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
   if (!split.ok()) return split.status();
 
   absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
