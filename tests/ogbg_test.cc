@@ -252,6 +252,41 @@ TEST(OgbgWorkload, EvalRowsPackInFileOrderAndCountDamagedGraphs) {
   EXPECT_EQ(pad.as<int32_t>(5)[0], shape.edges());
 }
 
+TEST(OgbgWorkload, BrokenFramingRefusesDamagedDataIsCounted) {
+  Data data(16, 6);
+  const std::string val = absl::StrCat(
+      data.shards, "/ogbg_molpcba-validation.tfrecord-00000-of-00001");
+  std::string bytes = testutil::ReadFile(val);
+  ASSERT_GT(bytes.size(), 40u);
+  // A byte of record 0's data: its data CRC fails when read; the graph is
+  // left out and counted, the others served.
+  std::string flipped = bytes;
+  flipped[kTFRecordHeaderBytes + 5] ^= 0x40;
+  testutil::WriteFile(val, flipped);
+  absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("validation");
+  ASSERT_TRUE(w.ok()) << w.status();
+  WorkloadCounters counters;
+  std::vector<int> ids;
+  for (uint64_t row = 0; row < (*w)->num_examples(); ++row) {
+    RowBuffers out((*w)->tensors());
+    ASSERT_TRUE(
+        (*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(), &counters)
+            .ok());
+    for (int id : IdsOf(out, RowShape{2})) ids.push_back(id);
+  }
+  EXPECT_EQ(ids, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(counters.decode_errors.load(), 1u);
+  // A record's length CRC broken: the framing cannot be trusted past it,
+  // and the stream is refused naming the file and the offset.
+  std::string framing = bytes;
+  framing[9] ^= 0x01;
+  testutil::WriteFile(val, framing);
+  absl::Status st = data.Create("validation").status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("validation.tfrecord-00000-of-00001"));
+  EXPECT_THAT(st.message(), HasSubstr("offset"));
+}
+
 TEST(OgbgWorkload, TrainEpochHoldsEveryGraphOnceAndRowsAreDeterministic) {
   Data data(40, 4);
   absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("train");
