@@ -22,7 +22,7 @@ np = pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 import batchd.algoperf  # noqa: E402
-from batchd_daemon import Daemon  # noqa: E402
+from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
 from helpers import run_reference  # noqa: E402
 
 R = 4  # graphs per row
@@ -270,3 +270,34 @@ def test_damaged_graphs_are_counted_not_fatal(ogbg_data, reference,
     log = open(tmp_path / "batchd.log").read()
     assert "record 0 of" in log and "record 1 of" in log
     assert "names node 127" in log
+
+
+@pytest.mark.parametrize("split,steps", [("train", 5), ("validation", 4)])
+def test_same_rows_with_and_without_readahead(ogbg_data, tmp_path, split,
+                                              steps):
+    """Train rows read their graphs through the read-ahead (ExamplesOfRows),
+    eval rows as one stored example each: the same bytes with it off, on,
+    and with a budget of one byte."""
+    got = {}
+    for budget in (0, 256 << 20, 1):
+        port = free_port()
+        d = Daemon(ogbg_data, tmp_path / f"ra-{budget}.log",
+                   args=["--readahead-bytes", str(budget),
+                         "--metrics-listen", f"127.0.0.1:{port}"])
+        try:
+            rows = [rows_of(d, split, 4, "s", world_size=2, rank=r,
+                            steps=steps) for r in range(2)]
+            m = metrics(port)
+        finally:
+            d.stop()
+        got[budget] = rows
+        stream = f'{{stream="s",owner="{os.getuid()}"}}'
+        if budget == 0:
+            assert m.get("batchd_readahead_reads_total" + stream, 0) == 0
+        elif split == "train":
+            assert m["batchd_readahead_reads_total" + stream] > 0
+    for budget in (256 << 20, 1):
+        for r in range(2):
+            for k in KEYS:
+                np.testing.assert_array_equal(got[budget][r][k], got[0][r][k],
+                                              err_msg=(budget, r, k))
