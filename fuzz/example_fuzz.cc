@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     batchd::fuzz::Fail("SerializeExample wrote what ParseExample refuses: " +
                        std::string(again.status().message()));
   }
-  if (again->bytes != parsed->bytes || again->int64s != parsed->int64s) {
+  if (again->bytes != parsed->bytes || again->int64s != parsed->int64s ||
+      again->floats.size() != parsed->floats.size()) {
     batchd::fuzz::Fail("features changed in a serialize/parse round trip");
   }
   return 0;

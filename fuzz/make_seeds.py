@@ -60,6 +60,20 @@ EXAMPLES = [
 
 # --- batchd.v1.OpenStreamRequest (proto/batchd/v1/batchd.proto) ----------
 
+def graphs():
+    """ogbg-molpcba records: a triangle, a bond naming a missing node, and
+    lengths that disagree."""
+    def graph(n, bonds, node_values=None, labels=128):
+        return example({
+            "num_nodes": ("int64", [n]), "num_edges": ("int64", [len(bonds)]),
+            "node_feat": ("float", [1.0] * (node_values or 9 * n)),
+            "edge_feat": ("float", [0.5] * 3 * len(bonds)),
+            "edge_index": ("int64", [v for b in bonds for v in b]),
+            "labels": ("float", [float("nan"), 1.0] * (labels // 2))})
+    return [graph(3, [(0, 1), (1, 2), (2, 0)]), graph(2, [(0, 5)]),
+            graph(4, [(0, 1)], node_values=7, labels=10)]
+
+
 def stream_spec(name="s", workload="synthetic", data="", split="",
                 global_batch_size=32, world_size=2, seed=0, start_step=0,
                 slots=0, options=None, cursor=None):
@@ -287,6 +301,8 @@ def main():
     out = sys.argv[1]
     for i, e in enumerate(EXAMPLES):
         write(f"{out}/example_fuzz", f"example{i}", e)
+    for i, g in enumerate(graphs()):
+        write(f"{out}/ogbg_graph_fuzz", f"graph{i}", g)
     shards = [EXAMPLES[:1], EXAMPLES[:3], [], [b"x" * 100]]
     for i, records in enumerate(shards):
         write(f"{out}/tfrecord_fuzz", f"shard{i}", tfrecord(records))

@@ -8,6 +8,7 @@
 #include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/imagenet/imagenet.h"
 #include "workloads/librispeech/librispeech.h"
+#include "workloads/ogbg/ogbg.h"
 #include "workloads/synthetic.h"
 #include "workloads/wmt/wmt.h"
 
@@ -25,6 +26,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
     {"librispeech", CreateLibriSpeechWorkload,
      "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)"},
+    {"ogbg", CreateOgbgWorkload,
+     "TFDS ogbg_molpcba, AlgoPerf's jraph graph batching in fixed rows"},
 };
 
 }  // namespace

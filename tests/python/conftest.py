@@ -17,6 +17,8 @@ from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, REPO, WMT_TOOLS
 from helpers import LIBRISPEECH_GENERATOR, make_imagenet, make_wmt
 from helpers import run_generator
 
+OGBG_GENERATOR = os.path.join(REPO, "workloads", "ogbg", "make_ogbg.py")
+
 
 def _generated(root, name, make):
     """root/name made by make(path). With BATCHD_TEST_DATA set (scripts/
@@ -32,7 +34,7 @@ def _generated(root, name, make):
         make(out)
         return out
     digest = hashlib.sha256(name.encode())
-    for tool in (IMAGENET_GENERATOR, LIBRISPEECH_GENERATOR,
+    for tool in (IMAGENET_GENERATOR, LIBRISPEECH_GENERATOR, OGBG_GENERATOR,
                  os.path.join(WMT_TOOLS, "generate_wmt.py"),
                  os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
                  CRITEO_GENERATOR,
@@ -155,3 +157,14 @@ def server(tmp_path):
     s = Server(tmp_path)
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def ogbg_data(tmp_path_factory):
+    """A data root with ogbg/ogbg_molpcba/0.1.3/ (workloads/ogbg/
+    make_ogbg.py: 240 train graphs in 8 shards, 60 validation, 50 test)."""
+    root = tmp_path_factory.mktemp("ogbg-data")
+    _generated(root, "ogbg", lambda out: run_generator(
+        OGBG_GENERATOR, out, "--train", 240, "--validation", 60, "--test", 50,
+        "--seed", 7))
+    return root

@@ -22,7 +22,8 @@ SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
           "wmt": ["train", "validation", "eval_train", "test"],
           "criteo1tb": ["train", "validation", "eval_train", "test"],
-          "librispeech": ["train", "validation", "eval_train", "test"]}
+          "librispeech": ["train", "validation", "eval_train", "test"],
+          "ogbg": ["train", "validation", "eval_train", "test"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -49,7 +50,8 @@ def readme_table():
 
 
 @pytest.fixture(scope="module")
-def daemon(shared_data, criteo_data, librispeech_data, tmp_path_factory):
+def daemon(shared_data, criteo_data, librispeech_data, ogbg_data,
+           tmp_path_factory):
     # The shared data with an imagenet test split (a copy of val), so that
     # every split has data.
     root = tmp_path_factory.mktemp("readme")
@@ -58,6 +60,7 @@ def daemon(shared_data, criteo_data, librispeech_data, tmp_path_factory):
     shutil.copytree(librispeech_data / "librispeech", root / "librispeech")
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
     shutil.copytree(criteo_data, root / "criteo1tb")
+    shutil.copytree(ogbg_data / "ogbg", root / "ogbg")
     d = Daemon(root, root / "batchd.log")
     yield d
     d.stop()

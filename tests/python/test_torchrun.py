@@ -179,3 +179,17 @@ def test_torchrun_librispeech_through_algoperf_drop_in(tmp_path,
                 assert got == want
     finally:
         s.stop()
+
+
+def test_torchrun_ogbg_through_the_drop_in(server, ogbg_data, tmp_path):
+    """AlgoPerf's ogbg through batchd.algoperf in a 2-rank DDP job: every
+    global batch's slices disjoint and complete (ogbg_ddp_check.py)."""
+    import shutil
+    shutil.copytree(ogbg_data / "ogbg", tmp_path / "data" / "ogbg")
+    proc = torchrun(server, os.path.join(HERE, "ogbg_ddp_check.py"),
+                    "--steps", "6", "--global-batch", "16",
+                    "--graphs-per-row", "4")
+    out, _ = proc.communicate(timeout=DEADLINE * 3)
+    assert proc.returncode == 0, out
+    assert "ogbg: every global batch disjoint and complete" in out, out
+    assert len(re.findall(r"^ogbg step \d+ ok$", out, re.M)) == 6, out

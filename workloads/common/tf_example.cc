@@ -1,6 +1,8 @@
 // tf.train.Example parsing and serializing; see tf_example.h.
 #include "workloads/common/tf_example.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "base/coding.h"
 #include "base/wire_reader.h"
@@ -15,6 +17,7 @@ struct ParsedFeature {
   FeatureKind kind = FeatureKind::kNone;
   std::vector<std::string> bytes;
   std::vector<int64_t> int64s;
+  std::vector<float> floats;
 };
 
 absl::Status Malformed(const char* what) {
@@ -65,8 +68,8 @@ bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out) {
   return true;
 }
 
-// Checks that a FloatList is well formed; its values are not kept.
-bool CheckFloatList(const char* p, size_t n) {
+// A FloatList, packed (one length-delimited run) or not (fixed32 each).
+bool ParseFloatList(const char* p, size_t n, std::vector<float>* out) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
@@ -75,6 +78,15 @@ bool CheckFloatList(const char* p, size_t n) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len) || len % 4 != 0) return false;
+      const size_t at = out->size();
+      out->resize(at + len / 4);
+      memcpy(out->data() + at, d, len);  // little endian, as the wire
+    } else if (field == 1 && wire == kWireFixed32) {
+      uint32_t v;
+      if (!r.ReadFixed32(&v)) return false;
+      float f;
+      memcpy(&f, &v, 4);
+      out->push_back(f);
     } else if (!r.Skip(wire)) {
       return false;
     }
@@ -94,10 +106,10 @@ absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f) {
       const FeatureKind kind = field == 1   ? FeatureKind::kBytes
                                : field == 2 ? FeatureKind::kFloat
                                             : FeatureKind::kInt64;
-      if (kind != f->kind) *f = ParsedFeature{kind, {}, {}};
+      if (kind != f->kind) *f = ParsedFeature{kind, {}, {}, {}};
       bool ok = true;
       if (kind == FeatureKind::kBytes) ok = ParseBytesList(d, len, &f->bytes);
-      if (kind == FeatureKind::kFloat) ok = CheckFloatList(d, len);
+      if (kind == FeatureKind::kFloat) ok = ParseFloatList(d, len, &f->floats);
       if (kind == FeatureKind::kInt64) ok = ParseInt64List(d, len, &f->int64s);
       if (!ok) return Malformed("feature value list");
     } else if (!r.Skip(wire)) {
@@ -181,20 +193,31 @@ absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized) {
   for (auto& [name, f] : parsed) {
     if (f.kind == FeatureKind::kBytes) out.bytes[name] = std::move(f.bytes);
     if (f.kind == FeatureKind::kInt64) out.int64s[name] = std::move(f.int64s);
+    if (f.kind == FeatureKind::kFloat) out.floats[name] = std::move(f.floats);
   }
   return out;
 }
 
 std::string SerializeExample(const ExampleFeatures& features) {
   // Keys are written in sorted order, each in one map entry, so equal inputs
-  // give equal bytes. A name present in both maps keeps its int64 list (the
-  // later oneof member), as a parser would read the two entries.
+  // give equal bytes. A name present in several maps keeps the list written
+  // last (bytes, float, int64: the later oneof member), as a parser would
+  // read the entries.
   std::string body;
   for (const auto& [name, values] : features.bytes) {
     std::string list;
     for (const std::string& v : values) PutLengthDelimited(1, v, &list);
     std::string feature;
     PutLengthDelimited(1, list, &feature);
+    PutMapEntry(name, feature, &body);
+  }
+  for (const auto& [name, values] : features.floats) {
+    std::string packed(values.size() * 4, '\0');
+    if (!values.empty()) memcpy(packed.data(), values.data(), packed.size());
+    std::string list;
+    PutLengthDelimited(1, packed, &list);
+    std::string feature;
+    PutLengthDelimited(2, list, &feature);
     PutMapEntry(name, feature, &body);
   }
   for (const auto& [name, values] : features.int64s) {

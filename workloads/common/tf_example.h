@@ -8,6 +8,7 @@
 //                             FloatList float_list = 2;
 //                             Int64List int64_list = 3; } }
 //   BytesList  { repeated bytes value = 1; }
+//   FloatList  { repeated float value = 1 [packed = true]; }
 //   Int64List  { repeated int64 value = 1 [packed = true]; }
 //
 // Protobuf semantics kept here: unknown fields are skipped; a message field
@@ -27,11 +28,11 @@
 
 namespace batchd {
 
-// The features of a tf.train.Example that batchd reads: bytes lists and
-// int64 lists by feature name (float lists are skipped).
+// The features of a tf.train.Example by feature name and kind.
 struct ExampleFeatures {
   std::map<std::string, std::vector<std::string>> bytes;
   std::map<std::string, std::vector<int64_t>> int64s;
+  std::map<std::string, std::vector<float>> floats;
 };
 // Parses the serialized tf.train.Example wire format (field numbers from
 // tensorflow/core/example/{example,feature}.proto). InvalidArgument on

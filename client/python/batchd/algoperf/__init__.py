@@ -16,7 +16,8 @@ input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
 `imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
 `criteo1tb` (module criteo: AlgoPerf's DLRM workloads),
-`librispeech` (librispeech_conformer and librispeech_deepspeech).
+`librispeech` (librispeech_conformer and librispeech_deepspeech) and
+`ogbg`.
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -44,7 +45,7 @@ import collections
 import os
 
 from .. import Loader
-from . import criteo, imagenet, librispeech, wmt
+from . import criteo, imagenet, librispeech, ogbg, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -56,12 +57,15 @@ _opened = collections.Counter()
 # opts) (the stream's option defaults), repeats(split, num_batches,
 # repeat_final_dataset) and convert(host, split, move, torch) (the batch
 # AlgoPerf's queue yields, from the ring's tensors; move(t, dtype) puts a
-# ring tensor on the queue's device), and optionally DEVICE.
+# ring tensor on the queue's device), and optionally DEVICE and
+# rows(global_batch_size, opts) (the stream's global batch, where its
+# items are rows of several examples).
 WORKLOADS = {
     "criteo1tb": criteo,
     "imagenet": imagenet,
     "wmt": wmt,
     "librispeech": librispeech,
+    "ogbg": ogbg,
 }
 
 
@@ -132,6 +136,8 @@ class InputQueue:
             key = (workload, split, seed)
             stream = f"algoperf-{workload}-{split}-{seed}-{_opened[key]}"
             _opened[key] += 1
+        if hasattr(adapter, "rows"):
+            global_batch_size = adapter.rows(global_batch_size, opts)
         self._open_args = dict(
             stream=stream, global_batch_size=global_batch_size,
             workload=adapter.WORKLOAD, data=data, split=self.split,
