@@ -1,8 +1,9 @@
-"""The README's table of every workload's tensors ("What a batch holds")
-is what the daemon reports: for each workload and split, the same tensor
-names, dtypes and shapes, no more and no fewer, so that the table cannot
-drift from the code. And the README stays a first-time user's page: short,
-the two commands on its first screen, every page it links there.
+"""The table of every workload's tensors (docs/data.md, "What a batch
+holds", which the README links) is what the daemon reports: for each
+workload and split, the same tensor names, dtypes and shapes, no more and
+no fewer, so that the table cannot drift from the code. And the README
+stays a first-time user's page: short, the two commands on its first
+screen, every page it links there.
 
     BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
         /usr/bin/python3 -m pytest tests/python/test_readme.py
@@ -28,10 +29,10 @@ GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
 
-def readme_table():
-    """{(workload, split): {tensor: (dtype, shape)}} from the README."""
-    text = open(os.path.join(ROOT, "README.md")).read()
-    section = text.split("### What a batch holds", 1)[1].split("\n#", 1)[0]
+def batch_table():
+    """{(workload, split): {tensor: (dtype, shape)}} from docs/data.md."""
+    text = open(os.path.join(ROOT, "docs", "data.md")).read()
+    section = text.split("## What a batch holds", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| workload")]
     table = {}
@@ -78,8 +79,8 @@ def reported(daemon, workload, split):
             for t in json.loads(out.stdout)["tensors"]}
 
 
-def test_the_readme_table_is_what_the_daemon_reports(daemon):
-    table = readme_table()
+def test_the_batch_table_is_what_the_daemon_reports(daemon):
+    table = batch_table()
     assert set(table) == {(w, s) for w, splits in SPLITS.items()
                           for s in splits}
     for (workload, split), want in sorted(table.items()):
