@@ -51,11 +51,12 @@ void ComputeTaps(const ResampleAxis& axis, double scale, int scaled_size,
   t->first.assign(n, 0);
   t->count.assign(n, 0);
   t->taps.assign(size_t(n) * t->ksize, 0);
-  std::vector<double> w(t->ksize);
+  std::vector<double>& w = t->weights;
+  w.resize(t->ksize);
   t->src_begin = hi_s;
   t->src_end = lo_s;
   for (int o = 0; o < n; ++o) {
-    const int xx = axis.out_first + o;
+    const int xx = axis.out_first + (axis.reverse ? n - 1 - o : o);
     const double center = in0 + (xx + 0.5) * step;
     int xmin = int(center - support + 0.5);  // truncates, as Pillow does
     if (xmin < 0) xmin = 0;
@@ -92,6 +93,14 @@ void ComputeTaps(const ResampleAxis& axis, double scale, int scaled_size,
       const int32_t hi = 2 * j + 1 < t->ksize ? k[2 * j + 1] : 0;
       t->pairs[size_t(o) * t->npairs + j] =
           int32_t(uint32_t(uint16_t(lo)) | (uint32_t(uint16_t(hi)) << 16));
+    }
+  }
+  t->pairs2.assign(size_t((n + 1) / 2) * t->npairs * 8, 0);
+  for (int o = 0; o < n; ++o) {
+    int32_t* dst = &t->pairs2[size_t(o / 2) * t->npairs * 8 + (o % 2) * 4];
+    for (int j = 0; j < t->npairs; ++j, dst += 8) {
+      const int32_t pair = t->pairs[size_t(o) * t->npairs + j];
+      dst[0] = dst[1] = dst[2] = dst[3] = pair;
     }
   }
   if (n == 0) t->src_begin = t->src_end = lo_s;
@@ -138,34 +147,39 @@ __attribute__((target("avx2"))) void ResampleRowRgbAvx2(const uint8_t* src,
   const __m256i shuffle = _mm256_setr_epi8(
       0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
       0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m128i pack =
+      _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   int o = 0;
   for (; o + 1 < n; o += 2) {
     const uint8_t* p0 = src + size_t(t.first[o] - src_x0) * 3;
     const uint8_t* p1 = src + size_t(t.first[o + 1] - src_x0) * 3;
-    const int32_t* w0 = &t.pairs[size_t(o) * t.npairs];
-    const int32_t* w1 = w0 + t.npairs;
+    const int32_t* w = &t.pairs2[size_t(o / 2) * t.npairs * 8];
     __m256i acc = half;
-    for (int j = 0; j < t.npairs; ++j, p0 += 6, p1 += 6) {
+    for (int j = 0; j < t.npairs; ++j, p0 += 6, p1 += 6, w += 8) {
       const __m256i px = _mm256_shuffle_epi8(
           _mm256_inserti128_si256(
               _mm256_castsi128_si256(
                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0))),
               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)), 1),
           shuffle);
-      const __m256i w =
-          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(w0[j])),
-                                  _mm_set1_epi32(w1[j]), 1);
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(px, w));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(px, _mm256_loadu_si256(
+                                         reinterpret_cast<const __m256i*>(w))));
     }
     acc = _mm256_srai_epi32(acc, kPrecisionBits);
     const __m128i lo = _mm256_castsi256_si128(acc);
     const __m128i hi = _mm256_extracti128_si256(acc, 1);
     const __m128i words = _mm_packs_epi32(lo, hi);  // r0 g0 b0 0 r1 g1 b1 0
-    const __m128i bytes = _mm_packus_epi16(words, words);
-    alignas(16) uint8_t out[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(out), bytes);
-    memcpy(dst, out, 3);
-    memcpy(dst + 3, out + 4, 3);
+    // r0 g0 b0 r1 g1 b1, then bytes the next outputs overwrite.
+    const __m128i bytes =
+        _mm_shuffle_epi8(_mm_packus_epi16(words, words), pack);
+    if (o + 3 < n) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), bytes);
+    } else {  // the row's last pair: no byte past it is written
+      alignas(16) uint8_t out[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(out), bytes);
+      memcpy(dst, out, 6);
+    }
     dst += 6;
   }
   if (o < n) {  // the last output alone, as the scalar code does it
