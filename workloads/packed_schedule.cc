@@ -50,8 +50,13 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
                                 per_rank_, keys);
 }
 
+bool PackedSchedule::ExamplesOfItem(const StepItems& items, uint64_t i,
+                                    std::vector<ExampleKey>* keys) const {
+  return packer_.ExamplesOfRows(Order(items.epoch), items.first + i, 1, keys);
+}
+
 absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,
-                                   bool any_rank) {
+                                    bool any_rank) {
   if (absl::Status s = packer_.CheckCursor(n_, cursor); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   anchor_step_ = step;

@@ -169,6 +169,10 @@ class PackedSchedule : public Schedule {
   bool items_are_examples() const override { return false; }
   bool ExamplesOf(uint64_t step, uint32_t rank,
                   std::vector<ExampleKey>* keys) override;
+  // The pairs of one row (the packer's ExamplesOfRows), so that the engine
+  // hands a row's pairs in the context.
+  bool ExamplesOfItem(const StepItems& items, uint64_t i,
+                      std::vector<ExampleKey>* keys) const override;
 
   struct Location {
     uint64_t epoch = 0;
