@@ -132,8 +132,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
       opts->Choice("layout", "nhwc", {"nhwc", "nchw"});
   if (!choice.ok()) return choice.status();
   opt.nchw = *choice == "nchw";
-  choice =
-      opts->Choice("on_decode_error", "substitute", {"substitute", "fail"});
+  choice = opts->Choice("on_decode_error", "substitute", {"substitute", "fail"});
   if (!choice.ok()) return choice.status();
   opt.substitute = *choice == "substitute";
   if (auto it = o.find("debug_fixed_crop"); it != o.end()) {
