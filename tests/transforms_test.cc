@@ -222,5 +222,36 @@ TEST(ResampleTest, ReversedAxisMirrorsAndRowsStayInBounds) {
   }
 }
 
+// Every output of the vertical pass is its taps' weighted sum of the rows
+// (as the scalar code computes it), for odd and even tap counts and rows
+// whose length is not a multiple of the SIMD block.
+TEST(ResampleTest, ColumnsAreTheTapsWeightedSums) {
+  const int n = 83;
+  for (const size_t row_bytes : {size_t(672), size_t(101), size_t(7)}) {
+    std::vector<uint8_t> src(row_bytes * n);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 53 + i / 7);
+    for (const int out_n : {224, 40, 19}) {
+      ResampleAxis axis{1.5, 80.0, 1, 80, out_n, 0, out_n};
+      ResampleTaps taps;
+      ComputeTaps(axis, 1.0, n, &taps);
+      std::vector<uint8_t> out(row_bytes * out_n);
+      ResampleColumns(src.data() + row_bytes * taps.src_begin, taps.src_begin,
+                      row_bytes, taps, out.data());
+      for (int o = 0; o < out_n; ++o) {
+        for (size_t i = 0; i < row_bytes; ++i) {
+          int32_t want = 1 << 13;
+          for (int k = 0; k < taps.count[o]; ++k) {
+            want += src[row_bytes * (taps.first[o] + k) + i] *
+                    taps.taps[size_t(o) * taps.ksize + k];
+          }
+          ASSERT_EQ(out[row_bytes * o + i],
+                    std::min(255, std::max(0, want >> 14)))
+              << row_bytes << " " << out_n << " " << o << " " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace batchd
