@@ -363,8 +363,11 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
     t.item = std::make_unique<ReadAheadItem>(ra, t.producer->readahead_lane,
                                              t.step);
   }
-  const bool give = ra != nullptr && schedule.items_are_examples();
-  std::string bytes;
+  // With read-ahead on, the examples an item reads are read here and
+  // handed in the context (Schedule::ExamplesOfItem): the workload's reads
+  // never call back into the read-ahead.
+  std::vector<ExampleKey> keys;
+  std::vector<std::string> buffers;
   for (uint64_t e = t.next_item == kChunkStart ? lo : t.next_item; e < hi;
        ++e) {
     const ItemRef item = schedule.Item(*items, e);
@@ -381,16 +384,21 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
       WorkloadCounters counted;
       FillContext ctx(item, &counted, s.source.get(), t.item.get());
       t.item->BeginAttempt();
-      if (give && item.valid) {
-        // The item's own example, read (or found read ahead) here and
-        // handed in the context; pending: the chunk waits without
-        // entering the workload.
-        int64_t label = 0;
-        const absl::Status read = t.item->Read(ctx.key(), &bytes, &label);
-        if (!t.item->pending()) ctx.Give(read, &bytes, label);
+      keys.clear();
+      if (item.valid && schedule.ExamplesOfItem(*items, e, &keys)) {
+        // Read (or found read ahead) here; pending: the chunk waits
+        // without entering the workload.
+        if (buffers.size() < keys.size()) buffers.resize(keys.size());
+        for (size_t k = 0; k < keys.size() && !t.item->pending(); ++k) {
+          int64_t label = 0;
+          const absl::Status read = t.item->Read(keys[k], &buffers[k], &label);
+          if (!t.item->pending()) ctx.Give(keys[k], read, &buffers[k], label);
+        }
       }
       if (!t.item->pending()) st = s.workload->FillItem(ctx, out.data());
-      if (give) ctx.ReturnBuffer(&bytes);
+      for (size_t k = 0; k < keys.size(); ++k) ctx.ReturnBuffer(k, &buffers[k]);
+      counted.reader_reads.fetch_add(ctx.reader_reads(),
+                                     std::memory_order_relaxed);
       if (t.item->pending()) {
         t.next_item = e;
         return true;
@@ -400,6 +408,8 @@ bool Engine::RunTask(Task* task, absl::Status* status) {
                                          std::memory_order_relaxed);
       s.counters.skipped_examples.fetch_add(counted.skipped_examples.load(),
                                             std::memory_order_relaxed);
+      s.counters.reader_reads.fetch_add(counted.reader_reads.load(),
+                                        std::memory_order_relaxed);
     }
     if (!st.ok()) {
       *status = absl::Status(

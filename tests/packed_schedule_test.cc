@@ -47,7 +47,18 @@ class Rows : public RowPacking {
                        WorkloadCounters*) const override {
     return absl::OkStatus();
   }
+  // Row r holds two pairs, ids 2r and 2r + 1.
+  bool ExamplesOfRows(const EpochOrder& o, uint64_t first, uint64_t count,
+                      std::vector<ExampleKey>* keys) const override {
+    ++listings;
+    for (uint64_t r = first; r < first + count; ++r) {
+      keys->push_back({o.epoch, 2 * r, 2 * r});
+      keys->push_back({o.epoch, 2 * r + 1, 2 * r + 1});
+    }
+    return true;
+  }
   mutable std::atomic<int> counts{0};
+  mutable std::atomic<int> listings{0};
   mutable std::atomic<bool> on_pool{false};
   Executor* executor = nullptr;
 
@@ -92,6 +103,43 @@ TEST(PackedSchedule, CountsOnTheExecutorItIsGivenAndStartsNoThread) {
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(items->epoch, 8u);
   EXPECT_EQ(ThreadsOfThisProcess(), before);
+}
+
+// The pairs a step's rows read, listed once for the read-ahead, are what
+// each row's item reads (the engine hands them in the context) without
+// asking the packer again.
+TEST(PackedSchedule, ARowsPairsAreListedOnceForReadAheadAndItem) {
+  auto executor = MakeExecutor();
+  Rows rows;
+  auto sampler = Sampler::Create(100, 4, 2, 3, true);
+  ASSERT_TRUE(sampler.ok());
+  PackedSchedule schedule(rows, *sampler, executor.get());
+  ASSERT_TRUE(ReadyWithin(schedule, 1).ok());
+  std::vector<ExampleKey> step_keys;
+  ASSERT_TRUE(schedule.ExamplesOf(1, 1, &step_keys));
+  const int listed = rows.listings.load();
+  absl::StatusOr<StepItems> items = schedule.Locate(1, 1);
+  ASSERT_TRUE(items.ok()) << items.status();
+  ASSERT_EQ(items->count, 2u);
+  std::vector<ExampleKey> item_keys;
+  for (uint64_t i = 0; i < items->count; ++i) {
+    std::vector<ExampleKey> keys;
+    ASSERT_TRUE(schedule.ExamplesOfItem(*items, i, &keys));
+    const uint64_t row = items->first + i;
+    ASSERT_EQ(keys.size(), 2u);
+    EXPECT_EQ(keys[0].id, 2 * row);
+    EXPECT_EQ(keys[1].id, 2 * row + 1);
+    item_keys.insert(item_keys.end(), keys.begin(), keys.end());
+  }
+  EXPECT_EQ(item_keys, step_keys);
+  EXPECT_EQ(rows.listings.load(), listed);
+  // A row never listed for the read-ahead is asked of the packer.
+  absl::StatusOr<StepItems> other = schedule.Locate(0, 0);
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::vector<ExampleKey> keys;
+  ASSERT_TRUE(schedule.ExamplesOfItem(*other, 0, &keys));
+  EXPECT_EQ(keys.size(), 2u);
+  EXPECT_EQ(rows.listings.load(), listed + 1);
 }
 
 TEST(PackedSchedule, ACountThatFailsUnavailableIsAFinalErrorWithItsMessage) {

@@ -2,8 +2,10 @@
 // exact distribution, torchvision's rounding, and the resampler.
 #include "workloads/imagenet/transforms.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "workloads/imagenet/resample.h"
@@ -181,6 +183,74 @@ TEST(ResampleTest, IdentityAndConstant) {
   EXPECT_LE(taps.src_end, 47);
   ResampleRow(row.data(), 0, 3, taps, out.data());
   for (int i = 0; i < 11 * 3; ++i) EXPECT_EQ(out[i], 200);
+}
+
+// A reversed axis writes the same outputs right to left (the train flip),
+// the SIMD row pass writes no byte past its last output, and every output
+// is the taps' weighted sum (as the scalar code computes it).
+TEST(ResampleTest, ReversedAxisMirrorsAndRowsStayInBounds) {
+  const int n = 97;
+  std::vector<uint8_t> row(n * 3 + 256);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = uint8_t(i * 37 + i / 5);
+  for (const int out_n : {224, 61, 37, 1}) {  // up- and downscales, odd
+    ResampleAxis axis{2.5, 93.0, 2, 93, out_n, 0, out_n};
+    ResampleTaps taps, mirrored;
+    ComputeTaps(axis, 1.0, n, &taps);
+    axis.reverse = true;
+    ComputeTaps(axis, 1.0, n, &mirrored);
+    std::vector<uint8_t> out(out_n * 3 + 16, 0xab), back(out_n * 3 + 16, 0xcd);
+    ResampleRow(row.data(), 0, 3, taps, out.data());
+    ResampleRow(row.data(), 0, 3, mirrored, back.data());
+    for (int o = 0; o < out_n; ++o) {
+      int32_t want[3] = {1 << 13, 1 << 13, 1 << 13};
+      for (int k = 0; k < taps.count[o]; ++k) {
+        for (int c = 0; c < 3; ++c) {
+          want[c] += row[size_t(taps.first[o] + k) * 3 + c] *
+                     taps.taps[size_t(o) * taps.ksize + k];
+        }
+      }
+      for (int c = 0; c < 3; ++c) {
+        const int v = std::min(255, std::max(0, want[c] >> 14));
+        ASSERT_EQ(out[o * 3 + c], v) << out_n << " " << o << " " << c;
+        ASSERT_EQ(back[(out_n - 1 - o) * 3 + c], v) << out_n << " " << o;
+      }
+    }
+    for (int i = out_n * 3; i < out_n * 3 + 16; ++i) {
+      ASSERT_EQ(out[i], 0xab) << out_n;
+      ASSERT_EQ(back[i], 0xcd) << out_n;
+    }
+  }
+}
+
+// Every output of the vertical pass is its taps' weighted sum of the rows
+// (as the scalar code computes it), for odd and even tap counts and rows
+// whose length is not a multiple of the SIMD block.
+TEST(ResampleTest, ColumnsAreTheTapsWeightedSums) {
+  const int n = 83;
+  for (const size_t row_bytes : {size_t(672), size_t(101), size_t(7)}) {
+    std::vector<uint8_t> src(row_bytes * n);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 53 + i / 7);
+    for (const int out_n : {224, 40, 19}) {
+      ResampleAxis axis{1.5, 80.0, 1, 80, out_n, 0, out_n};
+      ResampleTaps taps;
+      ComputeTaps(axis, 1.0, n, &taps);
+      std::vector<uint8_t> out(row_bytes * out_n);
+      ResampleColumns(src.data() + row_bytes * taps.src_begin, taps.src_begin,
+                      row_bytes, taps, out.data());
+      for (int o = 0; o < out_n; ++o) {
+        for (size_t i = 0; i < row_bytes; ++i) {
+          int32_t want = 1 << 13;
+          for (int k = 0; k < taps.count[o]; ++k) {
+            want += src[row_bytes * (taps.first[o] + k) + i] *
+                    taps.taps[size_t(o) * taps.ksize + k];
+          }
+          ASSERT_EQ(out[row_bytes * o + i],
+                    std::min(255, std::max(0, want >> 14)))
+              << row_bytes << " " << out_n << " " << o << " " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

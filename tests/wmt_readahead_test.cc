@@ -13,7 +13,10 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "client/ring.h"
 #include "gtest/gtest.h"
+#include "server/engine.h"
 #include "server/readahead.h"
 #include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
@@ -287,6 +290,75 @@ TEST_F(WmtReadAheadTest, TrainRowsReadAheadAreTheRowsReadSynchronously) {
   EXPECT_EQ(got.stats.sync_reads, got.pairs_of_step0);
   EXPECT_EQ(got.stats.failed_reads, 0u);
   EXPECT_LE(ra.max_total_held_bytes(), uint64_t(8) << 20);
+}
+
+// Through the engine, a packed row's pairs are read (or found read ahead)
+// by the engine and handed in the context: FillItem reads none of them
+// back through the read-ahead, and the rows are the rows read without it.
+TEST_F(WmtReadAheadTest, TheEngineHandsARowsPairsInTheContext) {
+  const std::string d = NewDataDir();
+  std::unique_ptr<Workload> plain = Create(d, "train");
+  std::unique_ptr<Workload> ahead = Create(d, "train");
+  ASSERT_TRUE(plain && ahead);
+  constexpr uint64_t kSteps = 5;
+  const StreamRun want = Fill(*plain, kSteps, nullptr);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ASSERT_EQ(want.batches.size(), kSteps);
+
+  auto sampler = Sampler::Create(ahead->num_examples(), kGlobalBatch, 2, 7,
+                                 ahead->shuffle());
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  auto layout = BatchLayout::Make(ahead->tensors(), kGlobalBatch / 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ReadAhead ra(Budget(8 << 20));
+  std::vector<std::string> got;
+  ReadAheadStats stats;
+  uint64_t reader_reads = 0;
+  {
+    auto stream = std::make_shared<StreamSetup>("wmt", std::move(ahead),
+                                                *sampler, *layout);
+    Engine engine(2, &ra);
+    ASSERT_TRUE(engine.Prepare(stream.get()).ok());
+    ASSERT_TRUE(stream->readahead != nullptr);
+    std::vector<std::unique_ptr<RingReader>> readers;
+    std::vector<std::shared_ptr<RankProducer>> producers;
+    for (uint32_t r = 0; r < 2; ++r) {
+      RingGeometry geo;
+      geo.slot_count = 2;
+      geo.payload_bytes = layout->payload_bytes;
+      geo.rank = r;
+      const std::string name = absl::StrCat("/bdwmtra", getpid(), ".", r);
+      auto ring = RingWriter::Create(name, geo);
+      ASSERT_TRUE(ring.ok()) << ring.status();
+      readers.push_back(std::move(*RingReader::Attach(name)));
+      producers.push_back(std::make_shared<RankProducer>(
+          stream, r, 0, std::move(*ring), SharedSchedule(stream)));
+      engine.Add(producers.back());
+    }
+    for (uint64_t s = 0; s < kSteps; ++s) {
+      for (uint32_t r = 0; r < 2; ++r) {
+        absl::StatusOr<uint64_t> pos = readers[r]->Acquire(60.0);
+        ASSERT_TRUE(pos.ok()) << pos.status();
+        if (r == 0) {  // Fill's batch: every tensor's rows, in order
+          const uint8_t* base = readers[r]->SlotBase(*pos);
+          std::string batch;
+          for (const BatchLayout::Entry& e : layout->entries) {
+            batch.append(reinterpret_cast<const char*>(base + e.offset),
+                         e.example_bytes * (kGlobalBatch / 2));
+          }
+          got.push_back(std::move(batch));
+        }
+        readers[r]->Release(*pos);
+      }
+    }
+    stats = stream->readahead->stats();
+    reader_reads = stream->counters.reader_reads.load();
+    for (auto& p : producers) engine.Retire(p);
+    EXPECT_TRUE(engine.Stop());
+  }
+  EXPECT_EQ(got, want.batches);
+  EXPECT_GT(stats.hits + stats.sync_reads, kSteps);  // several pairs a row
+  EXPECT_EQ(reader_reads, 0u);
 }
 
 TEST_F(WmtReadAheadTest, TheBudgetBoundsTheDepthAndKeepsTheRows) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -96,14 +97,19 @@ class FillContext {
   // follows the pending rule. An item reads each key at most once an
   // attempt.
   absl::Status Read(const ExampleKey& k, std::string* bytes, int64_t* label) {
-    if (given_ && k == key()) {
-      given_ = false;
-      if (!given_status_.ok()) return given_status_;
-      bytes->swap(given_bytes_);
-      *label = given_label_;
+    for (Given& g : given_) {
+      if (g.taken || !(g.key == k)) continue;
+      g.taken = true;
+      if (!g.status.ok()) return g.status;
+      bytes->swap(g.bytes);
+      *label = g.label;
       return absl::OkStatus();
     }
-    if (reader_ != nullptr) return reader_->Read(k, bytes, label);
+    if (reader_ != nullptr) {
+      // A read not handed in: the workload calls back into the server.
+      ++reader_reads_;
+      return reader_->Read(k, bytes, label);
+    }
     if (source_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the workload reads example ", k.id,
@@ -112,30 +118,51 @@ class FillContext {
     return source_->Read(k, bytes, label);
   }
 
-  // The engine: the read of the item's own example (its status, its bytes),
-  // made before FillItem (read ahead, or inline), so that the item's first
-  // Read of key() returns it without another call.
+  // The engine: the read of one example the item reads (its status, its
+  // bytes: Schedule::ExamplesOfItem), made before FillItem (read ahead, or
+  // inline), so that the item's first Read of `k` returns it without
+  // another call.
+  void Give(const ExampleKey& k, const absl::Status& read, std::string* bytes,
+            int64_t label) {
+    given_.emplace_back();
+    Given& g = given_.back();
+    g.key = k;
+    g.status = read;
+    g.bytes.swap(*bytes);
+    g.label = label;
+  }
+  // The item's own example (items that are examples).
   void Give(const absl::Status& read, std::string* bytes, int64_t label) {
-    given_status_ = read;
-    given_bytes_.swap(*bytes);
-    given_label_ = label;
-    given_ = true;
+    Give(key(), read, bytes, label);
   }
 
-  // The engine, after FillItem: a buffer for the next item's read (what the
-  // workload's Read left in exchange for the bytes given), so that reads
-  // reuse memory rather than allocate it.
-  void ReturnBuffer(std::string* buffer) { buffer->swap(given_bytes_); }
+  // The engine, after FillItem: buffer i for the next item's reads (what
+  // the workload's Read left in exchange for the i-th bytes given), so that
+  // reads reuse memory rather than allocate it.
+  void ReturnBuffer(size_t i, std::string* buffer) {
+    if (i < given_.size()) buffer->swap(given_[i].bytes);
+  }
+  void ReturnBuffer(std::string* buffer) { ReturnBuffer(0, buffer); }
+
+  // The reads this context passed to the server's reader (ExampleReader)
+  // rather than answering them from what was given: each is a call from the
+  // workload back across the server/workload line.
+  uint64_t reader_reads() const { return reader_reads_; }
 
  private:
+  struct Given {
+    ExampleKey key;
+    absl::Status status;
+    std::string bytes;
+    int64_t label = 0;
+    bool taken = false;
+  };
   const ItemRef item_;
   WorkloadCounters* const counters_;
   const ExampleSource* const source_;
   ExampleReader* const reader_;
-  bool given_ = false;
-  absl::Status given_status_;
-  std::string given_bytes_;
-  int64_t given_label_ = 0;
+  absl::InlinedVector<Given, 1> given_;
+  uint64_t reader_reads_ = 0;
 };
 
 }  // namespace batchd

@@ -45,9 +45,39 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
     if (!found.ok()) return false;
     loc = *found;
   }
-  return packer_.ExamplesOfRows(Order(loc.epoch),
-                                loc.first_row + uint64_t(rank) * per_rank_,
-                                per_rank_, keys);
+  // Row by row, so that each row's pairs are kept for ExamplesOfItem.
+  const EpochOrder order = Order(loc.epoch);
+  const uint64_t first = loc.first_row + uint64_t(rank) * per_rank_;
+  std::vector<std::vector<ExampleKey>> rows(per_rank_);
+  for (uint64_t r = 0; r < per_rank_; ++r) {
+    if (!packer_.ExamplesOfRows(order, first + r, 1, &rows[r])) return false;
+  }
+  absl::MutexLock lock(&rows_mu_);
+  for (uint64_t r = 0; r < per_rank_; ++r) {
+    keys->insert(keys->end(), rows[r].begin(), rows[r].end());
+    const auto at = std::make_pair(loc.epoch, first + r);
+    if (row_keys_.insert_or_assign(at, std::move(rows[r])).second) {
+      listed_.push_back(at);
+    }
+  }
+  while (listed_.size() > kKeptBatches * g_) {
+    row_keys_.erase(listed_.front());
+    listed_.pop_front();
+  }
+  return true;
+}
+
+bool PackedSchedule::ExamplesOfItem(const StepItems& items, uint64_t i,
+                                    std::vector<ExampleKey>* keys) const {
+  {
+    absl::MutexLock lock(&rows_mu_);
+    auto it = row_keys_.find({items.epoch, items.first + i});
+    if (it != row_keys_.end()) {
+      keys->insert(keys->end(), it->second.begin(), it->second.end());
+      return true;
+    }
+  }
+  return packer_.ExamplesOfRows(Order(items.epoch), items.first + i, 1, keys);
 }
 
 absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,

@@ -10,6 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -183,6 +186,12 @@ class PackedSchedule : public Schedule {
   bool items_are_examples() const override { return false; }
   bool ExamplesOf(uint64_t step, uint32_t rank,
                   std::vector<ExampleKey>* keys) override;
+  // The pairs of one row, so that the engine hands a row's pairs in the
+  // context: as ExamplesOf listed them for the read-ahead (kept for the
+  // last kKeptBatches global batches of rows listed), else asked of the
+  // packer (ExamplesOfRows).
+  bool ExamplesOfItem(const StepItems& items, uint64_t i,
+                      std::vector<ExampleKey>* keys) const override;
 
   struct Location {
     uint64_t epoch = 0;
@@ -244,6 +253,13 @@ class PackedSchedule : public Schedule {
   // cancelled_, for the packer while it counts or looks without mu_.
   RowPacking::StopFlag stop_{false};
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // final
+  // The pairs of the rows ExamplesOf listed, by (epoch, row), oldest
+  // first in listed_; at most kKeptBatches global batches of rows.
+  static constexpr uint64_t kKeptBatches = 16;
+  mutable absl::Mutex rows_mu_;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<ExampleKey>> row_keys_
+      ABSL_GUARDED_BY(rows_mu_);
+  std::deque<std::pair<uint64_t, uint64_t>> listed_ ABSL_GUARDED_BY(rows_mu_);
   // Last: the counting task refers to everything above.
   TaskScope scope_;
 };

@@ -28,6 +28,14 @@ bool Schedule::ExamplesOf(uint64_t step, uint32_t rank,
   return true;
 }
 
+bool Schedule::ExamplesOfItem(const StepItems& items, uint64_t i,
+                              std::vector<ExampleKey>* keys) const {
+  if (!items_are_examples()) return false;
+  const ItemRef item = Item(items, i);
+  if (item.valid) keys->push_back({item.epoch, item.position, item.id});
+  return true;
+}
+
 absl::Status ExampleSchedule::Ready(uint64_t step) {
   if (sampler_.Finite() && step >= sampler_.steps_per_epoch()) {
     return absl::OutOfRangeError("the evaluation pass has ended");

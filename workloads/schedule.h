@@ -112,10 +112,16 @@ class Schedule {
   virtual bool ExamplesOf(uint64_t step, uint32_t rank,
                           std::vector<ExampleKey>* keys);
   // Whether each valid item is one example that FillItem reads under the
-  // item's own key (FillContext::key()); the engine then reads it before
-  // FillItem and hands it in the context. Default: true (items are the
+  // item's own key (FillContext::key()). Default: true (items are the
   // sampler's examples).
   virtual bool items_are_examples() const { return true; }
+  // The examples item i of `items` reads, in the order FillItem reads them:
+  // with read-ahead on, the engine reads them before FillItem and hands
+  // them in the context, so that FillItem makes no read of its own. False
+  // when they are not known now (the item then reads through the context).
+  // Never waits. Default: the item's own key, for items that are examples.
+  virtual bool ExamplesOfItem(const StepItems& items, uint64_t i,
+                              std::vector<ExampleKey>* keys) const;
 };
 
 // Items are the examples of the sampler's order, pure arithmetic: rank r's

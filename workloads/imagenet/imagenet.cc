@@ -315,40 +315,27 @@ class ImageNetWorkload : public Workload {
     } else {
       ResizeCenterCropAxes(width, height, opt_.resize_size, s, &ax, &ay);
     }
+    // The flip is the resize's own: its columns are computed right to left.
+    ax.reverse = flip;
+    if (!opt_.nchw) {
+      // HWC is the decoder's layout: it writes the slot itself.
+      return ts.decoder.DecodeResized(ax, ay, inputs);
+    }
     ts.pixels.resize(size_t(s) * s * 3);
     st = ts.decoder.DecodeResized(ax, ay, ts.pixels.data());
     if (!st.ok()) return st;
-    WritePixels(ts.pixels.data(), flip, inputs);
+    WriteChw(ts.pixels.data(), inputs);
     return absl::OkStatus();
   }
 
-  // HWC RGB -> the slot's layout, mirrored left-right when `flip`.
-  void WritePixels(const uint8_t* hwc, bool flip, uint8_t* out) const {
+  // HWC RGB -> CHW.
+  void WriteChw(const uint8_t* hwc, uint8_t* out) const {
     const int s = opt_.image_size;
-    const size_t row = size_t(s) * 3;
-    if (!opt_.nchw) {
-      if (!flip) {
-        memcpy(out, hwc, row * s);
-        return;
-      }
-      for (int y = 0; y < s; ++y) {
-        const uint8_t* src = hwc + row * y;
-        uint8_t* dst = out + row * y;
-        for (int x = 0; x < s; ++x)
-          memcpy(dst + 3 * (s - 1 - x), src + 3 * x, 3);
-      }
-      return;
-    }
     const size_t plane = size_t(s) * s;
-    for (int y = 0; y < s; ++y) {
-      const uint8_t* src = hwc + row * y;
-      for (int x = 0; x < s; ++x) {
-        const int xo = flip ? s - 1 - x : x;
-        const size_t o = size_t(y) * s + xo;
-        out[o] = src[3 * x];
-        out[plane + o] = src[3 * x + 1];
-        out[2 * plane + o] = src[3 * x + 2];
-      }
+    for (size_t i = 0; i < plane; ++i, hwc += 3) {
+      out[i] = hwc[0];
+      out[plane + i] = hwc[1];
+      out[2 * plane + i] = hwc[2];
     }
   }
 

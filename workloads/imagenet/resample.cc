@@ -51,11 +51,12 @@ void ComputeTaps(const ResampleAxis& axis, double scale, int scaled_size,
   t->first.assign(n, 0);
   t->count.assign(n, 0);
   t->taps.assign(size_t(n) * t->ksize, 0);
-  std::vector<double> w(t->ksize);
+  std::vector<double>& w = t->weights;
+  w.resize(t->ksize);
   t->src_begin = hi_s;
   t->src_end = lo_s;
   for (int o = 0; o < n; ++o) {
-    const int xx = axis.out_first + o;
+    const int xx = axis.out_first + (axis.reverse ? n - 1 - o : o);
     const double center = in0 + (xx + 0.5) * step;
     int xmin = int(center - support + 0.5);  // truncates, as Pillow does
     if (xmin < 0) xmin = 0;
@@ -92,6 +93,14 @@ void ComputeTaps(const ResampleAxis& axis, double scale, int scaled_size,
       const int32_t hi = 2 * j + 1 < t->ksize ? k[2 * j + 1] : 0;
       t->pairs[size_t(o) * t->npairs + j] =
           int32_t(uint32_t(uint16_t(lo)) | (uint32_t(uint16_t(hi)) << 16));
+    }
+  }
+  t->pairs2.assign(size_t((n + 1) / 2) * t->npairs * 8, 0);
+  for (int o = 0; o < n; ++o) {
+    int32_t* dst = &t->pairs2[size_t(o / 2) * t->npairs * 8 + (o % 2) * 4];
+    for (int j = 0; j < t->npairs; ++j, dst += 8) {
+      const int32_t pair = t->pairs[size_t(o) * t->npairs + j];
+      dst[0] = dst[1] = dst[2] = dst[3] = pair;
     }
   }
   if (n == 0) t->src_begin = t->src_end = lo_s;
@@ -138,34 +147,39 @@ __attribute__((target("avx2"))) void ResampleRowRgbAvx2(const uint8_t* src,
   const __m256i shuffle = _mm256_setr_epi8(
       0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
       0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m128i pack =
+      _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   int o = 0;
   for (; o + 1 < n; o += 2) {
     const uint8_t* p0 = src + size_t(t.first[o] - src_x0) * 3;
     const uint8_t* p1 = src + size_t(t.first[o + 1] - src_x0) * 3;
-    const int32_t* w0 = &t.pairs[size_t(o) * t.npairs];
-    const int32_t* w1 = w0 + t.npairs;
+    const int32_t* w = &t.pairs2[size_t(o / 2) * t.npairs * 8];
     __m256i acc = half;
-    for (int j = 0; j < t.npairs; ++j, p0 += 6, p1 += 6) {
+    for (int j = 0; j < t.npairs; ++j, p0 += 6, p1 += 6, w += 8) {
       const __m256i px = _mm256_shuffle_epi8(
           _mm256_inserti128_si256(
               _mm256_castsi128_si256(
                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0))),
               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)), 1),
           shuffle);
-      const __m256i w =
-          _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(w0[j])),
-                                  _mm_set1_epi32(w1[j]), 1);
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(px, w));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(px, _mm256_loadu_si256(
+                                         reinterpret_cast<const __m256i*>(w))));
     }
     acc = _mm256_srai_epi32(acc, kPrecisionBits);
     const __m128i lo = _mm256_castsi256_si128(acc);
     const __m128i hi = _mm256_extracti128_si256(acc, 1);
     const __m128i words = _mm_packs_epi32(lo, hi);  // r0 g0 b0 0 r1 g1 b1 0
-    const __m128i bytes = _mm_packus_epi16(words, words);
-    alignas(16) uint8_t out[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(out), bytes);
-    memcpy(dst, out, 3);
-    memcpy(dst + 3, out + 4, 3);
+    // r0 g0 b0 r1 g1 b1, then bytes the next outputs overwrite.
+    const __m128i bytes =
+        _mm_shuffle_epi8(_mm_packus_epi16(words, words), pack);
+    if (o + 3 < n) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), bytes);
+    } else {  // the row's last pair: no byte past it is written
+      alignas(16) uint8_t out[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(out), bytes);
+      memcpy(dst, out, 6);
+    }
     dst += 6;
   }
   if (o < n) {  // the last output alone, as the scalar code does it
@@ -230,11 +244,61 @@ void ResampleRow(const uint8_t* src, int src_x0, int channels,
   }
 }
 
-// Vectorised over the row by the compiler (blocks of 32 bytes whose sums
-// stay in registers); with AVX2 where the CPU has it.
 #if defined(__x86_64__)
-__attribute__((target_clones("avx2", "default")))
+// The vertical pass with AVX2: 32 bytes of a row at a time, two source rows
+// a step (their bytes interleaved as 16-bit pairs, multiplied by the two
+// rows' taps and summed by one madd). Every operation stays within its
+// 128-bit half, so the packs at the end give the bytes back in order. The
+// same integers as the scalar code; the row's last row_bytes % 32 bytes
+// are left to it.
+__attribute__((target("avx2"))) size_t ResampleColumnsAvx2(const uint8_t* rows,
+                                                           size_t row_bytes,
+                                                           const int32_t* k,
+                                                           int count,
+                                                           uint8_t* dst) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  size_t i = 0;
+  for (; i + 32 <= row_bytes; i += 32) {
+    __m256i acc0 = half, acc1 = half, acc2 = half, acc3 = half;
+    for (int y = 0; y < count; y += 2) {
+      const uint8_t* row = rows + size_t(y) * row_bytes + i;
+      const __m256i a =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+      const bool two = y + 1 < count;
+      const __m256i b =
+          two ? _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(row + row_bytes))
+              : zero;
+      const __m256i w = _mm256_set1_epi32(
+          int32_t(uint32_t(uint16_t(k[y])) |
+                  (uint32_t(uint16_t(two ? k[y + 1] : 0)) << 16)));
+      const __m256i al = _mm256_unpacklo_epi8(a, zero);
+      const __m256i ah = _mm256_unpackhi_epi8(a, zero);
+      const __m256i bl = _mm256_unpacklo_epi8(b, zero);
+      const __m256i bh = _mm256_unpackhi_epi8(b, zero);
+      acc0 = _mm256_add_epi32(
+          acc0, _mm256_madd_epi16(_mm256_unpacklo_epi16(al, bl), w));
+      acc1 = _mm256_add_epi32(
+          acc1, _mm256_madd_epi16(_mm256_unpackhi_epi16(al, bl), w));
+      acc2 = _mm256_add_epi32(
+          acc2, _mm256_madd_epi16(_mm256_unpacklo_epi16(ah, bh), w));
+      acc3 = _mm256_add_epi32(
+          acc3, _mm256_madd_epi16(_mm256_unpackhi_epi16(ah, bh), w));
+    }
+    const __m256i lo =
+        _mm256_packs_epi32(_mm256_srai_epi32(acc0, kPrecisionBits),
+                           _mm256_srai_epi32(acc1, kPrecisionBits));
+    const __m256i hi =
+        _mm256_packs_epi32(_mm256_srai_epi32(acc2, kPrecisionBits),
+                           _mm256_srai_epi32(acc3, kPrecisionBits));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_packus_epi16(lo, hi));
+  }
+  return i;
+}
 #endif
+
 void ResampleColumns(const uint8_t* src, int src_y0, size_t row_bytes,
                      const ResampleTaps& t, uint8_t* dst) {
   constexpr size_t kBlock = 32;
@@ -245,6 +309,9 @@ void ResampleColumns(const uint8_t* src, int src_y0, size_t row_bytes,
     const uint8_t* rows = src + size_t(t.first[o] - src_y0) * row_bytes;
     const int count = t.count[o];
     size_t i = 0;
+#if defined(__x86_64__)
+    if (HaveAvx2()) i = ResampleColumnsAvx2(rows, row_bytes, k, count, dst);
+#endif
     for (; i + kBlock <= row_bytes; i += kBlock) {
       int32_t acc[kBlock];
       for (size_t j = 0; j < kBlock; ++j) acc[j] = half;

@@ -11,7 +11,8 @@
 // pixels in [lo, hi). A crop followed by a resize (torchvision's
 // resized_crop) is in0 = lo = crop start, in1 = hi = crop end; a resize
 // followed by a centre crop is in0 = lo = 0, in1 = hi = size, out_first =
-// the crop's offset.
+// the crop's offset. `reverse` writes the outputs right to left (a
+// mirrored image: a horizontal flip that costs nothing).
 //
 // Thread safety: plain functions and values.
 #ifndef BATCHD_WORKLOADS_IMAGENET_RESAMPLE_H_
@@ -31,6 +32,7 @@ struct ResampleAxis {
   int out_size = 0;
   int out_first = 0;
   int out_count = 0;
+  bool reverse = false;
 };
 
 // Fixed-point filter taps of one axis: output o reads source pixels
@@ -44,6 +46,13 @@ struct ResampleTaps {
   // npairs per output, for SIMD code.
   int npairs = 0;
   std::vector<int32_t> pairs;
+  // The same for outputs 2i and 2i + 1 side by side, as 8 int32 per pair
+  // (4 copies of 2i's, then 4 of 2i + 1's): one load per step of the AVX2
+  // code, which computes two outputs at a time.
+  std::vector<int32_t> pairs2;
+  // ComputeTaps' scratch (kept, so that a resize allocates nothing once
+  // the buffers have grown).
+  std::vector<double> weights;
   // The source pixels any output reads: [src_begin, src_end).
   int src_begin = 0;
   int src_end = 0;

@@ -40,6 +40,15 @@ struct WindowPlan {
   }
 };
 
+// The last window this thread planned (a window's rows are mostly filled
+// one after another by one worker, which lists each row's pairs just
+// before it fills the row). It is kept with the table it came from, whose
+// object it holds, so it is never taken for a window of another table.
+WindowPlan& ThreadPlan() {
+  thread_local WindowPlan plan;
+  return plan;
+}
+
 // Test hook ($BATCHD_TEST_WMT_LEARN_HOLD=PATH, with test hooks on): while
 // PATH exists, learning an epoch's first windows waits before each block,
 // having created PATH.held once, so that a test can act while a stream is
@@ -439,11 +448,8 @@ absl::Status WmtTrainWorkload::FillRowOf(const EpochOrder& order, uint64_t row,
   const uint64_t r = row - table.first_row[w];
 
   // The window's kept pairs, as the table saw them, and its plan: the last
-  // window this thread planned, if it is this one (a window's rows are
-  // mostly filled one after another by one worker), else planned now. It
-  // is kept with the table it came from, whose object it holds, so it is
-  // never taken for a window of another table.
-  thread_local WindowPlan plan;
+  // window this thread planned, if it is this one, else planned now.
+  WindowPlan& plan = ThreadPlan();
   if (plan.table.get() != &table || plan.window != w) {
     if (absl::Status s = Plan(order, *table_or, w, &plan); !s.ok()) return s;
   }
@@ -527,13 +533,11 @@ bool WmtTrainWorkload::ExamplesOfRows(const EpochOrder& order,
     return false;
   }
   std::vector<ExampleKey> found;
-  WindowPlan plan;
-  plan.window = UINT64_MAX;
+  WindowPlan& plan = ThreadPlan();
   for (uint64_t row = first_row; row < first_row + count; ++row) {
     const uint64_t w = table->WindowOfRow(row);
-    if (w != plan.window) {
-      plan.window = w;
-      if (!WindowPairs(order, *table, w, nullptr, &plan).ok()) return false;
+    if (plan.table != table || plan.window != w) {
+      if (!Plan(order, table, w, &plan).ok()) return false;
     }
     const uint64_t r = row - table->first_row[w];
     if (r >= plan.starts.size()) return false;
