@@ -52,16 +52,17 @@ std::string Values(const std::vector<T>& v) {
 TEST(NpyTest, ParsesVersionsAndDtypes) {
   const std::string data = Values<int64_t>({1, -2, 32767});
   for (int major : {1, 2, 3}) {
-    absl::StatusOr<NpyArray> a =
-        ParseNpy(Npy("<i8", "(3,)", data, false, major), "a.npy", {"<i8"}, 10);
+    // The array points into the bytes it was parsed from: they must live.
+    const std::string file = Npy("<i8", "(3,)", data, false, major);
+    absl::StatusOr<NpyArray> a = ParseNpy(file, "a.npy", {"<i8"}, 10);
     ASSERT_TRUE(a.ok()) << a.status();
     EXPECT_EQ(a->length, 3u);
     EXPECT_EQ(a->at(1), -2);
     EXPECT_EQ(a->at(2), 32767);
     EXPECT_EQ(a->data_offset % 64, 0u);  // numpy aligns the data to 64
   }
-  absl::StatusOr<NpyArray> t = ParseNpy(
-      Npy("<i4", "(2,)", Values<int32_t>({7, 2})), "t.npy", {"<i4"}, 256);
+  const std::string file = Npy("<i4", "(2,)", Values<int32_t>({7, 2}));
+  absl::StatusOr<NpyArray> t = ParseNpy(file, "t.npy", {"<i4"}, 256);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->at(0), 7);
   // An empty array is an array.
