@@ -21,8 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (a->data_offset + a->length * uint64_t(a->item_bytes) != size) {
     batchd::fuzz::Fail("header and values are not the whole file");
   }
-  int64_t sum = 0;
-  for (uint64_t i = 0; i < a->length; ++i) sum += a->at(i);
+  // Every value is read (within the bytes); unsigned, so that the sum may
+  // wrap.
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < a->length; ++i) sum += uint64_t(a->at(i));
   (void)sum;
   return 0;
 }

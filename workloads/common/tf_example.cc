@@ -78,6 +78,7 @@ bool ParseFloatList(const char* p, size_t n, std::vector<float>* out) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len) || len % 4 != 0) return false;
+      if (len == 0) continue;  // an empty run: no bytes (memcpy of null)
       const size_t at = out->size();
       out->resize(at + len / 4);
       memcpy(out->data() + at, d, len);  // little endian, as the wire
