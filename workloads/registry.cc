@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "workloads/criteo1tb/criteo1tb.h"
+#include "workloads/finewebedu_lm/finewebedu_lm.h"
 #include "workloads/imagenet/imagenet.h"
 #include "workloads/synthetic.h"
 #include "workloads/wmt/wmt.h"
@@ -20,6 +21,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms"},
     {"criteo1tb", CreateCriteo1TbWorkload,
      "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform"},
+    {"finewebedu_lm", CreateFineWebEduLmWorkload,
+     "Hugging Face save_to_disk Arrow token rows, AlgoPerf's LM windows"},
     {"wmt", CreateWmtWorkload,
      "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
 };

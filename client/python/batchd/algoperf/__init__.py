@@ -14,8 +14,9 @@ workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 `_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
 input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
-`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
-`criteo1tb` (module criteo: AlgoPerf's DLRM workloads).
+`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt`,
+`criteo1tb` (module criteo: AlgoPerf's DLRM workloads) and `finewebedu_lm`
+(module lm).
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -43,7 +44,7 @@ import collections
 import os
 
 from .. import Loader
-from . import criteo, imagenet, wmt
+from . import criteo, imagenet, lm, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -58,6 +59,7 @@ _opened = collections.Counter()
 # ring tensor on the queue's device), and optionally DEVICE.
 WORKLOADS = {
     "criteo1tb": criteo,
+    "finewebedu_lm": lm,
     "imagenet": imagenet,
     "wmt": wmt,
 }
