@@ -151,7 +151,7 @@ LM_GENERATOR = os.path.join(REPO, "workloads", "finewebedu_lm",
 def lm_data(tmp_path_factory):
     """A generated finewebedu_lm set (make_finewebedu_lm.py in the reference
     venv, which has `datasets`; seed 3): train/ of 60 rows of 2,049 tokens
-    in 3 shards (119 windows), val/ of 14 rows in 2 shards (27 windows).
+    in 3 shards (119 windows), val/ of 14 rows in 3 shards (27 windows).
     Its folder."""
     from helpers import reference_python
     root = tmp_path_factory.mktemp("lm-data")
