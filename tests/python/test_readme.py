@@ -21,7 +21,8 @@ from helpers import REPO as ROOT
 SPLITS = {"synthetic": ["train", "validation", "test"],
           "imagenet": ["train", "validation", "eval_train", "test"],
           "wmt": ["train", "validation", "eval_train", "test"],
-          "criteo1tb": ["train", "validation", "eval_train", "test"]}
+          "criteo1tb": ["train", "validation", "eval_train", "test"],
+          "finewebedu_lm": ["train", "validation", "eval_train"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -48,7 +49,7 @@ def readme_table():
 
 
 @pytest.fixture(scope="module")
-def daemon(shared_data, criteo_data, tmp_path_factory):
+def daemon(shared_data, criteo_data, lm_data, tmp_path_factory):
     # The shared data with an imagenet test split (a copy of val), so that
     # every split has data.
     root = tmp_path_factory.mktemp("readme")
@@ -56,6 +57,7 @@ def daemon(shared_data, criteo_data, tmp_path_factory):
         shutil.copytree(shared_data / name, root / name, symlinks=True)
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
     shutil.copytree(criteo_data, root / "criteo1tb")
+    shutil.copytree(lm_data, root / "finewebedu_lm")
     d = Daemon(root, root / "batchd.log")
     yield d
     d.stop()
