@@ -268,7 +268,8 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
         const uint64_t child = nkids == 1 ? f.TableAt(kids, 0) : 0;
         const uint8_t ctype =
             child == 0 ? 0 : f.Scalar<uint8_t>(child, kFieldTypeType, 0);
-        const uint64_t cint = child == 0 ? 0 : f.Ref(child, kFieldType);
+        const uint64_t cint =
+            ctype == kInt ? f.Ref(child, kFieldType) : 0;  // an Int table
         const int32_t bits = cint == 0 ? 0 : f.Scalar<int32_t>(cint, 0, 0);
         const bool is_signed = cint != 0 && f.Scalar<uint8_t>(cint, 1, 0) != 0;
         if (f.bad()) break;
