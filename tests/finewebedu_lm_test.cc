@@ -2,6 +2,8 @@
 // pyarrow wrote (finewebedu_lm_streams.inc), and against every truncation
 // and single-byte corruption of one: refused naming the file and the byte,
 // never a crash or a read outside the file. Options and splits.
+#include "workloads/finewebedu_lm/finewebedu_lm.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 
 #include "gtest/gtest.h"
 #include "workloads/finewebedu_lm/arrow_stream.h"
-#include "workloads/finewebedu_lm/finewebedu_lm.h"
 
 namespace batchd {
 namespace {
@@ -26,8 +27,8 @@ class MemFile {
     EXPECT_EQ(write(fd_, bytes.data(), bytes.size()), ssize_t(bytes.size()));
   }
   ~MemFile() { close(fd_); }
-  absl::StatusOr<arrow::ColumnIndex> Index(const std::string& column =
-                                               "input_ids") const {
+  absl::StatusOr<arrow::ColumnIndex> Index(
+      const std::string& column = "input_ids") const {
     return arrow::IndexListColumn(fd_, size_, "shard.arrow", column);
   }
   int fd() const { return fd_; }
@@ -134,8 +135,7 @@ TEST(ArrowStreamTest, CorruptBytesAreRefusedOrStayInBounds) {
         continue;
       }
       for (const auto& b : idx->batches) {  // what it found lies in the file
-        ASSERT_LE(b.values_offset + b.values * idx->element_bytes,
-                  whole.size())
+        ASSERT_LE(b.values_offset + b.values * idx->element_bytes, whole.size())
             << "byte " << i;
       }
     }

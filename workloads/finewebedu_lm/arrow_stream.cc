@@ -27,10 +27,25 @@ constexpr int kFieldName = 0, kFieldTypeType = 2, kFieldType = 3,
               kFieldDictionary = 4, kFieldChildren = 5;
 // Type union.
 enum TypeId : uint8_t {
-  kNull = 1, kInt = 2, kFloatingPoint = 3, kBinary = 4, kUtf8 = 5, kBool = 6,
-  kDecimal = 7, kDate = 8, kTime = 9, kTimestamp = 10, kInterval = 11,
-  kList = 12, kStruct = 13, kFixedSizeBinary = 15, kFixedSizeList = 16,
-  kMap = 17, kDuration = 18, kLargeBinary = 19, kLargeUtf8 = 20,
+  kNull = 1,
+  kInt = 2,
+  kFloatingPoint = 3,
+  kBinary = 4,
+  kUtf8 = 5,
+  kBool = 6,
+  kDecimal = 7,
+  kDate = 8,
+  kTime = 9,
+  kTimestamp = 10,
+  kInterval = 11,
+  kList = 12,
+  kStruct = 13,
+  kFixedSizeBinary = 15,
+  kFixedSizeList = 16,
+  kMap = 17,
+  kDuration = 18,
+  kLargeBinary = 19,
+  kLargeUtf8 = 20,
   kLargeList = 21
 };
 // RecordBatch slots.
@@ -41,8 +56,8 @@ constexpr int kBatchLength = 0, kBatchNodes = 1, kBatchBuffers = 2,
 // read sets bad() and returns 0; callers check bad() once they are done.
 class Flat {
  public:
-  Flat(const std::string& b) : p_(reinterpret_cast<const uint8_t*>(b.data())),
-                               n_(b.size()) {}
+  Flat(const std::string& b)
+      : p_(reinterpret_cast<const uint8_t*>(b.data())), n_(b.size()) {}
   bool bad() const { return bad_; }
 
   template <typename T>
@@ -122,19 +137,32 @@ bool CountLayout(Flat& f, uint64_t field, int depth, uint64_t* nodes,
   switch (type) {
     case kNull:
       break;
-    case kInt: case kFloatingPoint: case kBool: case kDecimal: case kDate:
-    case kTime: case kTimestamp: case kInterval: case kFixedSizeBinary:
+    case kInt:
+    case kFloatingPoint:
+    case kBool:
+    case kDecimal:
+    case kDate:
+    case kTime:
+    case kTimestamp:
+    case kInterval:
+    case kFixedSizeBinary:
     case kDuration:
       *buffers += 2;
       break;
-    case kBinary: case kUtf8: case kLargeBinary: case kLargeUtf8:
+    case kBinary:
+    case kUtf8:
+    case kLargeBinary:
+    case kLargeUtf8:
       *buffers += 3;
       break;
-    case kList: case kLargeList: case kMap:
+    case kList:
+    case kLargeList:
+    case kMap:
       *buffers += 2;
       children = true;
       break;
-    case kStruct: case kFixedSizeList:
+    case kStruct:
+    case kFixedSizeList:
       *buffers += 1;
       children = true;
       break;
@@ -175,10 +203,9 @@ absl::Status ReadExact(int fd, const std::string& path, uint64_t offset,
           path, ": reading at byte ", offset + done, ": ", strerror(errno)));
     }
     if (r == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": ends at byte ",
-                                              offset + done, ", reading ",
-                                              out->size(), " bytes at byte ",
-                                              offset, " (truncated?)"));
+      return absl::DataLossError(absl::StrCat(
+          path, ": ends at byte ", offset + done, ", reading ", out->size(),
+          " bytes at byte ", offset, " (truncated?)"));
     }
     done += uint64_t(r);
   }
@@ -199,8 +226,9 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
   };
   while (true) {
     if (pos == size) {
-      return error(pos, "the file ends without the end-of-stream marker "
-                        "(truncated?)");
+      return error(pos,
+                   "the file ends without the end-of-stream marker "
+                   "(truncated?)");
     }
     if (size - pos < 8) return error(pos, "truncated message prefix");
     std::string prefix(8, '\0');
@@ -217,9 +245,10 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
     }
     if (len == 0) break;  // end of stream
     if (len < 0 || uint64_t(len) > size - pos - header) {
-      return error(pos, absl::StrCat("metadata of ", len, " bytes runs past "
-                                     "the end of the file (", size,
-                                     " bytes; truncated?)"));
+      return error(pos, absl::StrCat("metadata of ", len,
+                                     " bytes runs past "
+                                     "the end of the file (",
+                                     size, " bytes; truncated?)"));
     }
     meta.resize(uint64_t(len));
     if (absl::Status s = ReadExact(fd, path, pos + header, &meta); !s.ok()) {
@@ -275,15 +304,16 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
         if (f.bad()) break;
         if ((type != kList && type != kLargeList) || ctype != kInt ||
             (bits != 32 && bits != 64) || !is_signed) {
-          return error(pos, absl::StrCat("column ", column, " is not a list "
+          return error(pos, absl::StrCat("column ", column,
+                                         " is not a list "
                                          "of int32 or int64 (type id ",
                                          int(type), ", values type id ",
                                          int(ctype), ", bits ", bits, ")"));
         }
         if (f.Slot(field, kFieldDictionary) != 0 ||
             f.Slot(child, kFieldDictionary) != 0) {
-          return error(pos, absl::StrCat("column ", column,
-                                         " is dictionary-encoded"));
+          return error(
+              pos, absl::StrCat("column ", column, " is dictionary-encoded"));
         }
         place.offset_bytes = type == kLargeList ? 8 : 4;
         place.element_bytes = bits / 8;
@@ -304,8 +334,8 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
       const uint64_t nb = buffers == 0 ? 0 : f.Length(buffers, 16);
       if (f.bad()) return error(pos, "corrupt record batch metadata");
       if (nn < place.node + 2 || nb < place.buffer + 4 || rows < 0) {
-        return error(pos, absl::StrCat("a record batch of ", nn, " nodes, ",
-                                       nb, " buffers and ", rows,
+        return error(pos, absl::StrCat("a record batch of ", nn, " nodes, ", nb,
+                                       " buffers and ", rows,
                                        " rows does not hold column ", column));
       }
       auto node = [&](uint64_t i, int k) {
@@ -321,10 +351,11 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
       if (list_len != rows || list_nulls != 0 || values_nulls != 0 ||
           values_len < 0) {
         return error(pos, absl::StrCat("column ", column, ": ", list_len,
-                                       " lists (", list_nulls, " null) in a "
-                                       "batch of ", rows, " rows, ",
-                                       values_len, " values (", values_nulls,
-                                       " null); read: no nulls"));
+                                       " lists (", list_nulls,
+                                       " null) in a "
+                                       "batch of ",
+                                       rows, " rows, ", values_len, " values (",
+                                       values_nulls, " null); read: no nulls"));
       }
       int64_t off[2], blen[2];
       for (int k = 0; k < 2; ++k) {
@@ -343,10 +374,10 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
       const uint64_t eb = uint64_t(place.element_bytes);
       if (uint64_t(values_len) > uint64_t(blen[1]) / eb ||
           (rows > 0 && uint64_t(rows) + 1 > uint64_t(blen[0]) / ob)) {
-        return error(pos, absl::StrCat("column ", column, ": buffers of ",
-                                       blen[0], " and ", blen[1],
-                                       " bytes are too short for ", rows,
-                                       " lists of ", values_len, " values"));
+        return error(pos,
+                     absl::StrCat("column ", column, ": buffers of ", blen[0],
+                                  " and ", blen[1], " bytes are too short for ",
+                                  rows, " lists of ", values_len, " values"));
       }
       ColumnBatch cb;
       cb.rows = uint64_t(rows);
@@ -368,18 +399,20 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
         }
         if (first_last[0] < 0 || first_last[1] < first_last[0] ||
             first_last[1] > values_len) {
-          return error(pos, absl::StrCat("column ", column, ": offsets [",
-                                         first_last[0], ", ", first_last[1],
-                                         "] outside its ", values_len,
-                                         " values"));
+          return error(
+              pos, absl::StrCat("column ", column, ": offsets [", first_last[0],
+                                ", ", first_last[1], "] outside its ",
+                                values_len, " values"));
         }
-        cb.values_offset = body + uint64_t(off[1]) + uint64_t(first_last[0]) * eb;
+        cb.values_offset =
+            body + uint64_t(off[1]) + uint64_t(first_last[0]) * eb;
         cb.values = uint64_t(first_last[1] - first_last[0]);
       }
       index.batches.push_back(cb);
     } else if (kind == kHeaderDictionary) {
-      return error(pos, "a dictionary batch (not read: no column of the "
-                        "stream is read through a dictionary)");
+      return error(pos,
+                   "a dictionary batch (not read: no column of the "
+                   "stream is read through a dictionary)");
     } else {
       return error(pos, absl::StrCat("a message of kind ", int(kind),
                                      " (read: schema, record batch)"));

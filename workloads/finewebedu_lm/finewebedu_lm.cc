@@ -48,10 +48,9 @@ class TokenStream : public ExampleSource {
 
   // The piece holding token t (t < tokens_).
   size_t PieceOf(uint64_t t) const {
-    return size_t(std::upper_bound(pieces_.begin(), pieces_.end(), t,
-                                   [](uint64_t v, const Piece& p) {
-                                     return v < p.first;
-                                   }) -
+    return size_t(std::upper_bound(
+                      pieces_.begin(), pieces_.end(), t,
+                      [](uint64_t v, const Piece& p) { return v < p.first; }) -
                   pieces_.begin()) -
            1;
   }
@@ -72,9 +71,9 @@ class TokenStream : public ExampleSource {
       // Read straight into the caller's buffer at its place.
       uint64_t got = 0;
       while (got < n * eb) {
-        const ssize_t r = pread(fds_[piece.file], part.data() + done * eb + got,
-                                n * eb - got,
-                                off_t(piece.offset + from * eb + got));
+        const ssize_t r =
+            pread(fds_[piece.file], part.data() + done * eb + got, n * eb - got,
+                  off_t(piece.offset + from * eb + got));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
           part.swap(*bytes);
@@ -116,8 +115,8 @@ bool ShardName(const char* name, uint64_t* index, uint64_t* count) {
 }
 
 absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
-                                                      const std::string& dir,
-                                                      Executor* pool) {
+                                                       const std::string& dir,
+                                                       Executor* pool) {
   absl::StatusOr<int> dfd = root.OpenDirectory(dir);
   if (!dfd.ok()) return dfd.status();
   DIR* d = fdopendir(*dfd);
@@ -138,9 +137,9 @@ absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
   closedir(d);
   std::sort(found.begin(), found.end());
   if (found.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        kName, ": no data-XXXXX-of-NNNNN.arrow file in ", dir,
-        " (a Hugging Face save_to_disk folder)"));
+    return absl::NotFoundError(
+        absl::StrCat(kName, ": no data-XXXXX-of-NNNNN.arrow file in ", dir,
+                     " (a Hugging Face save_to_disk folder)"));
   }
   for (uint64_t i = 0; i < found.size(); ++i) {
     if (mixed || found.size() != count || found[i].first != i) {
@@ -179,14 +178,15 @@ absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
   if (!st.ok()) return st;
   for (size_t f = 0; f < idx.size(); ++f) {
     if (f > 0 && idx[f].element_bytes != idx[0].element_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          kName, ": ", s->paths_[f], " stores input_ids as int",
-          idx[f].element_bytes * 8, ", ", s->paths_[0], " as int",
-          idx[0].element_bytes * 8));
+      return absl::FailedPreconditionError(
+          absl::StrCat(kName, ": ", s->paths_[f], " stores input_ids as int",
+                       idx[f].element_bytes * 8, ", ", s->paths_[0], " as int",
+                       idx[0].element_bytes * 8));
     }
     for (const arrow::ColumnBatch& b : idx[f].batches) {
       if (b.values == 0) continue;
-      s->pieces_.push_back({uint32_t(f), b.values_offset, s->tokens_, b.values});
+      s->pieces_.push_back(
+          {uint32_t(f), b.values_offset, s->tokens_, b.values});
       s->tokens_ += b.values;
     }
   }
@@ -200,7 +200,8 @@ class LmWorkload : public Workload {
       : stream_(std::move(stream)), n_(n), train_(train) {
     tensors_ = {{"inputs", DType::kInt32, {int64_t(kSeqLen)}},
                 {"targets", DType::kInt32, {int64_t(kSeqLen)}}};
-    if (!train) tensors_.push_back({"weights", DType::kFloat32, {int64_t(kSeqLen)}});
+    if (!train)
+      tensors_.push_back({"weights", DType::kFloat32, {int64_t(kSeqLen)}});
   }
   const ExampleSource* source() const override { return stream_.get(); }
   uint64_t num_examples() const override { return n_; }
@@ -224,9 +225,9 @@ class LmWorkload : public Workload {
     }
     const uint64_t eb = uint64_t(stream_->element_bytes_);
     if (bytes.size() != kWindow * eb) {
-      return absl::DataLossError(absl::StrCat(
-          kName, ": ", stream_->Describe(ctx.key()), ": read ", bytes.size(),
-          " bytes, not ", kWindow * eb));
+      return absl::DataLossError(
+          absl::StrCat(kName, ": ", stream_->Describe(ctx.key()), ": read ",
+                       bytes.size(), " bytes, not ", kWindow * eb));
     }
     if (eb == 4) {
       std::memcpy(inputs, bytes.data(), kSeqLen * 4);
@@ -236,9 +237,9 @@ class LmWorkload : public Workload {
         int64_t v;
         std::memcpy(&v, bytes.data() + 8 * i, 8);
         if (v < INT32_MIN || v > INT32_MAX) {
-          return absl::DataLossError(absl::StrCat(
-              kName, ": ", stream_->Describe(ctx.key()), ": token ", v,
-              " does not fit int32"));
+          return absl::DataLossError(
+              absl::StrCat(kName, ": ", stream_->Describe(ctx.key()),
+                           ": token ", v, " does not fit int32"));
         }
         if (i < kSeqLen) inputs[i] = int32_t(v);
         if (i > 0) targets[i - 1] = int32_t(v);
@@ -262,11 +263,11 @@ class LmWorkload : public Workload {
 
 absl::StatusOr<std::unique_ptr<Workload>> CreateFineWebEduLmWorkload(
     const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> o = WorkloadOptions::Create(
-      kName, config.options, {"eval_train_examples"});
+  absl::StatusOr<WorkloadOptions> o =
+      WorkloadOptions::Create(kName, config.options, {"eval_train_examples"});
   if (!o.ok()) return o.status();
-  absl::StatusOr<uint64_t> eval_train = o->Uint(
-      "eval_train_examples", kAlgoPerfEvalTrain, 1, uint64_t(1) << 40);
+  absl::StatusOr<uint64_t> eval_train =
+      o->Uint("eval_train_examples", kAlgoPerfEvalTrain, 1, uint64_t(1) << 40);
   if (!eval_train.ok()) return eval_train.status();
   absl::StatusOr<Split> split =
       ParseSplit(kName, config.split,
