@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "workloads/criteo1tb/criteo1tb.h"
+#include "workloads/finewebedu_lm/finewebedu_lm.h"
 #include "workloads/imagenet/imagenet.h"
 #include "workloads/librispeech/librispeech.h"
 #include "workloads/ogbg/ogbg.h"
@@ -24,6 +25,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
     {"criteo1tb", CreateCriteo1TbWorkload,
      "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform"},
+    {"finewebedu_lm", CreateFineWebEduLmWorkload,
+     "Hugging Face save_to_disk Arrow token rows, AlgoPerf's LM windows"},
     {"librispeech", CreateLibriSpeechWorkload,
      "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)"},
     {"ogbg", CreateOgbgWorkload,

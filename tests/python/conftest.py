@@ -37,7 +37,7 @@ def _generated(root, name, make):
     for tool in (IMAGENET_GENERATOR, LIBRISPEECH_GENERATOR, OGBG_GENERATOR,
                  os.path.join(WMT_TOOLS, "generate_wmt.py"),
                  os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
-                 CRITEO_GENERATOR,
+                 CRITEO_GENERATOR, LM_GENERATOR,
                  os.path.join(REPO, "tests", "python", "conftest.py")):
         with open(tool, "rb") as f:
             digest.update(f.read())
@@ -168,3 +168,21 @@ def ogbg_data(tmp_path_factory):
         OGBG_GENERATOR, out, "--train", 240, "--validation", 60, "--test", 50,
         "--seed", 7))
     return root
+
+
+LM_GENERATOR = os.path.join(REPO, "workloads", "finewebedu_lm",
+                            "make_finewebedu_lm.py")
+
+
+@pytest.fixture(scope="session")
+def lm_data(tmp_path_factory):
+    """A generated finewebedu_lm set (make_finewebedu_lm.py in the reference
+    venv, which has `datasets`; seed 3): train/ of 60 rows of 2,049 tokens
+    in 3 shards (119 windows), val/ of 14 rows in 3 shards (27 windows).
+    Its folder."""
+    from helpers import reference_python
+    root = tmp_path_factory.mktemp("lm-data")
+    return _generated(root, "finewebedu_lm", lambda out: subprocess.run(
+        [reference_python(), LM_GENERATOR, str(out), "--train-rows", "60",
+         "--val-rows", "14", "--shards", "3", "--seed", "3"], check=True,
+        capture_output=True))

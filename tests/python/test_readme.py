@@ -24,7 +24,8 @@ SPLITS = {"synthetic": ["train", "validation", "test"],
           "wmt": ["train", "validation", "eval_train", "test"],
           "criteo1tb": ["train", "validation", "eval_train", "test"],
           "librispeech": ["train", "validation", "eval_train", "test"],
-          "ogbg": ["train", "validation", "eval_train", "test"]}
+          "ogbg": ["train", "validation", "eval_train", "test"],
+          "finewebedu_lm": ["train", "validation", "eval_train"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -52,7 +53,7 @@ def batch_table():
 
 @pytest.fixture(scope="module")
 def daemon(shared_data, criteo_data, librispeech_data, ogbg_data,
-           tmp_path_factory):
+           lm_data, tmp_path_factory):
     # The shared data with an imagenet test split (a copy of val), so that
     # every split has data.
     root = tmp_path_factory.mktemp("readme")
@@ -62,6 +63,7 @@ def daemon(shared_data, criteo_data, librispeech_data, ogbg_data,
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
     shutil.copytree(criteo_data, root / "criteo1tb")
     shutil.copytree(ogbg_data / "ogbg", root / "ogbg")
+    shutil.copytree(lm_data, root / "finewebedu_lm")
     d = Daemon(root, root / "batchd.log")
     yield d
     d.stop()

@@ -193,3 +193,18 @@ def test_torchrun_ogbg_through_the_drop_in(server, ogbg_data, tmp_path):
     assert proc.returncode == 0, out
     assert "ogbg: every global batch disjoint and complete" in out, out
     assert len(re.findall(r"^ogbg step \d+ ok$", out, re.M)) == 6, out
+
+
+def test_torchrun_finewebedu_lm_through_algoperf_disjoint_complete(server,
+                                                                   tmp_path):
+    from helpers import reference_python  # make_finewebedu_lm needs datasets
+    subprocess.run([reference_python(), os.path.join(
+        REPO, "workloads", "finewebedu_lm", "make_finewebedu_lm.py"),
+        str(tmp_path / "data" / "finewebedu_lm"), "--train-rows", "40",
+        "--val-rows", "40", "--shards", "2"], check=True, capture_output=True)
+    proc = torchrun(server, os.path.join(HERE, "lm_ddp_check.py"),
+                    "--steps", "4", "--global-batch-size", "16")
+    out, _ = proc.communicate(timeout=DEADLINE * 3)
+    assert proc.returncode == 0, out
+    assert "lm: every global batch disjoint and complete" in out, out
+    assert len(re.findall(r"^lm \w+ step \d+ ok$", out, re.M)) == 8, out

@@ -14,10 +14,10 @@ workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 `_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
 input_queue takes to its module, whose docstring says what that queue
 yields, when it repeats, and where it deliberately differs from AlgoPerf:
-`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt` and
-`criteo1tb` (module criteo: AlgoPerf's DLRM workloads),
-`librispeech` (librispeech_conformer and librispeech_deepspeech) and
-`ogbg`.
+`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt`,
+`criteo1tb` (module criteo: AlgoPerf's DLRM workloads), `finewebedu_lm`
+(module lm), `librispeech` (librispeech_conformer and
+librispeech_deepspeech) and `ogbg`.
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -45,7 +45,7 @@ import collections
 import os
 
 from .. import Loader
-from . import criteo, imagenet, librispeech, ogbg, wmt
+from . import criteo, imagenet, librispeech, lm, ogbg, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -62,6 +62,7 @@ _opened = collections.Counter()
 # items are rows of several examples).
 WORKLOADS = {
     "criteo1tb": criteo,
+    "finewebedu_lm": lm,
     "imagenet": imagenet,
     "wmt": wmt,
     "librispeech": librispeech,

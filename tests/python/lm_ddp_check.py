@@ -1,0 +1,86 @@
+"""A torchrun DDP job (2 ranks, Gloo) reading finewebedu_lm through
+batchd.algoperf, for tests/python/test_torchrun.py:
+
+    torchrun --standalone --nproc_per_node 2 tests/python/lm_ddp_check.py \
+        --steps 4 --global-batch-size 16
+
+Every step rank 0 gathers every rank's windows and checks that together
+they are the global batch a world-size-1 stream of the same seed serves
+(so the ranks' slices are disjoint and complete), for train and for
+validation (with its weights); then one DDP step runs. Prints
+"lm SPLIT step S ok".
+"""
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import batchd
+from batchd import algoperf
+
+
+def gathered(t):
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--global-batch-size", type=int, default=16)
+    a = ap.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g, b = a.global_batch_size, a.global_batch_size // world
+    model = DDP(torch.nn.Sequential(torch.nn.Embedding(50257, 4),
+                                    torch.nn.Linear(4, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for split in ("train", "validation"):
+        q = algoperf.input_queue("finewebedu_lm", split, g,
+                                 data="finewebedu_lm", seed=5, device="cpu",
+                                 num_batches=a.steps,
+                                 repeat_final_dataset=split != "train",
+                                 stream=f"ddp-lm-{split}")
+        ref = None
+        if rank == 0:
+            ref = batchd.Loader(f"ddp-lm-{split}-w1", g,
+                                workload="finewebedu_lm",
+                                data="finewebedu_lm", split=split, seed=5,
+                                world_size=1, rank=0, timeout=60.0)
+        for step in range(a.steps):
+            batch = next(q)
+            assert batch["inputs"].shape == (b, 1024), batch["inputs"].shape
+            assert batch["inputs"].dtype == torch.int32
+            assert batch["targets"].dtype == torch.int64
+            keys = ["inputs", "targets"]
+            if split == "train":
+                assert batch["weights"] is None
+            else:
+                assert batch["weights"].shape == (b, 1024)
+                keys.append("weights")
+            rows = {k: gathered(batch[k]) for k in keys}
+            if rank == 0:
+                want, _ = ref.next_batch()
+                for k, t in rows.items():
+                    assert torch.equal(t, want[k].to(t.dtype)), (split, step, k)
+                assert len({r.numpy().tobytes() for r in rows["inputs"]}) == g
+                print(f"lm {split} step {step} ok", flush=True)
+            out = model(batch["inputs"].clamp(min=0).long()).squeeze(-1)
+            loss = (out - batch["targets"].clamp(min=0).float() / 50257).pow(2)
+            if batch["weights"] is not None:
+                loss = loss * batch["weights"]
+            opt.zero_grad()
+            loss.mean().backward()
+            opt.step()
+        if rank == 0:
+            ref.close()
+    if rank == 0:
+        print("lm: every global batch disjoint and complete", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

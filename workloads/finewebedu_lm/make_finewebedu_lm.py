@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Writes a small finewebedu_lm data set in AlgoPerf's layout.
+
+OUT/train and OUT/val are Hugging Face `Dataset.save_to_disk` folders
+(data-XXXXX-of-NNNNN.arrow Arrow IPC stream files, dataset_info.json,
+state.json) of one column `input_ids`, list<int32>, rows of 2,049 token ids
+below 50,257, deterministic from --seed. Needs the `datasets` package (the
+layout is its own): run it with the Python of scripts/reference-venv.sh.
+
+  make_finewebedu_lm.py OUT --train-rows 40 --val-rows 12 --shards 2
+"""
+import argparse
+import os
+
+import numpy as np
+import datasets
+
+ROW = 2049
+VOCAB = 50257
+
+
+def write(path, rows, shards, rng):
+    ids = rng.integers(0, VOCAB, size=(rows, ROW), dtype=np.int32)
+    features = datasets.Features(
+        {"input_ids": datasets.Sequence(datasets.Value("int32"))})
+    ds = datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in ids]},
+                                    features=features)
+    ds.save_to_disk(path, num_shards=shards)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--train-rows", type=int, default=40)
+    p.add_argument("--val-rows", type=int, default=12)
+    p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    rng = np.random.default_rng(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    write(os.path.join(a.out, "train"), a.train_rows, a.shards, rng)
+    write(os.path.join(a.out, "val"), a.val_rows, min(a.shards, a.val_rows),
+          rng)
+
+
+if __name__ == "__main__":
+    main()
