@@ -174,8 +174,8 @@ TEST(WorkloadContractTest, ARegisteredWorkloadIsOpenedByNameAndRefusesTheRest) {
   config.split = "train";
   EXPECT_THAT(CreateWorkload("countng", config, Table()).status().message(),
               HasSubstr("unknown workload 'countng' (known: synthetic, "
-                        "imagenet, wmt, criteo1tb, librispeech, ogbg, "
-                        "counting)"));
+                        "imagenet, wmt, criteo1tb, finewebedu_lm, "
+                        "librispeech, ogbg, counting)"));
   // One line a workload, its help in a column after the longest name.
   EXPECT_THAT(WorkloadHelp(Table()), ContainsRegex("\n  counting +ids and"));
   // The daemon's own table does not know the test's workload.
