@@ -175,7 +175,7 @@ TEST(WorkloadContractTest, ARegisteredWorkloadIsOpenedByNameAndRefusesTheRest) {
   EXPECT_THAT(CreateWorkload("countng", config, Table()).status().message(),
               HasSubstr("unknown workload 'countng' (known: synthetic, "
                         "imagenet, wmt, criteo1tb, finewebedu_lm, "
-                        "librispeech, ogbg, counting)"));
+                        "librispeech, ogbg, fastmri, counting)"));
   // One line a workload, its help in a column after the longest name.
   EXPECT_THAT(WorkloadHelp(Table()), ContainsRegex("\n  counting +ids and"));
   // The daemon's own table does not know the test's workload.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "workloads/criteo1tb/criteo1tb.h"
+#include "workloads/fastmri/fastmri.h"
 #include "workloads/finewebedu_lm/finewebedu_lm.h"
 #include "workloads/imagenet/imagenet.h"
 #include "workloads/librispeech/librispeech.h"
@@ -31,6 +32,8 @@ constexpr WorkloadEntry kWorkloads[] = {
      "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)"},
     {"ogbg", CreateOgbgWorkload,
      "TFDS ogbg_molpcba, AlgoPerf's jraph graph batching in fixed rows"},
+    {"fastmri", CreateFastMriWorkload,
+     "fastMRI knee single-coil HDF5 volumes, AlgoPerf's k-space transform"},
 };
 
 }  // namespace

@@ -37,7 +37,7 @@ def _generated(root, name, make):
     for tool in (IMAGENET_GENERATOR, LIBRISPEECH_GENERATOR, OGBG_GENERATOR,
                  os.path.join(WMT_TOOLS, "generate_wmt.py"),
                  os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
-                 CRITEO_GENERATOR, LM_GENERATOR,
+                 CRITEO_GENERATOR, LM_GENERATOR, FASTMRI_GENERATOR,
                  os.path.join(REPO, "tests", "python", "conftest.py")):
         with open(tool, "rb") as f:
             digest.update(f.read())
@@ -186,3 +186,20 @@ def lm_data(tmp_path_factory):
         [reference_python(), LM_GENERATOR, str(out), "--train-rows", "60",
          "--val-rows", "14", "--shards", "3", "--seed", "3"], check=True,
         capture_output=True))
+
+
+FASTMRI_GENERATOR = os.path.join(REPO, "workloads", "fastmri",
+                                 "make_fastmri.py")
+
+
+@pytest.fixture(scope="session")
+def fastmri_data(tmp_path_factory):
+    """A generated fastmri set (make_fastmri.py in the reference venv, which
+    has h5py; seed 2): knee_singlecoil_train/ of 5 volumes and
+    knee_singlecoil_val/ of 3, 2 or 3 slices each, widths 368, 372 and 369,
+    every second file chunked and compressed. Its folder."""
+    from helpers import reference_python
+    root = tmp_path_factory.mktemp("fastmri-data")
+    return _generated(root, "fastmri", lambda out: subprocess.run(
+        [reference_python(), FASTMRI_GENERATOR, str(out), "--train", "5",
+         "--val", "3", "--seed", "2"], check=True, capture_output=True))

@@ -17,7 +17,7 @@ yields, when it repeats, and where it deliberately differs from AlgoPerf:
 `imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt`,
 `criteo1tb` (module criteo: AlgoPerf's DLRM workloads), `finewebedu_lm`
 (module lm), `librispeech` (librispeech_conformer and
-librispeech_deepspeech) and `ogbg`.
+librispeech_deepspeech), `ogbg` and `fastmri`.
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -45,7 +45,7 @@ import collections
 import os
 
 from .. import Loader
-from . import criteo, imagenet, librispeech, lm, ogbg, wmt
+from . import criteo, fastmri, imagenet, librispeech, lm, ogbg, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -67,6 +67,7 @@ WORKLOADS = {
     "wmt": wmt,
     "librispeech": librispeech,
     "ogbg": ogbg,
+    "fastmri": fastmri,
 }
 
 
