@@ -25,7 +25,11 @@ SPLITS = {"synthetic": ["train", "validation", "test"],
           "criteo1tb": ["train", "validation", "eval_train", "test"],
           "librispeech": ["train", "validation", "eval_train", "test"],
           "ogbg": ["train", "validation", "eval_train", "test"],
-          "finewebedu_lm": ["train", "validation", "eval_train"]}
+          "finewebedu_lm": ["train", "validation", "eval_train"],
+          "fastmri": ["train", "validation", "eval_train", "test"]}
+# The generated sets are small: fastmri's test split needs a cut of the
+# three val volumes (AlgoPerf's is the first 100).
+OPTIONS = {"fastmri": ["validation_files=2"]}
 GLOBAL_BATCH = 8
 SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
 
@@ -53,7 +57,7 @@ def batch_table():
 
 @pytest.fixture(scope="module")
 def daemon(shared_data, criteo_data, librispeech_data, ogbg_data,
-           lm_data, tmp_path_factory):
+           lm_data, fastmri_data, tmp_path_factory):
     # The shared data with an imagenet test split (a copy of val), so that
     # every split has data.
     root = tmp_path_factory.mktemp("readme")
@@ -64,6 +68,7 @@ def daemon(shared_data, criteo_data, librispeech_data, ogbg_data,
     shutil.copytree(criteo_data, root / "criteo1tb")
     shutil.copytree(ogbg_data / "ogbg", root / "ogbg")
     shutil.copytree(lm_data, root / "finewebedu_lm")
+    shutil.copytree(fastmri_data, root / "fastmri")
     d = Daemon(root, root / "batchd.log")
     yield d
     d.stop()
@@ -74,7 +79,8 @@ def reported(daemon, workload, split):
     out = subprocess.run(
         [binary("batchctl"), "plan", "--server", daemon.address, "--json",
          "--workload", workload, "--data", data, "--split", split,
-         "--global-batch-size", str(GLOBAL_BATCH)],
+         "--global-batch-size", str(GLOBAL_BATCH),
+         *[f"--option={o}" for o in OPTIONS.get(workload, [])]],
         capture_output=True, text=True, timeout=120)
     assert out.returncode in (0, 3), out.stderr
     return {t["name"]: (t["dtype"], t["shape"])
@@ -124,3 +130,21 @@ def test_the_pages_the_readme_links_exist():
     assert links
     for link in links:
         assert os.path.exists(os.path.join(ROOT, link)), link
+
+
+def test_the_algoperf_table_names_every_drop_in_workload():
+    """Each row of the README's AlgoPerf table names an input_queue
+    workload, and every workload the drop-in serves has a row."""
+    import batchd.algoperf
+    text = "\n".join(readme_lines())
+    section = text.split("## Workloads and AlgoPerf", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines()
+            if line.startswith("| `")]
+    named = {re.findall(r"`([a-z0-9_]+)`", row.split("|")[2])[0]
+             for row in rows}
+    assert named == set(batchd.algoperf.WORKLOADS)
+    algoperf = {n for row in rows
+                for n in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
+    # AlgoPerf's nine workload names: ImageNet's two models share a
+    # pipeline, and so do LibriSpeech's.
+    assert len(algoperf) == 9

@@ -181,6 +181,46 @@ def test_torchrun_librispeech_through_algoperf_drop_in(tmp_path,
         s.stop()
 
 
+def test_torchrun_fastmri_through_algoperf_drop_in(tmp_path, fastmri_data):
+    """Two ranks of AlgoPerf's fastMRI queues: every global batch of a train
+    epoch disjoint and complete, and the slices' means those of AlgoPerf's
+    transform (reference/fastmri_ref.py with TF): the train epoch as a
+    multiset, the validation pass in order."""
+    import numpy as np
+    from helpers import run_reference
+    ref = {}
+    for split, sub in (("train", "train"), ("validation", "val")):
+        files = sorted((fastmri_data / f"knee_singlecoil_{sub}").glob("*.h5"))
+        run_reference("fastmri_ref.py", tmp_path / f"{split}.npz", split, 1, 2,
+                      0, *files)
+        ref[split] = np.load(tmp_path / f"{split}.npz")["mean"]
+    g = 4
+    epoch = len(ref["train"]) // g * g
+    s = Server(tmp_path)
+    try:
+        shutil.copytree(fastmri_data, tmp_path / "data" / "fastmri")
+        proc = torchrun(s, os.path.join(HERE, "fastmri_ddp_check.py"),
+                        "--global-batch-size", str(g), "--epoch", str(epoch),
+                        "--eval", str(len(ref["validation"])),
+                        "--validation-files", "2")
+        out, _ = proc.communicate(timeout=DEADLINE * 3)
+        assert proc.returncode == 0, out
+        assert "fastmri ddp ok" in out, out
+        for split in ("train", "validation"):
+            got = [float(m) for m in re.findall(rf"^{split} (\S+)$", out, re.M)]
+            want = [float(m) for m in ref[split]]
+            if split == "train":
+                # The epoch drops the last partial batch: each slice served
+                # is one of AlgoPerf's, none twice.
+                matched = [min(range(len(want)), key=lambda j: abs(want[j] - m))
+                           for m in got]
+                assert len(set(matched)) == len(got) == epoch
+                want = [want[j] for j in matched]
+            assert got == pytest.approx(want, rel=2e-6), split
+    finally:
+        s.stop()
+
+
 def test_torchrun_ogbg_through_the_drop_in(server, ogbg_data, tmp_path):
     """AlgoPerf's ogbg through batchd.algoperf in a 2-rank DDP job: every
     global batch's slices disjoint and complete (ogbg_ddp_check.py)."""

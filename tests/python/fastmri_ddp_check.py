@@ -1,0 +1,100 @@
+"""A torch DDP job over Gloo whose ranks read AlgoPerf's fastMRI through
+batchd.algoperf, for tests/python/test_torchrun.py, launched by torchrun:
+
+    torchrun --standalone --nproc_per_node 2 \\
+        tests/python/fastmri_ddp_check.py --global-batch-size 4 \\
+        --epoch 12 --eval 5 --validation-files 2
+
+Each step of one train epoch (--epoch slices) and of one validation pass
+(--eval slices), rank 0 gathers every rank's rows (a SHA-256 of each
+row's inputs and targets, and its mean) and checks that the slices are
+disjoint and, together, the whole global batch (validation: the real rows
+are those of weight 1, the padding's weight is 0); one DDP step (the
+gradients' all-reduce) runs on each train batch. Then it prints each
+slice's mean ("train MEAN", "validation MEAN") for the test to compare
+with AlgoPerf's, and "fastmri ddp ok" (rank 0).
+"""
+
+import argparse
+import hashlib
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import batchd.algoperf
+
+
+def rows(batch):
+    out = []
+    weights = batch.get("weights")
+    for i in range(batch["inputs"].shape[0]):
+        if weights is not None and weights[i] == 0:
+            continue  # padding of the last batch
+        h = hashlib.sha256(batch["inputs"][i].numpy().tobytes())
+        h.update(batch["targets"][i].numpy().tobytes())
+        out.append((h.hexdigest(), float(batch["mean"][i])))
+    return out
+
+
+def gathered(batch, world):
+    parts = [None] * world
+    dist.all_gather_object(parts, rows(batch))
+    return parts
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--global-batch-size", type=int, default=4)
+    p.add_argument("--epoch", type=int, required=True)
+    p.add_argument("--eval", type=int, required=True)
+    p.add_argument("--validation-files", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = a.global_batch_size
+    server = os.environ["BATCHD_SERVER"]
+    opts = {"validation_files": a.validation_files}
+    model = DDP(torch.nn.Linear(2, 1))
+    train = batchd.algoperf.input_queue("fastmri", "train", g, data="fastmri",
+                                        seed=a.seed, server=server,
+                                        timeout=120, device="cpu",
+                                        options=opts)
+    seen = []
+    for step in range(a.epoch // g):
+        batch = next(train)
+        parts = gathered(batch, world)
+        if rank == 0:
+            flat = [r for part in parts for r in part]
+            assert all(len(part) == g // world for part in parts), parts
+            assert len({d for d, _ in flat}) == g, f"step {step}: overlap"
+            seen += flat
+        x = torch.stack([batch["mean"], batch["std"]], 1)
+        model(x).sum().backward()  # the DDP all-reduce
+    validation = batchd.algoperf.input_queue(
+        "fastmri", "validation", g, data="fastmri", server=server,
+        timeout=120, device="cpu", options=opts)
+    evaluated = []
+    for _ in range(-(-a.eval // g)):
+        parts = gathered(next(validation), world)
+        flat = [r for part in parts for r in part]
+        assert len({d for d, _ in flat}) == len(flat), "validation overlap"
+        evaluated += flat
+    if rank == 0:
+        assert len({d for d, _ in seen}) == (a.epoch // g) * g, \
+            "the epoch repeats a slice"
+        assert len(evaluated) == a.eval, (len(evaluated), a.eval)
+        for _, mean in seen:
+            print("train", repr(mean))
+        for _, mean in evaluated:
+            print("validation", repr(mean))
+        print("fastmri ddp ok", flush=True)
+    train.close()
+    validation.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
