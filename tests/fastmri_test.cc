@@ -5,7 +5,9 @@
 #include "workloads/fastmri/fastmri.h"
 
 #include <hdf5.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
+#include "workloads/fastmri/hdf5_helper.h"
 #include "workloads/fastmri/kspace.h"
 #include "workloads/fastmri/volume.h"
 #include "workloads/registry.h"
@@ -407,6 +410,56 @@ TEST_F(VolumeTest, ATruncatedVolumeIsRefusedAtIndexAndAtRead) {
   absl::Status st = ReadVolumeSlice(*root_, *whole, 1, &bytes);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(st.message(), HasSubstr("changed since the stream indexed it"));
+}
+
+// libhdf5 runs in a helper process: what happens to it does not happen to
+// this one.
+TEST_F(VolumeTest, AHelperKilledBetweenCallsIsStartedAgain) {
+  VolumeSpec spec;
+  spec.chunked = true;  // read through the library too
+  const std::string path = Write("v.h5", spec);
+  auto v = IndexVolume(*root_, path);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const pid_t first = Hdf5Helper::Get().pid_for_testing();
+  ASSERT_GT(first, 0);
+  EXPECT_NE(first, getpid());
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  std::string bytes;
+  absl::Status read = ReadVolumeSlice(*root_, *v, 1, &bytes);
+  ASSERT_TRUE(read.ok()) << read;
+  const pid_t second = Hdf5Helper::Get().pid_for_testing();
+  EXPECT_GT(second, 0);
+  EXPECT_NE(second, first);
+  const std::vector<float> k = KspaceValues(spec);
+  EXPECT_EQ(memcmp(bytes.data(), &k[size_t(640) * 368 * 2], 8 * 640 * 368), 0);
+}
+
+// A volume that crashes libhdf5 or makes it hang (a test hook stands in for
+// a crafted file) fails its call naming the file; the next file is served.
+TEST_F(VolumeTest, AVolumeThatCrashesOrHangsTheLibraryFailsOnlyItself) {
+  VolumeSpec spec;
+  const std::string good = Write("good.h5", spec);
+  const std::string crash = Write("batchd-test-hdf5-crash.h5", spec);
+  const std::string hang = Write("batchd-test-hdf5-hang.h5", spec);
+  setenv("BATCHD_TEST_HOOKS", "1", 1);
+  Hdf5Helper::Get().StopForTesting();  // the next helper sees the hook
+  Hdf5Helper::Get().set_timeout_for_testing(1000);
+  auto crashed = IndexVolume(*root_, crash);
+  ASSERT_FALSE(crashed.ok());
+  EXPECT_EQ(crashed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(crashed.status().message(), HasSubstr(crash));
+  EXPECT_THAT(crashed.status().message(), HasSubstr("signal 11"));
+  EXPECT_TRUE(IndexVolume(*root_, good).ok());
+  auto hung = IndexVolume(*root_, hang);
+  ASSERT_FALSE(hung.ok());
+  EXPECT_THAT(hung.status().message(), HasSubstr(hang));
+  EXPECT_THAT(hung.status().message(), HasSubstr("did not answer within 1 s"));
+  EXPECT_TRUE(IndexVolume(*root_, good).ok());
+  unsetenv("BATCHD_TEST_HOOKS");
+  Hdf5Helper::Get().set_timeout_for_testing(Hdf5Helper::kCallTimeoutMs);
+  Hdf5Helper::Get().StopForTesting();
+  // Without the hook the same file is only a file.
+  EXPECT_TRUE(IndexVolume(*root_, crash).ok());
 }
 
 // ---------------------------------------------------------------------------

@@ -12,10 +12,11 @@
 // external storage) the HDF5 library reads it. A file that changed since
 // it was indexed (another inode, size or modification time) is refused.
 //
-// HDF5 calls: the file is opened through its descriptor from the data root
-// (/proc/self/fd/N, so that HDF5 reads the very file the root checked),
-// without HDF5's file locking (data trees are often read-only), and under
-// one process-wide lock (the library's own is a global one too).
+// HDF5 calls run in a helper process (hdf5_helper.h), on a descriptor the
+// data root opened: the library opens that very file (/proc/self/fd/N),
+// without its file locks (data trees are often read-only). A crafted file
+// that crashes or hangs libhdf5 fails the stream naming the file; the
+// daemon goes on.
 //
 // Thread safety: both functions may be called from any number of threads.
 #ifndef BATCHD_WORKLOADS_FASTMRI_VOLUME_H_
