@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/format.h"
 #include "workloads/fastmri/hdf5_helper.h"
+#include "workloads/fastmri/kspace.h"
 
 namespace batchd {
 namespace {
@@ -65,6 +66,22 @@ absl::StatusOr<FastMriVolume> IndexVolume(const DataRoot& root,
   v.mtime_ns = MtimeNs(st);
   absl::Status s = Hdf5Helper::Get().Index(fd.get(), &v);
   if (!s.ok()) return s;
+  // What the helper says is checked again here: a helper that a crafted
+  // file took over must not steer the daemon's reads or allocations.
+  const uint64_t kbytes = uint64_t(v.slices) * v.KspaceSliceBytes();
+  const uint64_t tbytes = uint64_t(v.slices) * FastMriVolume::kTargetSliceBytes;
+  const bool sane =
+      v.width >= uint32_t(kFastMriMinWidth) &&
+      v.width <= uint32_t(kFastMriMaxWidth) && v.slices <= v.size &&
+      (!v.contiguous ||
+       (v.kspace_offset <= v.size && kbytes <= v.size - v.kspace_offset &&
+        v.target_offset <= v.size && tbytes <= v.size - v.target_offset));
+  if (!sane) {
+    return absl::DataLossError(absl::StrCat(
+        "fastmri: ", Printable(path), ": the HDF5 helper described it as ",
+        v.slices, " slices of width ", v.width,
+        ", which the file cannot hold"));
+  }
   return v;
 }
 
