@@ -223,8 +223,10 @@ class Engine {
   bool FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
                   Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the task's items; true when it stopped at an item whose bytes
-  // are not there yet (task->next_item).
-  bool RunTask(Task* task, absl::Status* status) ABSL_LOCKS_EXCLUDED(mu_);
+  // are not there yet (task->next_item). `buffers`: the worker's read
+  // buffers, kept from task to task so that reads reuse their memory.
+  bool RunTask(Task* task, absl::Status* status,
+               std::vector<std::string>* buffers) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(const Task& task, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Park(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

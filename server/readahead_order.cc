@@ -104,7 +104,21 @@ std::map<ReadAhead::Key, ReadAhead::Entry>::iterator ReadAhead::Erase(
       break;
     }
   }
+  KeepSpare(&it->second.bytes);
   return s->entries.erase(it);
+}
+
+void ReadAhead::KeepSpare(std::string* buffer) {
+  // A few buffers suffice: one per I/O thread's next read and a margin; a
+  // buffer larger than the cap goes back to the allocator.
+  constexpr size_t kSpareBuffers = 8;
+  constexpr size_t kMaxSpareBytes = size_t(16) << 20;
+  if (buffer->capacity() == 0 || buffer->capacity() > kMaxSpareBytes ||
+      spare_.size() >= kSpareBuffers) {
+    return;
+  }
+  spare_.emplace_back();
+  spare_.back().swap(*buffer);
 }
 
 bool ReadAhead::ReadsInline(const StreamState& s, uint64_t now_ns) const {

@@ -307,9 +307,15 @@ void ReadAhead::RunRead(const Pick& pick, std::string* bytes) {
   // The state (and its source) stays while in_flight > 0, even after its
   // stream went.
   const ExampleSource& source = *s->source;
+  // A buffer from an entry that went, unless this thread holds one: the
+  // source replaces its contents (a buffer of the size it needs is used as
+  // it is).
+  if (bytes->capacity() == 0 && !spare_.empty()) {
+    bytes->swap(spare_.back());
+    spare_.pop_back();
+  }
   mu_.Unlock();
   int64_t label = 0;
-  bytes->clear();
   const uint64_t waits = Waits();
   absl::Status status = source.Read(ExampleKeyOf(pick.key), bytes, &label);
   const bool waited = Waits() != waits;

@@ -43,6 +43,8 @@ class ExampleSource {
   // sources that keep one beside the bytes, its label (else 0). The error is
   // the storage's own, naming the file. Never depends on key.epoch or
   // key.position: the same example reads the same bytes wherever it falls.
+  // *bytes may hold an earlier example's bytes (a buffer reused for its
+  // memory): Read replaces them.
   virtual absl::Status Read(const ExampleKey& key, std::string* bytes,
                             int64_t* label) const = 0;
   // What Read reads for `key`, for messages ("/data/train/n01/x.JPEG").
