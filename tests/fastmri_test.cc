@@ -47,12 +47,18 @@ TEST(StatelessUniformTest, IsTensorFlowsBitForBit) {
     std::vector<uint32_t> want;
   };
   const Case cases[] = {
-      {0, 0, {0x3e581470, 0x3f34bd12, 0x3f4cd0f4, 0x3f4552a4, 0x3ec6f518,
-              0x3f5ecfe0}},
-      {123, -7, {0x3ea27074, 0x3eb61a68, 0x3f2881d6, 0x3f7fa79c, 0x3d461f80,
-                 0x3e919550}},
-      {int64_t(1) << 40, 5, {0x3f6438c4, 0x3f38226c, 0x3f7578b4, 0x3f591922,
-                             0x3f784716, 0x3f301c60}},
+      {0,
+       0,
+       {0x3e581470, 0x3f34bd12, 0x3f4cd0f4, 0x3f4552a4, 0x3ec6f518,
+        0x3f5ecfe0}},
+      {123,
+       -7,
+       {0x3ea27074, 0x3eb61a68, 0x3f2881d6, 0x3f7fa79c, 0x3d461f80,
+        0x3e919550}},
+      {int64_t(1) << 40,
+       5,
+       {0x3f6438c4, 0x3f38226c, 0x3f7578b4, 0x3f591922, 0x3f784716,
+        0x3f301c60}},
   };
   for (const Case& c : cases) {
     std::vector<float> u(6);
@@ -200,15 +206,15 @@ TEST(TransformSliceTest, RefusesNonFiniteValuesNamingWhere) {
   std::vector<uint8_t> mask(368, 1);
   std::vector<float> a(320 * 320), b(320 * 320);
   SliceOut out{a.data(), b.data()};
-  absl::Status st = TransformSlice(k.data(), 368, mask.data(), target.data(),
-                                   &out);
+  absl::Status st =
+      TransformSlice(k.data(), 368, mask.data(), target.data(), &out);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(st.message(), HasSubstr("row 5 column 7"));
   k[2 * (5 * 368 + 7) + 1] = 0;
   target[3] = INFINITY;
-  EXPECT_THAT(TransformSlice(k.data(), 368, mask.data(), target.data(), &out)
-                  .message(),
-              HasSubstr("reconstruction_esc value at row 0 column 3"));
+  EXPECT_THAT(
+      TransformSlice(k.data(), 368, mask.data(), target.data(), &out).message(),
+      HasSubstr("reconstruction_esc value at row 0 column 3"));
 }
 
 // ---------------------------------------------------------------------------
@@ -258,8 +264,8 @@ void WriteVolume(const std::string& path, const VolumeSpec& v) {
       H5Pset_chunk(dcpl, 3, chunk);
       H5Pset_deflate(dcpl, 1);
     }
-    hid_t ds = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl,
-                          H5P_DEFAULT);
+    hid_t ds =
+        H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
     H5Dclose(ds);
     H5Pclose(dcpl);
@@ -332,7 +338,8 @@ TEST_F(VolumeTest, ContiguousAndChunkedVolumesReadTheSameSlices) {
     std::string x, y;
     ASSERT_TRUE(ReadVolumeSlice(*root_, *a, s, &x).ok());
     ASSERT_TRUE(ReadVolumeSlice(*root_, *b, s, &y).ok());
-    ASSERT_EQ(x.size(), a->KspaceSliceBytes() + FastMriVolume::kTargetSliceBytes);
+    ASSERT_EQ(x.size(),
+              a->KspaceSliceBytes() + FastMriVolume::kTargetSliceBytes);
     EXPECT_EQ(x, y);
     EXPECT_EQ(memcmp(x.data(), &k[s * kslice], 4 * kslice), 0);
     EXPECT_EQ(memcmp(x.data() + 4 * kslice, &t[size_t(s) * 320 * 320],
@@ -480,13 +487,15 @@ class FastMriWorkloadTest : public ::testing::Test {
     WriteVolume(dir_.path() + "/knee_singlecoil_train/file1000001.h5", v);
     v.slices = 1;
     v.seed = 3;
-    for (const char* f : {"file2000003.h5", "file2000001.h5", "file2000002.h5"}) {
+    for (const char* f :
+         {"file2000003.h5", "file2000001.h5", "file2000002.h5"}) {
       v.max += 1;
       WriteVolume(dir_.path() + "/knee_singlecoil_val/" + f, v);
     }
   }
   absl::StatusOr<std::unique_ptr<Workload>> Open(
-      const std::string& split, std::map<std::string, std::string> options = {}) {
+      const std::string& split,
+      std::map<std::string, std::string> options = {}) {
     WorkloadConfig config;
     config.data_path = dir_.path();
     config.split = split;

@@ -40,9 +40,9 @@ absl::StatusOr<std::vector<std::string>> VolumeFiles(const DataRoot& root,
   if (!fd.ok()) {
     return absl::Status(
         fd.status().code(),
-        absl::StrCat(kName, ": the split needs the directory ", Printable(dir),
-                     " (fastMRI's knee single-coil volumes): ",
-                     fd.status().message()));
+        absl::StrCat(
+            kName, ": the split needs the directory ", Printable(dir),
+            " (fastMRI's knee single-coil volumes): ", fd.status().message()));
   }
   DIR* d = fdopendir(*fd);
   if (d == nullptr) {
@@ -156,10 +156,11 @@ class FastMriWorkload : public Workload {
     absl::StatusOr<Where> w = Find(id);
     if (!w.ok()) return w.status();
     const FastMriVolume& v = *w->volume;
-    if (bytes.size() != v.KspaceSliceBytes() + FastMriVolume::kTargetSliceBytes) {
-      return absl::InternalError(absl::StrCat(
-          kName, ": ", bytes.size(), " bytes read for slice ", w->slice,
-          " of ", Printable(v.path)));
+    if (bytes.size() !=
+        v.KspaceSliceBytes() + FastMriVolume::kTargetSliceBytes) {
+      return absl::InternalError(
+          absl::StrCat(kName, ": ", bytes.size(), " bytes read for slice ",
+                       w->slice, " of ", Printable(v.path)));
     }
     std::vector<float> u(v.width);
     if (split_ == Split::kTrain || split_ == Split::kEvalTrain) {
@@ -173,8 +174,8 @@ class FastMriWorkload : public Workload {
     const float* kspace = reinterpret_cast<const float*>(bytes.data());
     const float* target =
         reinterpret_cast<const float*>(bytes.data() + v.KspaceSliceBytes());
-    absl::Status st = TransformSlice(kspace, int(v.width), mask.data(), target,
-                                     out);
+    absl::Status st =
+        TransformSlice(kspace, int(v.width), mask.data(), target, out);
     if (!st.ok()) {
       return absl::DataLossError(absl::StrCat(kName, ": ", Printable(v.path),
                                               " slice ", w->slice, ": ",
@@ -225,8 +226,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
   absl::StatusOr<uint64_t> eval_train_examples = opts->Uint(
       "eval_train_examples", kAlgoPerfEvalTrainExamples, 1, uint64_t(1) << 40);
   if (!eval_train_examples.ok()) return eval_train_examples.status();
-  absl::StatusOr<uint64_t> validation_files = opts->Uint(
-      "validation_files", kAlgoPerfValidationFiles, 1, kMaxVolumes);
+  absl::StatusOr<uint64_t> validation_files =
+      opts->Uint("validation_files", kAlgoPerfValidationFiles, 1, kMaxVolumes);
   if (!validation_files.ok()) return validation_files.status();
   absl::StatusOr<Split> split = ParseSplit(
       kName, config.split,
@@ -253,9 +254,10 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
   if (files->empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         kName, ": split ", config.split, " has no volumes under ",
-        Printable(config.data_path), " (", train ? kTrainDir : kValDir,
-        "/*.h5", train ? "" : "; validation takes the first validation_files "
-                              "sorted volumes, test the rest",
+        Printable(config.data_path), " (", train ? kTrainDir : kValDir, "/*.h5",
+        train ? ""
+              : "; validation takes the first validation_files "
+                "sorted volumes, test the rest",
         ")"));
   }
   std::vector<FastMriVolume> volumes;

@@ -110,7 +110,8 @@ void TestHooks(const std::string& path) {
     if (fd < 0 || size_t(n) < offsetof(Hdf5Request, path) ||
         req.path_len > kMaxPath ||
         size_t(n) < offsetof(Hdf5Request, path) + req.path_len) {
-      st = absl::InternalError("fastmri: a malformed request to the HDF5 helper");
+      st = absl::InternalError(
+          "fastmri: a malformed request to the HDF5 helper");
     } else {
       const std::string path(req.path, req.path_len);
       TestHooks(path);
@@ -197,7 +198,8 @@ absl::Status Hdf5Helper::Start() {
   }
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    if (strncmp(*e, kHelperEnv, sizeof(kHelperEnv) - 1) != 0) env.emplace_back(*e);
+    if (strncmp(*e, kHelperEnv, sizeof(kHelperEnv) - 1) != 0)
+      env.emplace_back(*e);
   }
   env.push_back(absl::StrCat(kHelperEnv, "=", getpid()));
   std::vector<char*> envp;
@@ -222,7 +224,8 @@ absl::Status Hdf5Helper::Start() {
   sigfillset(&all);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
   const int err = socket_src < 0 || buffer_src < 0
                       ? errno
@@ -235,9 +238,9 @@ absl::Status Hdf5Helper::Start() {
   }
   if (err != 0) {
     close(sv[0]);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "fastmri: cannot start the HDF5 helper (/proc/self/exe): ",
-        strerror(err)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("fastmri: cannot start the HDF5 helper (/proc/self/exe): ",
+                     strerror(err)));
   }
   pid_ = pid;
   socket_ = sv[0];

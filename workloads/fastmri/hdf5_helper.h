@@ -49,8 +49,7 @@ class Hdf5Helper {
   absl::Status Index(int fd, FastMriVolume* v);
   // Hdf5ReadSlice in the helper, into buf (KspaceSliceBytes() +
   // kTargetSliceBytes).
-  absl::Status Read(int fd, const FastMriVolume& v, uint32_t slice,
-                    char* buf);
+  absl::Status Read(int fd, const FastMriVolume& v, uint32_t slice, char* buf);
 
   // Tests: the helper's pid (0: none runs); a shorter timeout; stop it.
   pid_t pid_for_testing();

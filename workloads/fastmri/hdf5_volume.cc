@@ -61,8 +61,8 @@ hid_t OpenHdf5(int fd, std::string* error) {
 }
 
 absl::Status Bad(const std::string& path, const std::string& what) {
-  return absl::DataLossError(absl::StrCat("fastmri: ", Printable(path), ": ",
-                                          what));
+  return absl::DataLossError(
+      absl::StrCat("fastmri: ", Printable(path), ": ", what));
 }
 
 // The dataset `name`'s dimensions, if it is a dataset of rank 3.
@@ -85,7 +85,7 @@ bool IsFloat32(hid_t type) {
 }  // namespace
 
 absl::Status Hdf5IndexVolume(int fd, const std::string& path,
-                            FastMriVolume* v) {
+                             FastMriVolume* v) {
   std::string error;
   Hid file(OpenHdf5(fd, &error), H5Fclose);
   if (!file.ok()) {
@@ -102,8 +102,7 @@ absl::Status Hdf5IndexVolume(int fd, const std::string& path,
     }
   }
   Hid kspace(H5Dopen2(file.get(), "kspace", H5P_DEFAULT), H5Dclose);
-  Hid target(H5Dopen2(file.get(), "reconstruction_esc", H5P_DEFAULT),
-             H5Dclose);
+  Hid target(H5Dopen2(file.get(), "reconstruction_esc", H5P_DEFAULT), H5Dclose);
   if (!kspace.ok() || !target.ok()) {
     return Bad(path, absl::StrCat("kspace or reconstruction_esc is not a "
                                   "dataset (",
@@ -121,8 +120,9 @@ absl::Status Hdf5IndexVolume(int fd, const std::string& path,
                           H5Tget_member_offset(ktype.get(), i) == 4 * i;
   }
   if (!complex64) {
-    return Bad(path, "dataset 'kspace' is not complex64 (h5py's compound "
-                     "of two float32)");
+    return Bad(path,
+               "dataset 'kspace' is not complex64 (h5py's compound "
+               "of two float32)");
   }
   Hid ttype(H5Dget_type(target.get()), H5Tclose);
   if (!ttype.ok() || H5Tget_class(ttype.get()) != H5T_FLOAT) {
@@ -135,17 +135,17 @@ absl::Status Hdf5IndexVolume(int fd, const std::string& path,
   if (!st3.ok()) return st3;
   if (kd[1] != hsize_t(kFastMriRows) || kd[2] < hsize_t(kFastMriMinWidth) ||
       kd[2] > hsize_t(kFastMriMaxWidth)) {
-    return Bad(path, absl::StrCat("kspace is [", kd[0], ", ", kd[1], ", ",
-                                  kd[2], "]; AlgoPerf's volumes are [slices, ",
-                                  kFastMriRows, ", columns] with ",
-                                  kFastMriMinWidth, " to ", kFastMriMaxWidth,
-                                  " columns"));
+    return Bad(path,
+               absl::StrCat("kspace is [", kd[0], ", ", kd[1], ", ", kd[2],
+                            "]; AlgoPerf's volumes are [slices, ", kFastMriRows,
+                            ", columns] with ", kFastMriMinWidth, " to ",
+                            kFastMriMaxWidth, " columns"));
   }
   if (td[0] != kd[0] || td[1] != hsize_t(kFastMriCrop) ||
       td[2] != hsize_t(kFastMriCrop)) {
-    return Bad(path, absl::StrCat("reconstruction_esc is [", td[0], ", ",
-                                  td[1], ", ", td[2], "]; it must be [",
-                                  kd[0], ", 320, 320] (one 320 x 320 target "
+    return Bad(path, absl::StrCat("reconstruction_esc is [", td[0], ", ", td[1],
+                                  ", ", td[2], "]; it must be [", kd[0],
+                                  ", 320, 320] (one 320 x 320 target "
                                   "per k-space slice)"));
   }
   if (kd[0] > UINT32_MAX) return Bad(path, "too many slices");
@@ -176,15 +176,16 @@ absl::Status Hdf5IndexVolume(int fd, const std::string& path,
   const haddr_t toff = H5Dget_offset(target.get());
   H5Eclear2(H5E_DEFAULT);
   v->contiguous = little_endian_pairs &&
-                 H5Tequal(ttype.get(), H5T_IEEE_F32LE) > 0 &&
-                 H5Pget_layout(kplist.get()) == H5D_CONTIGUOUS &&
-                 H5Pget_layout(tplist.get()) == H5D_CONTIGUOUS &&
-                 H5Pget_external_count(kplist.get()) == 0 &&
-                 H5Pget_external_count(tplist.get()) == 0 &&
-                 koff != HADDR_UNDEF && toff != HADDR_UNDEF;
+                  H5Tequal(ttype.get(), H5T_IEEE_F32LE) > 0 &&
+                  H5Pget_layout(kplist.get()) == H5D_CONTIGUOUS &&
+                  H5Pget_layout(tplist.get()) == H5D_CONTIGUOUS &&
+                  H5Pget_external_count(kplist.get()) == 0 &&
+                  H5Pget_external_count(tplist.get()) == 0 &&
+                  koff != HADDR_UNDEF && toff != HADDR_UNDEF;
   if (v->contiguous) {
     const uint64_t kbytes = uint64_t(v->slices) * v->KspaceSliceBytes();
-    const uint64_t tbytes = uint64_t(v->slices) * FastMriVolume::kTargetSliceBytes;
+    const uint64_t tbytes =
+        uint64_t(v->slices) * FastMriVolume::kTargetSliceBytes;
     if (koff > v->size || kbytes > v->size - koff || toff > v->size ||
         tbytes > v->size - toff) {
       return Bad(path, absl::StrCat("truncated: its datasets end past the "
@@ -197,18 +198,16 @@ absl::Status Hdf5IndexVolume(int fd, const std::string& path,
   return absl::OkStatus();
 }
 
-
 absl::Status Hdf5ReadSlice(int fd, const FastMriVolume& v, uint32_t slice,
-                          char* buf) {
+                           char* buf) {
   const uint64_t kbytes = v.KspaceSliceBytes();
   std::string error;
   Hid file(OpenHdf5(fd, &error), H5Fclose);
   Hid kspace(file.ok() ? H5Dopen2(file.get(), "kspace", H5P_DEFAULT) : -1,
              H5Dclose);
-  Hid target(file.ok() ? H5Dopen2(file.get(), "reconstruction_esc",
-                                  H5P_DEFAULT)
-                       : -1,
-             H5Dclose);
+  Hid target(
+      file.ok() ? H5Dopen2(file.get(), "reconstruction_esc", H5P_DEFAULT) : -1,
+      H5Dclose);
   Hid ktype(kspace.ok() ? H5Dget_type(kspace.get()) : -1, H5Tclose);
   if (!target.ok() || !ktype.ok() || H5Tget_nmembers(ktype.get()) != 2) {
     if (error.empty()) error = Hdf5Message();
@@ -239,8 +238,8 @@ absl::Status Hdf5ReadSlice(int fd, const FastMriVolume& v, uint32_t slice,
     const hsize_t flat = p.rows * p.cols;
     Hid mspace(H5Screate_simple(1, &flat, nullptr), H5Sclose);
     if (!fspace.ok() || !mspace.ok() ||
-        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr,
-                            count, nullptr) < 0 ||
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count,
+                            nullptr) < 0 ||
         H5Dread(p.dataset, p.type, mspace.get(), fspace.get(), H5P_DEFAULT,
                 p.out) < 0) {
       return Bad(v.path, absl::StrCat("cannot read slice ", slice, " (",

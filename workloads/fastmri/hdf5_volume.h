@@ -18,8 +18,7 @@ namespace batchd {
 // slices, width, volume_max, contiguous and offsets; v->size must be the
 // file's size (the offsets are checked against it). DataLoss naming the
 // file and what is wrong.
-absl::Status Hdf5IndexVolume(int fd, const std::string& path,
-                             FastMriVolume* v);
+absl::Status Hdf5IndexVolume(int fd, const std::string& path, FastMriVolume* v);
 
 // Reads slice `slice` of the indexed volume v, open as `fd`, through the
 // library: its k-space (v.KspaceSliceBytes()) then its target

@@ -45,8 +45,8 @@ fftwf_plan PlanFor(int n) {
   auto it = plans->find(n);
   if (it != plans->end()) return it->second;
   fftwf_complex* scratch = fftwf_alloc_complex(size_t(n));
-  fftwf_plan p = fftwf_plan_dft_1d(n, scratch, scratch, FFTW_BACKWARD,
-                                   FFTW_ESTIMATE);
+  fftwf_plan p =
+      fftwf_plan_dft_1d(n, scratch, scratch, FFTW_BACKWARD, FFTW_ESTIMATE);
   fftwf_free(scratch);
   plans->emplace(n, p);
   return p;
@@ -123,16 +123,16 @@ float Clip6(float x) {
 
 void StatelessUniform(int64_t s0, int64_t s1, int n, float* out) {
   const uint64_t a = uint64_t(s0), b = uint64_t(s1);
-  const std::array<uint32_t, 4> m =
-      Philox4x32({uint32_t(a), uint32_t(a >> 32), uint32_t(b),
-                  uint32_t(b >> 32)},
-                 kSeedKey);
+  const std::array<uint32_t, 4> m = Philox4x32(
+      {uint32_t(a), uint32_t(a >> 32), uint32_t(b), uint32_t(b >> 32)},
+      kSeedKey);
   const uint64_t key = uint64_t(m[0]) | (uint64_t(m[1]) << 32);
   std::array<uint32_t, 4> counter = {0, 0, m[2], m[3]};
   for (int i = 0; i < n; i += 4) {
     const std::array<uint32_t, 4> block = Philox4x32(counter, key);
     Increment(counter);
-    for (int j = 0; j < 4 && i + j < n; ++j) out[i + j] = WordToUniform(block[j]);
+    for (int j = 0; j < 4 && i + j < n; ++j)
+      out[i + j] = WordToUniform(block[j]);
   }
 }
 
@@ -156,18 +156,17 @@ std::vector<uint8_t> ColumnMask(const float* u, int width) {
   return mask;
 }
 
-absl::Status TransformSlice(const float* kspace, int width,
-                            const uint8_t* mask, const float* target,
-                            SliceOut* out) {
+absl::Status TransformSlice(const float* kspace, int width, const uint8_t* mask,
+                            const float* target, SliceOut* out) {
   constexpr int kRows = kFastMriRows, kCrop = kFastMriCrop;
   constexpr size_t kPixels = size_t(kCrop) * kCrop;
   const size_t floats = size_t(kRows) * size_t(width) * 2;
   if (!AllFinite(kspace, floats)) {
     for (size_t i = 0; i < floats; ++i) {
       if (!Finite(kspace[i])) {
-        return absl::DataLossError(absl::StrCat(
-            "k-space value at row ", i / 2 / size_t(width), " column ",
-            i / 2 % size_t(width), " is not finite"));
+        return absl::DataLossError(
+            absl::StrCat("k-space value at row ", i / 2 / size_t(width),
+                         " column ", i / 2 % size_t(width), " is not finite"));
       }
     }
   }

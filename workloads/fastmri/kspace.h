@@ -53,9 +53,8 @@ struct SliceOut {
 // float32 [320, 320]; mask[width]. Fills out. DataLoss (naming the row and
 // column) for a non-finite value, or an image whose standard deviation is
 // 0 (AlgoPerf would hand NaN).
-absl::Status TransformSlice(const float* kspace, int width,
-                            const uint8_t* mask, const float* target,
-                            SliceOut* out);
+absl::Status TransformSlice(const float* kspace, int width, const uint8_t* mask,
+                            const float* target, SliceOut* out);
 
 }  // namespace batchd
 

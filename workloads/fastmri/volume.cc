@@ -88,8 +88,8 @@ absl::StatusOr<FastMriVolume> IndexVolume(const DataRoot& root,
 absl::Status ReadVolumeSlice(const DataRoot& root, const FastMriVolume& v,
                              uint32_t slice, std::string* bytes) {
   if (slice >= v.slices) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "fastmri: slice ", slice, " of ", v.slices, " in ", v.path));
+    return absl::OutOfRangeError(absl::StrCat("fastmri: slice ", slice, " of ",
+                                              v.slices, " in ", v.path));
   }
   struct stat st;
   absl::StatusOr<int> opened = root.OpenFile(v.path, &st);

@@ -33,8 +33,8 @@ namespace batchd {
 struct FastMriVolume {
   std::string path;  // as given to IndexVolume
   uint32_t slices = 0;
-  uint32_t width = 0;        // k-space columns
-  float volume_max = 0;      // the attribute `max` as float32
+  uint32_t width = 0;    // k-space columns
+  float volume_max = 0;  // the attribute `max` as float32
   // Both datasets stored contiguously as little-endian float32: where each
   // begins in the file. Otherwise HDF5 reads the slices.
   bool contiguous = false;
