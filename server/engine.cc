@@ -1,6 +1,8 @@
 // The worker pool and the per-rank producers; see engine.h.
 #include "server/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -480,6 +482,7 @@ void Engine::Fail(RankProducer& p, uint64_t step, const absl::Status& why) {
 }
 
 void Engine::WorkerLoop() {
+  pthread_setname_np(pthread_self(), "batchd-worker");
   // Read buffers, kept across tasks (a 2.3 MB fastMRI slice read into a
   // buffer of its size neither allocates nor zeroes pages).
   std::vector<std::string> buffers;

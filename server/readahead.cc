@@ -2,6 +2,8 @@
 // read for them; see readahead.h.
 #include "server/readahead.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -250,6 +252,9 @@ bool ReadAhead::Wake(bool all) {
 }
 
 void ReadAhead::IoLoop(uint64_t thread_id) {
+  // Named, so that ps, top and the tests tell the I/O threads apart (a
+  // thread is otherwise named after whichever thread started it).
+  pthread_setname_np(pthread_self(), "batchd-io");
   mu_.Lock();
   std::string bytes;
   const absl::Duration idle_exit = absl::Seconds(kIdleExitSeconds);

@@ -33,6 +33,33 @@ def _has_modules(python):
         return False
 
 
+# gRPC's own threads, by the names it gives them (15 characters at most):
+# it starts them for calls as it sees fit, so a test that bounds the
+# daemon's threads leaves them out.
+GRPC_THREAD_NAMES = ("default-executo", "resolver-execut", "grpc_global_tim",
+                     "event_engine", "timer_manager", "nexting_thread",
+                     "grpcpp_sync_ser")
+
+
+def thread_names(pid):
+    """{name: count} of the threads of process pid."""
+    names = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue  # it ended
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
+def daemon_threads(pid):
+    """The daemon's own threads: all but gRPC's."""
+    return sum(n for name, n in thread_names(pid).items()
+               if not name.startswith(GRPC_THREAD_NAMES))
+
+
 def wait_until(condition, seconds, what):
     """Polls condition() until it is true; fails the test naming `what`
     after `seconds`."""

@@ -35,7 +35,8 @@ pytest.importorskip("skimage")  # the generator's photos
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
-from helpers import make_imagenet, wait_until  # noqa: E402
+from helpers import (daemon_threads, make_imagenet, thread_names,  # noqa: E402
+                     wait_until)
 
 NOBODY = 65534
 
@@ -324,10 +325,6 @@ def test_slow_metrics_peers_do_not_keep_a_scrape_out(tmp_path):
 
 # -------------------------------------------------- threads of the daemon
 
-def thread_count(pid):
-    return len(os.listdir(f"/proc/{pid}/task"))
-
-
 def test_an_idle_daemon_holds_no_readahead_threads(images, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(images, data / "local")
@@ -336,17 +333,22 @@ def test_an_idle_daemon_holds_no_readahead_threads(images, tmp_path):
     d = Daemon(data, tmp_path / "batchd.log", threads=2,
                args=("--index-threads", "1"))
     try:
-        idle = thread_count(d.proc.pid)
-        # The 32 read-ahead I/O threads of the default are started only when
-        # a stream reads, and end once it has gone.
+        # The daemon's own threads (gRPC's, started for calls as it sees
+        # fit, left out: helpers.daemon_threads).
+        idle = daemon_threads(d.proc.pid)
+        # The 32 read-ahead I/O threads of the default (named batchd-io) are
+        # started only when a stream reads, and end once it has gone.
         assert idle < 32, idle
+        assert "batchd-io" not in thread_names(d.proc.pid)
         with imagenet(d, "reads", "local") as loader:
             for _ in range(5):
                 next(loader)
         # (readahead_test.cc shows them start and end, deterministically.)
-        # gRPC may have started a few threads of its own for the calls.
-        wait_until(lambda: thread_count(d.proc.pid) <= idle + 8, 60,
+        # One more of the daemon's own may have started since the count (the
+        # threads it starts in the background at start-up).
+        wait_until(lambda: daemon_threads(d.proc.pid) <= idle + 1 and
+                   "batchd-io" not in thread_names(d.proc.pid), 60,
                    f"the read-ahead threads end when no stream reads (idle "
-                   f"{idle}, now {thread_count(d.proc.pid)})")
+                   f"{idle}; {thread_names(d.proc.pid)} after the stream)")
     finally:
         d.stop()
