@@ -2,11 +2,11 @@
 #include "workloads/wmt/token_store.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "workloads/wmt/length_cache.h"
 #include "workloads/wmt/wmt_constants.h"
@@ -88,7 +88,7 @@ void TokenStore::Append(const std::vector<int32_t>& tokens, uint16_t count,
 bool TokenStore::Open(LengthsOf lengths) {
   if (cache_ == nullptr) return false;
   if (ready_.load(std::memory_order_acquire)) return true;
-  const auto start = std::chrono::steady_clock::now();
+  const uint64_t start = MonotonicNanos();
   const uint32_t vocab = uint32_t(std::max(0, vocab_));
   const uint32_t width = width_;
   absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> blob =
@@ -120,9 +120,7 @@ bool TokenStore::Open(LengthsOf lengths) {
       {{"pairs", absl::StrCat(n_)},
        {"bytes", absl::StrCat((*blob)->size())},
        {"seconds",
-        absl::StrFormat("%.3f", std::chrono::duration<double>(
-                                    std::chrono::steady_clock::now() - start)
-                                    .count())}});
+        absl::StrFormat("%.3f", double(MonotonicNanos() - start) * 1e-9)}});
   return true;
 }
 
