@@ -1,5 +1,7 @@
-// Whole-file reads; see files.h.
+// Reading files; see files.h.
 #include "base/files.h"
+
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -26,6 +28,21 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   if (failed)
     return absl::ErrnoToStatus(err, absl::StrCat("cannot read ", path));
   return out;
+}
+
+ssize_t PreadFull(int fd, void* buf, size_t n, uint64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = pread(fd, static_cast<char*>(buf) + done, n - done,
+                            off_t(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    done += size_t(r);
+  }
+  return ssize_t(done);
 }
 
 }  // namespace batchd

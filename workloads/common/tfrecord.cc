@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/coding.h"
+#include "base/files.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/crc32c.h"
 #include "workloads/common/tfrecord_index.h"
@@ -19,23 +20,6 @@
 namespace batchd {
 
 namespace {
-
-// Reads exactly n bytes at offset, retrying short reads; returns the bytes
-// read (less than n only at end of file) or -1 with errno set.
-ssize_t PreadFull(int fd, void* buf, size_t n, uint64_t offset) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = pread(fd, static_cast<uint8_t*>(buf) + done, n - done,
-                            off_t(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (r == 0) break;
-    done += size_t(r);
-  }
-  return ssize_t(done);
-}
 
 absl::Status ErrnoStatus(const std::string& what, const std::string& path,
                          int err) {

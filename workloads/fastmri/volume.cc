@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/format.h"
 #include "workloads/fastmri/hdf5_helper.h"
 #include "workloads/fastmri/kspace.h"
@@ -31,22 +32,18 @@ int64_t MtimeNs(const struct stat& st) {
   return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// Reads n bytes at offset, or says why not, naming the file.
 absl::Status PreadAll(int fd, char* buf, uint64_t n, uint64_t offset,
                       const std::string& path) {
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t got = pread(fd, buf + done, n - done, off_t(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      return absl::DataLossError(absl::StrCat(
-          "fastmri: cannot read ", Printable(path), ": ", strerror(errno)));
-    }
-    if (got == 0) {
-      return absl::DataLossError(absl::StrCat("fastmri: ", Printable(path),
-                                              ": truncated: ends before byte ",
-                                              offset + n));
-    }
-    done += uint64_t(got);
+  const ssize_t got = PreadFull(fd, buf, n, offset);
+  if (got < 0) {
+    return absl::DataLossError(absl::StrCat(
+        "fastmri: cannot read ", Printable(path), ": ", strerror(errno)));
+  }
+  if (uint64_t(got) < n) {
+    return absl::DataLossError(absl::StrCat("fastmri: ", Printable(path),
+                                            ": truncated: ends before byte ",
+                                            offset + n));
   }
   return absl::OkStatus();
 }
