@@ -629,6 +629,11 @@ int main(int argc, char** argv) {
   // First: reading the settings makes gRPC credentials, and gRPC starts
   // its threads then; each must inherit the mask.
   const sigset_t signals = BlockStopSignals();
+  // Debian's Abseil is built with its deadlock detection on, which makes
+  // every Mutex::Lock look up a graph under a global lock (about 3 % of a
+  // busy worker's CPU). The daemon's locks are checked by the tests (whose
+  // binaries keep it on) and by TSan; in the daemon it is off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Before anything that may log through protobuf or gRPC.
   batchd::RouteLibraryLogs();
   batchd::DaemonConfig config;

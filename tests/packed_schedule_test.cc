@@ -133,13 +133,19 @@ TEST(PackedSchedule, ARowsPairsAreListedOnceForReadAheadAndItem) {
   }
   EXPECT_EQ(item_keys, step_keys);
   EXPECT_EQ(rows.listings.load(), listed);
-  // A row never listed for the read-ahead is asked of the packer.
+  // A rank batch never listed for the read-ahead is asked of the packer
+  // at its first row, for all its rows (KeysOfRows, here row by row); its
+  // other rows ask nothing more.
   absl::StatusOr<StepItems> other = schedule.Locate(0, 0);
   ASSERT_TRUE(other.ok()) << other.status();
-  std::vector<ExampleKey> keys;
-  ASSERT_TRUE(schedule.ExamplesOfItem(*other, 0, &keys));
-  EXPECT_EQ(keys.size(), 2u);
-  EXPECT_EQ(rows.listings.load(), listed + 1);
+  for (uint64_t i = 0; i < other->count; ++i) {
+    std::vector<ExampleKey> keys;
+    ASSERT_TRUE(schedule.ExamplesOfItem(*other, i, &keys));
+    ASSERT_EQ(keys.size(), 2u);
+    EXPECT_EQ(keys[0].id, 2 * (other->first + i));
+    EXPECT_EQ(keys[1].id, 2 * (other->first + i) + 1);
+    EXPECT_EQ(rows.listings.load(), listed + int(other->count));
+  }
 }
 
 TEST(PackedSchedule, ACountThatFailsUnavailableIsAFinalErrorWithItsMessage) {

@@ -45,39 +45,70 @@ bool PackedSchedule::ExamplesOf(uint64_t step, uint32_t rank,
     if (!found.ok()) return false;
     loc = *found;
   }
-  // Row by row, so that each row's pairs are kept for ExamplesOfItem.
-  const EpochOrder order = Order(loc.epoch);
+  // With each key's row, kept for ExamplesOfItem.
   const uint64_t first = loc.first_row + uint64_t(rank) * per_rank_;
-  std::vector<std::vector<ExampleKey>> rows(per_rank_);
-  for (uint64_t r = 0; r < per_rank_; ++r) {
-    if (!packer_.ExamplesOfRows(order, first + r, 1, &rows[r])) return false;
+  ListedRows listed;
+  listed.count = per_rank_;
+  if (!packer_.KeysOfRows(Order(loc.epoch), first, per_rank_, &listed.keys)) {
+    return false;
   }
+  for (const auto& [row, key] : listed.keys) keys->push_back(key);
+  Keep(loc.epoch, first, std::move(listed));
+  return true;
+}
+
+void PackedSchedule::Keep(uint64_t epoch, uint64_t first,
+                          ListedRows listed) const {
   absl::MutexLock lock(&rows_mu_);
-  for (uint64_t r = 0; r < per_rank_; ++r) {
-    keys->insert(keys->end(), rows[r].begin(), rows[r].end());
-    const auto at = std::make_pair(loc.epoch, first + r);
-    if (row_keys_.insert_or_assign(at, std::move(rows[r])).second) {
-      listed_.push_back(at);
-    }
+  const auto at = std::make_pair(epoch, first);
+  auto it = row_keys_.find(at);
+  if (it == row_keys_.end()) {
+    listed_.push_back(at);
+  } else {
+    listed_keys_ -= it->second.keys.size();
   }
-  while (listed_.size() > kKeptBatches * g_) {
+  listed_keys_ += listed.keys.size();
+  row_keys_.insert_or_assign(at, std::move(listed));
+  while (listed_.size() > 1 && (listed_keys_ > kKeptBatches * g_ ||
+                                listed_.size() > kKeptListings)) {
+    listed_keys_ -= row_keys_[listed_.front()].keys.size();
     row_keys_.erase(listed_.front());
     listed_.pop_front();
   }
+}
+
+bool PackedSchedule::FindListed(uint64_t epoch, uint64_t row,
+                                std::vector<ExampleKey>* keys) const {
+  absl::MutexLock lock(&rows_mu_);
+  // The listed batch holding the row: the last starting at or before it.
+  auto it = row_keys_.upper_bound({epoch, row});
+  if (it == row_keys_.begin()) return false;
+  --it;
+  if (it->first.first != epoch || row - it->first.second >= it->second.count) {
+    return false;
+  }
+  const auto& rk = it->second.keys;
+  auto k = std::lower_bound(
+      rk.begin(), rk.end(), row,
+      [](const auto& e, uint64_t r) { return e.first < r; });
+  for (; k != rk.end() && k->first == row; ++k) keys->push_back(k->second);
   return true;
 }
 
 bool PackedSchedule::ExamplesOfItem(const StepItems& items, uint64_t i,
                                     std::vector<ExampleKey>* keys) const {
-  {
-    absl::MutexLock lock(&rows_mu_);
-    auto it = row_keys_.find({items.epoch, items.first + i});
-    if (it != row_keys_.end()) {
-      keys->insert(keys->end(), it->second.begin(), it->second.end());
-      return true;
-    }
+  const uint64_t row = items.first + i;
+  if (FindListed(items.epoch, row, keys)) return true;
+  // Not listed ahead (the read-ahead reads inline, or is behind): the
+  // rank's batch is listed now, once for all its rows.
+  ListedRows listed;
+  listed.count = items.count;
+  if (!packer_.KeysOfRows(Order(items.epoch), items.first, items.count,
+                          &listed.keys)) {
+    return packer_.ExamplesOfRows(Order(items.epoch), row, 1, keys);
   }
-  return packer_.ExamplesOfRows(Order(items.epoch), items.first + i, 1, keys);
+  Keep(items.epoch, items.first, std::move(listed));
+  return FindListed(items.epoch, row, keys);
 }
 
 absl::Status PackedSchedule::Anchor(uint64_t step, const RowCursor& cursor,

@@ -110,6 +110,21 @@ class RowPacking {
                               std::vector<ExampleKey>* keys) const {
     return false;
   }
+  // ExamplesOfRows with the row of each key: (row, key) for rows
+  // [first_row, first_row + count), in row order. Default: row by row; a
+  // workload whose rows mostly read nothing (a key per block of thousands
+  // of rows) answers for the range at once.
+  virtual bool KeysOfRows(
+      const EpochOrder& order, uint64_t first_row, uint64_t count,
+      std::vector<std::pair<uint64_t, ExampleKey>>* out) const {
+    std::vector<ExampleKey> keys;
+    for (uint64_t r = first_row; r < first_row + count; ++r) {
+      keys.clear();
+      if (!ExamplesOfRows(order, r, 1, &keys)) return false;
+      for (const ExampleKey& k : keys) out->emplace_back(r, k);
+    }
+    return true;
+  }
 };
 
 // Where the steps of a RowPacking workload fall: epoch e holds
@@ -187,9 +202,8 @@ class PackedSchedule : public Schedule {
   bool ExamplesOf(uint64_t step, uint32_t rank,
                   std::vector<ExampleKey>* keys) override;
   // The pairs of one row, so that the engine hands a row's pairs in the
-  // context: as ExamplesOf listed them for the read-ahead (kept for the
-  // last kKeptBatches global batches of rows listed), else asked of the
-  // packer (ExamplesOfRows).
+  // context: as ExamplesOf listed them for the read-ahead, else its rank
+  // batch is listed now (KeysOfRows), once for all its rows.
   bool ExamplesOfItem(const StepItems& items, uint64_t i,
                       std::vector<ExampleKey>* keys) const override;
 
@@ -253,13 +267,30 @@ class PackedSchedule : public Schedule {
   // cancelled_, for the packer while it counts or looks without mu_.
   RowPacking::StopFlag stop_{false};
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // final
-  // The pairs of the rows ExamplesOf listed, by (epoch, row), oldest
-  // first in listed_; at most kKeptBatches global batches of rows.
+  // The keys of the rank batches ExamplesOf listed, by (epoch, first
+  // row): each with its rows and the (row, key) of those that read
+  // (KeysOfRows). Oldest first in listed_; at most kKeptBatches global
+  // batches' rows' worth of keys, and kKeptListings listings (the
+  // read-ahead lists steps well ahead when most rows read nothing).
   static constexpr uint64_t kKeptBatches = 16;
+  static constexpr size_t kKeptListings = 4096;
+  struct ListedRows {
+    uint64_t count = 0;
+    std::vector<std::pair<uint64_t, ExampleKey>> keys;
+  };
+  // Keeps a listing, the oldest dropped past the bounds.
+  void Keep(uint64_t epoch, uint64_t first, ListedRows listed) const
+      ABSL_LOCKS_EXCLUDED(rows_mu_);
+  // The keys of `row` if a listing holds it.
+  bool FindListed(uint64_t epoch, uint64_t row,
+                  std::vector<ExampleKey>* keys) const
+      ABSL_LOCKS_EXCLUDED(rows_mu_);
   mutable absl::Mutex rows_mu_;
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<ExampleKey>> row_keys_
+  mutable std::map<std::pair<uint64_t, uint64_t>, ListedRows> row_keys_
       ABSL_GUARDED_BY(rows_mu_);
-  std::deque<std::pair<uint64_t, uint64_t>> listed_ ABSL_GUARDED_BY(rows_mu_);
+  mutable std::deque<std::pair<uint64_t, uint64_t>> listed_
+      ABSL_GUARDED_BY(rows_mu_);
+  mutable uint64_t listed_keys_ ABSL_GUARDED_BY(rows_mu_) = 0;
   // Last: the counting task refers to everything above.
   TaskScope scope_;
 };

@@ -162,7 +162,8 @@ absl::Status BlockTable::ReadBlock(uint64_t block, std::string* bytes) const {
 }
 
 absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
-    uint64_t block, const std::string& buf, bool exact_ids) const {
+    uint64_t block, const std::string& buf, bool exact_ids,
+    HashMemo* memo) const {
   const size_t f = FileOf(block);
   const uint64_t size = files_[f].size;
   const uint64_t begin = (block - first_block_[f]) * block_bytes_;
@@ -197,7 +198,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
     } else if (uint64_t(line_end - s) > max_line_) {
       err = LineError::kFieldTooLong;
     } else {
-      err = ParseLine(s, size_t(line_end - s), &line);
+      err = ParseLine(s, size_t(line_end - s), &line, memo);
     }
     const size_t i = out->lines++;
     out->values.resize(out->values.size() + kFields);
@@ -264,7 +265,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockCache::Get(
     }
   }
   if (mine) {
-    entry->result = table_->Parse(block, bytes, exact_ids_);
+    entry->result = table_->Parse(block, bytes, exact_ids_, &memo_);
     if (!entry->result.ok()) {  // not kept: the next reader tries again
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(block);

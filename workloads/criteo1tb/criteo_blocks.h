@@ -70,8 +70,10 @@ class BlockTable {
   // Parses ReadBlock's bytes into the block's lines (damaged lines logged
   // with their file and byte offset, and marked bad); DataLoss when they
   // cannot be the block's (the file changed).
+  // `memo` (may be null): the categorical buckets already computed.
   absl::StatusOr<std::shared_ptr<const ParsedBlock>> Parse(
-      uint64_t block, const std::string& bytes, bool exact_ids) const;
+      uint64_t block, const std::string& bytes, bool exact_ids,
+      HashMemo* memo = nullptr) const;
   // "day_0_00 bytes [0, 1048576)", for messages.
   std::string Describe(uint64_t block) const;
 
@@ -124,6 +126,8 @@ class BlockCache {
   const std::shared_ptr<const BlockTable> table_;
   const size_t capacity_;
   const bool exact_ids_;
+  // The stream's own: nothing another stream hashed is seen here.
+  mutable HashMemo memo_;
   mutable absl::Mutex mu_;
   mutable std::map<uint64_t, std::shared_ptr<Entry>> entries_
       ABSL_GUARDED_BY(mu_);

@@ -2,12 +2,11 @@
 #include "workloads/criteo1tb/criteo_line.h"
 
 #include <farmhash.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace batchd {
 namespace criteo {
@@ -69,41 +68,115 @@ bool ParseFloat(const char* p, size_t n, float* out) {
   return true;
 }
 
-// The 40 fields of `line`: false unless it has exactly 39 tabs. Tabs are
-// found 16 bytes at a time (SSE2, in every x86-64), not one memchr call a
-// field.
-bool SplitFields(const char* line, size_t size, const char** start,
-                 size_t* len) {
-  int f = 0;
-  const char* field = line;
-  auto tab_at = [&](size_t i) -> bool {
-    if (f == kFields - 1) return false;  // a 41st field
-    start[f] = field;
-    len[f] = size_t(line + i - field);
-    ++f;
-    field = line + i + 1;
-    return true;
-  };
-  size_t i = 0;
-#if defined(__SSE2__)
-  const __m128i tab = _mm_set1_epi8('\t');
-  for (; i + 16 <= size; i += 16) {
-    const __m128i chunk =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(line + i));
-    unsigned mask = unsigned(_mm_movemask_epi8(_mm_cmpeq_epi8(chunk, tab)));
-    while (mask != 0) {
-      if (!tab_at(i + size_t(__builtin_ctz(mask)))) return false;
-      mask &= mask - 1;
-    }
-  }
-#endif
-  for (; i < size; ++i) {
-    if (line[i] == '\t' && !tab_at(i)) return false;
-  }
-  if (f != kFields - 1) return false;
-  start[f] = field;
-  len[f] = size_t(line + size - field);
+// Tabs in the line: a line that fails to parse is a field-count error
+// first, as when fields were split before any was parsed.
+size_t Tabs(const char* line, size_t size) {
+  size_t n = 0;
+  for (size_t i = 0; i < size; ++i) n += line[i] == '\t' ? 1 : 0;
+  return n;
+}
+
+// Eight bytes at a time (SWAR): the fields are short, so that a line's
+// fields are found and converted with few branches. Bytes are in memory
+// order: the first at the low end (x86 is little-endian).
+constexpr uint64_t kOnes = 0x0101010101010101ull;
+constexpr uint64_t kHigh = 0x8080808080808080ull;
+
+uint64_t Load8(const char* p) {
+  uint64_t x;
+  std::memcpy(&x, p, 8);
+  return x;
+}
+
+// The high bit of each byte of x that is >= c (every byte of x < 0x80).
+uint64_t AtLeast(uint64_t x, uint8_t c) {
+  return ((x | kHigh) - kOnes * c) & kHigh;
+}
+
+// The high bit of each byte of x equal to c.
+uint64_t Equal(uint64_t x, uint8_t c) {
+  const uint64_t y = x ^ (kOnes * c);
+  const uint64_t low7 = ~kHigh;
+  return ~(((y & low7) + low7) | y | low7);
+}
+
+// The value of eight decimal digits, the first the most significant.
+uint64_t EightDigits(uint64_t x) {
+  x -= kOnes * '0';
+  x = x * 10 + (x >> 8);  // byte pairs
+  x = (((x & 0x000000ff000000ffull) * (100 + (1000000ull << 32))) +
+       (((x >> 16) & 0x000000ff000000ffull) * (1 + (10000ull << 32)))) >>
+      32;
+  return x;
+}
+
+// The digits before a tab within the 8 bytes x: true with their count
+// (0: an empty field) and value; false when no tab is among them or a byte
+// before it is not a digit.
+bool Digits(uint64_t x, int* len, uint64_t* value) {
+  const uint64_t tabs = Equal(x, '\t');
+  if (tabs == 0) return false;
+  const int n = __builtin_ctzll(tabs) >> 3;  // 0..7
+  const uint64_t keep = (uint64_t(1) << (8 * n)) - 1;
+  const uint64_t digit =
+      AtLeast(x, '0') & ~AtLeast(x, '9' + 1) & ~(x & kHigh);
+  if ((digit & keep) != (kHigh & keep)) return false;
+  *len = n;
+  // The digits to the high end, '0's before them.
+  *value = n == 0 ? 0
+                  : EightDigits(((x & keep) << (64 - 8 * n)) |
+                                ((kOnes * '0') >> (8 * n)));
   return true;
+}
+
+// The value of 8 lowercase hex digits x; false if a byte is not one.
+bool Hex8(uint64_t x, uint32_t* out) {
+  const uint64_t digit = AtLeast(x, '0') & ~AtLeast(x, '9' + 1);
+  const uint64_t letter = AtLeast(x, 'a') & ~AtLeast(x, 'f' + 1);
+  if ((x & kHigh) != 0 || (digit | letter) != kHigh) return false;
+  // Each byte its nibble ('a' is 0x61: 1 + 9), then nibbles paired.
+  uint64_t n = (x & (kOnes * 0x0f)) + (letter >> 7) * 9;
+  n = ((n << 4) | (n >> 8)) & 0x00ff00ff00ff00ffull;
+  n = ((n << 8) | (n >> 16)) & 0x0000ffff0000ffffull;
+  *out = uint32_t((n << 16) | (n >> 32));
+  return true;
+}
+
+// log(relu(x) + 1) as TF computes it; NaN (from "nan") stays NaN.
+float DenseValue(float x) {
+  const float y = (x > 0.0f ? x : (x != x ? x : 0.0f)) + 1.0f;
+  return (y != y || y > 3.4028235e38f) ? y : TfLog(y);
+}
+
+// DenseValue of the counts below 2^16 (most of Criteo's): one look-up.
+constexpr uint64_t kCountTable = 1 << 16;
+const float* CountValues() {
+  static const float* const table = [] {
+    float* t = new float[kCountTable];
+    for (uint64_t v = 0; v < kCountTable; ++v) {
+      t[v] = DenseValue(static_cast<float>(int64_t(v)));
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Column i's bucket of field bytes s[0, n), n <= 4096.
+uint32_t Bucket(int i, const char* s, size_t n) {
+  char buf[4096 + 2];
+  std::memcpy(buf, s, n);
+  size_t k = n;
+  if (i >= 10) buf[k++] = char('0' + i / 10);
+  buf[k++] = char('0' + i % 10);
+  return uint32_t(kVocabMod[i](util::Fingerprint64(buf, k)));
+}
+
+// A field's end: its tab (fields before the last) or the line's end (the
+// last, which holds no tab); null when the line has too few or too many.
+const char* FieldEnd(const char* p, const char* end, bool last) {
+  const void* tab = memchr(p, '\t', size_t(end - p));
+  if (last) return tab == nullptr ? end : nullptr;
+  return static_cast<const char*>(tab);
 }
 
 }  // namespace
@@ -144,47 +217,118 @@ float TfLog(float v) {
   return e * 0.693147180559945309f + r;
 }
 
-LineError ParseLine(const char* line, size_t size, ParsedLine* out) {
-  // Field boundaries first: a line of the wrong shape parses nothing.
-  const char* start[kFields];
-  size_t len[kFields];
-  if (!SplitFields(line, size, start, len)) return LineError::kFieldCount;
-  if (!ParseFloat(start[0], len[0], &out->label)) return LineError::kNotANumber;
-  for (int i = 0; i < kDense; ++i) {
-    float x = 0;
-    if (!ParseFloat(start[1 + i], len[1 + i], &x)) {
-      return LineError::kNotANumber;
-    }
-    // log(relu(x) + 1); NaN (from "nan") stays NaN as in TF.
-    const float y = (x > 0.0f ? x : (x != x ? x : 0.0f)) + 1.0f;
-    out->dense[i] = (y != y || y > 3.4028235e38f) ? y : TfLog(y);
+HashMemo::HashMemo() {
+  uint64_t total = 0;
+  for (int c = 0; c < kCategorical; ++c) {
+    // Twice the vocabulary's slots, at least 2^12 (a column may hold more
+    // values than buckets), at most 2^16.
+    int bits = 12;
+    while (bits < 16 && (uint64_t(1) << bits) < 2 * kVocab[c]) ++bits;
+    base_[c] = total;
+    shift_[c] = 32 - bits;
+    total += uint64_t(1) << bits;
   }
-  char buf[64 + 2];
-  for (int i = 0; i < kCategorical; ++i) {
-    const char* s = start[1 + kDense + i];
-    size_t n = len[1 + kDense + i];
-    if (Missing(s, n)) {
-      s = "00000000";
-      n = 8;
+  slots_.reset(static_cast<uint64_t*>(calloc(total, sizeof(uint64_t))));
+  if (slots_ == nullptr) throw std::bad_alloc();
+}
+
+void HashMemo::Free::operator()(uint64_t* p) const { free(p); }
+
+LineError ParseLine(const char* line, size_t size, ParsedLine* out,
+                    HashMemo* memo) {
+  const char* p = line;
+  const char* const end = line + size;
+  auto fail = [&](LineError e) {
+    return Tabs(line, size) != kFields - 1 ? LineError::kFieldCount : e;
+  };
+  // The label and the dense fields: digits up to the tab, else general.
+  const float* const counts = CountValues();
+  for (int f = 0; f <= kDense; ++f) {
+    int n;
+    uint64_t v;
+    float x;
+    if (end - p >= 8 && Digits(Load8(p), &n, &v)) {  // digits, or empty
+      if (f == 0) {
+        out->label = static_cast<float>(int64_t(v));
+      } else {
+        out->dense[f - 1] = v < kCountTable
+                                ? counts[v]
+                                : DenseValue(static_cast<float>(int64_t(v)));
+      }
+      p += n + 1;
+      continue;
     }
-    uint64_t h;
-    if (n <= 64) {
-      std::memcpy(buf, s, n);
-      size_t k = n;
-      if (i >= 10) buf[k++] = char('0' + i / 10);
-      buf[k++] = char('0' + i % 10);
-      h = util::Fingerprint64(buf, k);
+    const char* fe = FieldEnd(p, end, false);
+    if (fe == nullptr) return LineError::kFieldCount;
+    if (!ParseFloat(p, size_t(fe - p), &x)) {
+      return fail(LineError::kNotANumber);
+    }
+    if (f == 0) {
+      out->label = x;
     } else {
-      // Rare long field: hash a copy of exact length on the stack.
-      char big[4096 + 2];
-      if (n > 4096) return LineError::kFieldTooLong;
-      std::memcpy(big, s, n);
-      size_t k = n;
-      if (i >= 10) big[k++] = char('0' + i / 10);
-      big[k++] = char('0' + i % 10);
-      h = util::Fingerprint64(big, k);
+      out->dense[f - 1] = DenseValue(x);
     }
-    out->ids[i] = kVocabMod[i](h);
+    p = fe + 1;
+  }
+  // The categorical fields, in two passes: their values (8 hex characters,
+  // or empty) with the memo's slots fetched, then the buckets, so that the
+  // slots' cache misses overlap instead of following one another.
+  uint32_t value[kCategorical];
+  const char* span[kCategorical];  // null: a value; else the field's bytes
+  size_t span_len[kCategorical];
+  for (int i = 0; i < kCategorical; ++i) {
+    const bool last = i == kCategorical - 1;
+    span[i] = nullptr;
+    if (!last && end - p >= 9) {
+      // 8 hex digits and a tab, or an empty field ("00000000"): chosen
+      // without a branch, since which comes is the data's.
+      uint32_t hex = 0;
+      const bool empty = *p == '\t';
+      const bool digits = Hex8(Load8(p), &hex) && p[8] == '\t';
+      if (empty || digits) {
+        value[i] = empty ? 0 : hex;
+        if (memo != nullptr) memo->Prefetch(i, value[i]);
+        p += empty ? 1 : 9;
+        continue;
+      }
+    } else if (last && (end - p == 8 || p == end)) {
+      if (p == end) {
+        value[i] = 0;
+        if (memo != nullptr) memo->Prefetch(i, 0);
+        continue;
+      }
+      if (Hex8(Load8(p), &value[i])) {
+        if (memo != nullptr) memo->Prefetch(i, value[i]);
+        p += 8;
+        continue;
+      }
+    }
+    const char* fe = FieldEnd(p, end, last);
+    if (fe == nullptr) return LineError::kFieldCount;
+    span[i] = p;
+    span_len[i] = size_t(fe - p);
+    if (Missing(p, span_len[i])) {
+      span[i] = "00000000";
+      span_len[i] = 8;
+    }
+    if (span_len[i] > 4096) return fail(LineError::kFieldTooLong);
+    p = fe + 1;
+  }
+  char hex[8];
+  for (int i = 0; i < kCategorical; ++i) {
+    if (span[i] != nullptr) {
+      out->ids[i] = Bucket(i, span[i], span_len[i]);
+      continue;
+    }
+    uint32_t b = memo != nullptr ? memo->Find(i, value[i]) : UINT32_MAX;
+    if (b == UINT32_MAX) {
+      for (int k = 0; k < 8; ++k) {
+        hex[k] = "0123456789abcdef"[(value[i] >> (28 - 4 * k)) & 15];
+      }
+      b = Bucket(i, hex, 8);
+      if (memo != nullptr) memo->Keep(i, value[i], b);
+    }
+    out->ids[i] = b;
   }
   return LineError::kNone;
 }

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace batchd {
 namespace criteo {
@@ -57,14 +58,61 @@ struct ParsedLine {
 enum class LineError { kNone, kFieldCount, kNotANumber, kFieldTooLong };
 const char* LineErrorName(LineError e);
 
+// The buckets of categorical values already hashed, for one parser of a
+// stream: a field of 8 lowercase hex characters (every non-empty field of
+// Criteo's files) is its 32-bit value, and column c's bucket of that value
+// never changes, so a value seen before costs a table look-up instead of a
+// FarmHash and a remainder. Criteo's values are heavy-tailed (a few
+// values make most of a column), which is what makes the memo pay.
+// Direct-mapped, a column's table at most 2^16 slots (about 7 MB in all,
+// zero pages until touched).
+//
+// Thread safety: Find and Keep may be called from any thread at once (a
+// slot is one word, read and written atomically); a slot overwritten by
+// another thread is only a miss.
+class HashMemo {
+ public:
+  HashMemo();
+  HashMemo(const HashMemo&) = delete;
+  HashMemo& operator=(const HashMemo&) = delete;
+  // Column c's bucket of value v, or UINT32_MAX when not kept.
+  uint32_t Find(int c, uint32_t v) const {
+    const uint64_t e =
+        __atomic_load_n(&slots_[base_[c] + Slot(c, v)], __ATOMIC_RELAXED);
+    return e != 0 && uint32_t(e >> 32) == v ? uint32_t(e) - 1 : UINT32_MAX;
+  }
+  void Prefetch(int c, uint32_t v) const {
+    __builtin_prefetch(&slots_[base_[c] + Slot(c, v)]);
+  }
+  void Keep(int c, uint32_t v, uint32_t bucket) {
+    __atomic_store_n(&slots_[base_[c] + Slot(c, v)],
+                     (uint64_t(v) << 32) | (uint64_t(bucket) + 1),
+                     __ATOMIC_RELAXED);
+  }
+
+ private:
+  uint64_t Slot(int c, uint32_t v) const {
+    return (v * 0x9e3779b1u) >> shift_[c];
+  }
+  struct Free {
+    void operator()(uint64_t* p) const;
+  };
+  std::unique_ptr<uint64_t[], Free> slots_;  // 0: empty
+  uint64_t base_[kCategorical] = {};
+  int shift_[kCategorical] = {};
+};
+
 // Parses `line` (without its '\n') as AlgoPerf's decode_csv does with
 // field_delim '\t' and na_value '-1': an empty field or "-1" takes the
 // default (0.0; categoricals "00000000"); the label and dense fields are
 // float32 numbers (other negatives are kept and then clipped by the
 // log's max(x, 0)); categorical field i is FarmHash Fingerprint64 of its
 // bytes followed by decimal i, modulo kVocab[i] (to_hash_bucket_fast).
-// No allocation.
-LineError ParseLine(const char* line, size_t size, ParsedLine* out);
+// `memo` (may be null) keeps and supplies buckets already computed. One
+// pass over the line for the usual fields (digits; 8 hex characters);
+// anything else takes the general path. No allocation.
+LineError ParseLine(const char* line, size_t size, ParsedLine* out,
+                    HashMemo* memo = nullptr);
 
 }  // namespace criteo
 }  // namespace batchd

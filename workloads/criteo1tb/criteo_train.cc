@@ -41,15 +41,22 @@ struct EpochRows {
 };
 
 // A window of an epoch: its blocks (in the epoch's block order), the lines
-// before each, the permutation of its lines, and for each block the least
-// row of the window (counted from the window's first) that reads it: the
-// row the block is read ahead for.
+// before each, where each row of the window reads (its lines permuted, by
+// a permutation seeded by the seed, the window and the epoch), and for each
+// block the least row of the window (counted from the window's first) that
+// reads it: the row the block is read ahead for.
 struct WindowLayout {
   uint64_t seed = 0, epoch = 0, window = 0;
   std::vector<uint64_t> blocks;
   std::vector<uint64_t> first;   // blocks + 1
   std::vector<uint64_t> reader;  // per block; UINT64_MAX: a block of no line
-  EpochPermutation perm{1, 0, 0};
+  // Per row: (block index in the window << 32) | line in that block.
+  std::vector<uint64_t> source;
+  // Per block: the address of its parsed values when a row last read it,
+  // as a number. Only a hint for prefetching a later row's line: the block
+  // may have been dropped since, so it is never read through (a prefetch
+  // of an address that is no longer mapped does nothing).
+  std::unique_ptr<std::atomic<uintptr_t>[]> values_at;
 };
 
 class TrainWorkload : public Workload, public RowPacking {
@@ -144,6 +151,9 @@ class TrainWorkload : public Workload, public RowPacking {
   bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                       uint64_t count,
                       std::vector<ExampleKey>* keys) const override;
+  bool KeysOfRows(
+      const EpochOrder& order, uint64_t first_row, uint64_t count,
+      std::vector<std::pair<uint64_t, ExampleKey>>* out) const override;
 
  private:
   uint64_t WindowRows() const {
@@ -172,8 +182,10 @@ class TrainWorkload : public Workload, public RowPacking {
   absl::StatusOr<std::shared_ptr<const EpochRows>> Extend(
       const EpochOrder& order, uint64_t want_rows, uint64_t want_windows,
       const StopFlag* stop) const;
-  // Window w's blocks, their lines and the row that reads each first;
-  // null when a block of it is not counted yet. Computation only (no I/O).
+  // Window w's blocks, their lines, where each row reads and the row that
+  // reads each block first; null when a block of it is not counted yet.
+  // Computation only (no I/O): one thread makes a window's layout (about
+  // 30 ns a line), the others wait for it.
   std::shared_ptr<const WindowLayout> LayoutOf(uint64_t seed, uint64_t epoch,
                                                uint64_t w,
                                                uint64_t lines) const;
@@ -197,7 +209,11 @@ class TrainWorkload : public Workload, public RowPacking {
   mutable absl::Mutex layouts_mu_;
   mutable std::deque<std::shared_ptr<const WindowLayout>> layouts_
       ABSL_GUARDED_BY(layouts_mu_);
+  mutable absl::Mutex build_mu_ ABSL_ACQUIRED_BEFORE(layouts_mu_);
   mutable absl::Mutex mu_;
+  // Counts the epochs replaced by ones of other rows (entered at a cursor):
+  // a thread's copy of an epoch (Fill) is good while it is unchanged.
+  mutable std::atomic<uint64_t> replaced_{0};
   // Learnt epochs by (seed, epoch); the oldest dropped past a few.
   mutable std::map<std::pair<uint64_t, uint64_t>,
                    std::shared_ptr<const EpochRows>>
@@ -242,6 +258,7 @@ void TrainWorkload::Keep(const EpochOrder& order,
   auto& slot = epochs_[{order.seed, order.epoch}];
   if (replace || slot == nullptr || slot->w0 != t->w0 ||
       slot->end() < t->end()) {
+    if (replace) replaced_.fetch_add(1, std::memory_order_release);
     slot = std::move(t);
   }
   while (epochs_.size() > 4) epochs_.erase(epochs_.begin());
@@ -356,12 +373,16 @@ absl::Status TrainWorkload::PrepareFrom(const EpochOrder& order, uint64_t row,
 
 std::shared_ptr<const WindowLayout> TrainWorkload::LayoutOf(
     uint64_t seed, uint64_t epoch, uint64_t w, uint64_t lines) const {
-  {
+  auto find = [&]() -> std::shared_ptr<const WindowLayout> {
     absl::MutexLock lock(&layouts_mu_);
     for (const auto& l : layouts_) {
       if (l->seed == seed && l->epoch == epoch && l->window == w) return l;
     }
-  }
+    return nullptr;
+  };
+  if (auto l = find()) return l;
+  absl::MutexLock build(&build_mu_);
+  if (auto l = find()) return l;  // made meanwhile
   auto l = std::make_shared<WindowLayout>();
   l->seed = seed;
   l->epoch = epoch;
@@ -371,31 +392,31 @@ std::shared_ptr<const WindowLayout> TrainWorkload::LayoutOf(
   l->blocks.resize(p1 - p0);
   EpochPermutation(nb_, seed, epoch).Fill(p0, p1 - p0, l->blocks.data());
   l->first.assign(1, 0);
-  size_t unseen = 0;
   l->reader.assign(l->blocks.size(), UINT64_MAX);
+  l->values_at.reset(new std::atomic<uintptr_t>[l->blocks.size()]());
   for (uint64_t b : l->blocks) {
     const uint32_t n = table_->KnownLines(b);
     if (n == UINT32_MAX) return nullptr;
     l->first.push_back(l->first.back() + n);
-    unseen += n > 0 ? 1 : 0;
   }
   if (l->first.back() != lines) return nullptr;
-  l->perm = EpochPermutation(lines, Mix(seed ^ Mix(w + 0x5bd1e995)), epoch);
-  // The first rows of a window read all its blocks but a few: look until
-  // every block with a line has its reader.
+  // The block of each line of the window (window_blocks <= 4096), then
+  // each row's line through the window's permutation.
+  std::vector<uint16_t> block_of(lines);
+  for (size_t k = 0; k < l->blocks.size(); ++k) {
+    std::fill(block_of.begin() + int64_t(l->first[k]),
+              block_of.begin() + int64_t(l->first[k + 1]), uint16_t(k));
+  }
+  const EpochPermutation perm(lines, Mix(seed ^ Mix(w + 0x5bd1e995)), epoch);
+  l->source.resize(lines);
   uint64_t q[1024];
-  for (uint64_t r0 = 0; r0 < lines && unseen > 0; r0 += 1024) {
+  for (uint64_t r0 = 0; r0 < lines; r0 += 1024) {
     const uint64_t n = std::min<uint64_t>(1024, lines - r0);
-    l->perm.Fill(r0, n, q);
+    perm.Fill(r0, n, q);
     for (uint64_t i = 0; i < n; ++i) {
-      const size_t k =
-          size_t(std::upper_bound(l->first.begin(), l->first.end(), q[i]) -
-                 l->first.begin()) -
-          1;
-      if (l->reader[k] == UINT64_MAX) {
-        l->reader[k] = r0 + i;
-        --unseen;
-      }
+      const uint16_t k = block_of[q[i]];
+      l->source[r0 + i] = (uint64_t(k) << 32) | (q[i] - l->first[k]);
+      if (l->reader[k] == UINT64_MAX) l->reader[k] = r0 + i;
     }
   }
   absl::MutexLock lock(&layouts_mu_);
@@ -407,12 +428,21 @@ std::shared_ptr<const WindowLayout> TrainWorkload::LayoutOf(
 bool TrainWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                                    uint64_t count,
                                    std::vector<ExampleKey>* keys) const {
+  std::vector<std::pair<uint64_t, ExampleKey>> found;
+  if (!KeysOfRows(order, first_row, count, &found)) return false;
+  for (const auto& [row, key] : found) keys->push_back(key);
+  return true;
+}
+
+bool TrainWorkload::KeysOfRows(
+    const EpochOrder& order, uint64_t first_row, uint64_t count,
+    std::vector<std::pair<uint64_t, ExampleKey>>* out) const {
   std::shared_ptr<const EpochRows> t = Find(order.seed, order.epoch);
   if (t == nullptr || count == 0 || !t->Has(first_row) ||
       first_row + count > t->first_row.back()) {
     return false;
   }
-  std::vector<std::pair<uint64_t, ExampleKey>> found;  // (row, key)
+  const size_t from = out->size();
   for (uint64_t w = WindowOf(*t, first_row);
        w < t->end() && t->Row(w) < first_row + count; ++w) {
     const uint64_t f = t->Row(w);
@@ -424,13 +454,12 @@ bool TrainWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
       if (r == UINT64_MAX || f + r < first_row || f + r >= first_row + count) {
         continue;
       }
-      found.push_back(
+      out->push_back(
           {f + r, {order.epoch, w * o_.window_blocks + k, l->blocks[k]}});
     }
   }
-  std::sort(found.begin(), found.end(),
+  std::sort(out->begin() + int64_t(from), out->end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [row, key] : found) keys->push_back(key);
   return true;
 }
 
@@ -438,42 +467,72 @@ bool TrainWorkload::ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
 // permuted by a permutation of its own (seeded by seed, w and the epoch).
 absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
                                  uint8_t* const* out, FillContext& ctx) const {
-  std::shared_ptr<const EpochRows> t = Find(seed, epoch);
-  if (t == nullptr || !t->Has(row)) {
-    return absl::InternalError(absl::StrCat(kName, ": row ", row, " of epoch ",
-                                            epoch, " is not counted yet"));
+  // The epoch and window this thread served last (a batch's rows are
+  // mostly of one window): a row in them takes no lock.
+  struct Last {
+    uint64_t owner = 0, seed = 0, epoch = 0, replaced = 0;
+    std::shared_ptr<const EpochRows> rows;
+    std::shared_ptr<const WindowLayout> layout;
+  };
+  thread_local Last last;
+  const uint64_t replaced = replaced_.load(std::memory_order_acquire);
+  if (last.owner != instance_ || last.seed != seed || last.epoch != epoch ||
+      last.replaced != replaced || last.rows == nullptr ||
+      !last.rows->Has(row)) {
+    last.rows = Find(seed, epoch);
+    last.layout = nullptr;
+    if (last.rows == nullptr || !last.rows->Has(row)) {
+      last.owner = 0;
+      return absl::InternalError(absl::StrCat(kName, ": row ", row,
+                                              " of epoch ", epoch,
+                                              " is not counted yet"));
+    }
+    last.owner = instance_;
+    last.seed = seed;
+    last.epoch = epoch;
+    last.replaced = replaced;
   }
-  const uint64_t w = WindowOf(*t, row);
-  // The layout of the window this thread served last (a batch's rows are
-  // mostly of one window), else the shared one.
-  thread_local std::shared_ptr<const WindowLayout> last;
-  thread_local uint64_t last_owner = 0;
-  if (last == nullptr || last_owner != instance_ || last->seed != seed ||
-      last->epoch != epoch || last->window != w) {
-    last = LayoutOf(seed, epoch, w, t->Row(w + 1) - t->Row(w));
-    last_owner = instance_;
-    if (last == nullptr) {
+  const EpochRows& t = *last.rows;
+  const uint64_t w = WindowOf(t, row);
+  if (last.layout == nullptr || last.layout->window != w) {
+    last.layout = LayoutOf(seed, epoch, w, t.Row(w + 1) - t.Row(w));
+    if (last.layout == nullptr) {
       return absl::InternalError(absl::StrCat(
           kName, ": window ", w, " of epoch ", epoch, " is not counted yet"));
     }
   }
-  const WindowLayout& l = *last;
-  const uint64_t r = row - t->Row(w);
-  const uint64_t q = l.perm(r);
-  const uint64_t k =
-      uint64_t(std::upper_bound(l.first.begin(), l.first.end(), q) -
-               l.first.begin()) -
-      1;
+  const WindowLayout& l = *last.layout;
+  const uint64_t r = row - t.Row(w);
+  const uint64_t k = l.source[r] >> 32;
+  const uint64_t j = uint32_t(l.source[r]);
   absl::StatusOr<std::shared_ptr<const ParsedBlock>> block = BlockOf(
       cache_, ctx, ExampleKey{epoch, w * o_.window_blocks + k, l.blocks[k]},
       l.reader[k] == r);
   if (!block.ok()) return block.status();
-  const uint64_t j = q - l.first[k];
   if (j >= (*block)->lines) {
     return absl::DataLossError(absl::StrCat(
         kName, ": ", table_->Describe(l.blocks[k]), " holds ", (*block)->lines,
         " lines now, ", l.first[k + 1] - l.first[k],
         " when counted (the file changed)"));
+  }
+  // Rows are random lines of the window's parsed blocks (tens of MB): the
+  // line of a row a few ahead, which this thread likely fills next, is
+  // fetched into the cache meanwhile.
+  l.values_at[k].store(reinterpret_cast<uintptr_t>((*block)->values.data()),
+                       std::memory_order_relaxed);
+  constexpr uint64_t kAhead = 6;
+  if (r + kAhead < l.source.size()) {
+    const uint64_t next = l.source[r + kAhead];
+    const uintptr_t at =
+        l.values_at[next >> 32].load(std::memory_order_relaxed);
+    if (at != 0) {
+      const uintptr_t line = at + uint32_t(next) * kFields * sizeof(float);
+      for (uintptr_t b = 0; b < kFields * sizeof(float); b += 64) {
+        __builtin_prefetch(reinterpret_cast<const void*>(line + b));
+      }
+      __builtin_prefetch(
+          reinterpret_cast<const void*>(line + kFields * sizeof(float) - 1));
+    }
   }
   WriteLine(block->get(), j, o_.exact_ids, out, ctx.counters());
   return absl::OkStatus();
