@@ -186,6 +186,13 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
     s = nl == nullptr ? stop : nl + 1;
   }
   const char* const block_end = base + (end - from);
+  // Room for the lines counted (else an estimate), so that the values do
+  // not move as lines are added.
+  const uint32_t known = KnownLines(block);
+  const size_t expect = known != UINT32_MAX ? known : block_bytes_ / 128;
+  out->values.reserve(expect * kFields);
+  out->bad.reserve(expect);
+  if (exact_ids) out->ids.reserve(expect * kCategorical);
   ParsedLine line;
   while (s < block_end) {
     const char* nl =
@@ -239,7 +246,9 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockCache::Get(
     auto it = entries_.find(block);
     if (it != entries_.end()) {
       entry = it->second;
-      lru_.splice(lru_.begin(), lru_, entry->lru);
+      if (entry->lru != lru_.begin()) {
+        lru_.splice(lru_.begin(), lru_, entry->lru);
+      }
     }
   }
   bool mine = false;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,7 +130,7 @@ class BlockCache {
   // The stream's own: nothing another stream hashed is seen here.
   mutable HashMemo memo_;
   mutable absl::Mutex mu_;
-  mutable std::map<uint64_t, std::shared_ptr<Entry>> entries_
+  mutable std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries_
       ABSL_GUARDED_BY(mu_);
   mutable std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // front: newest
 };

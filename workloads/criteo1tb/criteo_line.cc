@@ -113,7 +113,8 @@ uint64_t EightDigits(uint64_t x) {
 // The digits before a tab within the 8 bytes x: true with their count
 // (0: an empty field) and value; false when no tab is among them or a byte
 // before it is not a digit.
-bool Digits(uint64_t x, int* len, uint64_t* value) {
+inline __attribute__((always_inline)) bool Digits(uint64_t x, int* len,
+                                                 uint64_t* value) {
   const uint64_t tabs = Equal(x, '\t');
   if (tabs == 0) return false;
   const int n = __builtin_ctzll(tabs) >> 3;  // 0..7
@@ -130,7 +131,7 @@ bool Digits(uint64_t x, int* len, uint64_t* value) {
 }
 
 // The value of 8 lowercase hex digits x; false if a byte is not one.
-bool Hex8(uint64_t x, uint32_t* out) {
+inline __attribute__((always_inline)) bool Hex8(uint64_t x, uint32_t* out) {
   const uint64_t digit = AtLeast(x, '0') & ~AtLeast(x, '9' + 1);
   const uint64_t letter = AtLeast(x, 'a') & ~AtLeast(x, 'f' + 1);
   if ((x & kHigh) != 0 || (digit | letter) != kHigh) return false;
