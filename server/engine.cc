@@ -407,12 +407,15 @@ bool Engine::RunTask(Task* task, absl::Status* status,
         return true;
       }
       readahead_->FinishItem(t.item.get());
-      s.counters.decode_errors.fetch_add(counted.decode_errors.load(),
-                                         std::memory_order_relaxed);
-      s.counters.skipped_examples.fetch_add(counted.skipped_examples.load(),
-                                            std::memory_order_relaxed);
-      s.counters.reader_reads.fetch_add(counted.reader_reads.load(),
-                                        std::memory_order_relaxed);
+      // Added only when not 0: the stream's counters are shared by every
+      // worker, and most items count nothing.
+      for (auto [to, from] :
+           {std::pair{&s.counters.decode_errors, &counted.decode_errors},
+            std::pair{&s.counters.skipped_examples, &counted.skipped_examples},
+            std::pair{&s.counters.reader_reads, &counted.reader_reads}}) {
+        const uint64_t n = from->load(std::memory_order_relaxed);
+        if (n != 0) to->fetch_add(n, std::memory_order_relaxed);
+      }
     }
     if (!st.ok()) {
       *status = absl::Status(

@@ -208,8 +208,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
       err = ParseLine(s, size_t(line_end - s), &line, memo);
     }
     const size_t i = out->lines++;
-    out->values.resize(out->values.size() + kFields);
-    float* v = out->values.data() + i * kFields;
+    float v[kFields] = {};
     out->bad.push_back(err == LineError::kNone ? 0 : 1);
     if (exact_ids) out->ids.resize(out->ids.size() + kCategorical);
     if (err == LineError::kNone) {
@@ -231,6 +230,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
             too_long ? absl::StrCat("longer than max_line_bytes=", max_line_)
                      : std::string(LineErrorName(err))}});
     }
+    out->values.insert(out->values.end(), v, v + kFields);
     if (nl == nullptr) break;
     s = nl + 1;
     if (uint64_t(s - base) + from >= size) break;  // the file's last '\n'
