@@ -3,11 +3,17 @@
 // empty files, no final newline), padding and determinism of FillItem.
 #include "workloads/criteo1tb/criteo1tb.h"
 
+#include <farmhash.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
@@ -105,6 +111,75 @@ TEST(CriteoLine, ValuesAsAlgoPerf) {
   EXPECT_EQ(p.ids[0], 9066014191666271819ull % criteo::kVocab[0]);
   ASSERT_EQ(ParseLine(line.data(), line.size(), &p), criteo::LineError::kNone);
   EXPECT_EQ(p.ids[25], 10220210890468929800ull % criteo::kVocab[25]);
+}
+
+// Every path of the parse (8 digits or fewer, longer numbers, signs and
+// exponents; 8 lowercase hex digits, empty, "-1", other lengths, upper
+// case) against the rule itself: decode_csv's float, log(max(x, 0) + 1)
+// and FarmHash Fingerprint64 of field + column modulo the vocabulary,
+// with and without the memo (twice through one memo, so that values come
+// from it the second time; 20,000 distinct values in a column collide in
+// its slots).
+TEST(CriteoLine, FastPathsAndTheMemoFollowTheRule) {
+  const std::vector<std::string> dense = {
+      "",      "-1",          "0",        "7",           "007",
+      "65535", "65536",       "12345678", "123456789",   "4294967296",
+      "-2",    "+5",          "1e3",      "99999999999", "3.5"};
+  const std::vector<std::string> cats = {
+      "",        "-1",         "00000000", "68fd1e64", "ffffffff",
+      "68FD1E64", "68fd1e6",   "68fd1e64a", "zzzzzzzz", "0"};
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  criteo::HashMemo memo;
+  std::vector<std::string> lines;
+  for (int n = 0; n < 20000; ++n) {
+    std::vector<std::string> f = {n % 3 == 0 ? "" : absl::StrCat(n % 2)};
+    for (int i = 0; i < 13; ++i) f.push_back(dense[next() % dense.size()]);
+    for (int i = 0; i < 26; ++i) {
+      f.push_back(next() % 4 == 0 ? cats[next() % cats.size()]
+                                  : absl::StrFormat("%08x", next() >> 32));
+    }
+    lines.push_back(Line(f));
+    SCOPED_TRACE(lines.back());
+    float want[1 + 13];
+    for (int i = 0; i < 14; ++i) {
+      const std::string& v = f[i];
+      const float parsed =
+          v.empty() || v == "-1" ? 0.0f : std::strtof(v.c_str(), nullptr);
+      want[i] = i == 0 ? parsed
+                       : criteo::TfLog(std::max(parsed, 0.0f) + 1.0f);
+    }
+    uint64_t want_ids[26];
+    for (int i = 0; i < 26; ++i) {
+      std::string v = f[14 + i];
+      if (v.empty() || v == "-1") v = "00000000";
+      v += std::to_string(i);
+      want_ids[i] = util::Fingerprint64(v.data(), v.size()) % criteo::kVocab[i];
+    }
+    for (criteo::HashMemo* m : {static_cast<criteo::HashMemo*>(nullptr),
+                                &memo, &memo}) {
+      ParsedLine p;
+      const std::string& line = lines.back();
+      ASSERT_EQ(ParseLine(line.data(), line.size(), &p, m),
+                criteo::LineError::kNone);
+      EXPECT_EQ(p.label, want[0]);
+      for (int i = 0; i < 13; ++i) EXPECT_EQ(p.dense[i], want[1 + i]) << i;
+      for (int i = 0; i < 26; ++i) ASSERT_EQ(p.ids[i], want_ids[i]) << i;
+    }
+  }
+  // And each line again, through the memo filled by all of them.
+  for (const std::string& line : lines) {
+    ParsedLine a, b;
+    ASSERT_EQ(ParseLine(line.data(), line.size(), &a), criteo::LineError::kNone);
+    ASSERT_EQ(ParseLine(line.data(), line.size(), &b, &memo),
+              criteo::LineError::kNone);
+    ASSERT_EQ(std::memcmp(a.ids, b.ids, sizeof(a.ids)), 0) << line;
+  }
 }
 
 TEST(CriteoLine, DamagedLinesAreErrors) {
