@@ -52,7 +52,7 @@ struct WindowLayout {
   std::vector<uint64_t> reader;  // per block; UINT64_MAX: a block of no line
   // Per row: (block index in the window << 32) | line in that block.
   std::vector<uint64_t> source;
-  // Per block: the address of its parsed values when a row last read it,
+  // Per block: the address of its parsed values when a thread last read it,
   // as a number. Only a hint for prefetching a later row's line: the block
   // may have been dropped since, so it is never read through (a prefetch
   // of an address that is no longer mapped does nothing).
@@ -474,6 +474,10 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
     uint64_t owner = 0, seed = 0, epoch = 0, replaced = 0;
     std::shared_ptr<const EpochRows> rows;
     std::shared_ptr<const WindowLayout> layout;
+    // The blocks of the layout's window this thread has read, not owned
+    // (the cache decides what stays): a row of one still alive reads it
+    // without the cache's lock.
+    std::vector<std::weak_ptr<const ParsedBlock>> blocks;
   };
   thread_local Last last;
   const uint64_t replaced = replaced_.load(std::memory_order_acquire);
@@ -501,26 +505,35 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
       return absl::InternalError(absl::StrCat(
           kName, ": window ", w, " of epoch ", epoch, " is not counted yet"));
     }
+    last.blocks.assign(last.layout->blocks.size(), {});
   }
   const WindowLayout& l = *last.layout;
   const uint64_t r = row - t.Row(w);
   const uint64_t k = l.source[r] >> 32;
   const uint64_t j = uint32_t(l.source[r]);
-  absl::StatusOr<std::shared_ptr<const ParsedBlock>> block = BlockOf(
-      cache_, ctx, ExampleKey{epoch, w * o_.window_blocks + k, l.blocks[k]},
-      l.reader[k] == r);
-  if (!block.ok()) return block.status();
-  if (j >= (*block)->lines) {
+  // The row a block is read ahead for reads it through its context.
+  const bool reader = l.reader[k] == r;
+  std::shared_ptr<const ParsedBlock> held =
+      reader ? nullptr : last.blocks[k].lock();
+  if (held == nullptr) {
+    absl::StatusOr<std::shared_ptr<const ParsedBlock>> read = BlockOf(
+        cache_, ctx, ExampleKey{epoch, w * o_.window_blocks + k, l.blocks[k]},
+        reader);
+    if (!read.ok()) return read.status();
+    held = *std::move(read);
+    last.blocks[k] = held;
+    l.values_at[k].store(reinterpret_cast<uintptr_t>(held->values.data()),
+                         std::memory_order_relaxed);
+  }
+  if (j >= held->lines) {
     return absl::DataLossError(absl::StrCat(
-        kName, ": ", table_->Describe(l.blocks[k]), " holds ", (*block)->lines,
+        kName, ": ", table_->Describe(l.blocks[k]), " holds ", held->lines,
         " lines now, ", l.first[k + 1] - l.first[k],
         " when counted (the file changed)"));
   }
   // Rows are random lines of the window's parsed blocks (tens of MB): the
   // line of a row a few ahead, which this thread likely fills next, is
   // fetched into the cache meanwhile.
-  l.values_at[k].store(reinterpret_cast<uintptr_t>((*block)->values.data()),
-                       std::memory_order_relaxed);
   constexpr uint64_t kAhead = 6;
   if (r + kAhead < l.source.size()) {
     const uint64_t next = l.source[r + kAhead];
@@ -535,7 +548,7 @@ absl::Status TrainWorkload::Fill(uint64_t seed, uint64_t epoch, uint64_t row,
           reinterpret_cast<const void*>(line + kFields * sizeof(float) - 1));
     }
   }
-  WriteLine(block->get(), j, o_.exact_ids, out, ctx.counters());
+  WriteLine(held.get(), j, o_.exact_ids, out, ctx.counters());
   return absl::OkStatus();
 }
 
