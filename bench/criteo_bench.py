@@ -79,9 +79,13 @@ def main():
         first = statistics.median(r["first_batch_s"] for r in v)
         print(f"{k}: {rate:,.0f} rows/s on {a.cores} core(s) = "
               f"{rate / a.cores:,.0f} rows/s/core; first batch {first:.2f} s")
-    ratio = (statistics.median(r["rows_per_s"] for r in res["batchd"]) /
-             statistics.median(r["rows_per_s"] for r in res["tf"]))
-    print(f"batchd / tf: {ratio:.1f}x; 8 cores by extrapolation: "
+    # Each run's batchd against the TF run beside it: the median of those
+    # ratios, and their range.
+    ratios = sorted(b["rows_per_s"] / t["rows_per_s"]
+                    for b, t in zip(res["batchd"], res["tf"]))
+    ratio = statistics.median(ratios)
+    print(f"batchd / tf: {ratio:.1f}x (median of {len(ratios)} runs' ratios; "
+          f"{ratios[0]:.1f}x to {ratios[-1]:.1f}x); 8 cores by extrapolation: "
           f"{8 * statistics.median(r['rows_per_s'] for r in res['batchd']) / a.cores:,.0f} rows/s")
 
 
