@@ -17,13 +17,12 @@ with AlgoPerf's, and "fastmri ddp ok" (rank 0).
 
 import argparse
 import hashlib
-import os
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import batchd.algoperf
+from ddp_slices import epoch_and_eval
 
 
 def rows(batch):
@@ -34,14 +33,8 @@ def rows(batch):
             continue  # padding of the last batch
         h = hashlib.sha256(batch["inputs"][i].numpy().tobytes())
         h.update(batch["targets"][i].numpy().tobytes())
-        out.append((h.hexdigest(), float(batch["mean"][i])))
+        out.append((h.hexdigest(), repr(float(batch["mean"][i]))))
     return out
-
-
-def gathered(batch, world):
-    parts = [None] * world
-    dist.all_gather_object(parts, rows(batch))
-    return parts
 
 
 def main():
@@ -53,46 +46,15 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    g = a.global_batch_size
-    server = os.environ["BATCHD_SERVER"]
-    opts = {"validation_files": a.validation_files}
     model = DDP(torch.nn.Linear(2, 1))
-    train = batchd.algoperf.input_queue("fastmri", "train", g, data="fastmri",
-                                        seed=a.seed, server=server,
-                                        timeout=120, device="cpu",
-                                        options=opts)
-    seen = []
-    for step in range(a.epoch // g):
-        batch = next(train)
-        parts = gathered(batch, world)
-        if rank == 0:
-            flat = [r for part in parts for r in part]
-            assert all(len(part) == g // world for part in parts), parts
-            assert len({d for d, _ in flat}) == g, f"step {step}: overlap"
-            seen += flat
+
+    def ddp_step(batch):
         x = torch.stack([batch["mean"], batch["std"]], 1)
         model(x).sum().backward()  # the DDP all-reduce
-    validation = batchd.algoperf.input_queue(
-        "fastmri", "validation", g, data="fastmri", server=server,
-        timeout=120, device="cpu", options=opts)
-    evaluated = []
-    for _ in range(-(-a.eval // g)):
-        parts = gathered(next(validation), world)
-        flat = [r for part in parts for r in part]
-        assert len({d for d, _ in flat}) == len(flat), "validation overlap"
-        evaluated += flat
-    if rank == 0:
-        assert len({d for d, _ in seen}) == (a.epoch // g) * g, \
-            "the epoch repeats a slice"
-        assert len(evaluated) == a.eval, (len(evaluated), a.eval)
-        for _, mean in seen:
-            print("train", repr(mean))
-        for _, mean in evaluated:
-            print("validation", repr(mean))
-        print("fastmri ddp ok", flush=True)
-    train.close()
-    validation.close()
+
+    epoch_and_eval("fastmri", a.global_batch_size, a.epoch, a.eval, rows,
+                   ddp_step, seed=a.seed,
+                   options={"validation_files": a.validation_files})
     dist.destroy_process_group()
 
 

@@ -1,0 +1,111 @@
+"""What the torchrun DDP checks of the AlgoPerf workloads share
+(tests/python/*_ddp_check.py): gathering every rank's slice of a step,
+and the two ways of checking that the slices are disjoint and complete.
+
+- `against_one_rank`: each step's slices, gathered on rank 0, equal the
+  global batch a world-size-1 stream of the same seed serves.
+- `epoch_and_eval`: each step's rows, by a digest of each, are distinct
+  across the ranks and make the whole global batch; one train epoch and
+  one validation pass, each row's printed value listed for the test.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+import batchd
+from batchd import algoperf
+
+
+def gathered(t):
+    """Every rank's `t`, concatenated in rank order."""
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def against_one_rank(workload, split, g, steps, *, seed=5, options=None):
+    """Yields (batch, rows) for `steps` steps of the rank's queue; rows (on
+    rank 0, else None) are the ranks' tensors gathered, already checked
+    against the world-size-1 stream's batch (every tensor of the batch;
+    a None value, such as train's weights, is skipped)."""
+    rank = dist.get_rank()
+    q = algoperf.input_queue(workload, split, g, data=workload, seed=seed,
+                             device="cpu", options=options,
+                             num_batches=steps,
+                             repeat_final_dataset=split != "train",
+                             stream=f"ddp-{workload}-{split}")
+    ref = None
+    if rank == 0:
+        ref = batchd.Loader(f"ddp-{workload}-{split}-w1", g,
+                            workload=workload, data=workload, split=split,
+                            seed=seed, world_size=1, rank=0, options=options,
+                            timeout=60.0)
+    try:
+        for step in range(steps):
+            batch = next(q)
+            rows = {k: gathered(v) for k, v in batch.items()
+                    if torch.is_tensor(v)}
+            if rank == 0:
+                want, _ = ref.next_batch()
+                for k, t in rows.items():
+                    assert torch.equal(t, want[k].to(t.dtype)), (split, step, k)
+            yield batch, rows if rank == 0 else None
+    finally:
+        if ref is not None:
+            ref.close()
+
+
+def epoch_and_eval(workload, g, epoch, evaluated_rows, digests, ddp_step, *,
+                   seed=1, options=None):
+    """One train epoch of `epoch` rows (epoch // g steps) and one
+    validation pass of `evaluated_rows` rows through the rank's queues.
+    digests(batch): a (digest, printed value) per real row of the slice
+    (padding left out). Each step rank 0 checks that the slices are
+    disjoint and, together, the global batch; ddp_step(batch) runs one
+    DDP step on each train batch. Rank 0 then prints "train VALUE" and
+    "validation VALUE" for each row and "WORKLOAD ddp ok"."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    server = os.environ["BATCHD_SERVER"]
+
+    def parts_of(batch):
+        parts = [None] * world
+        dist.all_gather_object(parts, digests(batch))
+        return parts
+
+    train = algoperf.input_queue(workload, "train", g, data=workload,
+                                 seed=seed, server=server, timeout=120,
+                                 device="cpu", options=options)
+    validation = algoperf.input_queue(workload, "validation", g,
+                                      data=workload, server=server,
+                                      timeout=120, device="cpu",
+                                      options=options)
+    seen, evaluated = [], []
+    try:
+        for step in range(epoch // g):
+            batch = next(train)
+            parts = parts_of(batch)
+            if rank == 0:
+                flat = [r for part in parts for r in part]
+                assert all(len(part) == g // world for part in parts), parts
+                assert len({d for d, _ in flat}) == g, f"step {step}: overlap"
+                seen += flat
+            ddp_step(batch)
+        for _ in range(-(-evaluated_rows // g)):
+            flat = [r for part in parts_of(next(validation)) for r in part]
+            assert len({d for d, _ in flat}) == len(flat), "validation overlap"
+            evaluated += flat
+        if rank == 0:
+            assert len({d for d, _ in seen}) == (epoch // g) * g, \
+                "the epoch repeats a row"
+            assert len(evaluated) == evaluated_rows, \
+                (len(evaluated), evaluated_rows)
+            for _, value in seen:
+                print("train", value)
+            for _, value in evaluated:
+                print("validation", value)
+            print(f"{workload} ddp ok", flush=True)
+    finally:
+        train.close()
+        validation.close()
