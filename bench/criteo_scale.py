@@ -16,22 +16,10 @@ import os
 import sys
 import time
 
+from procstat import drop_pages, status
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
-
-
-def drop_pages(folder):
-    for name in os.listdir(folder):
-        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-
-
-def peak_rss_mib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def serve(root, batch, threads, steps, cache, **kw):
@@ -53,7 +41,7 @@ def serve(root, batch, threads, steps, cache, **kw):
             cursors.append(info.cursor)
         rate = steps * batch / (time.monotonic() - t1) if steps else 0
         l.close()
-        return first, rate, cursors, peak_rss_mib(d.proc.pid)
+        return first, rate, cursors, status(d.proc.pid)["hwm"] / 2 ** 20
     finally:
         d.stop()
 

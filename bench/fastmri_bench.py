@@ -44,10 +44,11 @@ import subprocess
 import sys
 import time
 
+from procstat import cpu_seconds, descendants, status
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF_PYTHON = os.environ.get("BATCHD_REF_PYTHON",
                             "/var/cache/batchd-ci/venv-ref-3.12/bin/python")
-TICK = os.sysconf("SC_CLK_TCK")
 
 ALGOPERF = r'''
 import glob, json, os, sys, time
@@ -146,56 +147,6 @@ print(json.dumps({"slices": count, "wall": wall,
 '''
 
 
-def children_of(pid):
-    """Every process below pid (the daemon's HDF5 helper)."""
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    out, todo = [], list(kids.get(pid, []))
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += kids.get(p, [])
-    return out
-
-
-def proc_cpu(pids):
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # utime, stime and those of reaped children (a restarted helper).
-        total += sum(int(x) for x in fields[11:15]) / TICK
-    return total
-
-
-def proc_threads_rss(pid):
-    """threads, RSS and its anonymous part (bytes; RSS also counts the
-    rings' shared pages the daemon has touched)."""
-    threads = rss = anon = 0
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    threads = int(line.split()[1])
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-                if line.startswith("RssAnon:"):
-                    anon = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return threads, rss, anon
-
-
 def run_algoperf(data, b, warmup, steps, cache):
     out = subprocess.run([REF_PYTHON, "-c", ALGOPERF, data, str(b),
                           str(warmup), str(steps), "1" if cache else "0"],
@@ -234,8 +185,7 @@ def measure_batchd(daemon, b, world, warmup, steps, tag):
     for _ in range(warmup):
         for ld in loaders:
             ld.next_batch()
-    pids = [pid] + children_of(pid)
-    c0, t0 = proc_cpu(pids), time.time()
+    c0, t0 = cpu_seconds(descendants([pid])), time.time()
     count = 0
     threads = rss = anon = helper_rss = 0
     for step in range(steps):
@@ -243,11 +193,12 @@ def measure_batchd(daemon, b, world, warmup, steps, tag):
             batch, _ = ld.next_batch()
             count += batch["inputs"].shape[0]
             del batch
-        th, rs, an = proc_threads_rss(pid)
-        threads, rss, anon = max(threads, th), max(rss, rs), max(anon, an)
-        helper_rss = max(helper_rss, sum(proc_threads_rss(p)[1]
-                                         for p in children_of(pid)))
-    cpu, wall = proc_cpu(pids + children_of(pid)) - c0, time.time() - t0
+        st = status(pid)
+        threads, rss = max(threads, st["threads"]), max(rss, st["rss"])
+        anon = max(anon, st["anon"])
+        helper_rss = max(helper_rss, sum(status(p)["rss"]
+                                         for p in descendants([pid])[1:]))
+    cpu, wall = cpu_seconds(descendants([pid])) - c0, time.time() - t0
     for ld in loaders:
         ld.close()
     if count != steps * b:

@@ -10,7 +10,6 @@ Run it with an older batchd binary for the figure before a change.
 """
 
 import argparse
-import os
 import shutil
 import socket
 import subprocess
@@ -18,14 +17,9 @@ import tempfile
 import time
 import uuid
 
+from procstat import cpu_seconds
+
 import batchd
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def main():
@@ -56,9 +50,9 @@ def main():
                                           "payload_bytes": "64"})
                    for r in range(a.ranks)]
         time.sleep(3)  # every ring fills
-        before, t0 = cpu_seconds(proc.pid), time.monotonic()
+        before, t0 = cpu_seconds([proc.pid], reaped=False), time.monotonic()
         time.sleep(a.seconds)
-        used, span = cpu_seconds(proc.pid) - before, time.monotonic() - t0
+        used, span = cpu_seconds([proc.pid], reaped=False) - before, time.monotonic() - t0
         print(f"{a.ranks} idle full rings: daemon CPU {used:.2f} s in "
               f"{span:.1f} s = {100 * used / span:.1f} % of a core")
         del loaders

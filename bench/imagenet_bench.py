@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 
+from procstat import descendants, status
+
 
 def rank_main(args):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -81,41 +83,6 @@ def rank_main(args):
           flush=True)
 
 
-def descendants(pid):
-    """pid and every process below it."""
-    children = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(p))
-        except (OSError, ValueError, IndexError):
-            pass
-    out, todo = [], [pid]
-    while todo:
-        q = todo.pop()
-        out.append(q)
-        todo.extend(children.get(q, []))
-    return out
-
-
-def threads_and_rss(pids):
-    threads = rss = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("Threads:"):
-                        threads += int(line.split()[1])
-                    elif line.startswith("VmRSS:"):
-                        rss += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return threads, rss
-
-
 def torchvision_main(args):
     procs = []
     for r in range(args.world):
@@ -139,8 +106,9 @@ def torchvision_main(args):
     def monitor():
         me = os.getpid()
         while not stop.is_set():
-            pids = [q for q in descendants(me) if q != me]
-            t, r = threads_and_rss(pids)
+            st = [status(q) for q in descendants([me])[1:]]
+            t = sum(x["threads"] for x in st)
+            r = sum(x["rss"] for x in st)
             peak[0], peak[1] = max(peak[0], t), max(peak[1], r)
             time.sleep(0.1)
 

@@ -43,9 +43,10 @@ import sys
 import tempfile
 import time
 
+from procstat import cpu_seconds, descendants, pss, status
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 # --- the rank processes -----------------------------------------------------
@@ -147,60 +148,17 @@ def run_rank(a):
 
 # --- measuring processes ----------------------------------------------------
 
-def descendants(pids):
-    """pids and every process below them."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    out, todo = [], list(pids)
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return out
-
-
-def cpu_seconds(pids):
-    """CPU time of pids and of their children that have ended (a
-    DataLoader's workers end with each pass over the sampler)."""
-    total = 0.0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15]) / CLK
-        except OSError:
-            pass
-    return total
-
-
 def footprint(pids):
     """processes, threads, RSS, PSS and anonymous RSS (MiB) of pids (RSS
     counts shared pages, the rings' and the workers' copy-on-write ones,
     once per process; PSS shares them out)."""
-    procs = threads = rss = pss = anon = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/status") as f:
-                status = dict(l.split(":", 1) for l in f if ":" in l)
-            threads += int(status["Threads"])
-            rss += int(status.get("VmRSS", "0 kB").split()[0])
-            anon += int(status.get("RssAnon", "0 kB").split()[0])
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        pss += int(line.split()[1])
-            procs += 1
-        except (OSError, KeyError):
-            pass
-    return {"procs": procs, "threads": threads, "rss_mib": rss / 1024,
-            "pss_mib": pss / 1024, "anon_mib": anon / 1024}
+    st = [(status(p), pss(p)) for p in pids]
+    st = [(x, y) for x, y in st if x["threads"] > 0]
+    return {"procs": len(st),
+            "threads": sum(x["threads"] for x, _ in st),
+            "rss_mib": sum(x["rss"] for x, _ in st) / 2 ** 20,
+            "pss_mib": sum(y for _, y in st) / 2 ** 20,
+            "anon_mib": sum(x["anon"] for x, _ in st) / 2 ** 20}
 
 
 def start_daemon(a, root, sock, log):

@@ -19,27 +19,12 @@ import subprocess
 import sys
 import time
 
+from procstat import drop_pages, status
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 REF_PY = "/var/cache/batchd-ci/venv-ref-3.12/bin/python"
 B = 64
-
-
-def drop_pages(folder):
-    for dirpath, _, names in os.walk(folder):
-        for n in names:
-            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
-
-
-def proc_stats(pid):
-    threads = len(os.listdir(f"/proc/{pid}/task"))
-    rss = 0
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            rss = int(line.split()[1]) * 1024
-    return threads, rss
 
 
 def run_batchd(root, world, windows, run):
@@ -65,7 +50,8 @@ def run_batchd(root, world, windows, run):
                 l.next_batch()
             n += B
         rate = n / (time.monotonic() - t1)
-        threads, rss = proc_stats(d.proc.pid)
+        st = status(d.proc.pid)
+        threads, rss = st["threads"], st["hwm"]
         for l in ls:
             l.close()
     finally:

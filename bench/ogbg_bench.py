@@ -31,10 +31,11 @@ import sys
 import tempfile
 import time
 
+from procstat import cpu_seconds, status
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF_PYTHON = os.environ.get("BATCHD_REF_PYTHON",
                             "/var/cache/batchd-ci/venv-ref-3.12/bin/python")
-TICK = os.sysconf("SC_CLK_TCK")
 
 ALGOPERF = r'''
 import os, sys, time, json
@@ -88,23 +89,6 @@ print(json.dumps({"graphs": count, "wall": time.time() - t0,
 '''
 
 
-def proc_cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def proc_threads_rss(pid):
-    threads = rss = 0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                threads = int(line.split()[1])
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-    return threads, rss
-
-
 def run_algoperf(data, graphs, b):
     out = subprocess.run([REF_PYTHON, "-c", ALGOPERF, data, str(graphs),
                           str(b)], capture_output=True, text=True,
@@ -126,9 +110,8 @@ def run_batchd(daemon, data, graphs, global_rows, world, r, tag):
     # The first batch (indexing the shards) is not timed.
     for ld in loaders:
         next(ld)
-    c0, t0 = proc_cpu(daemon.proc.pid), time.time()
+    c0, t0 = cpu_seconds([daemon.proc.pid], reaped=False), time.time()
     count = 0
-    peak = (0, 0)
     while count < graphs:
         for ld in loaders:
             batch = next(ld)
@@ -138,9 +121,10 @@ def run_batchd(daemon, data, graphs, global_rows, world, r, tag):
             for row in n_node:
                 count += int(row.nonzero()[0][-1])
             del batch
-        peak = max(peak, proc_threads_rss(daemon.proc.pid))
-    cpu, wall = proc_cpu(daemon.proc.pid) - c0, time.time() - t0
-    threads, rss = proc_threads_rss(daemon.proc.pid)
+    cpu = cpu_seconds([daemon.proc.pid], reaped=False) - c0
+    wall = time.time() - t0
+    st = status(daemon.proc.pid)
+    threads, rss = st["threads"], st["rss"]
     for ld in loaders:
         ld.close()
     return {"pipeline": "batchd", "world": world, "graphs": count,

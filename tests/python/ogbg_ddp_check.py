@@ -15,7 +15,6 @@ per step and "ogbg: every global batch disjoint and complete" at the end.
 """
 
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
