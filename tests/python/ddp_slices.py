@@ -47,12 +47,14 @@ def against_one_rank(workload, split, g, steps, *, seed=5, options=None):
             batch = next(q)
             rows = {k: gathered(v) for k, v in batch.items()
                     if torch.is_tensor(v)}
+            assert {"inputs", "targets"} <= rows.keys(), sorted(batch)
             if rank == 0:
                 want, _ = ref.next_batch()
                 for k, t in rows.items():
                     assert torch.equal(t, want[k].to(t.dtype)), (split, step, k)
             yield batch, rows if rank == 0 else None
     finally:
+        q.close()
         if ref is not None:
             ref.close()
 
