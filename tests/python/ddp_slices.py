@@ -9,8 +9,6 @@ and the two ways of checking that the slices are disjoint and complete.
   one validation pass, each row's printed value listed for the test.
 """
 
-import os
-
 import torch
 import torch.distributed as dist
 
@@ -69,20 +67,19 @@ def epoch_and_eval(workload, g, epoch, evaluated_rows, digests, ddp_step, *,
     DDP step on each train batch. Rank 0 then prints "train VALUE" and
     "validation VALUE" for each row and "WORKLOAD ddp ok"."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    server = os.environ["BATCHD_SERVER"]
 
     def parts_of(batch):
         parts = [None] * world
         dist.all_gather_object(parts, digests(batch))
         return parts
 
+    # The server: $BATCHD_SERVER, as for any queue.
     train = algoperf.input_queue(workload, "train", g, data=workload,
-                                 seed=seed, server=server, timeout=120,
-                                 device="cpu", options=options)
+                                 seed=seed, timeout=120, device="cpu",
+                                 options=options)
     validation = algoperf.input_queue(workload, "validation", g,
-                                      data=workload, server=server,
-                                      timeout=120, device="cpu",
-                                      options=options)
+                                      data=workload, timeout=120,
+                                      device="cpu", options=options)
     seen, evaluated = [], []
     try:
         for step in range(epoch // g):
