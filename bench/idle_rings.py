@@ -17,9 +17,9 @@ import tempfile
 import time
 import uuid
 
-from procstat import cpu_seconds
-
 import batchd
+
+from procstat import cpu_seconds
 
 
 def main():
@@ -52,7 +52,8 @@ def main():
         time.sleep(3)  # every ring fills
         before, t0 = cpu_seconds([proc.pid], reaped=False), time.monotonic()
         time.sleep(a.seconds)
-        used, span = cpu_seconds([proc.pid], reaped=False) - before, time.monotonic() - t0
+        used = cpu_seconds([proc.pid], reaped=False) - before
+        span = time.monotonic() - t0
         print(f"{a.ranks} idle full rings: daemon CPU {used:.2f} s in "
               f"{span:.1f} s = {100 * used / span:.1f} % of a core")
         del loaders

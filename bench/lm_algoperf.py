@@ -10,9 +10,10 @@ seconds (from process start), the process's threads and peak RSS.
 """
 import itertools
 import json
-import os
 import sys
 import time
+
+from procstat import status
 
 T0 = time.monotonic()
 import datasets  # noqa: E402
@@ -40,11 +41,8 @@ def main():
         batch = next(it)
         n += len(batch["inputs"])
     rate = n / (time.monotonic() - t1)
-    threads = len(os.listdir("/proc/self/task"))
-    rss = 0
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            rss = int(line.split()[1]) * 1024
+    st = status("self")
+    threads, rss = st["threads"], st["hwm"]
     print(json.dumps({"windows_per_s": rate, "first_batch_s": first,
                       "threads": threads, "peak_rss": rss}))
 

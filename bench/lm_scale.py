@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from procstat import status
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 REF_PY = "/var/cache/batchd-ci/venv-ref-3.12/bin/python"
@@ -88,10 +90,8 @@ def main():
             for _ in range(200):
                 l.next_batch()
             l.close()
-            for line in open(f"/proc/{d.proc.pid}/status"):
-                if line.startswith("VmHWM:"):
-                    print(f"daemon peak RSS {int(line.split()[1]) / 1024:.1f} "
-                          "MiB")
+            print(f"daemon peak RSS "
+                  f"{status(d.proc.pid)['hwm'] / 2 ** 20:.1f} MiB")
         finally:
             d.stop()
     finally:

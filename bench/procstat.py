@@ -44,8 +44,8 @@ def cpu_seconds(pids, reaped=True):
 
 
 def status(pid):
-    """threads, rss, hwm (peak RSS) and anon (anonymous RSS) of pid, in
-    bytes (threads a count); all 0 when it has ended. RSS also counts the
+    """threads, rss, hwm (peak RSS) and anon (anonymous RSS) of pid (or
+    "self"), in bytes (threads a count); all 0 when it has ended. RSS also counts the
     shared pages (the rings') the process has touched."""
     out = {"threads": 0, "rss": 0, "hwm": 0, "anon": 0}
     keys = {"Threads": "threads", "VmRSS": "rss", "VmHWM": "hwm",

@@ -45,15 +45,9 @@ import tempfile
 import time
 import uuid
 
+from procstat import status
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def vm_hwm_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
 
 
 def du_bytes(path):
@@ -120,7 +114,7 @@ class Daemon:
             time.sleep(0.05)
 
     def stop(self):
-        hwm = vm_hwm_kib(self.proc.pid)
+        hwm = status(self.proc.pid)["hwm"] // 1024  # KiB
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=60)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -34,23 +34,11 @@ import os
 import sys
 import time
 
+from procstat import status
+
 MAX_LENGTH = 256
 GLOBAL_BATCH = 128
 KEYS = ("inputs", "targets")
-
-
-def proc_status():
-    """(threads, rss bytes, peak rss bytes) of this process."""
-    threads = rss = hwm = 0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                threads = int(line.split()[1])
-            elif line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("VmHWM:"):
-                hwm = int(line.split()[1]) * 1024
-    return threads, rss, hwm
 
 
 def build_pipeline(tf, tf_text, data, vocab, parallel, seed):
@@ -189,10 +177,11 @@ def tf_main(args):
         tokens += (int(np.count_nonzero(b["inputs"]))
                    + int(np.count_nonzero(b["targets"])))
         if i % 4 == 0:
-            peak_threads = max(peak_threads, proc_status()[0])
+            peak_threads = max(peak_threads, status("self")["threads"])
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    threads, rss, hwm = proc_status()
+    st = status("self")
+    threads, rss, hwm = st["threads"], st["rss"], st["hwm"]
     print(json.dumps({
         "pipeline": "tf", "threads_mode": args.threads, "rank": args.rank,
         "tf_version": tf.__version__, "tf_text_version": tf_text.__version__,
