@@ -295,6 +295,22 @@ def write(directory, name, data):
         f.write(data)
 
 
+def criteo_lines():
+    """criteo_line_fuzz inputs: lines of a day file (no '\\n'): a label,
+    13 counts and 26 categorical fields of 8 hex characters, tab-separated,
+    each kind of field empty somewhere, and lines that are not examples."""
+    hexes = ["68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "25c83c98"]
+    cats = [hexes[i % 5] for i in range(26)]
+    good = "\t".join(["1"] + [str(7 ** i % 1000) for i in range(13)] + cats)
+    sparse = "\t".join(["0", "", "-1", "12345678", "3.5e2"] + [""] * 9 +
+                        [""] * 3 + cats[3:])
+    odd = "\t".join(["1", "-7", "0x10", "1e40", "+4"] + ["99"] * 9 +
+                     ["ABCDEF12", "abc", "0123456789"] + cats[3:-1] + [""])
+    short = "\t".join(["1"] + ["2"] * 12 + cats)  # 12 counts: 39 fields
+    return [x.encode() for x in (good, sparse, odd, short, good + "\r",
+                                 good[:-4], "", "\t" * 39, "\t" * 40)]
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -325,6 +341,8 @@ def main():
         write(f"{out}/wmt_lengths_fuzz", f"table{i}", data)
     for i, data in enumerate(npys()):
         write(f"{out}/npy_fuzz", f"array{i}", data)
+    for i, data in enumerate(criteo_lines()):
+        write(f"{out}/criteo_line_fuzz", f"line{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 
