@@ -73,15 +73,19 @@ def epoch_and_eval(workload, g, epoch, evaluated_rows, digests, ddp_step, *,
         dist.all_gather_object(parts, digests(batch))
         return parts
 
-    # The server: $BATCHD_SERVER, as for any queue.
-    train = algoperf.input_queue(workload, "train", g, data=workload,
-                                 seed=seed, timeout=120, device="cpu",
-                                 options=options)
-    validation = algoperf.input_queue(workload, "validation", g,
-                                      data=workload, timeout=120,
-                                      device="cpu", options=options)
+    opened = []
+
+    def queue(split, **kw):
+        # The server: $BATCHD_SERVER, as for any queue.
+        q = algoperf.input_queue(workload, split, g, data=workload,
+                                 timeout=120, device="cpu", options=options,
+                                 **kw)
+        opened.append(q)
+        return q
+
     seen, evaluated = [], []
     try:
+        train = queue("train", seed=seed)
         for step in range(epoch // g):
             batch = next(train)
             parts = parts_of(batch)
@@ -91,6 +95,8 @@ def epoch_and_eval(workload, g, epoch, evaluated_rows, digests, ddp_step, *,
                 assert len({d for d, _ in flat}) == g, f"step {step}: overlap"
                 seen += flat
             ddp_step(batch)
+        # Opened after the epoch, as a trainer's evaluation does.
+        validation = queue("validation")
         for _ in range(-(-evaluated_rows // g)):
             flat = [r for part in parts_of(next(validation)) for r in part]
             assert len({d for d, _ in flat}) == len(flat), "validation overlap"
@@ -106,5 +112,5 @@ def epoch_and_eval(workload, g, epoch, evaluated_rows, digests, ddp_step, *,
                 print("validation", value)
             print(f"{workload} ddp ok", flush=True)
     finally:
-        train.close()
-        validation.close()
+        for q in opened:
+            q.close()
