@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -52,12 +54,13 @@ enum TypeId : uint8_t {
 constexpr int kBatchLength = 0, kBatchNodes = 1, kBatchBuffers = 2,
               kBatchCompression = 3;
 
-// A flatbuffer held in memory, read with every offset checked. A failed
-// read sets bad() and returns 0; callers check bad() once they are done.
+// A flatbuffer held in memory (exactly its bytes: nothing after them that
+// a read past the end could hide in), read with every offset checked. A
+// failed read sets bad() and returns 0; callers check bad() once they are
+// done.
 class Flat {
  public:
-  Flat(const std::string& b)
-      : p_(reinterpret_cast<const uint8_t*>(b.data())), n_(b.size()) {}
+  Flat(const uint8_t* p, uint64_t n) : p_(p), n_(n) {}
   bool bad() const { return bad_; }
 
   template <typename T>
@@ -113,11 +116,13 @@ class Flat {
     const uint64_t at = v + 4 + 4 * i;
     return at + Get<uint32_t>(at);
   }
-  std::string String(uint64_t s) {
-    if (s == 0) return "";
-    const uint64_t len = Length(s, 1);
-    if (bad_) return "";
-    return std::string(reinterpret_cast<const char*>(p_ + s + 4), len);
+  // Whether the string at `s` (0: absent, the empty string) is `want`;
+  // compared in place, so that many fields naming one long string cost
+  // no more than the name they are compared with.
+  bool StringIs(uint64_t s, const std::string& want) {
+    const uint64_t len = s == 0 ? 0 : Length(s, 1);
+    if (bad_ || len != want.size()) return false;
+    return len == 0 || std::memcmp(p_ + s + 4, want.data(), len) == 0;
   }
 
  private:
@@ -127,10 +132,23 @@ class Flat {
 };
 
 // Nodes and buffers a field of the Schema takes in a record batch
-// (Arrow's columnar layout), recursively; false for types not counted.
-bool CountLayout(Flat& f, uint64_t field, int depth, uint64_t* nodes,
+// (Arrow's columnar layout), recursively; false for types not counted, a
+// table already `seen` (the schema is a tree: a field reached twice would
+// double the walk at each level of a DAG) or nesting deeper than
+// kMaxNestingDepth.
+bool CountLayout(Flat& f, uint64_t field, int depth,
+                 std::unordered_set<uint64_t>* seen, uint64_t* nodes,
                  uint64_t* buffers, std::string* what) {
-  if (depth > 64) return false;
+  if (depth >= kMaxNestingDepth) {
+    *what = absl::StrCat("a column nested more than ", kMaxNestingDepth,
+                         " levels deep");
+    return false;
+  }
+  if (!seen->insert(field).second) {
+    *what = absl::StrCat("a schema field table at metadata byte ", field,
+                         " reached twice (a schema is a tree)");
+    return false;
+  }
   const uint8_t type = f.Scalar<uint8_t>(field, kFieldTypeType, 0);
   *nodes += 1;
   bool children = false;
@@ -175,7 +193,8 @@ bool CountLayout(Flat& f, uint64_t field, int depth, uint64_t* nodes,
   if (v == 0) return !f.bad();
   const uint64_t n = f.Length(v, 4);
   for (uint64_t i = 0; i < n && !f.bad(); ++i) {
-    if (!CountLayout(f, f.TableAt(v, i), depth + 1, nodes, buffers, what)) {
+    if (!CountLayout(f, f.TableAt(v, i), depth + 1, seen, nodes, buffers,
+                     what)) {
       return false;
     }
   }
@@ -189,37 +208,45 @@ struct ColumnPlace {
   int element_bytes = 4;
 };
 
-}  // namespace
-
-absl::Status ReadExact(int fd, const std::string& path, uint64_t offset,
-                       std::string* out) {
+// pread of exactly n bytes at `offset` into p.
+absl::Status ReadInto(int fd, const std::string& path, uint64_t offset,
+                      uint8_t* p, uint64_t n) {
   uint64_t done = 0;
-  while (done < out->size()) {
-    const ssize_t r =
-        pread(fd, out->data() + done, out->size() - done, off_t(offset + done));
+  while (done < n) {
+    const ssize_t r = pread(fd, p + done, n - done, off_t(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       return absl::InternalError(absl::StrCat(
           path, ": reading at byte ", offset + done, ": ", strerror(errno)));
     }
     if (r == 0) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": ends at byte ", offset + done, ", reading ", out->size(),
-          " bytes at byte ", offset, " (truncated?)"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": ends at byte ", offset + done, ", reading ", n,
+                       " bytes at byte ", offset, " (truncated?)"));
     }
     done += uint64_t(r);
   }
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status ReadExact(int fd, const std::string& path, uint64_t offset,
+                       std::string* out) {
+  return ReadInto(fd, path, offset, reinterpret_cast<uint8_t*>(out->data()),
+                  out->size());
+}
+
 absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
                                             const std::string& path,
-                                            const std::string& column) {
+                                            const std::string& column,
+                                            BatchBudget* budget) {
+  BatchBudget own(kMaxBatches);
+  if (budget == nullptr) budget = &own;
   ColumnIndex index;
   ColumnPlace place;
   bool have_schema = false;
   uint64_t pos = 0;
-  std::string meta;
   auto error = [&](uint64_t at, const std::string& what) {
     return absl::DataLossError(
         absl::StrCat(path, ": Arrow IPC message at byte ", at, ": ", what));
@@ -250,11 +277,20 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
                                      "the end of the file (",
                                      size, " bytes; truncated?)"));
     }
-    meta.resize(uint64_t(len));
-    if (absl::Status s = ReadExact(fd, path, pos + header, &meta); !s.ok()) {
+    if (uint64_t(len) > kMaxMetadataBytes) {
+      return error(
+          pos,
+          absl::StrCat("metadata of ", len, " bytes, over the limit of ",
+                       kMaxMetadataBytes, " (a real stream's is a few KB)"));
+    }
+    // Exactly the metadata's bytes, fresh for each message.
+    const std::unique_ptr<uint8_t[]> meta(new uint8_t[uint64_t(len)]);
+    if (absl::Status s =
+            ReadInto(fd, path, pos + header, meta.get(), uint64_t(len));
+        !s.ok()) {
       return s;
     }
-    Flat f(meta);
+    Flat f(meta.get(), uint64_t(len));
     const uint64_t msg = f.Root();
     const int16_t version = f.Scalar<int16_t>(msg, kMsgVersion, 0);
     const uint8_t kind = f.Scalar<uint8_t>(msg, kMsgHeaderType, 0);
@@ -279,11 +315,13 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
       const uint64_t fields = f.Ref(table, kSchemaFields);
       const uint64_t n = fields == 0 ? 0 : f.Length(fields, 4);
       bool found = false;
+      std::unordered_set<uint64_t> seen;
       for (uint64_t i = 0; i < n && !f.bad() && !found; ++i) {
         const uint64_t field = f.TableAt(fields, i);
-        if (f.String(f.Ref(field, kFieldName)) != column) {
+        if (!f.StringIs(f.Ref(field, kFieldName), column)) {
           std::string what;
-          if (!CountLayout(f, field, 0, &place.node, &place.buffer, &what)) {
+          if (!CountLayout(f, field, 0, &seen, &place.node, &place.buffer,
+                           &what)) {
             if (f.bad()) break;
             return error(pos, absl::StrCat(what, " before column ", column,
                                            " (cannot place the column)"));
@@ -324,6 +362,13 @@ absl::StatusOr<ColumnIndex> IndexListColumn(int fd, uint64_t size,
       index.element_bytes = place.element_bytes;
     } else if (kind == kHeaderRecordBatch) {
       if (!have_schema) return error(pos, "a record batch before the schema");
+      if (!budget->Take()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            path, ": Arrow IPC message at byte ", pos,
+            ": a record batch over the limit of ", budget->limit(),
+            " per split (batches of a few rows each; save the set with"
+            " larger batches)"));
+      }
       const int64_t rows = f.Scalar<int64_t>(table, kBatchLength, 0);
       const uint64_t nodes = f.Ref(table, kBatchNodes);
       const uint64_t buffers = f.Ref(table, kBatchBuffers);

@@ -150,6 +150,9 @@ absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
   }
   auto s = std::make_shared<TokenStream>();
   std::vector<arrow::ColumnIndex> idx(found.size());
+  // The split's shards share one budget of record batches: its index is
+  // bounded however the batches fall into shards.
+  arrow::BatchBudget budget(arrow::kMaxBatches);
   for (const auto& [i, name] : found) {
     s->paths_.push_back(absl::StrCat(dir, "/", name));
     struct stat st;
@@ -165,8 +168,9 @@ absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
           return absl::InternalError(
               absl::StrCat(kName, ": cannot stat ", s->paths_[i]));
         }
-        absl::StatusOr<arrow::ColumnIndex> c = arrow::IndexListColumn(
-            s->fds_[i], uint64_t(sb.st_size), s->paths_[i], "input_ids");
+        absl::StatusOr<arrow::ColumnIndex> c =
+            arrow::IndexListColumn(s->fds_[i], uint64_t(sb.st_size),
+                                   s->paths_[i], "input_ids", &budget);
         if (!c.ok()) {
           return absl::Status(c.status().code(),
                               absl::StrCat(kName, ": ", c.status().message()));
