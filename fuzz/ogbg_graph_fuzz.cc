@@ -7,12 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "fuzz/fuzz_util.h"
 #include "workloads/ogbg/graph.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace batchd::ogbg;  // NOLINT: the parser under test
-  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  // libFuzzer's own buffer of exactly `size` bytes (see example_fuzz.cc).
+  const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<Graph> g = ParseGraph(bytes);
   if (!g.ok()) return 0;
   absl::StatusOr<Graph> again = ParseGraph(SerializeGraph(*g));

@@ -174,7 +174,7 @@ void PutMapEntry(const std::string& key, const std::string& feature,
 
 }  // namespace
 
-absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized) {
+absl::StatusOr<ExampleFeatures> ParseExample(absl::string_view serialized) {
   std::map<std::string, ParsedFeature> parsed;
   WireReader r(serialized.data(), serialized.size());
   while (!r.done()) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace batchd {
 
@@ -35,9 +36,10 @@ struct ExampleFeatures {
   std::map<std::string, std::vector<float>> floats;
 };
 // Parses the serialized tf.train.Example wire format (field numbers from
-// tensorflow/core/example/{example,feature}.proto). InvalidArgument on
-// malformed input; never crashes on any input.
-absl::StatusOr<ExampleFeatures> ParseExample(const std::string& serialized);
+// tensorflow/core/example/{example,feature}.proto), reading only the bytes
+// `serialized` views. InvalidArgument on malformed input; never crashes on
+// any input.
+absl::StatusOr<ExampleFeatures> ParseExample(absl::string_view serialized);
 // The inverse, for generators and tests.
 std::string SerializeExample(const ExampleFeatures& features);
 

@@ -30,7 +30,7 @@ absl::Status WrongLength(const char* name, size_t got, int64_t want) {
 
 }  // namespace
 
-absl::StatusOr<Graph> ParseGraph(const std::string& record) {
+absl::StatusOr<Graph> ParseGraph(absl::string_view record) {
   absl::StatusOr<ExampleFeatures> ex = ParseExample(record);
   if (!ex.ok()) return ex.status();
   Graph g;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "client/include/batchd/dtype.h"
 
 namespace batchd {
@@ -38,7 +39,7 @@ struct Graph {
 // Parses and checks one record: every feature present with its length
 // (node_feat n*9, edge_feat e*3, edge_index e*2, labels 128) and every edge
 // index in [0, n). InvalidArgument saying what is wrong.
-absl::StatusOr<Graph> ParseGraph(const std::string& record);
+absl::StatusOr<Graph> ParseGraph(absl::string_view record);
 // The record of a graph (generators and tests).
 std::string SerializeGraph(const Graph& g);
 
