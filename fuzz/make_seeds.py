@@ -8,7 +8,11 @@ parser. Deterministic: the same files every time.
 
 The formats are written here from their public definitions (TFRecord
 framing with masked CRC32C, the tf.train.Example and batchd.v1 protobuf wire
-formats, TOML), not through the code under test. Needs numpy and PIL
+formats, TOML, Arrow IPC streams), not through the code under test. Each
+format's seeds include the hostile shapes the daemon must refuse cheaply:
+lengths that claim more than the input holds, and nesting that is shared
+(a DAG) or deep; the run's -timeout and -rss_limit_mb turn a parser that
+believes them into a failure. Needs numpy and PIL
 (Debian: python3-numpy, python3-pil) for the images.
 """
 
@@ -19,8 +23,10 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "workloads", "common"))
-from records import (crc32c, field_bytes, field_varint, tfrecord,  # noqa: E402
-                     varint)
+sys.path.insert(0, os.path.join(REPO, "workloads", "finewebedu_lm"))
+import arrow_ipc  # noqa: E402
+from records import (crc32c, field_bytes, field_varint,  # noqa: E402
+                     masked_crc, tfrecord, varint)
 
 
 # --- tf.train.Example (tensorflow/core/example/{example,feature}.proto) ---
@@ -55,6 +61,8 @@ EXAMPLES = [
              "z": ("bytes", [b"", b"a", "ü".encode()])}),
     example({}),
     b"",
+    # A length that claims far more than the input holds.
+    varint((1 << 3) | 2) + varint(1 << 40) + b"ab",
 ]
 
 
@@ -71,7 +79,8 @@ def graphs():
             "edge_index": ("int64", [v for b in bonds for v in b]),
             "labels": ("float", [float("nan"), 1.0] * (labels // 2))})
     return [graph(3, [(0, 1), (1, 2), (2, 0)]), graph(2, [(0, 5)]),
-            graph(4, [(0, 1)], node_values=7, labels=10)]
+            graph(4, [(0, 1)], node_values=7, labels=10),
+            graph(1 << 30, [], node_values=9)]
 
 
 def stream_spec(name="s", workload="synthetic", data="", split="",
@@ -282,9 +291,12 @@ def npy(descr, values, fortran=False, major=1):
 
 def npys():
     good = npy("<i8", [0, 1, -32768, 32767])
+    huge = good.replace(b"(4,)", b"(1152921504606846976,)")
     return [good, good[:-3], npy("<i4", [7, 2]), npy("<i2", [1], major=2),
             npy("<i8", [5], fortran=True), npy("<f8", [0]),
-            npy("<i8", [], major=3)]
+            npy("<i8", [], major=3),
+            # Lengths that claim more than the file holds.
+            b"\x93NUMPY\x02\x00\xff\xff\xff\xff{", huge]
 
 
 def write(directory, name, data):
@@ -311,6 +323,43 @@ def criteo_lines():
                                  good[:-4], "", "\t" * 39, "\t" * 40)]
 
 
+def arrow_streams():
+    """arrow_ipc_fuzz inputs: byte 0 is the exponent of a hole after the
+    bytes (0: none), then an Arrow IPC stream."""
+    rows = [[1, 2, 3], [4, 5], [], [6, 7, 8, 9]]
+    good = arrow_ipc.token_stream([rows[:2], rows[2:], []])
+    # Before Arrow 0.15 a message had no continuation marker.
+    legacy = good.replace(b"\xff\xff\xff\xff", b"")
+    other_first = arrow_ipc.framed(arrow_ipc.flatbuffer(arrow_ipc.message(
+        arrow_ipc.SCHEMA, arrow_ipc.schema([
+            arrow_ipc.field("text", 5, arrow_ipc.Table({})),
+            arrow_ipc.field("pair", arrow_ipc.STRUCT, arrow_ipc.Table({}), [
+                arrow_ipc.field("a", arrow_ipc.INT, arrow_ipc.int_type(64)),
+                arrow_ipc.field("b", 6, arrow_ipc.Table({}))]),
+            arrow_ipc.list_of_int()])))) + arrow_ipc.END
+    return [
+        b"\0" + good, b"\0" + legacy, b"\0" + good[:-13], b"\0" + other_first,
+        b"\0" + arrow_ipc.token_stream([[[i]] for i in range(20)]),
+        b"\x14" + arrow_ipc.token_stream([[[7] * 40]]),
+        # L1: a schema that is a DAG, 2^60 fields walked as a tree.
+        b"\0" + arrow_ipc.dag_schema_stream(60),
+        # L2: 2 GiB of metadata claimed, inside a sparse 2 GiB file.
+        b"\x1f" + arrow_ipc.claimed_metadata_prefix(0x7FFFFFF8),
+        b"\x28" + arrow_ipc.claimed_metadata_prefix(0x7FFFFFF8)[4:],
+    ]
+
+
+def criteo_blocks():
+    """criteo_blocks_fuzz inputs: block size / 64 - 1, max_line - 1, then a
+    day file (criteo_lines() one per line)."""
+    lines = criteo_lines()
+    day = b"\n".join(lines[:4]) + b"\n"
+    return [bytes([3, 255]) + day, bytes([0, 255]) + day,
+            bytes([31, 99]) + b"\n".join(lines) + b"\n",
+            bytes([0, 0]) + b"\n\n\t\n", bytes([1, 255]) + day[:-1],
+            bytes([2, 127]) + day + day[:100]]
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -323,6 +372,9 @@ def main():
     for i, records in enumerate(shards):
         write(f"{out}/tfrecord_fuzz", f"shard{i}", tfrecord(records))
     write(f"{out}/tfrecord_fuzz", "truncated", tfrecord(EXAMPLES[:2])[:-7])
+    claim = struct.pack("<Q", 1 << 40)  # a record longer than the file
+    write(f"{out}/tfrecord_fuzz", "claimed",
+          claim + struct.pack("<I", masked_crc(claim)) + b"x" * 20)
     for i, spec in enumerate(SPECS):
         write(f"{out}/spec_fuzz", f"request{i}", open_request(spec, rank=i % 2))
     for i, text in enumerate(configs()):
@@ -343,6 +395,10 @@ def main():
         write(f"{out}/npy_fuzz", f"array{i}", data)
     for i, data in enumerate(criteo_lines()):
         write(f"{out}/criteo_line_fuzz", f"line{i}", data)
+    for i, data in enumerate(criteo_blocks()):
+        write(f"{out}/criteo_blocks_fuzz", f"day{i}", data)
+    for i, data in enumerate(arrow_streams()):
+        write(f"{out}/arrow_ipc_fuzz", f"stream{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 
