@@ -3,6 +3,7 @@
 #include "workloads/librispeech/librispeech.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -225,6 +226,37 @@ TEST_F(LibriSpeechTest, RefusesBadSplitsOptionsAndIndexes) {
   EXPECT_NE(bad.status().message().find("test-clean.csv at byte 4"),
             std::string::npos)
       << bad.status();
+}
+
+TEST_F(LibriSpeechTest, AnIndexIsBoundedBeforeItIsKept) {
+  // A sparse CSV over the cap is refused from its size, unread.
+  const std::string csv = absl::StrCat(dir_.path(), "/test-clean.csv");
+  WriteFile(csv, ",id\n0,a\n");
+  ASSERT_EQ(truncate(csv.c_str(), off_t(16) << 20 | 1), 0);
+  auto bad = Create("test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(bad.status().message().find("over the limit of 16777216"),
+            std::string::npos)
+      << bad.status();
+  // Lines each a few bytes, more than a split may keep: refused at the
+  // first line past the limit, naming its byte.
+  std::string lines = ",id\n";
+  for (int i = 0; i <= (1 << 20); ++i) absl::StrAppend(&lines, "0,a\n");
+  WriteFile(csv, lines);
+  bad = Create("test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(bad.status().message().find(
+                absl::StrCat("test-clean.csv at byte ", 4 + 4 * (1 << 20),
+                             ": more than 1048576 utterances")),
+            std::string::npos)
+      << bad.status();
+  lines.resize(lines.size() - 4);  // exactly the limit: read
+  WriteFile(csv, lines);
+  auto test = Create("test");
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ((*test)->num_examples(), uint64_t(1) << 20);
 }
 
 TEST_F(LibriSpeechTest, FillsStoredValuesAndPadding) {

@@ -22,8 +22,13 @@ namespace {
 constexpr uint64_t kAlgoPerfEvalTrainExamples = 5376;
 // eval_train is drawn with getrandbits(k <= 32) (python_random.h).
 constexpr uint64_t kMaxEvalTrainExamples = (uint64_t(1) << 32) - 1;
-// A subset's CSV: 281,241 lines of ~30 bytes for the largest; far above.
-constexpr uint64_t kMaxCsvBytes = uint64_t(256) << 20;
+// A subset's CSV: the largest (train-other-500) is 148,688 lines of ~25
+// bytes, ~4 MB; 16 MiB is what one OpenStream may read of one.
+constexpr uint64_t kMaxCsvBytes = uint64_t(16) << 20;
+// Utterances of one split, each kept as ~40 bytes and its id: the train
+// split has 281,241. A split's CSVs, however short their lines, keep at
+// most ~50 MB.
+constexpr uint64_t kMaxUtterances = uint64_t(1) << 20;
 // An audio file: 320,000 int64 values and a header (at most 64 KiB, npy.cc).
 constexpr uint64_t kMaxAudioFileBytes = kLibriSpeechMaxAudio * 8 + (1 << 17);
 constexpr uint64_t kMaxTargetsFileBytes =
@@ -42,7 +47,8 @@ struct Utterance {
 };
 
 // Reads `{data}/{subset}.csv`: the header ",id", then "ROWINDEX,ID" lines
-// (pandas' to_csv; AlgoPerf skips the header and takes column 1).
+// (pandas' to_csv; AlgoPerf skips the header and takes column 1), onto
+// `out`, which holds at most kMaxUtterances.
 absl::Status ReadCsv(const DataRoot& root, const std::string& data,
                      uint32_t subset, const std::string& name,
                      std::vector<Utterance>* out) {
@@ -85,6 +91,12 @@ absl::Status ReadCsv(const DataRoot& root, const std::string& data,
       return absl::DataLossError(absl::StrCat(
           "librispeech: ", Printable(path), " at byte ", at, ": line '",
           Printable(line.substr(0, 80)), "' is not ROWINDEX,UTTERANCE_ID"));
+    }
+    if (out->size() >= kMaxUtterances) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "librispeech: ", Printable(path), " at byte ", at, ": more than ",
+          kMaxUtterances,
+          " utterances in the split (LibriSpeech's train split has 281,241)"));
     }
     out->push_back({subset, std::string(id)});
   }
