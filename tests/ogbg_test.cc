@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
+#include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/ogbg/graph.h"
 #include "workloads/packed_schedule.h"
@@ -285,6 +286,29 @@ TEST(OgbgWorkload, BrokenFramingRefusesDamagedDataIsCounted) {
   EXPECT_FALSE(st.ok());
   EXPECT_THAT(st.message(), HasSubstr("validation.tfrecord-00000-of-00001"));
   EXPECT_THAT(st.message(), HasSubstr("offset"));
+}
+
+TEST(OgbgWorkload, ARecordOverAMebibyteIsLeftOutUnread) {
+  // A graph that parses, with 2 MiB of a feature besides (two serialized
+  // Examples concatenated are one, merged): left out and counted.
+  ExampleFeatures pad;
+  pad.bytes["padding"] = {std::string(2 << 20, 'x')};
+  Data data(16, 4, {{1, SerializeGraph(Chain(6, 1)) + SerializeExample(pad)}});
+  ASSERT_TRUE(
+      ParseGraph(SerializeGraph(Chain(6, 1)) + SerializeExample(pad)).ok());
+  absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("validation");
+  ASSERT_TRUE(w.ok()) << w.status();
+  WorkloadCounters counters;
+  std::vector<int> ids;
+  for (uint64_t row = 0; row < (*w)->num_examples(); ++row) {
+    RowBuffers out((*w)->tensors());
+    ASSERT_TRUE(
+        (*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(), &counters)
+            .ok());
+    for (int id : IdsOf(out, RowShape{2})) ids.push_back(id);
+  }
+  EXPECT_EQ(ids, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(counters.decode_errors.load(), 1u);
 }
 
 TEST(OgbgWorkload, TrainEpochHoldsEveryGraphOnceAndRowsAreDeterministic) {
