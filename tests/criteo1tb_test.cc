@@ -4,6 +4,7 @@
 #include "workloads/criteo1tb/criteo1tb.h"
 
 #include <farmhash.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -17,6 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
+#include "workloads/common/data_file.h"
+#include "workloads/criteo1tb/criteo_blocks.h"
 #include "workloads/criteo1tb/criteo_line.h"
 #include "workloads/packed_schedule.h"
 
@@ -253,6 +256,33 @@ TEST(Criteo1Tb, RefusesBadOptionsAndSplits) {
   w = Make(s, "test");  // no day_23_00 .. 18
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("test"), std::string::npos);
+}
+
+TEST(CriteoBlocks, ASplitOfSparseGiantsIsRefusedBeforeItsTableIsKept) {
+  // Blocks of 1 byte, so that a sparse file of 32 MiB is past the limit.
+  TempDir dir{"criteo-blocks"};
+  WriteFile(dir.Path("day_0_00"), "1\t2\n");
+  WriteFile(dir.Path("day_0_01"), "");
+  ASSERT_EQ(truncate(dir.Path("day_0_01").c_str(), off_t(criteo::kMaxBlocks)),
+            0);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+      DataRoot::Open(dir.path());
+  ASSERT_TRUE(root.ok()) << root.status();
+  absl::StatusOr<std::shared_ptr<criteo::BlockTable>> t =
+      criteo::BlockTable::Create(*root, {"day_0_00", "day_0_01"}, 1, 128);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(t.status().message().find(
+                "files up to day_0_01 hold 33554436 bytes, over 33554432 "
+                "blocks of 1 bytes"),
+            std::string::npos)
+      << t.status();
+  // At the limit, the table is kept.
+  ASSERT_EQ(
+      truncate(dir.Path("day_0_01").c_str(), off_t(criteo::kMaxBlocks) - 4), 0);
+  t = criteo::BlockTable::Create(*root, {"day_0_00", "day_0_01"}, 1, 128);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->num_blocks(), criteo::kMaxBlocks);
 }
 
 struct Row {

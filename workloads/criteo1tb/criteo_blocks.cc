@@ -32,6 +32,12 @@ absl::StatusOr<std::shared_ptr<BlockTable>> BlockTable::Create(
     t->total_bytes_ += size;
     t->first_block_.push_back(t->first_block_.back() +
                               (size + block_bytes - 1) / block_bytes);
+    if (t->first_block_.back() > kMaxBlocks) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "criteo1tb: the split's files up to ", path, " hold ",
+          t->total_bytes_, " bytes, over ", kMaxBlocks, " blocks of ",
+          block_bytes, " bytes (Criteo 1TB has ~16 M of the smallest)"));
+    }
     t->files_.push_back({std::move(path), size});
   }
   const uint64_t n = t->first_block_.back();

@@ -42,10 +42,17 @@ struct ParsedBlock {
   std::vector<int64_t> ids;   // lines x 26, when exact ids are kept
 };
 
+// Blocks of one split: its table keeps 4 bytes a block (the line counts),
+// whatever the files hold, so the count is bounded before anything is
+// kept. Criteo 1TB at the smallest block (64 KiB) has ~16 M; a split of
+// sparse giants is refused (ResourceExhausted, naming the size).
+inline constexpr uint64_t kMaxBlocks = uint64_t(1) << 25;
+
 class BlockTable {
  public:
   // `files` (paths relative to the data root, in split order) with their
-  // sizes from fstat. Lines longer than `max_line` bytes are damaged.
+  // sizes from fstat, at most kMaxBlocks blocks of `block_bytes` in all.
+  // Lines longer than `max_line` bytes are damaged.
   static absl::StatusOr<std::shared_ptr<BlockTable>> Create(
       std::shared_ptr<const DataRoot> root, std::vector<std::string> files,
       uint64_t block_bytes, uint64_t max_line);
