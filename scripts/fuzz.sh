@@ -46,6 +46,9 @@ targets=${BATCHD_FUZZ_TARGETS:-$(sed -n \
 ninja -C "$BUILD" $targets
 rm -rf "$BUILD/seeds"
 /usr/bin/python3 fuzz/make_seeds.py "$BUILD/seeds"
+# The targets' scratch files (fuzz/fuzz_util.h), kept in the build.
+export TMPDIR="$(cd "$BUILD" && pwd)/fuzz-tmp"
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 failed=()
 stage_start=$SECONDS
 for target in $targets; do
