@@ -341,9 +341,9 @@ def arrow_streams():
         b"\0" + good, b"\0" + legacy, b"\0" + good[:-13], b"\0" + other_first,
         b"\0" + arrow_ipc.token_stream([[[i]] for i in range(20)]),
         b"\x14" + arrow_ipc.token_stream([[[7] * 40]]),
-        # L1: a schema that is a DAG, 2^60 fields walked as a tree.
+        # Issue 35, L1: a schema that is a DAG, 2^60 fields walked as a tree.
         b"\0" + arrow_ipc.dag_schema_stream(60),
-        # L2: 2 GiB of metadata claimed, inside a sparse 2 GiB file.
+        # Issue 35, L2: 2 GiB of metadata claimed, inside a sparse 2 GiB file.
         b"\x1f" + arrow_ipc.claimed_metadata_prefix(0x7FFFFFF8),
         b"\x28" + arrow_ipc.claimed_metadata_prefix(0x7FFFFFF8)[4:],
     ]
