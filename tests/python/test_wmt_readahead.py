@@ -52,10 +52,12 @@ def run(data_root, tmp_path, budget, split, steps, start=0):
         got = []
         for ld in lds:
             rows = []
-            for batch in ld:
-                rows.append({k: v.numpy().copy() for k, v in batch.items()})
-                if len(rows) == steps:
+            while len(rows) < steps:
+                try:
+                    batch = next(ld)  # across epochs
+                except StopIteration:
                     break
+                rows.append({k: v.numpy().copy() for k, v in batch.items()})
             got.append(rows)
         m = metrics(port)
         for ld in lds:
