@@ -508,9 +508,8 @@ absl::StatusOr<Batch> Loader::NextInEpoch() {
     const uint64_t ended = m.epoch;
     m.kept = *std::move(b);
     m.epoch_open = false;
-    return absl::OutOfRangeError(
-        absl::StrCat("epoch ", ended, " of stream ", options_.stream,
-                     " has ended"));
+    return absl::OutOfRangeError(absl::StrCat("epoch ", ended, " of stream ",
+                                              options_.stream, " has ended"));
   }
   Returned(*b);
   return b;
@@ -524,10 +523,12 @@ absl::StatusOr<uint64_t> Loader::EpochSteps() const {
     return m.kept->epoch_steps();
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "stream ", options_.stream, " packs rows: its epochs differ in length, "
+      "stream ", options_.stream,
+      " packs rows: its epochs differ in length, "
       "counted by batchd as the stream reaches them; that of the ",
-      m.epoch_open ? "epoch in progress is not known yet" : "next epoch is "
-      "known from its first batch on (each batch says: epoch_steps)"));
+      m.epoch_open ? "epoch in progress is not known yet"
+                   : "next epoch is known from its first batch on (each "
+                     "batch says: epoch_steps)"));
 }
 
 void Loader::Returned(const Batch& b) {

@@ -311,7 +311,8 @@ class PyLoader {
     absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) throw py::value_error("the loader is closed");
     absl::StatusOr<uint64_t> steps = loader_->EpochSteps();
-    if (!steps.ok()) throw py::type_error(std::string(steps.status().message()));
+    if (!steps.ok())
+      throw py::type_error(std::string(steps.status().message()));
     return *steps;
   }
 
