@@ -237,3 +237,36 @@ def queues_with_rows(daemon, w):
         server=daemon.address, timeout=120, device="cpu",
         options={"graphs_per_row": 16}, stream=f"rows-{w}")
         for r in range(w)]
+
+
+def test_a_state_resumed_at_another_w_keeps_its_rows(daemon):
+    """AlgoPerf's per-device rows depend on W: a queue resumed from a state
+    at another W keeps the state's rows (B // W of the W saved), so the
+    batches go on exactly, each rank's rows concatenated."""
+    def queue(w, r, name, state=None):
+        return batchd.algoperf.input_queue(
+            "ogbg", "train", 64, data="ogbg", seed=4, world_size=w, rank=r,
+            server=daemon.address, timeout=120, device="cpu", stream=name,
+            state=state)
+
+    two = [queue(2, r, "resume-two") for r in range(2)]
+    try:
+        for q in two:
+            first = fields(next(q))
+            assert tuple(first["nodes"].shape) == (26 * 32 + 1, 9)
+        state = two[0].state_dict()
+        assert state["loader"]["options"]["graphs_per_row"] == "32"
+        after = [[fields(next(q)) for _ in range(2)] for q in two]
+    finally:
+        for q in two:
+            q.close()
+    one = queue(1, 0, "resume-one", state=state)
+    try:
+        for k in range(2):
+            got = fields(next(one))
+            assert tuple(got["n_node"].shape) == (2 * 33,)
+            for name in ("nodes", "n_node", "n_edge", "targets", "weights"):
+                assert torch.equal(got[name], torch.cat(
+                    [after[0][k][name], after[1][k][name]])), (k, name)
+    finally:
+        one.close()
