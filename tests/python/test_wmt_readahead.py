@@ -52,12 +52,10 @@ def run(data_root, tmp_path, budget, split, steps, start=0):
         got = []
         for ld in lds:
             rows = []
-            while len(rows) < steps:
-                try:
-                    batch = next(ld)  # across epochs
-                except StopIteration:
-                    break
+            for batch in ld:
                 rows.append({k: v.numpy().copy() for k, v in batch.items()})
+                if len(rows) == steps:
+                    break
             got.append(rows)
         m = metrics(port)
         for ld in lds:
