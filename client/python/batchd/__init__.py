@@ -85,7 +85,9 @@ class StreamInfo(NamedTuple):
     rank: int
     world_size: int
     examples_per_epoch: int
-    steps_per_epoch: int  # 0 where epochs differ in length (wmt train)
+    # 0 where epochs differ in length (packed rows: wmt, ogbg and criteo1tb
+    # train; each batch says its epoch's, BatchInfo.epoch_steps)
+    steps_per_epoch: int
     start_step: int  # the step this rank's ring began at
     slots: int  # ring slots: keep fewer batches than this alive at once
     slot_bytes: int
