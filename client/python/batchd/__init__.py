@@ -8,10 +8,10 @@ input queues do:
 
     loader = batchd.Loader("job42-train", global_batch_size=256,
                            workload="imagenet", data="imagenet/train")
-    for epoch in range(90):                   # rank, world from RANK, WORLD_SIZE
-        for batch in loader:                  # one epoch: len(loader) steps
+    for epoch in range(90):           # rank, world from RANK, WORLD_SIZE
+        for batch in loader:          # one epoch: len(loader) steps
             x = batchd.normalize(batch["inputs"], device="cuda")
-            info = loader.last_batch_info     # step, epoch, position, ...
+            info = loader.last_batch_info  # step, epoch, position, ...
 
 A for loop yields one epoch, as torch's DataLoader does, and the next loop
 the next epoch, in its own shuffled order; next(loader) runs on across
