@@ -50,10 +50,9 @@ def main():
     wait = 0.0
     first_loss = None
     t0 = time.perf_counter()
-    it = iter(loader)
     for step in range(args.steps):
         t = time.perf_counter()
-        batch = next(it)
+        batch = next(loader)  # runs on across epochs: a trainer of steps
         wait += time.perf_counter() - t
         x = batch["payload"].to(torch.float32) / 127.5 - 1.0
         y = x @ w_true

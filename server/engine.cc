@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/test_hooks.h"
 
 namespace batchd {
 
@@ -201,6 +202,12 @@ void WriteSlotHeader(const BatchLayout& layout, const StepItems& items,
   h->batch_cursor_window = batch_cursor.window;
   h->batch_cursor_row = batch_cursor.row;
   h->valid_count = uint32_t(items.valid);
+  // Test hook: a daemon that does not say where epochs end (one from
+  // before the fields; every step of a packed epoch still being counted).
+  static const bool hide_epochs =
+      TestHook("BATCHD_TEST_HIDE_EPOCH_STEPS") != nullptr;
+  h->epoch_first_step = hide_epochs ? 0 : items.epoch_first_step;
+  h->epoch_steps = hide_epochs ? 0 : items.epoch_steps;
   h->num_tensors = uint32_t(layout.entries.size());
   h->payload_bytes = layout.payload_bytes;
   for (size_t k = 0; k < layout.entries.size(); ++k) {

@@ -270,12 +270,15 @@ class PyLoader {
   }
 
   // Returns ([(name, SlotView), ...], (step, epoch, position, valid_count,
-  // (cursor epoch, window, row, step))). Raises StopIteration at the end of
-  // an eval stream. `uint64_as_int64` is for torch (see ToDLDataType).
+  // (cursor epoch, window, row, step), epoch_steps, last_in_epoch)).
+  // Raises StopIteration at the end of an eval stream, and with
+  // `in_epoch` (Loader::NextInEpoch) at the end of the epoch in progress.
+  // `uint64_as_int64` is for torch (see ToDLDataType).
   // In a forked child mu_ may be held by a thread the child does not have:
   // there it is not taken (the analysis cannot follow a lock taken only in
   // one process).
-  py::tuple Next(bool uint64_as_int64) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  py::tuple Next(bool uint64_as_int64,
+                 bool in_epoch) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     absl::StatusOr<Batch> batch;
     {
       py::gil_scoped_release release;
@@ -284,7 +287,7 @@ class PyLoader {
       if (loader_ == nullptr) {
         batch = absl::FailedPreconditionError("the Loader is closed");
       } else {
-        batch = loader_->Next();
+        batch = in_epoch ? loader_->NextInEpoch() : loader_->Next();
       }
       if (owner) mu_.Unlock();
     }
@@ -300,6 +303,17 @@ class PyLoader {
     absl::MutexLock lock(&mu_);
     if (loader_ == nullptr) throw py::value_error("the loader is closed");
     return loader_->State().ToJson();
+  }
+
+  // Loader::EpochSteps, or TypeError saying why it is not known (what
+  // len() raises for a length it cannot give).
+  uint64_t EpochSteps() {
+    absl::MutexLock lock(&mu_);
+    if (loader_ == nullptr) throw py::value_error("the loader is closed");
+    absl::StatusOr<uint64_t> steps = loader_->EpochSteps();
+    if (!steps.ok())
+      throw py::type_error(std::string(steps.status().message()));
+    return *steps;
   }
 
   void LoadState(const std::string& json) {
@@ -395,7 +409,8 @@ class PyLoader {
                        batch.cursor_row(), batch.step());
     return py::make_tuple(
         tensors, py::make_tuple(batch.step(), batch.epoch(), batch.position(),
-                                batch.valid_count(), cursor));
+                                batch.valid_count(), cursor,
+                                batch.epoch_steps(), batch.last_in_epoch()));
   }
 
   // Constant after construction.
@@ -513,6 +528,16 @@ void DefineModule(py::module_& m) {
       "The server refused the stream spec or the arguments; the message "
       "says which field.");
 
+  m.def(
+      "_default_world_size",
+      [] {
+        LoaderOptions o;
+        ApplyEnvironmentDefaults(&o);
+        return o.world_size;
+      },
+      "The world size a Loader opened without one takes ($WORLD_SIZE, "
+      "else 1).");
+
   m.attr("__version__") = kBatchdVersion;
   m.attr("PROTOCOL_VERSION") = kProtocolVersion;
 
@@ -535,7 +560,9 @@ void DefineModule(py::module_& m) {
       .def(py::init([](py::kwargs kw) {
         return std::make_unique<PyLoader>(MakeOptions(kw));
       }))
-      .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true)
+      .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true,
+           py::arg("in_epoch") = false)
+      .def("_epoch_steps", &PyLoader::EpochSteps)
       .def("_info", &PyLoader::Info)
       .def("_mapping", &PyLoader::Mapping)
       .def("_register_pinned", &PyLoader::RegisterPinned)
