@@ -13,7 +13,9 @@
 #include <hdf5.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -334,6 +336,16 @@ void ExpectConfinedProcessOpensNothing(bool outer) {
     refused("kill", kill(getppid(), 0));
     refused("ptrace",
             syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, getppid(), 0, 0));
+    // Another process's limits and priority, a terminal's input, being
+    // traced again.
+    const rlimit one = {1, 1};
+    refused("prlimit", prlimit(getppid(), RLIMIT_NOFILE, &one, nullptr));
+    refused("setpriority", setpriority(PRIO_PROCESS, getppid(), 19));
+    char c = 'x';
+    refused("TIOCSTI", ioctl(2, TIOCSTI, &c));
+    refused("TIOCSTI, high bits",
+            syscall(SYS_ioctl, 2, (uint64_t(1) << 32) | TIOCSTI, &c));
+    refused("PR_SET_DUMPABLE", prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
     if (geteuid() == 0 && !creds.change) out += "still root; ";
     if (creds.change && (getuid() != kOwnerA || getgid() != kOwnerA)) {
       out += "not the owner's ids; ";

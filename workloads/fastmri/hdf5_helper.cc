@@ -297,9 +297,14 @@ absl::Status Hdf5Helper::Start() {
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  // Nothing to read, nowhere to print but stderr (sanitizers' reports).
+  // Nothing to read and nowhere to write: code a crafted file ran there
+  // could forge lines of the daemon's log. Sanitizer builds and tests keep
+  // stderr for the reports.
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  if (!SanitizerBuild() && !TestHooksEnabled()) {
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  }
   // dup2 onto the helper's numbers clears close-on-exec there; a source
   // already at that number would keep it, so sources are moved above them.
   const int socket_src = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);

@@ -98,6 +98,10 @@ absl::Status Answer(const Hdf5Request& req, ssize_t n, int fd, char* buffer,
 
 [[noreturn]] void RunHdf5Helper(pid_t daemon) {
   prctl(PR_SET_NAME, "batchd-hdf5");
+  // A session of its own: no controlling terminal (nothing to type into),
+  // and a terminal's signals for the daemon's group do not reach it (it
+  // ends with the daemon all the same).
+  setsid();
   Hdf5Reply hello = {};
   void* mapped = mmap(nullptr, kHdf5MaxSliceBytes, PROT_READ | PROT_WRITE,
                       MAP_SHARED, kHdf5BufferFd, 0);

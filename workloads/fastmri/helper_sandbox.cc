@@ -7,6 +7,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -69,13 +70,47 @@ constexpr const char* kDenied[] = {
     "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
     "setgroups", "setfsuid", "setfsgid", "capset"};
 
-// Allowed only with the helper itself as the target (argument 0).
-constexpr const char* kSelfOnly[] = {"kill", "tgkill", "rt_sigqueueinfo",
-                                     "rt_tgsigqueueinfo"};
+// Calls refused for some arguments: those that act on another process
+// (a helper running as the daemon's uid could otherwise lower the daemon's
+// limits with prlimit, or pin or renice it) or that would undo the rest.
+// Where every value but one is refused, the whole 64-bit argument is
+// compared (high bits set make it another value, refused too); where one
+// value is refused, its low 32 bits alone (the kernel reads an int).
+struct ArgRule {
+  const char* call;
+  unsigned arg;
+  scmp_compare op;
+  scmp_datum_t a, b;  // b: the mask's value (SCMP_CMP_MASKED_EQ)
+};
 
-// prctl options it may not use again: PR_SET_DUMPABLE 1 would let another
-// process of its uid trace it and take the descriptors it holds.
-constexpr int kDeniedPrctl[] = {PR_SET_DUMPABLE, PR_SET_PTRACER};
+std::vector<ArgRule> ArgRules() {
+  const scmp_datum_t self = scmp_datum_t(getpid());
+  constexpr scmp_datum_t kInt = 0xffffffff;
+  return {
+      // Signals: to itself only.
+      {"kill", 0, SCMP_CMP_NE, self, 0},
+      {"tgkill", 0, SCMP_CMP_NE, self, 0},
+      {"rt_sigqueueinfo", 0, SCMP_CMP_NE, self, 0},
+      {"rt_tgsigqueueinfo", 0, SCMP_CMP_NE, self, 0},
+      // Another process's limits, scheduling, memory: pid 0 (itself) only.
+      {"prlimit64", 0, SCMP_CMP_NE, 0, 0},
+      {"sched_setaffinity", 0, SCMP_CMP_NE, 0, 0},
+      {"sched_setparam", 0, SCMP_CMP_NE, 0, 0},
+      {"sched_setscheduler", 0, SCMP_CMP_NE, 0, 0},
+      {"sched_setattr", 0, SCMP_CMP_NE, 0, 0},
+      {"migrate_pages", 0, SCMP_CMP_NE, 0, 0},
+      {"move_pages", 0, SCMP_CMP_NE, 0, 0},
+      {"get_robust_list", 0, SCMP_CMP_NE, 0, 0},
+      {"setpriority", 1, SCMP_CMP_NE, 0, 0},
+      {"ioprio_set", 1, SCMP_CMP_NE, 0, 0},
+      // Typing into a terminal the daemon's stderr may be.
+      {"ioctl", 1, SCMP_CMP_MASKED_EQ, kInt, TIOCSTI},
+      // PR_SET_DUMPABLE 1 would let another process of its uid trace it
+      // and take the descriptors it holds.
+      {"prctl", 0, SCMP_CMP_MASKED_EQ, kInt, PR_SET_DUMPABLE},
+      {"prctl", 0, SCMP_CMP_MASKED_EQ, kInt, PR_SET_PTRACER},
+  };
+}
 
 absl::Status Seccomp(int rc, const char* what, const char* call) {
   if (rc == 0) return absl::OkStatus();
@@ -97,21 +132,14 @@ absl::Status InstallFilter() {
     // A negative number is a call this architecture lacks.
     if (nr >= 0) st = Seccomp(rc, "denying ", name);
   }
-  const scmp_datum_t self = scmp_datum_t(getpid());
-  for (const char* name : kSelfOnly) {
+  for (const ArgRule& r : ArgRules()) {
     if (!st.ok()) break;
-    const int nr = seccomp_syscall_resolve_name(name);
+    const int nr = seccomp_syscall_resolve_name(r.call);
     if (nr == __NR_SCMP_ERROR) continue;
-    const int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1,
-                                    SCMP_A0(SCMP_CMP_NE, self));
-    if (nr >= 0) st = Seccomp(rc, "limiting ", name);
-  }
-  for (int option : kDeniedPrctl) {
-    if (!st.ok()) break;
-    st =
-        Seccomp(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(prctl), 1,
-                                 SCMP_A0(SCMP_CMP_EQ, scmp_datum_t(option))),
-                "limiting ", "prctl");
+    const scmp_arg_cmp cmp = {r.arg, r.op, r.a, r.b};
+    const int rc =
+        seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, &cmp);
+    if (nr >= 0) st = Seccomp(rc, "limiting ", r.call);
   }
   // Loaded with prctl(PR_SET_SECCOMP), not seccomp(2): systemd's
   // SystemCallFilter=@system-service (docker/batchd.service) refuses
@@ -205,6 +233,14 @@ absl::StatusOr<HelperCredentials> DecodeCredentials(const std::string& s) {
         absl::StrCat("malformed helper credentials: ", s));
   }
   return c;
+}
+
+bool SanitizerBuild() {
+#ifdef BATCHD_SHADOW_MEMORY
+  return true;
+#else
+  return false;
+#endif
 }
 
 absl::Status ConfineHelper(const HelperCredentials& creds,

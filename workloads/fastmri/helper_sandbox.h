@@ -18,9 +18,10 @@
 //     opens, names or changes a file by path, starts a program, makes a
 //     socket, or reaches another process fails with EPERM (not a kill: a
 //     library that tries reports an error the daemon can pass on, naming
-//     the file). Signals may go to the helper itself only. Calls of
-//     another ABI (i386, x32) kill the process. The filter is inherited
-//     by every thread started after it.
+//     the file). Signals, limits and scheduling apply to the helper itself
+//     only; TIOCSTI (typing into a terminal) is refused. Calls of another
+//     ABI (i386, x32) kill the process. The filter is inherited by every
+//     thread started after it.
 //
 // Thread safety: ConfineHelper is for a single-threaded process, once.
 #ifndef BATCHD_WORKLOADS_FASTMRI_HELPER_SANDBOX_H_
@@ -51,6 +52,11 @@ inline constexpr uint32_t kNobody = 65534;
 // environment.
 std::string EncodeCredentials(const HelperCredentials& c);
 absl::StatusOr<HelperCredentials> DecodeCredentials(const std::string& s);
+
+// Whether this build runs under AddressSanitizer, ThreadSanitizer or
+// MemorySanitizer (no RLIMIT_DATA then; a helper's stderr kept for their
+// reports).
+bool SanitizerBuild();
 
 // Confines the calling process (above). `data_limit_bytes`: RLIMIT_DATA.
 absl::Status ConfineHelper(const HelperCredentials& creds,
