@@ -39,7 +39,7 @@ failed=()
 for target in tfrecord_fuzz example_fuzz image_decoder_fuzz tokenizer_fuzz \
   sentencepiece_model_fuzz config_fuzz spec_fuzz cache_entry_fuzz \
   cache_index_fuzz wmt_lengths_fuzz npy_fuzz ogbg_graph_fuzz \
-  criteo_line_fuzz; do
+  criteo_line_fuzz hdf5_reply_fuzz; do
   # The corpus grows in a scratch copy; the seeds stay as generated.
   corpus="$BUILD/corpus/$target"
   rm -rf "$corpus" && mkdir -p "$corpus" "$BUILD/crashes/$target"
