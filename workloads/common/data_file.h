@@ -26,8 +26,8 @@
 // kernel's or ours, is made with them; where it cannot (a daemon of another
 // uid, a TCP caller), our walk checks the mode bits and ACLs of every
 // directory it looks a name up in, through every link, and of the file it
-// opens. To such a reader a path that is missing, one it may not reach
-// and one that leads outside the root (or loops) fail exactly alike:
+// opens. To either kind of reader a path that is missing, one it may not
+// reach and one that leads outside the root (or loops) fail exactly alike:
 // NotFound, one message naming the path and the reader, so that no answer
 // says what exists where the reader cannot look. Unrestricted readers (the
 // daemon, root, the daemon's uid) get the detailed errors.
