@@ -114,10 +114,11 @@ struct CoreOptions {
 };
 
 // `options` with data_root made absolute (realpath; InvalidArgument when it
-// does not exist), every automatic figure resolved (threads and
-// index_threads from the cores this process may use, the ring byte limits
-// from /dev/shm's size now, default_slots) and shm_prefix checked
-// (InvalidArgument naming --shm-prefix).
+// does not exist; the path as given is kept as another name of the root for
+// the links in its tree: DataRoot::AddOperatorName), every automatic figure
+// resolved (threads and index_threads from the cores this process may use, the
+// ring byte limits from /dev/shm's size now, default_slots) and shm_prefix
+// checked (InvalidArgument naming --shm-prefix).
 absl::StatusOr<CoreOptions> ResolveCoreOptions(const CoreOptions& options);
 
 }  // namespace batchd

@@ -79,6 +79,20 @@ DIR* OpenDir(const DataRoot* root, const std::string& path) {
   return d;
 }
 
+// Whether `name`, a link in directory `path` (open as `dir_fd`), leads to a
+// directory, as os.scandir's is_dir() follows it. A restricted reader's
+// answer is the data root's, with its rights: a link it cannot follow, or
+// one that leads outside the root, is no directory (as a broken link), so
+// that a listing says nothing of what lies where the reader cannot look.
+bool LinkIsDirectory(const DataRoot* root, int dir_fd, const std::string& path,
+                     const char* name) {
+  if (root != nullptr && root->access().restricted()) {
+    return root->IsDirectory(absl::StrCat(path, "/", name));
+  }
+  struct stat st;
+  return fstatat(dir_fd, name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+}
+
 // Lists `path` as os.scandir / os.walk classify entries: is_dir() follows
 // symlinks; everything else (files, broken links, sockets) is a file. With
 // a root, the directory is opened through it (confined).
@@ -114,8 +128,7 @@ absl::Status ListDir(const DataRoot* root, const std::string& path,
       is_dir = known && S_ISDIR(st.st_mode);
     }
     if (is_link) {
-      struct stat st;
-      is_dir = fstatat(dirfd(d), n, &st, 0) == 0 && S_ISDIR(st.st_mode);
+      is_dir = LinkIsDirectory(root, dirfd(d), path, n);
       if (!is_dir) out->linked_files.push_back(n);
     }
     (is_dir ? out->dirs : out->files).push_back(n);
@@ -536,8 +549,8 @@ class ImageFolderSource : public ImageSource {
     bool same = !w.identity.empty() && fstat(dirfd(d), &st) == 0 &&
                 DirIdentity(st) == w.identity;
     for (size_t i = 0; same && i < w.linked_files.size(); ++i) {
-      same = !(fstatat(dirfd(d), w.linked_files[i].c_str(), &st, 0) == 0 &&
-               S_ISDIR(st.st_mode));
+      same = !LinkIsDirectory(root_.get(), dirfd(d), DirPath(w.rel),
+                              w.linked_files[i].c_str());
     }
     closedir(d);
     return same;

@@ -423,10 +423,14 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   for (const std::string& dir_root : roots) {
     for (const std::string& name : names) {
       const std::string dir = absl::StrCat(dir_root, "/", name);
-      // A restricted reader's tree is one it may reach: what lies beyond
-      // a directory it cannot search reads as missing.
-      if (IsDir(dir) &&
-          (!config.access.restricted() || (*data_root)->Resolve(dir).ok())) {
+      // A restricted reader's tree is one it may reach, looked up with its
+      // rights: what lies beyond a directory it cannot search, or outside
+      // the root, reads as missing.
+      const bool tree = config.access.restricted()
+                            ? (*data_root)->IsDirectory(dir) &&
+                                  (*data_root)->Resolve(dir).ok()
+                            : IsDir(dir);
+      if (tree) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
             OpenImageFolder(dir, source_options);
         if (!s.ok()) return s.status();
