@@ -241,6 +241,7 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   config.data_path = *path;
   config.data_root = options_.data_root;
   config.access = access;
+  config.max_data_file_bytes = options_.max_data_file_bytes;
   config.cache = options_.cache;
   config.executor = executor_;
   config.shared = shared_;

@@ -96,7 +96,8 @@ void DataRoot::DisableOpenat2ForTesting(bool disable) {
 }
 
 absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
-    const std::string& root, const ReadAccess& access) {
+    const std::string& root, const ReadAccess& access,
+    uint64_t max_file_bytes) {
   char resolved[PATH_MAX];
   if (realpath(root.c_str(), resolved) == nullptr) {
     return ErrnoStatus(absl::StrCat("data root ", root), errno);
@@ -108,15 +109,23 @@ absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
   std::string given = root;
   while (given.size() > 1 && given.back() == '/') given.pop_back();
   return std::shared_ptr<const DataRoot>(
-      new DataRoot(fd, resolved, given, access));
+      new DataRoot(fd, resolved, given, access, max_file_bytes));
 }
 
 DataRoot::~DataRoot() { close(fd_); }
 
 absl::StatusOr<int> DataRoot::OpenFile(const std::string& path,
                                        struct stat* st) const {
-  return OpenBeneath(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, false,
-                     st);
+  struct stat own;
+  struct stat* const info = st != nullptr ? st : &own;
+  absl::StatusOr<int> fd = OpenBeneath(
+      path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, false, info);
+  if (!fd.ok()) return fd;
+  if (absl::Status s = CheckFileSize(path, *info, max_file_bytes_); !s.ok()) {
+    close(*fd);
+    return s;
+  }
+  return fd;
 }
 
 absl::StatusOr<int> DataRoot::OpenDirectory(const std::string& path) const {
@@ -321,6 +330,15 @@ absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
         absl::StrCat(path, " resolves outside the data root ", path_));
   }
   return std::string(real);
+}
+
+absl::Status CheckFileSize(const std::string& path, const struct stat& st,
+                           uint64_t max_file_bytes) {
+  if (uint64_t(st.st_size) <= max_file_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(path, " is ", uint64_t(st.st_size),
+                   " bytes, over the limit of ", max_file_bytes,
+                   " bytes of one data file (batchd --max-data-file-bytes)"));
 }
 
 absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,
