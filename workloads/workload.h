@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
 #include "base/executor.h"
+#include "base/work_context.h"
 #include "client/include/batchd/dtype.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/read_access.h"
@@ -64,6 +65,12 @@ struct WorkloadConfig {
   // --max-data-file-bytes): refused, naming the file, before any pass over
   // it. Default: kDefaultMaxDataFileBytes (256 GiB).
   uint64_t max_data_file_bytes = kDefaultMaxDataFileBytes;
+  // Whom the stream is made for and whether its request still wants it
+  // (base/work_context.h): CreateWorkload runs the workload's factory
+  // under it, so that the tasks the factory submits are the owner's and
+  // its long loops (CheckCancelled, ParallelFor) stop with CANCELLED once
+  // the request is cancelled. Default: the daemon's own, never cancelled.
+  WorkContext work;
   // The split as the spec spells it; a workload parses it once with
   // ParseSplit (workloads/split.h), naming the splits it serves.
   std::string split;
