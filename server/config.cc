@@ -140,6 +140,12 @@ std::vector<Flag> ServingFlags() {
                   "through batchd only what its own uid and groups could "
                   "read (TCP callers: what any local user could). "
                   "Default: the current directory"),
+      U64_FLAG("max-data-file-bytes", core.max_data_file_bytes, 1, "BYTES",
+               "no data file larger than BYTES is read: a stream that needs "
+               "one is refused at OpenStream, naming the file, its size "
+               "and this flag, before any pass over it (a sparse file made "
+               "with truncate claims terabytes at no cost). Default: "
+               "274877906944 (256 GiB, five times a Criteo 1TB day file)"),
       Flag{"cache-dir", Kind::kString, "DIR",
            "persistent cache of what batchd learns about a data set "
            "(its indexes, such as text line offsets, and WMT token "

@@ -37,6 +37,11 @@ struct CoreOptions {
   // whatever a stream's options ask, no workload starts more. 0: the cores
   // this process may use. At most Executor::kMaxThreads. Default: 0.
   int index_threads = 0;
+  // No data file larger than this is opened for any stream: refused at
+  // OpenStream, naming the file, its size and --max-data-file-bytes,
+  // before any pass over it (workloads/common/data_file.h). Default:
+  // kDefaultMaxDataFileBytes (256 GiB).
+  uint64_t max_data_file_bytes = uint64_t(256) << 30;
   // Bytes of SentencePiece models loaded at once over all streams (a model
   // shared by streams counts once); a stream whose model would exceed it
   // is refused. Default: SharedWork::kDefaultMaxModelBytes (1 GiB).

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/paths.h"
+#include "base/work_context.h"
 #include "client/ring.h"
 #include "server/core_options.h"
 #include "workloads/common/data_file.h"
@@ -231,6 +232,9 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   config.data_path = *path;
   config.data_root = options_.data_root;
   config.access = access;
+  config.max_data_file_bytes = options_.max_data_file_bytes;
+  // The request's (Core set it): its owner's work, stopped when cancelled.
+  config.work = CurrentWork();
   config.cache = options_.cache;
   config.executor = executor_;
   config.shared = shared_;
@@ -284,6 +288,12 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
     }
   }
   if (absl::Status s = schedule.CheckReachable(spec.start_step()); !s.ok()) {
+    return s;
+  }
+  // A stream whose caller has gone is not kept: nobody would attach.
+  if (absl::Status s =
+          CheckCancelled(absl::StrCat("stream '", spec.name(), "'"));
+      !s.ok()) {
     return s;
   }
   return setup;

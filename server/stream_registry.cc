@@ -387,6 +387,11 @@ std::vector<uint32_t> StreamRegistry::OwnersNamedIfMissing(
   return owners;
 }
 
+bool StreamRegistry::Has(const StreamKey& key) const {
+  absl::MutexLock lock(&mu_);
+  return streams_.count(key) != 0;
+}
+
 void StreamRegistry::CloseAll() {
   std::map<StreamKey, std::unique_ptr<Stream>> closed;
   {

@@ -90,7 +90,8 @@ void DataRoot::AddOperatorName(const std::string& resolved,
 }
 
 absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
-    const std::string& root, const ReadAccess& access) {
+    const std::string& root, const ReadAccess& access,
+    uint64_t max_file_bytes) {
   // The operator's path (a flag, a tool's argument), not a user's.
   char resolved[PATH_MAX];
   if (realpath(root.c_str(), resolved) == nullptr) {
@@ -127,15 +128,23 @@ absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
     }
   }
   return std::shared_ptr<const DataRoot>(
-      new DataRoot(std::move(walk), resolved, access));
+      new DataRoot(std::move(walk), resolved, access, max_file_bytes));
 }
 
 DataRoot::~DataRoot() { close(walk_.fd); }
 
 absl::StatusOr<int> DataRoot::OpenFile(const std::string& path,
                                        struct stat* st) const {
-  return OpenBeneath(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, false,
-                     st);
+  struct stat own;
+  struct stat* const info = st != nullptr ? st : &own;
+  absl::StatusOr<int> fd = OpenBeneath(
+      path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, false, info);
+  if (!fd.ok()) return fd;
+  if (absl::Status s = CheckFileSize(path, *info, max_file_bytes_); !s.ok()) {
+    close(*fd);
+    return s;
+  }
+  return fd;
 }
 
 absl::StatusOr<int> DataRoot::OpenDirectory(const std::string& path) const {
@@ -317,6 +326,15 @@ absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
         absl::StrCat(path, " resolves outside the data root ", path_));
   }
   return std::string(real);
+}
+
+absl::Status CheckFileSize(const std::string& path, const struct stat& st,
+                           uint64_t max_file_bytes) {
+  if (uint64_t(st.st_size) <= max_file_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(path, " is ", uint64_t(st.st_size),
+                   " bytes, over the limit of ", max_file_bytes,
+                   " bytes of one data file (batchd --max-data-file-bytes)"));
 }
 
 absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,

@@ -53,15 +53,21 @@ namespace batchd {
 // Default cap of one whole-file read (an image): ImageNet's largest JPEG is
 // a few MiB, so 64 MiB refuses only what is not a photograph.
 constexpr uint64_t kDefaultMaxFileBytes = uint64_t(64) << 20;
+// Default bound of any data file opened (batchd --max-data-file-bytes):
+// 256 GiB, five times a Criteo 1TB day file (~50 GB), the largest file of
+// the AlgoPerf data sets, and far below what a sparse file can claim
+// (`truncate -s 2T` costs nothing on disk, and a pass over it hours).
+constexpr uint64_t kDefaultMaxDataFileBytes = uint64_t(256) << 30;
 
 class DataRoot {
  public:
   // `root` must be an existing directory; it is resolved (realpath: the
   // operator's path, not a user's) here and held open, so that later renames
   // of its parents do not move it. Files are opened with `access`'s
-  // permissions.
+  // permissions, and none larger than `max_file_bytes` (OpenFile).
   static absl::StatusOr<std::shared_ptr<const DataRoot>> Open(
-      const std::string& root, const ReadAccess& access = ReadAccess());
+      const std::string& root, const ReadAccess& access = ReadAccess(),
+      uint64_t max_file_bytes = kDefaultMaxDataFileBytes);
   ~DataRoot();
   DataRoot(const DataRoot&) = delete;
   DataRoot& operator=(const DataRoot&) = delete;
@@ -69,6 +75,7 @@ class DataRoot {
   // The resolved root.
   const std::string& path() const { return path_; }
   const ReadAccess& access() const { return access_; }
+  uint64_t max_file_bytes() const { return max_file_bytes_; }
 
   // The real path of `path` (absolute and beneath path(), or relative to
   // it): a directory the reader may search, or a file it may read (any
@@ -84,7 +91,9 @@ class DataRoot {
   // FailedPrecondition when it is not a regular file (a FIFO, a device, a
   // directory) or its links loop, NotFound when missing; a restricted
   // reader gets NotFound, the one message, for every path it cannot open.
-  // `st` (optional) receives its fstat.
+  // ResourceExhausted (CheckFileSize) when it is larger than
+  // max_file_bytes(), before anything reads it. `st` (optional) receives
+  // its fstat.
   absl::StatusOr<int> OpenFile(const std::string& path,
                                struct stat* st = nullptr) const;
   // The same for a directory (to list it with fdopendir).
@@ -106,10 +115,12 @@ class DataRoot {
   static void DisableOpenat2ForTesting(bool disable);
 
  private:
-  DataRoot(WalkRoot walk, std::string path, ReadAccess access)
+  DataRoot(WalkRoot walk, std::string path, ReadAccess access,
+           uint64_t max_file_bytes)
       : walk_(std::move(walk)),
         path_(std::move(path)),
-        access_(std::move(access)) {}
+        access_(std::move(access)),
+        max_file_bytes_(max_file_bytes) {}
   absl::StatusOr<int> OpenBeneath(const std::string& path, int flags,
                                   bool directory, struct stat* st) const;
   // The descriptor of `path` opened with `flags`, the reader granted `want`
@@ -122,7 +133,14 @@ class DataRoot {
   const WalkRoot walk_;     // the root's descriptor (owned), identity, names
   const std::string path_;  // resolved
   const ReadAccess access_;
+  const uint64_t max_file_bytes_;
 };
+
+// OK, or ResourceExhausted when `st` (of `path`) is larger than
+// `max_file_bytes`: "<path> is N bytes, over the limit of M bytes of one
+// data file (batchd --max-data-file-bytes)".
+absl::Status CheckFileSize(const std::string& path, const struct stat& st,
+                           uint64_t max_file_bytes);
 
 // Reads the regular file `path` (confined to `root`) whole into *bytes,
 // which is reused. A file larger than max_bytes is refused from its size,

@@ -290,9 +290,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
       kName, config.split,
       {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
   if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();
   absl::StatusOr<std::vector<std::string>> files =
       SplitFiles(**root, config.data_path, *split);
@@ -324,7 +322,14 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
         pool, Priority::kServing, b1 - b0, b1 - b0,
         [&](uint64_t i) -> absl::Status { return t.Lines(b0 + i).status(); },
         1);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // What was counted is kept (its request may have been cancelled):
+      // the next open of these files counts only the rest.
+      if (store != nullptr && t.counted_since_store() > 0) {
+        t.StoreCounts(*store);
+      }
+      return s;
+    }
     for (uint64_t b = b0; b < b1; ++b) {
       first_line.push_back(first_line.back() + t.KnownLines(b));
     }

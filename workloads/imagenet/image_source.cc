@@ -24,6 +24,7 @@
 #include "base/clock.h"
 #include "base/executor.h"
 #include "base/log.h"
+#include "base/work_context.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tf_example.h"
@@ -116,7 +117,16 @@ absl::Status ListDir(const DataRoot* root, const std::string& path,
     out->identity = DirIdentity(self);
     out->changed_ns = std::max(Nanos(self.st_mtim), Nanos(self.st_ctim));
   }
+  uint64_t seen = 0;
   while (dirent* e = readdir(d)) {
+    // A folder of millions of entries stops when its request goes.
+    if (++seen % 4096 == 0) {
+      if (absl::Status s = CheckCancelled(absl::StrCat("listing ", path));
+          !s.ok()) {
+        closedir(d);
+        return s;
+      }
+    }
     const char* n = e->d_name;
     if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
     bool is_dir = e->d_type == DT_DIR;
@@ -156,10 +166,11 @@ void LogIndex(LogLevel level, const std::string& msg) {
 constexpr size_t kIndexThreads = 16;
 
 // fn(0) ... fn(n - 1), on up to kIndexThreads threads at once: this one and
-// the executor's (null: this one alone).
-void ParallelFor(Executor* executor, size_t n,
-                 const std::function<void(size_t)>& fn) {
-  (void)batchd::ParallelFor(
+// the executor's (null: this one alone). CANCELLED, with items left out,
+// when the request that indexes no longer wants it.
+absl::Status ParallelFor(Executor* executor, size_t n,
+                         const std::function<void(size_t)>& fn) {
+  return batchd::ParallelFor(
       executor, Priority::kServing, n, kIndexThreads,
       [&](uint64_t i) {
         fn(size_t(i));
@@ -338,8 +349,10 @@ class ImageFolderSource : public ImageSource {
     for (size_t first = 0; first < classes_.size(); first += kBatch) {
       std::vector<ClassListing> batch(
           std::min(kBatch, classes_.size() - first));
-      ParallelFor(executor_, batch.size(),
-                  [&](size_t i) { ListClass(classes_[first + i], &batch[i]); });
+      absl::Status listed = ParallelFor(executor_, batch.size(), [&](size_t i) {
+        ListClass(classes_[first + i], &batch[i]);
+      });
+      if (!listed.ok()) return listed;
       for (size_t i = 0; i < batch.size(); ++i) {
         const size_t c = first + i;
         if (!batch[i].status.ok()) return batch[i].status;
@@ -374,12 +387,17 @@ class ImageFolderSource : public ImageSource {
   void ListClass(const std::string& cls, ClassListing* out) const {
     std::vector<std::pair<std::string, int>> pending = {{cls, 0}};
     while (!pending.empty()) {
+      if (absl::Status s = CheckCancelled(absl::StrCat("listing ", dir_));
+          !s.ok()) {
+        out->status = s;
+        return;
+      }
       auto [rel, depth] = pending.back();
       pending.pop_back();
       DirEntries e;
       absl::Status st = ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e);
       if (!st.ok()) {
-        if (depth == 0) {
+        if (depth == 0 || absl::IsCancelled(st)) {
           out->status = st;
           return;
         }
@@ -534,12 +552,15 @@ class ImageFolderSource : public ImageSource {
   // no symlink taken as a file resolves to a directory.
   bool Unchanged() const {
     std::atomic<bool> same{true};
-    ParallelFor(executor_, walked_.size(), [&](size_t i) {
-      if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
-        same = false;
-      }
-    });
-    return same;
+    absl::Status checked =
+        ParallelFor(executor_, walked_.size(), [&](size_t i) {
+          if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
+            same = false;
+          }
+        });
+    // Not all checked (cancelled): not known to be the same; the listing
+    // that follows stops for the same reason.
+    return checked.ok() && same;
   }
 
   bool Unchanged(const WalkedDir& w) const {

@@ -391,8 +391,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   const std::string& split = config.split;
   // Every file is opened through the server's data root: symlinks may
   // point anywhere inside it, never out (workloads/common/data_file.h).
-  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root = DataRoot::Open(
-      config.data_root.empty() ? root : config.data_root, config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
+      config.OpenDataRoot();
   if (!data_root.ok()) return data_root.status();
   ImageSourceOptions source_options;
   source_options.root = *data_root;

@@ -529,9 +529,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
       "eval_train_examples", kDefaultEvalTrain, 1, uint64_t(1) << 32);
   if (!eval_train.ok()) return eval_train.status();
 
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();
   absl::StatusOr<std::vector<std::string>> files = SplitFiles(
       **root, config.data_path.empty() ? (*root)->path() : config.data_path,
