@@ -117,7 +117,8 @@ TEST(CriteoLine, ValuesAsAlgoPerf) {
 // exponents, hexadecimal, white space, infinities, NaNs, subnormals; 8
 // bytes, empty, "-1", other lengths, upper case) against the rule itself:
 // decode_csv's float (strtof's), relu with subnormals flushed, TF's log1p
-// and FarmHash Fingerprint64 of field + column modulo the vocabulary.
+// and FarmHash Fingerprint64 of field + column modulo the vocabulary, also
+// where a bucket comes from the parse's memo of the small columns.
 TEST(CriteoLine, FastPathsFollowTheRule) {
   const std::vector<std::string> dense = {"",
                                           "-1",
@@ -163,6 +164,8 @@ TEST(CriteoLine, FastPathsFollowTheRule) {
     x ^= x << 17;
     return x;
   };
+  std::vector<std::string> lines;
+  std::vector<std::vector<uint64_t>> ids;
   for (int n = 0; n < 20000; ++n) {
     std::vector<std::string> f = {n % 3 == 0 ? "" : absl::StrCat(n % 2)};
     if (n % 7 == 0) f[0] = dense[next() % dense.size()];
@@ -206,6 +209,16 @@ TEST(CriteoLine, FastPathsFollowTheRule) {
       EXPECT_EQ(Bits(p.counts[i]), Bits(counts[i])) << i;
     }
     for (int i = 0; i < 26; ++i) ASSERT_EQ(p.ids[i], want_ids[i]) << i;
+    lines.push_back(line);
+    ids.emplace_back(want_ids, want_ids + 26);
+  }
+  // And each line again: the small columns' buckets now from the parse's
+  // memo (20,000 values of a column collide in its slots).
+  for (size_t k = 0; k < lines.size(); ++k) {
+    ParsedLine p;
+    ASSERT_EQ(ParseLine(lines[k].data(), lines[k].size(), &p),
+              criteo::LineError::kNone);
+    ASSERT_EQ(std::vector<uint64_t>(p.ids, p.ids + 26), ids[k]) << lines[k];
   }
 }
 

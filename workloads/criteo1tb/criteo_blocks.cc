@@ -219,9 +219,13 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
       }
       v[0] = line.label;
       std::memcpy(v + 1, line.dense, sizeof(line.dense));
+      // Ids are below 2^26: converted from int64_t, one instruction each.
       for (int c = 0; c < kCategorical; ++c) {
-        v[1 + kDense + c] = static_cast<float>(line.ids[c]);
-        if (exact_ids) out->ids[i * kCategorical + c] = int64_t(line.ids[c]);
+        v[1 + kDense + c] = static_cast<float>(int64_t(line.ids[c]));
+      }
+      if (exact_ids) {
+        std::copy(line.ids, line.ids + kCategorical,
+                  out->ids.begin() + i * kCategorical);
       }
     } else {
       const bool too_long = uint64_t(line_end - s) > max_line_ || nl == nullptr;
