@@ -86,11 +86,6 @@ uint64_t Load8(const char* p) {
   return x;
 }
 
-// The high bit of each byte of x that is >= c (every byte of x < 0x80).
-uint64_t AtLeast(uint64_t x, uint8_t c) {
-  return ((x | kHigh) - kOnes * c) & kHigh;
-}
-
 #if !defined(__x86_64__)
 // The high bit of each byte of x equal to c.
 uint64_t Equal(uint64_t x, uint8_t c) {
@@ -125,9 +120,13 @@ constexpr uint64_t kKeep[9] = {0,
 // they are all digits (none: 0).
 inline __attribute__((always_inline)) bool Digits(uint64_t x, size_t n,
                                                   uint64_t* value) {
+  // A digit's high nibble is 3, also with 6 added (a carry out of a byte
+  // of 0xfa or more reaches only bytes after it, and it fails the first).
   const uint64_t keep = kKeep[n];
-  const uint64_t digit = AtLeast(x, '0') & ~AtLeast(x, '9' + 1) & ~(x & kHigh);
-  if ((digit & keep) != (kHigh & keep)) return false;
+  const uint64_t high = kOnes * 0xf0, three = kOnes * 0x30;
+  if ((((x & high) ^ three) | (((x + kOnes * 6) & high) ^ three)) & keep) {
+    return false;
+  }
   // The digits to the high end, '0's before them (a digit or'ed with '0'
   // is itself, so that n = 8 needs no case of its own; n = 0 is "0").
   const unsigned shift = unsigned(64 - 8 * n) & 63;
@@ -136,67 +135,71 @@ inline __attribute__((always_inline)) bool Digits(uint64_t x, size_t n,
   return true;
 }
 
-// The tabs of a line, in order, 64 bytes at a time: Next() is the offset
-// of the next tab, or the line's size when none is left. Reads no byte
-// outside the line.
-class Tabs {
- public:
-  Tabs(const char* line, size_t size) : line_(line), size_(size) {
-    mask_ = Block(0);
-  }
-  __attribute__((always_inline)) size_t Next() {
-    while (mask_ == 0) {
-      base_ += 64;
-      if (base_ >= size_) return size_;
-      mask_ = Block(base_);
-    }
-    const size_t t = base_ + size_t(__builtin_ctzll(mask_));
-    mask_ &= mask_ - 1;
-    return t;
-  }
-
- private:
-  // A bit per byte of [at, at + 64) that is a tab (bytes past the line's
-  // end: none).
-  uint64_t Block(size_t at) const {
-    if (at + 64 <= size_) return Mask64(line_ + at);
-    if (size_ >= 64) {  // the line's last 64 bytes, shifted
-      return Mask64(line_ + size_ - 64) >> (64 - (size_ - at));
-    }
-    char buf[64] = {};
-    std::memcpy(buf, line_ + at, size_ - at);
-    return Mask64(buf);
-  }
-  static uint64_t Mask64(const char* p) {
+// A bit per byte of p[0, 64) that is a tab.
+inline __attribute__((always_inline)) uint64_t TabMask(const char* p) {
 #if defined(__x86_64__)
-    const __m128i tab = _mm_set1_epi8('\t');
-    uint64_t m = 0;
-    for (int k = 0; k < 4; ++k) {
-      const __m128i v =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
-      m |= uint64_t(uint32_t(_mm_movemask_epi8(_mm_cmpeq_epi8(v, tab))))
-           << (16 * k);
-    }
-    return m;
+  const __m128i tab = _mm_set1_epi8('\t');
+  const auto m16 = [&](int k) {
+    const __m128i v =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    return uint64_t(uint32_t(_mm_movemask_epi8(_mm_cmpeq_epi8(v, tab))));
+  };
+  return m16(0) | (m16(1) << 16) | (m16(2) << 32) | (m16(3) << 48);
 #else
-    uint64_t m = 0;
-    for (int k = 0; k < 8; ++k) {
-      // Each byte's high bit, gathered into the word's top byte.
-      const uint64_t e = Equal(Load8(p + 8 * k), '\t') >> 7;
-      m |= ((e * 0x0102040810204080ull) >> 56) << (8 * k);
-    }
-    return m;
-#endif
+  uint64_t m = 0;
+  for (int k = 0; k < 8; ++k) {
+    // Each byte's high bit, gathered into the word's top byte.
+    const uint64_t e = Equal(Load8(p + 8 * k), '\t') >> 7;
+    m |= ((e * 0x0102040810204080ull) >> 56) << (8 * k);
   }
-  const char* const line_;
-  const size_t size_;
-  size_t base_ = 0;
-  uint64_t mask_ = 0;
-};
+  return m;
+#endif
+}
 
-size_t CountTabs(const char* line, size_t size) {
+// The bits set in x (x86-64's baseline has no popcnt instruction).
+inline __attribute__((always_inline)) uint64_t Ones(uint64_t x) {
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (x * kOnes) >> 56;
+}
+
+// Room FindTabs needs: the tabs of a line, and a block's worth past them.
+constexpr size_t kTabRoom = kFields + 64;
+
+// The offsets of a line's tabs in tab[], 64 bytes at a time (the first 8
+// of a block stored without a branch each): returns how many the line
+// holds, or kFields if more than kFields - 1. Reads no byte outside the
+// line.
+inline __attribute__((always_inline)) size_t FindTabs(const char* line,
+                                                      size_t size,
+                                                      uint32_t* tab) {
   size_t n = 0;
-  for (size_t i = 0; i < size; ++i) n += line[i] == '\t' ? 1 : 0;
+  for (size_t base = 0; base < size; base += 64) {
+    uint64_t m;
+    if (base + 64 <= size) {
+      m = TabMask(line + base);
+    } else if (size >= 64) {  // the line's last 64 bytes, shifted
+      m = TabMask(line + size - 64) >> (64 - (size - base));
+    } else {
+      char buf[64] = {};
+      std::memcpy(buf, line + base, size - base);
+      m = TabMask(buf);
+    }
+    const size_t k = Ones(m);
+    uint32_t* p = tab + n;
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {  // past the last: harmless junk
+      p[j] = uint32_t(base + __builtin_ctzll(m | (uint64_t(1) << 63)));
+      m &= m - 1;
+    }
+    for (int j = 8; m != 0; ++j) {
+      p[j] = uint32_t(base + __builtin_ctzll(m));
+      m &= m - 1;
+    }
+    n += k;
+    if (n >= kFields) return kFields;
+  }
   return n;
 }
 
@@ -357,36 +360,51 @@ float ScalarDense(float x) {
 
 namespace {
 
-// The fields of a line, one function per field so that each column's
-// constants are the code's own (the loops unrolled): each takes the
-// field from `at` to the next tab (the line's end for the last), stores
-// its values and moves `at` past it; false, with `err` set, when the line
-// is not an example.
+// The fields of a line whose tabs are known (tab[f] ends field f), one
+// function per field so that each column's constants are the code's own
+// (the loops unrolled): each stores its field's values; false, with `err`
+// set, when the line is not an example.
 struct Fields {
   const char* line;
   size_t size;
-  Tabs tabs;
-  size_t at = 0;
-  LineError err = LineError::kNone;
+  const uint32_t* tab;
   ParsedLine* out;
+  LineError err = LineError::kNone;
 
-  // The label (f = 0) and the dense fields: up to 8 digits (or none)
-  // converted at once, anything else through decode_csv's float.
+  // Field f's bytes: [First(f), tab[f]), the last's to the line's end.
+  template <int F>
+  __attribute__((always_inline)) size_t First() const {
+    if constexpr (F == 0) {
+      return 0;
+    } else {
+      return size_t(tab[F - 1]) + 1;
+    }
+  }
+
+  // The label (F = 0) and the dense fields: up to 8 digits (or none)
+  // converted at once, anything else through decode_csv's float. A field
+  // before the categorical ones has at least 26 bytes after it: loading 9
+  // from its start stays in the line.
   template <int F>
   __attribute__((always_inline)) bool Number(const float* counts) {
-    const size_t e = tabs.Next();
-    if (e == size) {
-      err = LineError::kFieldCount;
-      return false;
-    }
-    const size_t n = e - at;
+    const size_t at = First<F>();
+    const size_t n = tab[F] - at;
     uint64_t v;
     float x;
-    if (n <= 8 && size - at >= 8 && Digits(Load8(line + at), n, &v)) {
+    if (n <= 8 && Digits(Load8(line + at), n, &v)) {
       x = static_cast<float>(int64_t(v));
       if constexpr (F > 0) {
         out->counts[F - 1] = x;
         out->dense[F - 1] = v < kCountTable ? counts[v] : TfLog1p(x);
+      }
+    } else if (line[at] == '-' && n >= 2 && n <= 9 &&
+               Digits(Load8(line + at + 1), n - 1, &v) && (n > 2 || v != 1)) {
+      // A negative count (not the literal "-1", decode_csv's missing one):
+      // its relu is 0.
+      x = -static_cast<float>(int64_t(v));
+      if constexpr (F > 0) {
+        out->counts[F - 1] = x;
+        out->dense[F - 1] = 0.0f;
       }
     } else {
       if (!ParseFloat(line + at, n, &x)) {
@@ -399,7 +417,6 @@ struct Fields {
       }
     }
     if constexpr (F == 0) out->label = x;
-    at = e + 1;
     return true;
   }
 
@@ -407,13 +424,9 @@ struct Fields {
   // files) or none hashed in registers, anything else in general.
   template <int I>
   __attribute__((always_inline)) bool Categorical() {
-    constexpr bool kLast = I == kCategorical - 1;
-    const size_t e = tabs.Next();
-    if ((e == size) != kLast) {
-      err = LineError::kFieldCount;
-      return false;
-    }
-    const size_t n = e - at;
+    constexpr int kF = 1 + kDense + I;
+    const size_t at = First<kF>();
+    const size_t n = (kF == kFields - 1 ? size : size_t(tab[kF])) - at;
     if (n == 8 || n == 0) {
       constexpr ColumnHash kHash = MakeColumnHash(I);
       constexpr FastMod kMod(kVocab[I]);
@@ -444,7 +457,6 @@ struct Fields {
       }
       out->ids[I] = Bucket(I, s, len);
     }
-    at = e + 1;
     return true;
   }
 
@@ -462,15 +474,14 @@ struct Fields {
 }  // namespace
 
 LineError ParseLine(const char* line, size_t size, ParsedLine* out) {
-  Fields f{line, size, Tabs(line, size), 0, LineError::kNone, out};
+  uint32_t tab[kTabRoom];
+  // A line that is not an example is a field-count error first, as when
+  // fields were split before any was parsed.
+  if (FindTabs(line, size, tab) != kFields - 1) return LineError::kFieldCount;
+  Fields f{line, size, tab, out};
   if (f.Numbers(std::make_index_sequence<1 + kDense>()) &&
       f.Categoricals(std::make_index_sequence<kCategorical>())) {
     return LineError::kNone;
-  }
-  // A line that is not an example is a field-count error first, as when
-  // fields were split before any was parsed.
-  if (f.err != LineError::kFieldCount && CountTabs(line, size) != kFields - 1) {
-    return LineError::kFieldCount;
   }
   return f.err;
 }

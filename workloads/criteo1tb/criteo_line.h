@@ -52,22 +52,20 @@ float Relu(float x);
 float TfLog1p(float x);
 
 // x % d without a 64-bit division (which compilers emit for a 64-bit
-// remainder by a constant) (Lemire, Kaser
-// and Kurz, "Faster remainder by direct computation", 2019: with a 128-bit
-// reciprocal M = ceil(2^128 / d), x % d = ((M * x mod 2^128) * d) >> 128,
-// exact for every 64-bit x and every d > 1).
+// remainder by a constant), for 1 < d < 2^63: with M = ceil(2^64 / d),
+// x * M / 2^64 lies in [x / d, x / d + 1), so q = (x * M) >> 64 is
+// floor(x / d) or one more, and x - q * d is the remainder or the
+// remainder - d (negative: d is added back, without a branch).
 struct FastMod {
-  unsigned __int128 m = 0;
+  uint64_t m = 0;
   uint64_t d = 1;
   constexpr explicit FastMod(uint64_t divisor)
-      : m(~(unsigned __int128)0 / divisor + 1), d(divisor) {}
+      : m(~uint64_t(0) / divisor + 1), d(divisor) {}
   __attribute__((always_inline)) constexpr uint64_t operator()(
       uint64_t x) const {
-    const unsigned __int128 low = m * x;  // mod 2^128
-    const uint64_t lh = uint64_t(low >> 64), ll = uint64_t(low);
-    const unsigned __int128 top =
-        (unsigned __int128)lh * d + (((unsigned __int128)ll * d) >> 64);
-    return uint64_t(top >> 64);
+    const uint64_t q = uint64_t(((unsigned __int128)x * m) >> 64);
+    const int64_t r = int64_t(x - q * d);  // in [-d, d)
+    return uint64_t(r + (int64_t(d) & (r >> 63)));
   }
 };
 
