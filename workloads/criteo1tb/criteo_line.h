@@ -3,7 +3,8 @@
 // a label, 13 dense features log(relu(x) + 1) as TF computes it and 26
 // categorical features hashed into their vocabularies.
 //
-// Thread safety: the functions are pure.
+// Thread safety: any thread may call the functions at once (ParseLine's
+// memo of buckets is the calling thread's own).
 #ifndef BATCHD_WORKLOADS_CRITEO1TB_CRITEO_LINE_H_
 #define BATCHD_WORKLOADS_CRITEO1TB_CRITEO_LINE_H_
 
