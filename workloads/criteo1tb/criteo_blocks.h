@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
