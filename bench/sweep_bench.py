@@ -49,7 +49,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STOPPED = r'''
 import sys
 import batchd
-address, name, g, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+address, name = sys.argv[1], sys.argv[2]
+g, seed = int(sys.argv[3]), int(sys.argv[4])
 loader = batchd.Loader(name, g, format="numpy", workload="imagenet",
                        data="imagenet", split="train", world_size=1, rank=0,
                        seed=seed, server=address, connect_timeout=60.0)

@@ -52,7 +52,8 @@ import hashlib, json, sys
 import numpy as np
 import batchd
 address, name, world, steps, spec, extra = sys.argv[1:7]
-world, steps, spec, extra = int(world), int(steps), json.loads(spec), json.loads(extra)
+world, steps = int(world), int(steps)
+spec, extra = json.loads(spec), json.loads(extra)
 g = spec.pop("global_batch_size")
 loaders = [batchd.Loader(name, g, format="numpy", world_size=world, rank=r,
                          server=address, connect_timeout=60.0, timeout=300.0,
