@@ -71,6 +71,7 @@ struct Group {
       offset += (n + kPartAlign - 1) / kPartAlign * kPartAlign;
     }
     item_bytes = std::max<uint64_t>(offset, 1);
+    charge = item_bytes + FillShare::kEntryOverheadBytes;
     used.assign(FillShare::kMaxStreamsPerGroup, false);
     ranks.resize(FillShare::kMaxStreamsPerGroup);
   }
@@ -82,6 +83,8 @@ struct Group {
   const std::vector<uint64_t> tensor_bytes;
   std::vector<uint64_t> tensor_offset;  // constant after construction
   uint64_t item_bytes = 0;              // constant after construction
+  // What one fill counts against the window: its bytes and its entry.
+  uint64_t charge = 0;  // constant after construction
 
   // By member slot: whether it is taken, and the member's ranks.
   std::vector<bool> used ABSL_GUARDED_BY(window->mu);
@@ -196,7 +199,7 @@ class Locked {
   // the group's oldest kept fill. Null when there is no room (every fill
   // is being filled or copied, or an item is larger than the share).
   Buffer TakeBuffer() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    const uint64_t need = g_.item_bytes;
+    const uint64_t need = g_.charge;
     for (;;) {
       const uint64_t cap = Share();
       if (g_.held > cap && !g_.spare.empty()) {
@@ -217,7 +220,7 @@ class Locked {
         g_.held += need;
         w_.held += need;
         w_.max_held = std::max(w_.max_held, w_.held);
-        return Buffer(new uint8_t[need]);
+        return Buffer(new uint8_t[g_.item_bytes]);
       }
       // The group is within its share but the window is full: the group
       // furthest over its share gives one fill back.
@@ -299,8 +302,8 @@ class Locked {
   void FreeOne(Buffer buffer) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (buffer == nullptr) return;
     buffer.reset();
-    g_.held -= g_.item_bytes;
-    w_.held -= g_.item_bytes;
+    g_.held -= g_.charge;
+    w_.held -= g_.charge;
   }
 
   Group& g_;

@@ -156,6 +156,10 @@ class FillShare {
   // A group of more streams than this shares among its first ones; later
   // ones fill for themselves (each stream is one bit of an entry).
   static constexpr int kMaxStreamsPerGroup = 64;
+  // What a fill's entry (its key, state and the window's indexes of it)
+  // counts against the window besides its bytes, so that the bound holds
+  // for items of a few bytes too (a criteo line).
+  static constexpr uint64_t kEntryOverheadBytes = 256;
   // The default of --share-window-bytes.
   static constexpr uint64_t kDefaultBudgetBytes = uint64_t(512) << 20;
 
@@ -173,7 +177,8 @@ class FillShare {
 
   struct Stats {
     uint64_t budget_bytes = 0;
-    uint64_t held_bytes = 0;      // fills kept, and buffers for the next ones
+    uint64_t held_bytes = 0;      // fills kept (with their entries), and
+                                  // buffers for the next ones
     uint64_t max_held_bytes = 0;  // the most held at once (<= budget)
     uint32_t groups_sharing = 0;  // groups of two streams or more now
   };

@@ -296,7 +296,7 @@ TEST(FillShareTest, AJobThatDoesNotReadHoldsNobodyAndGetsItsBytesLater) {
   ASSERT_EQ(lone.size(), 60u);
   FillLog log;
   // Room for 5 items: far less than how far the reader runs ahead.
-  uint64_t item_bytes = 0;
+  uint64_t item_bytes = FillShare::kEntryOverheadBytes;
   for (uint64_t n : {uint64_t(8), uint64_t(kPayload)}) {
     item_bytes += (n + 63) / 64 * 64;
   }

@@ -38,9 +38,9 @@ TRAIN = dict(workload="imagenet", data="imagenet", split="train",
              global_batch_size=4, seed=11)
 EVAL = dict(workload="imagenet", data="imagenet", split="validation",
             global_batch_size=2, seed=11)
-# imagenet's item: a 224 x 224 x 3 image and its int64 label, each on its
-# own 64-byte line in the window.
-ITEM_BYTES = 224 * 224 * 3 + 64
+# What an imagenet item counts in the window: a 224 x 224 x 3 image and
+# its int64 label, each on its own 64-byte line, and its entry (256 bytes).
+ITEM_BYTES = 224 * 224 * 3 + 64 + 256
 STEPS = 40  # train steps a job reads (6 a epoch: several epochs)
 
 # One job as a trainer process runs it: W ranks' Loaders in this process.
