@@ -24,6 +24,12 @@
 // rank with a reason that names the read that has not returned, which the
 // client sees as the ring's close reason.
 //
+// Streams of the same content share their fills (server/fill_share.h):
+// before an item is filled, its stream's ShareMember copies it from the
+// window when another stream filled it, or puts the chunk back (as for a
+// pending read) while another worker is filling it; a fill other streams
+// may want is made in the window's buffer and copied into the slot.
+//
 // Thread safety: Engine is thread-safe. RankProducer's scheduling state
 // (EngineState) is the engine's: reachable only through Engine::State,
 // which requires Engine::mu_ (clang checks it); the counters it exposes are
