@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -271,7 +272,14 @@ struct MemoSlot {
   uint64_t bucket;  // + 1; 0: empty (so that the table starts as zeros)
 };
 
-thread_local MemoSlot memo_slots[MemoBase(kCategorical)];
+// This thread's memo, on the heap: an array in static TLS would sit at the
+// top of every thread's stack in the process (civetweb's threads have
+// 100 KiB), not only of the threads that parse.
+MemoSlot* ThreadMemo() {
+  thread_local std::unique_ptr<MemoSlot[]> memo(
+      new MemoSlot[MemoBase(kCategorical)]());
+  return memo.get();
+}
 
 // What decode_csv reads for an empty or "-1" categorical field.
 constexpr char kDefaultCategorical[] = "00000000";
@@ -369,6 +377,7 @@ struct Fields {
   size_t size;
   const uint32_t* tab;
   ParsedLine* out;
+  MemoSlot* memo = ThreadMemo();
   LineError err = LineError::kNone;
 
   // Field f's bytes: [First(f), tab[f]), the last's to the line's end.
@@ -434,8 +443,8 @@ struct Fields {
       const uint64_t w = Load8(src);
       if constexpr (kVocab[I] <= kMemoVocab) {
         MemoSlot& slot =
-            memo_slots[MemoBase(I) + ((w * 0x9e3779b97f4a7c15ull) >>
-                                      (64 - SlotBits(kVocab[I])))];
+            memo[MemoBase(I) + ((w * 0x9e3779b97f4a7c15ull) >>
+                                (64 - SlotBits(kVocab[I])))];
         if (slot.word != w || slot.bucket == 0) {
           slot.word = w;
           slot.bucket = kMod(Fingerprint8(kHash, w)) + 1;
