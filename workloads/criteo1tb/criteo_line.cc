@@ -442,9 +442,8 @@ struct Fields {
       const char* src = n == 8 ? line + at : kDefaultCategorical;
       const uint64_t w = Load8(src);
       if constexpr (kVocab[I] <= kMemoVocab) {
-        MemoSlot& slot =
-            memo[MemoBase(I) + ((w * 0x9e3779b97f4a7c15ull) >>
-                                (64 - SlotBits(kVocab[I])))];
+        MemoSlot& slot = memo[MemoBase(I) + ((w * 0x9e3779b97f4a7c15ull) >>
+                                             (64 - SlotBits(kVocab[I])))];
         if (slot.word != w || slot.bucket == 0) {
           slot.word = w;
           slot.bucket = kMod(Fingerprint8(kHash, w)) + 1;
