@@ -5,9 +5,8 @@ daemon then frees).
 
 CPython ends a thread that takes the GIL while the interpreter exits by
 unwinding it (pthread_exit); that unwinding aborts the process ("terminate
-called without an active exception") when it begins in a destructor, as
-it did where the module took the GIL back in pybind11's
-gil_scoped_release.
+called without an active exception") when it begins in a destructor, such
+as pybind11's gil_scoped_release, which takes the GIL back in its own.
 
     BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
         /usr/bin/python3 -m pytest tests/python/test_exit.py
