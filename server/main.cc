@@ -40,14 +40,14 @@
 #include "base/log.h"
 #include "base/threads.h"
 #include "batchd/version.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/config.h"
 #include "server/core.h"
 #include "server/grpc_service.h"
 #include "server/library_log.h"
 #include "server/metrics.h"
 #include "server/peer.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 
 namespace {
 

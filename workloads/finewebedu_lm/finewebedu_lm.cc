@@ -10,7 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/finewebedu_lm/arrow_stream.h"
 
 namespace batchd {

@@ -390,7 +390,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   const std::string& root = config.data_path;
   const std::string& split = config.split;
   // Every file is opened through the server's data root: symlinks may
-  // point anywhere inside it, never out (workloads/common/data_file.h).
+  // point anywhere inside it, never out (storage/data_file.h).
   absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
       config.OpenDataRoot();
   if (!data_root.ok()) return data_root.status();

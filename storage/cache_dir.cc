@@ -1,5 +1,5 @@
 // The persistent cache directory; see cache_dir.h.
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/format.h"
-#include "workloads/common/crc32c.h"
+#include "base/crc32c.h"
 
 namespace batchd {
 namespace {

@@ -1,5 +1,5 @@
 // Confined, non-blocking, capped opens of data files; see data_file.h.
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/paths.h"
-#include "workloads/common/path_walk.h"
+#include "storage/path_walk.h"
 
 namespace batchd {
 

@@ -1,7 +1,7 @@
 // Ring geometry, segment creation and the server's side of the protocol
 // (claim, publish, close), and stale-segment removal; the client's side is
 // ring_reader.cc. See shm_layout.h for why each memory order is what it is.
-#include "client/ring.h"
+#include "ring/ring.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 #include "base/clock.h"
 #include "base/format.h"
 #include "base/process.h"
-#include "client/ring_internal.h"
+#include "ring/ring_internal.h"
 
 namespace batchd {
 
