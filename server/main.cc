@@ -317,7 +317,7 @@ absl::StatusOr<int> ClaimSocket(const std::string& listen,
   const int lock_fd = *lock;
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     char buf[32] = {0};
-    if (pread(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
+    if (batchd::PreadFull(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
     return absl::FailedPreconditionError(absl::StrCat(
         "another batchd (pid ", atoi(buf), ") already serves ", listen));
   }

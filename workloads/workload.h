@@ -106,16 +106,6 @@ struct WorkloadConfig {
   }
 };
 
-// Counters a workload keeps while filling (decode errors, skips).
-struct WorkloadCounters {
-  std::atomic<uint64_t> decode_errors{0};
-  std::atomic<uint64_t> skipped_examples{0};
-  // Reads a FillItem made back into the server's read-ahead (the engine's,
-  // FillContext::reader_reads): 0 while the engine hands each item's
-  // examples in its context.
-  std::atomic<uint64_t> reader_reads{0};
-};
-
 // What a workload is indexing while a stream prepares (WMT's length pass):
 // `done` of `total` units of `what` (e.g. "wmt lengths", in pairs), at
 // `rate` units per second, `eta_seconds` to go (0 while the rate is
