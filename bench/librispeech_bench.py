@@ -17,6 +17,9 @@ the same generated files and the same cores, at W = 1 and W = 8 ranks:
             queue with device="cpu" (widened on the host: AlgoPerf's float32
             tensors exactly).
 
+The data: --train generated utterances with LibriSpeech's lengths (mean
+~12.2 s, at most AlgoPerf's 20 s; make_librispeech.py --stats librispeech).
+
 Every rank takes --warmup batches, then the timed ones, within one pass
 over its share of train (the defaults: 2,048 utterances, 1,536 timed; each
 rank's DataLoader ends its workers at the end of a pass and starts new ones,
@@ -276,14 +279,17 @@ def main():
         run_rank(a)
         return
     data = os.path.join(a.data_root, "librispeech")
-    stamp = os.path.join(data, f".made-{a.train}")
+    # LibriSpeech's lengths (make_librispeech.py --stats librispeech); a set
+    # made before with other statistics is made again.
+    stamp = os.path.join(data, f".made-{a.train}-librispeech")
     if not os.path.exists(stamp):
         shutil.rmtree(data, ignore_errors=True)
         third = a.train // 3
         subprocess.run([sys.executable, os.path.join(
             REPO, "workloads", "librispeech", "make_librispeech.py"), data,
             "--seed", "1", "--per-subset", str(a.train - 2 * third),
-            str(third), str(third), "2", "2", "2"], check=True)
+            str(third), str(third), "2", "2", "2", "--stats", "librispeech"],
+            check=True)
         open(stamp, "w").close()
     rows = []
     for rep in range(a.repeat):
