@@ -3,14 +3,15 @@
 same cores, slices per CPU-second (per core), and the daemon's threads and
 RSS at W = 1 and W = 8.
 
-    fastmri_bench.py [--volumes N] [--slices S] [--global-batch B]
+    fastmri_bench.py [--volumes N] [--slices MIN MAX] [--global-batch B]
                      [--steps K] [--rounds R] [--data DIR] [--no-cache]
                      [--chunked]
 
-Makes DIR/fastmri (workloads/fastmri/make_fastmri.py: N train volumes of S
-slices, widths 368 and 372, all contiguous; --chunked: DIR/fastmri-chunked,
-all chunked and gzip-compressed, so that every slice batchd serves is read
-by libhdf5 in the stream owner's HDF5 helper) unless it is there, then
+Makes DIR/fastmri (workloads/fastmri/make_fastmri.py: N train volumes of 30
+to 42 slices, 36 on average as the release's, widths 368 and 372, all
+contiguous; --chunked: DIR/fastmri-chunked, all chunked and
+gzip-compressed, so that every slice batchd serves is read by libhdf5 in
+the stream owner's HDF5 helper) unless it is there, then
 alternates R rounds of batchd at W = 1, algoperf, batchd at W = 8:
 - algoperf: AlgoPerf's fastMRI train input pipeline re-written from its
   documented behaviour, in the reference venv (scripts/reference-venv.sh):
@@ -42,6 +43,7 @@ shared, so rates are per CPU-second of the pipeline's own processes.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -221,8 +223,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--volumes", type=int, default=20,
                     help="train volumes generated")
-    ap.add_argument("--slices", type=int, default=16,
-                    help="slices per generated volume")
+    ap.add_argument("--slices", type=int, nargs="+", default=[30, 42],
+                    metavar="S", help="slices per generated volume: S, or "
+                    "MIN MAX (the default: the release's train volumes "
+                    "average 35.7)")
     ap.add_argument("--global-batch", type=int, default=32,
                     help="AlgoPerf's global batch for fastmri")
     ap.add_argument("--steps", type=int, default=60,
@@ -240,13 +244,20 @@ def main():
     global DATA_NAME
     DATA_NAME = "fastmri-chunked" if a.chunked else "fastmri"
     data = os.path.join(a.data, DATA_NAME)
-    if not os.path.isdir(os.path.join(data, "knee_singlecoil_train")):
+    if len(a.slices) not in (1, 2):
+        ap.error("--slices S or --slices MIN MAX")
+    lo, hi = a.slices[0], a.slices[-1]
+    # A set made before with other sizes is made again.
+    stamp = os.path.join(data, f".made-{a.volumes}-{lo}-{hi}")
+    if not os.path.exists(stamp):
+        shutil.rmtree(data, ignore_errors=True)
         subprocess.run([sys.executable, os.path.join(
             REPO, "workloads", "fastmri", "make_fastmri.py"), data,
             "--train", str(a.volumes), "--val", "1", "--slices",
-            str(a.slices), str(a.slices), "--widths", "368", "372",
+            str(lo), str(hi), "--widths", "368", "372",
             "--seed", "1", "--chunked-every", "1" if a.chunked else "0"],
             check=True)
+        open(stamp, "w").close()
     os.environ.setdefault("BATCHD_BIN", os.path.join(REPO, "build", "server",
                                                      "batchd"))
     sys.path.insert(0, os.path.join(REPO, "tests", "python"))
