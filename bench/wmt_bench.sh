@@ -29,9 +29,10 @@
 #   BENCH_DATA         data set directory; generated there when missing or
 #                      made with other sizes
 #                      (default ${TMPDIR:-/tmp}/batchd-wmt-bench)
-#   BENCH_PAIRS        train pairs (default 40000)
-#   BENCH_VOCAB        SentencePiece pieces (default 8000, lowered to what
-#                      the corpus supports)
+#   BENCH_PAIRS        train pairs (default 40000; generate_wmt.py
+#                      --stats wmt17: WMT17's line lengths and word tail)
+#   BENCH_VOCAB        SentencePiece pieces (default 32000, AlgoPerf's;
+#                      lowered to what the corpus supports)
 #   BENCH_STEPS        timed global batches of each batchd run (default 300)
 #   BENCH_TF_BATCHES   timed batches of each TF run (default 50)
 #   BENCH_WORLD_SIZES  (default "1 2 4 8")
@@ -60,7 +61,7 @@ tf_version="${BENCH_TF_VERSION:-2.21.0}"
 tf_text_version="${BENCH_TF_TEXT_VERSION:-2.21.1}"
 data="${BENCH_DATA:-${TMPDIR:-/tmp}/batchd-wmt-bench}"
 pairs="${BENCH_PAIRS:-40000}"
-vocab="${BENCH_VOCAB:-8000}"
+vocab="${BENCH_VOCAB:-32000}"
 steps="${BENCH_STEPS:-300}"
 short_steps=20
 tf_batches="${BENCH_TF_BATCHES:-50}"
@@ -127,7 +128,7 @@ fi
 # --- 2. Data and SentencePiece model (once per size). -------------------
 # A directory this script did not make (no .wmt-bench stamp) is used as it
 # is when it holds TFDS train shards and a model, and never removed.
-stamp="pairs=$pairs vocab=$vocab"
+stamp="pairs=$pairs vocab=$vocab stats=wmt17"
 if [[ -d "$data" && ! -f "$data/.wmt-bench" &&
       -n "$(ls -A "$data" 2>/dev/null)" ]]; then
   if [[ ! -f "$data/wmt_sentencepiece_model" ]] ||
@@ -144,7 +145,7 @@ elif [[ "$(cat "$data/.wmt-bench" 2>/dev/null)" != "$stamp" ]]; then
   mkdir -p "$data"
   echo "incomplete" >"$data/.wmt-bench"  # regenerated if this run stops
   "$py" "$tools/generate_wmt.py" --out "$data" --train "$pairs" \
-    --validation 300 --test 300 >&2
+    --validation 300 --test 300 --stats wmt17 >&2
   if ! "$py" "$tools/train_sentencepiece.py" --data "$data" \
        --vocab-size "$vocab" --threads "$cores" >"$work/spm.log" 2>&1; then
     # A small corpus supports fewer pieces; SentencePiece names the most.
