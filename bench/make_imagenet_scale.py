@@ -127,7 +127,8 @@ def write_tfrecords(mi, out, classes, shards, records, pool, scale):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--files", type=int, default=1281167)

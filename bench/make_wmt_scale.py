@@ -66,7 +66,8 @@ def gather(blob, starts, lengths, ids, last):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--pairs", type=int, default=5_900_000)
     ap.add_argument("--mutate", type=float, default=0.08)

@@ -7,6 +7,16 @@ state.json) of one column `input_ids`, list<int32>, rows of 2,049 token ids
 below 50,257, deterministic from --seed. Needs the `datasets` package (the
 layout is its own): run it with the Python of scripts/reference-venv.sh.
 
+Which of AlgoPerf's set's statistics it follows (AlgoPerf's
+datasets/dataset_setup.py): the layout, the column's type and the row
+length (every row 2,049 tokens: documents of GPT-2 tokens, ~1,000 tokens
+on average and heavy-tailed, each ending in EOS 50256, concatenated and
+cut into rows) exactly; not the ids, which are uniform here, nor where the
+EOS tokens fall: the pipeline cuts a flat stream of fixed-width int32
+tokens into windows and never looks at a value, so neither changes its
+work. The real train split is ~4.4 M rows in shards of at most 500 MB
+(--train-rows, --shards; bench/lm_scale.py makes a ~1 G-token set).
+
   make_finewebedu_lm.py OUT --train-rows 40 --val-rows 12 --shards 2
 """
 import argparse
@@ -29,7 +39,8 @@ def write(path, rows, shards, rng):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("out")
     p.add_argument("--train-rows", type=int, default=40)
     p.add_argument("--val-rows", type=int, default=12)

@@ -15,6 +15,16 @@ ImageNet does, train also holds a few grayscale JPEGs, one CMYK JPEG, one PNG
 named .JPEG, and (with --truncated, the default) one truncated JPEG. The same
 arguments give the same bytes.
 
+Which of ImageNet's statistics it follows (ILSVRC2012 train: 1,281,167
+JPEGs, ~110 KB on average, most 500 pixels on the long side, quality ~90):
+the sizes in pixels (500 x 375 and 500 x 333 most often, some portrait,
+a few 500 x 400 and 640 x 480), the quality and chroma subsampling, the
+bytes a file (~100 KB, natural photos with grain, not flat synthetic
+images a decoder finds little to do in) and the odd files. Not followed:
+ImageNet's few percent of files far larger (1,000 to 4,000+ pixels a
+side) or smaller than 500 pixels; and the counts, which --classes and
+--per-class set (bench/make_imagenet_scale.py makes ImageNet's).
+
     /usr/bin/python3 workloads/imagenet/make_imagenet.py OUT \\
         [--classes 4] [--per-class 6] [--val-per-class 2] [--seed 0] \\
         [--shards 2] [--no-tfrecord] [--no-imagefolder] [--no-truncated]
@@ -143,7 +153,8 @@ def build_split(split, classes, per_class, seed, colour, gray, odd):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--classes", type=int, default=4)
     ap.add_argument("--per-class", type=int, default=6)
