@@ -21,7 +21,8 @@
 # Environment:
 #   BENCH_DATA      data set directory, generated when missing
 #                   (default ${TMPDIR:-/tmp}/batchd-imgscale; ~0.1 GB of
-#                   JPEGs and 1.28 M hard links, ~4.6 GB of shards)
+#                   JPEGs and 1.28 M hard links, and sparse shards of
+#                   ImageNet's size: ~130 GB apparent, ~5 GB on disk)
 #   BENCH_POOL      distinct JPEGs of the data set (default 1000)
 #   BENCH_LATENCY   ms per request through latency_fs (default 2; "" skips)
 #   BENCH_SOURCES   (default "imagefolder tfrecord")

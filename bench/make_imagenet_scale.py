@@ -13,14 +13,23 @@
 
 The JPEGs come from workloads/imagenet/make_imagenet.py (same generator,
 same sizes, ~100 KB each). The file tree costs the pool's bytes plus one
-directory entry per file. Record JPEGs are scaled down (--record-scale) so
-that 1.28 M records fit in a few GB; the shards keep TFDS's naming and
-framing, which is what indexing reads. Re-running with the same arguments
-does nothing (OUT/.done-* markers).
+directory entry per file. The shards keep TFDS's naming and framing, which
+is what indexing reads, and by default ImageNet's sizes too: each record
+is as long as the pool JPEG it stands for (~100 KB; ImageNet's 1,024 train
+shards hold ~140 GB, ~110 KB a record), and its image bytes are zeros left
+as holes in a sparse file, so the shards take ~140 GB of apparent size
+but only the blocks that hold the records' headers, labels and names on
+disk (~5 GB). Their records are well-formed (CRCs and all) but their
+images are not JPEGs: the shards are for indexing, not for serving. The
+scan that indexes a shard reads at every record's header, so the records'
+size decides how much of a shard it reads. --record-scale S instead
+writes the pool's JPEGs scaled by S as real bytes (0.2: ~3.8 KB a record,
+4.8 GB of shards; earlier figures used it). Re-running with the same
+arguments does nothing (OUT/.done-* markers).
 
     /usr/bin/python3 bench/make_imagenet_scale.py OUT [--classes 1000]
         [--files 1281167] [--pool 1000] [--shards 1024] [--records 1281167]
-        [--record-scale 0.2] [--no-tree] [--no-tfrecord]
+        [--record-scale S] [--no-tree] [--no-tfrecord]
 """
 
 import argparse
@@ -33,6 +42,8 @@ import numpy as np
 from PIL import Image
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "workloads", "common"))
+from records import masked_crc  # noqa: E402
 
 
 def load_make_imagenet():
@@ -93,22 +104,37 @@ def write_tree(out, classes, files, pool):
 
 def framed(mi, record):
     head = struct.pack("<Q", len(record))
-    return (head + struct.pack("<I", mi.masked_crc(head)) + record +
-            struct.pack("<I", mi.masked_crc(record)))
+    return (head + struct.pack("<I", masked_crc(head)) + record +
+            struct.pack("<I", masked_crc(record)))
+
+
+def sparse_framed(mi, length, label, name):
+    """A framed record of an Example whose image is `length` zero bytes, as
+    (bytes before the zeros, bytes after them): the zeros are written as a
+    hole."""
+    record = mi.serialize_example(bytes(length), label, name)
+    at = record.index(bytes(length))
+    whole = framed(mi, record)
+    return (whole[:12 + at], length, whole[12 + at + length:])
 
 
 def write_tfrecords(mi, out, classes, shards, records, pool, scale):
     framed_pool = []
     for k, path in enumerate(pool):
+        label = k % classes
+        name = f"{class_names(classes)[label]}_{k}.JPEG"
+        if scale is None:
+            framed_pool.append(sparse_framed(mi, os.path.getsize(path),
+                                             label, name))
+            continue
         img = Image.open(path)
         img.load()
         w, h = img.size
         img = img.resize((max(1, int(w * scale)), max(1, int(h * scale))),
                          Image.BILINEAR)
-        label = k % classes
-        name = f"{class_names(classes)[label]}_{k}.JPEG"
-        framed_pool.append(
-            framed(mi, mi.serialize_example(mi.encode_jpeg(img), label, name)))
+        rec = framed(mi, mi.serialize_example(mi.encode_jpeg(img), label,
+                                              name))
+        framed_pool.append((rec, 0, b""))
     d = os.path.join(out, "tfds")
     os.makedirs(d, exist_ok=True)
     total = 0
@@ -118,9 +144,13 @@ def write_tfrecords(mi, out, classes, shards, records, pool, scale):
             d, f"imagenet2012-train.tfrecord-{s:05d}-of-{shards:05d}")
         with open(path + ".tmp", "wb") as f:
             for r in range(lo, hi):
-                rec = framed_pool[(r * 2654435761) % len(framed_pool)]
-                f.write(rec)
-                total += len(rec)
+                head, hole, tail = framed_pool[
+                    (r * 2654435761) % len(framed_pool)]
+                f.write(head)
+                if hole:
+                    f.seek(hole, os.SEEK_CUR)
+                f.write(tail)
+                total += len(head) + hole + len(tail)
         os.rename(path + ".tmp", path)
     print(f"make_imagenet_scale: {shards} shards, {records} records, "
           f"{total / 1e9:.2f} GB", file=sys.stderr)
@@ -135,7 +165,9 @@ def main():
     ap.add_argument("--pool", type=int, default=1000)
     ap.add_argument("--shards", type=int, default=1024)
     ap.add_argument("--records", type=int, default=1281167)
-    ap.add_argument("--record-scale", type=float, default=0.2)
+    ap.add_argument("--record-scale", type=float, default=None,
+                    help="records of the pool's JPEGs scaled by this, as real "
+                    "bytes (default: ImageNet-sized sparse records)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-tree", action="store_true")
     ap.add_argument("--no-tfrecord", action="store_true")
@@ -152,7 +184,7 @@ def main():
             open(t, "w").close()
     if not args.no_tfrecord:
         t = tag("tfrecord", args.classes, args.shards, args.records,
-                args.pool, args.record_scale, args.seed)
+                args.pool, args.record_scale or "sparse", args.seed)
         if not os.path.exists(t):
             pool = write_pool(mi, args.out, args.pool, args.seed)
             write_tfrecords(mi, args.out, args.classes, args.shards,
