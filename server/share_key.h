@@ -27,7 +27,7 @@
 #include "server/caller.h"
 #include "server/engine.h"
 #include "server/fill_share.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 
