@@ -246,8 +246,7 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   if (!workload.ok()) return workload.status();
   absl::StatusOr<Sampler> sampler =
       Sampler::Create((*workload)->num_examples(), spec.global_batch_size(),
-                      spec.world_size(), spec.seed(), (*workload)->shuffle(),
-                      (*workload)->examples_hold_many_rows());
+                      spec.world_size(), spec.seed(), (*workload)->shuffle());
   if (!sampler.ok()) return sampler.status();
   absl::StatusOr<BatchLayout> layout =
       BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());
@@ -317,6 +316,24 @@ absl::StatusOr<v1::PlanResponse> StreamFactory::Plan(
   p.set_slot_bytes(g.SlotBytes());
   p.set_slots(spec->slots());
   TensorsToProto(sc.layout, p.mutable_tensors());
+  // What the workload's entry declares, with this spec's values (made
+  // above: the entry exists, and the options parse).
+  absl::StatusOr<const WorkloadEntry*> entry = FindWorkload(spec->workload());
+  if (!entry.ok()) return entry.status();
+  for (Split split : (*entry)->splits) {
+    p.add_splits(std::string(SplitName(split)));
+  }
+  absl::StatusOr<OptionValues> values =
+      OptionValues::Parse((*entry)->name, (*entry)->options, OptionsOf(*spec));
+  if (!values.ok()) return values.status();
+  for (const auto& [o, value] : values->Listed()) {
+    v1::WorkloadOption* out = p.add_options();
+    out->set_key(o->key);
+    out->set_value(value);
+    out->set_default_value(OptionDefault(*o));
+    out->set_bounds(OptionBounds(*o));
+    out->set_help(o->help);
+  }
   return p;
 }
 

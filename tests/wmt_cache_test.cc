@@ -28,7 +28,7 @@ class WmtCacheTest : public WmtFixture {
     c.options = std::move(options);
     c.options["index_threads"] = threads;
     c.cache = cache.ok() ? *cache : nullptr;
-    return CreateWmtWorkload(c);
+    return CreateWorkload(kWmtWorkload, c);
   }
   // Pairs the length pass of `w` tokenizes for its first epoch, and its rows.
   static uint64_t Tokenized(const Workload& w, const EpochOrder& order,
