@@ -11,6 +11,7 @@ loss falls as the model learns it.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -84,6 +85,13 @@ def main():
               f"{100 * final[1].item() / world:.1f}% of the time for data; "
               "every step's ranks held disjoint examples", flush=True)
     dist.destroy_process_group()
+    # DDP keeps the Gloo group alive past destroy_process_group, and one of
+    # its worker threads that drops the last collective's tensors while the
+    # interpreter exits aborts the process ("terminate called without an
+    # active exception"): the rank leaves without the interpreter's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -396,6 +396,12 @@ std::vector<Flag> IoFlags() {
                    "I/O threads of the read-ahead: reads in flight at most, "
                    "whatever the number of streams; started when reads wait "
                    "and ended when idle; at most 1024. Default: 32"),
+      U64_FLAG("share-window-bytes", core.share_window_bytes, 0, "BYTES",
+               "fills kept for other streams of the same content (jobs "
+               "of one spec and seed: a sweep), shared evenly between "
+               "the groups that share; a job further behind than the "
+               "window fills for itself. 0: no sharing. Default: "
+               "536870912 (512 MiB)"),
       // Stalled storage, connections and file descriptors.
       DOUBLE_FLAG("read-stall-seconds", core.read_stall_seconds, "S",
                   "a batch that has waited S seconds for a read that has "

@@ -50,8 +50,10 @@ Core::Core(const CoreOptions& options)
       access_(options_.admin_gid, options_.anonymous_admin),
       budget_(options_),
       readahead_(std::make_unique<ReadAhead>(ReadAheadOptions(options_))),
+      share_(std::make_unique<FillShare>(options_.share_window_bytes)),
       engine_(std::make_unique<Engine>(options_.threads, readahead_.get(),
-                                       options_.read_stall_seconds)) {}
+                                       options_.read_stall_seconds,
+                                       share_.get())) {}
 
 absl::Status Core::Start(std::unique_ptr<Executor> executor) {
   executor_ = std::move(executor);

@@ -151,6 +151,8 @@ class Core : public ControlPlane {
   // Before engine_ and the streams: both use it until they go. The stop
   // releases (never destroys) either when threads of it are stuck.
   std::unique_ptr<ReadAhead> readahead_;
+  // Before engine_ and the streams, whose fills it keeps.
+  std::unique_ptr<FillShare> share_;
   std::unique_ptr<Engine> engine_;
   // Set by Start, in this order; each uses those above it.
   std::unique_ptr<StreamFactory> factory_;

@@ -108,6 +108,10 @@ struct CoreOptions {
   uint64_t readahead_bytes = uint64_t(256) << 20;
   // I/O threads of the read-ahead (reads in flight at most). Default: 32.
   int readahead_threads = 32;
+  // Bytes of fills kept for other streams of the same content (jobs of one
+  // spec: server/fill_share.h), over all of them; 0: streams share no
+  // fills. Default: 512 MiB.
+  uint64_t share_window_bytes = uint64_t(512) << 20;
   // A batch that has waited this long for a read that has not returned
   // (a stalled mount) fails its rank, naming the file; 0: never.
   // Default: 60 s.

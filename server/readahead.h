@@ -119,6 +119,10 @@ class ReadAheadStream : public ExampleReader {
     return Read(nullptr, ExampleKey{epoch, position, id}, bytes, label);
   }
   ReadAheadStats stats() const;
+  // An item that would have read `key` got its bytes elsewhere (another
+  // stream's fill of it, server/fill_share.h): what was read ahead for it
+  // goes now, rather than hold its lane's share until the lane goes.
+  void Forgo(const ExampleKey& key);
   // Why `item` has waited since pending_since_ns(): the read it waits for
   // (or, when that one has not started, the stream's oldest read in
   // flight), the file, and for how long it has not returned.

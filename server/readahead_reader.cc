@@ -135,6 +135,16 @@ absl::Status ReadAheadStream::Read(ReadAheadItem* item, const ExampleKey& k,
   return ReadPendingError();
 }
 
+void ReadAheadStream::Forgo(const ExampleKey& k) {
+  ReadAhead& ra = *owner_;
+  absl::MutexLock lock(&ra.mu_);
+  ReadAhead::StreamState& s = *ra.StateOf(this);
+  auto it = s.entries.find(EntryKeyOf(k));
+  if (it == s.entries.end() || it->second.taken) return;
+  ra.Erase(&s, it);
+  ra.Wake(false);  // its share is free
+}
+
 absl::Status ReadAheadStream::ReadBlocking(const ExampleKey& k,
                                            std::string* bytes, int64_t* label) {
   ReadAhead& ra = *owner_;

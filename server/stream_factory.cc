@@ -15,6 +15,7 @@
 #include "base/work_context.h"
 #include "client/ring.h"
 #include "server/core_options.h"
+#include "server/share_key.h"
 #include "workloads/common/data_file.h"
 #include "workloads/registry.h"
 
@@ -261,6 +262,7 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   auto setup = std::make_shared<StreamSetup>(
       spec.name(), std::move(*workload), std::move(*sampler),
       std::move(*layout));
+  setup->data_identity = DataIdentity(*path);  // what fills it may share
   if (absl::Status s = engine_->Prepare(setup.get()); !s.ok()) {
     return s;  // read-ahead
   }

@@ -218,6 +218,8 @@ def test_packed_epochs_len_and_loops(packed_daemon):
         # of an iterable without a length.
         with pytest.raises(TypeError, match="packs rows"):
             len(ld)
+        # Truth asks whether there is a loader, never its length.
+        assert ld and bool(ld) is True
         loops = []
         for _ in range(3):
             loop = []

@@ -304,6 +304,12 @@ class Loader(_batchd.Loader):
             if last:
                 return
 
+    def __bool__(self):
+        """A Loader is true while it exists: `if loader:` asks whether there
+        is one, not whether its epoch has steps (without this, Python would
+        ask __len__, which may not know yet)."""
+        return True
+
     def __len__(self):
         """Global steps in one epoch of the stream's split at its global
         batch, as the daemon counts them: train, examples // batch (the
