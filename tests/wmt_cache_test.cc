@@ -245,7 +245,7 @@ TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
       o["index_threads"] = threads;
       auto w = cached ? CreateCached(d, threads, opts) : Create(d, "train", o);
       ASSERT_TRUE(w.ok()) << w.status();
-      const RowPacking& rows = Rows(**w);
+      const PackedWorkload& rows = Rows(**w);
       const uint64_t before = wmt::LengthPassTokenizations();
       absl::StatusOr<RowPacking::KnownRows> known =
           rows.RowsUpTo(order, 4, nullptr);
