@@ -27,7 +27,7 @@
 #include "batchd/version.h"
 #include "client/cuda_host.h"
 #include "client/daemon_peer.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 
 namespace batchd {
 

@@ -13,10 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "base/paths.h"
 #include "base/work_context.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/core_options.h"
 #include "server/share_key.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/registry.h"
 
 namespace batchd {

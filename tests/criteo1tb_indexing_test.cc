@@ -18,8 +18,8 @@
 #include "base/work_context.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/data_file.h"
+#include "storage/cache_dir.h"
+#include "storage/data_file.h"
 #include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/criteo1tb/criteo_blocks.h"
 

@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/work_context.h"
 #include "gtest/gtest.h"
+#include "storage/cache_dir.h"
+#include "storage/data_file.h"
 #include "tests/testutil.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "client/ring.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ring/ring.h"
 #include "server/engine.h"
 #include "workloads/counter_rng.h"
 #include "workloads/registry.h"

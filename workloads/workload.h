@@ -27,8 +27,8 @@
 #include "base/executor.h"
 #include "base/work_context.h"
 #include "client/include/batchd/dtype.h"
-#include "workloads/common/data_file.h"
-#include "workloads/common/read_access.h"
+#include "storage/data_file.h"
+#include "storage/read_access.h"
 #include "workloads/fill_context.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
@@ -37,7 +37,7 @@
 
 namespace batchd {
 
-class CacheDir;    // workloads/common/cache_dir.h
+class CacheDir;    // storage/cache_dir.h
 class SharedWork;  // workloads/shared_work.h
 
 // One tensor of a batch; the batch shape is [B] + example_shape.
@@ -57,8 +57,8 @@ struct WorkloadConfig {
   std::string data_path;  // absolute, already confined to --data-root
   // The server's --data-root (resolved): CreateWorkload opens it for a
   // workload that reads files (WorkloadContext::root), which opens every
-  // file through it (workloads/common/data_file.h). Empty: data_path is
-  // the root.
+  // file through it (storage/data_file.h). Empty: data_path is the
+  // root.
   std::string data_root;
   // Whose permissions every file is opened with: the caller's, so that a
   // stream reads only what its owner could read (workloads/common/
@@ -101,16 +101,6 @@ struct WorkloadConfig {
   Executor* pool() const {
     return executor != nullptr ? executor : Executor::Default();
   }
-};
-
-// Counters a workload keeps while filling (decode errors, skips).
-struct WorkloadCounters {
-  std::atomic<uint64_t> decode_errors{0};
-  std::atomic<uint64_t> skipped_examples{0};
-  // Reads a FillItem made back into the server's read-ahead (the engine's,
-  // FillContext::reader_reads): 0 while the engine hands each item's
-  // examples in its context.
-  std::atomic<uint64_t> reader_reads{0};
 };
 
 // What a workload is indexing while a stream prepares (WMT's length pass):

@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/options.h"
 #include "workloads/split.h"
 #include "workloads/workload.h"
@@ -38,8 +38,8 @@ struct WorkloadContext {
   const WorkloadConfig& config;  // seed, cache, executor, shared, as given
   const OptionValues& options;   // every option of the entry, by key
   Split split;                   // the split, parsed
-  // The data root every file is opened through (workloads/common/
-  // data_file.h): the daemon's --data-root (data_path in tools and tests
+  // The data root every file is opened through (storage/data_file.h):
+  // the daemon's --data-root (data_path in tools and tests
   // that give none), with the owner's permissions and max_data_file_bytes.
   // Null for an entry that reads no files.
   std::shared_ptr<const DataRoot> root;

@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/format.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/fastmri/kspace.h"
 #include "workloads/fastmri/volume.h"
 #include "workloads/options.h"

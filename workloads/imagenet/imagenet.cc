@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "base/executor.h"
 #include "base/log.h"
+#include "base/test_hooks.h"
 #include "workloads/counter_rng.h"
 #include "workloads/imagenet/image_decoder.h"
 #include "workloads/imagenet/image_source.h"
@@ -125,8 +126,7 @@ absl::StatusOr<Options> OptionsOf(const OptionValues& v) {
   opt.substitute = v.Text("on_decode_error") == "substitute";
   if (v.Given("debug_fixed_crop")) {
     const std::string& crop = v.Text("debug_fixed_crop");
-    const char* hooks = getenv("BATCHD_TEST_HOOKS");
-    if (hooks == nullptr || strcmp(hooks, "1") != 0) {
+    if (!TestHooksEnabled()) {
       return absl::PermissionDeniedError(
           "imagenet: debug_fixed_crop is a test hook; the server must run "
           "with BATCHD_TEST_HOOKS=1");
@@ -376,7 +376,7 @@ absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
   const std::string& root = c.data_path();
   const std::string& split = c.split_name();
   // Every file is opened through the server's data root: symlinks may
-  // point anywhere inside it, never out (workloads/common/data_file.h).
+  // point anywhere inside it, never out (storage/data_file.h).
   const std::shared_ptr<const DataRoot>& data_root = c.root;
   ImageSourceOptions source_options;
   source_options.root = data_root;

@@ -13,10 +13,11 @@
 #include "absl/status/statusor.h"
 #include "workloads/options.h"
 #include "workloads/wmt/tokenizer.h"
+#include "workloads/workload.h"
 
 namespace batchd {
 
-class DataRoot;  // workloads/common/data_file.h
+class DataRoot;  // storage/data_file.h
 namespace wmt {
 
 struct Options {
