@@ -147,6 +147,9 @@ def main():
     # its worker threads that drops the last collective's tensors while the
     # interpreter exits aborts the process ("terminate called without an
     # active exception"): the rank leaves without the interpreter's teardown.
+    # os._exit runs no atexit handler and flushes no file but stdout and
+    # stderr (below): a trainer closes its loaders, checkpoints and loggers
+    # first.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

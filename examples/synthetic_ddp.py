@@ -84,11 +84,15 @@ def main():
               f"{first_loss:.4f} -> {final[0].item() / world:.5f}; ranks waited "
               f"{100 * final[1].item() / world:.1f}% of the time for data; "
               "every step's ranks held disjoint examples", flush=True)
+    loader.close()
     dist.destroy_process_group()
     # DDP keeps the Gloo group alive past destroy_process_group, and one of
     # its worker threads that drops the last collective's tensors while the
     # interpreter exits aborts the process ("terminate called without an
     # active exception"): the rank leaves without the interpreter's teardown.
+    # os._exit runs no atexit handler and flushes no file but stdout and
+    # stderr (below): a trainer closes its loaders, checkpoints and loggers
+    # first.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -514,7 +514,8 @@ std::string Usage() {
       "  --print-config\n"
       "      print the merged settings as a config file and exit\n"
       "  --version, --help\n\n"
-      "Workloads (a stream's workload):\n" +
+      "Workloads (a stream's workload, its splits, and its options as\n"
+      "key=default (bounds)):\n" +
       WorkloadHelp() +
       "\nSignals: SIGTERM and SIGINT close every stream, unlink every "
       "segment\nand exit 0. At start, segments left by dead batchd "

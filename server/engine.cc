@@ -543,7 +543,7 @@ void Engine::Fail(RankProducer& p, uint64_t step, const absl::Status& why) {
 
 void Engine::WorkerLoop() {
   pthread_setname_np(pthread_self(), "batchd-worker");
-  // Read buffers, kept across tasks (a 2.3 MB fastMRI slice read into a
+  // Read buffers, kept across tasks (a 2.3 MB volume slice read into a
   // buffer of its size neither allocates nor zeroes pages).
   std::vector<std::string> buffers;
   mu_.Lock();

@@ -319,8 +319,8 @@ class ReadAhead {
   uint64_t max_total_held_ ABSL_GUARDED_BY(mu_) = 0;
   // Buffers of entries that went, for the next reads: a read into a buffer
   // of the right size neither allocates, nor faults pages in, nor zeroes
-  // them (a fastMRI slice is 2.3 MB). At most kSpareBuffers, each at most
-  // kMaxSpareBytes.
+  // them (a volume's slice can be 2.3 MB). At most kSpareBuffers, each at
+  // most kMaxSpareBytes.
   std::vector<std::string> spare_ ABSL_GUARDED_BY(mu_);
   std::string thread_error_ ABSL_GUARDED_BY(mu_);  // why the last failed
   absl::Mutex landed_mu_;  // held while on_landed_ runs

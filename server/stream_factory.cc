@@ -196,16 +196,14 @@ absl::StatusOr<v1::StreamSpec> StreamFactory::CheckedSpec(
 }
 
 absl::StatusOr<std::string> StreamFactory::ConfineDataPath(
-    const std::string& data, const ReadAccess& access) const {
+    const std::string& data, const DataRoot& root,
+    const ReadAccess& access) const {
   if (data.empty()) return std::string();
   // Resolved from the root's descriptor with the caller's rights (nothing
   // is looked up as the daemon for a caller who is not), and, for a
   // restricted caller, one error whether the path is missing, beyond a
   // directory it cannot search or leads outside the root.
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
-      DataRoot::Open(options_.data_root, access);
-  if (!root.ok()) return root.status();
-  absl::StatusOr<std::string> resolved = (*root)->Resolve(data);
+  absl::StatusOr<std::string> resolved = root.Resolve(data);
   if (resolved.ok()) return *resolved;
   if (absl::IsNotFound(resolved.status())) {
     return absl::NotFoundError(absl::StrCat(
@@ -227,7 +225,13 @@ absl::StatusOr<std::string> StreamFactory::ConfineDataPath(
 
 absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
     const v1::StreamSpec& spec, const ReadAccess& access) const {
-  absl::StatusOr<std::string> path = ConfineDataPath(spec.data(), access);
+  // The caller's view of the root: where its path leads, and what its data
+  // is (the workload opens its own, with the daemon's size limit).
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+      DataRoot::Open(options_.data_root, access);
+  if (!root.ok()) return root.status();
+  absl::StatusOr<std::string> path =
+      ConfineDataPath(spec.data(), **root, access);
   if (!path.ok()) return path.status();
   WorkloadConfig config;
   config.data_path = *path;
@@ -247,8 +251,7 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   if (!workload.ok()) return workload.status();
   absl::StatusOr<Sampler> sampler =
       Sampler::Create((*workload)->num_examples(), spec.global_batch_size(),
-                      spec.world_size(), spec.seed(), (*workload)->shuffle(),
-                      (*workload)->examples_hold_many_rows());
+                      spec.world_size(), spec.seed(), (*workload)->shuffle());
   if (!sampler.ok()) return sampler.status();
   absl::StatusOr<BatchLayout> layout =
       BatchLayout::Make((*workload)->tensors(), sampler->per_rank_batch());
@@ -263,7 +266,10 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   auto setup = std::make_shared<StreamSetup>(
       spec.name(), std::move(*workload), std::move(*sampler),
       std::move(*layout));
-  setup->data_identity = DataIdentity(*path);  // what fills it may share
+  if (!path->empty()) {
+    // What fills it may share: the data's identity, reached as the caller.
+    setup->data_identity = DataIdentity(**root, *path);
+  }
   if (absl::Status s = engine_->Prepare(setup.get()); !s.ok()) {
     return s;  // read-ahead
   }
@@ -319,6 +325,24 @@ absl::StatusOr<v1::PlanResponse> StreamFactory::Plan(
   p.set_slot_bytes(g.SlotBytes());
   p.set_slots(spec->slots());
   TensorsToProto(sc.layout, p.mutable_tensors());
+  // What the workload's entry declares, with this spec's values (made
+  // above: the entry exists, and the options parse).
+  absl::StatusOr<const WorkloadEntry*> entry = FindWorkload(spec->workload());
+  if (!entry.ok()) return entry.status();
+  for (Split split : (*entry)->splits) {
+    p.add_splits(std::string(SplitName(split)));
+  }
+  absl::StatusOr<OptionValues> values =
+      OptionValues::Parse((*entry)->name, (*entry)->options, OptionsOf(*spec));
+  if (!values.ok()) return values.status();
+  for (const auto& [o, value] : values->Listed()) {
+    v1::WorkloadOption* out = p.add_options();
+    out->set_key(o->key);
+    out->set_value(value);
+    out->set_default_value(OptionDefault(*o));
+    out->set_bounds(OptionBounds(*o));
+    out->set_help(o->help);
+  }
   return p;
 }
 

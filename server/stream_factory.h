@@ -18,6 +18,7 @@
 #include "base/executor.h"
 #include "batchd/v1/batchd.pb.h"
 #include "server/engine.h"
+#include "storage/data_file.h"
 #include "storage/read_access.h"
 #include "workloads/shared_work.h"
 
@@ -65,6 +66,7 @@ class StreamFactory {
 
  private:
   absl::StatusOr<std::string> ConfineDataPath(const std::string& data,
+                                              const DataRoot& root,
                                               const ReadAccess& access) const;
 
   const CoreOptions& options_;

@@ -329,6 +329,17 @@ absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
   return std::string(real);
 }
 
+absl::Status DataRoot::Stat(const std::string& path, struct stat* st) const {
+  absl::StatusOr<int> fd = OpenChecked(path, O_PATH | O_CLOEXEC, 0);
+  if (!fd.ok()) return fd.status();
+  const bool stated = fstat(*fd, st) == 0;
+  close(*fd);
+  if (!stated) {
+    return absl::UnavailableError(absl::StrCat("cannot stat ", path));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckFileSize(const std::string& path, const struct stat& st,
                            uint64_t max_file_bytes) {
   if (uint64_t(st.st_size) <= max_file_bytes) return absl::OkStatus();

@@ -85,6 +85,12 @@ class DataRoot {
   // the root (unrestricted readers).
   absl::StatusOr<std::string> Resolve(const std::string& path) const;
 
+  // The fstat of what `path` (as Resolve takes it) leads to, reached as the
+  // reader reaches it: no name is looked up with rights the reader lacks,
+  // so a link swapped in after Resolve stats nothing beyond its reach.
+  // Resolve's errors otherwise.
+  absl::Status Stat(const std::string& path, struct stat* st) const;
+
   // Opens `path` (absolute and beneath path(), or relative to it) read-only,
   // close-on-exec and non-blocking, and returns the descriptor, which the
   // caller closes. PermissionDenied when it resolves outside the root,

@@ -188,5 +188,36 @@ TEST(PlanReports, NameTheSizesToGiveAContainer) {
                       "docker_shm_size", "kubernetes_size_limit", "tensors"}));
 }
 
+TEST(PlanReports, NameTheWorkloadsSplitsAndOptionsAsTheDaemonDeclares) {
+  PlanArgs args;
+  args.connection.address = "unix:///s";
+  args.spec.set_workload("synthetic");
+  (*args.spec.mutable_options())["examples"] = "1000";
+  v1::PlanResponse plan = Response();
+  plan.add_splits("train");
+  plan.add_splits("validation");
+  v1::WorkloadOption* o = plan.add_options();
+  o->set_key("examples");
+  o->set_value("1000");
+  o->set_default_value("10000");
+  o->set_bounds("1 .. 2^40");
+  o->set_help("N");
+  const PlanFigures f = ComputePlan(args, plan);
+
+  const std::string text = FormatPlan(args, plan, f);
+  EXPECT_THAT(text, HasSubstr("splits: train, validation\n"));
+  EXPECT_THAT(text, HasSubstr("  OPTION    VALUE  DEFAULT  BOUNDS\n"
+                              "  examples  1000   10000    1 .. 2^40\n"));
+
+  const Json j = PlanToJson(args, plan, f);
+  EXPECT_EQ(j["splits"], Json::array({"train", "validation"}));
+  ASSERT_EQ(j["options"].size(), 1u);
+  EXPECT_EQ(j["options"][0]["key"], "examples");
+  EXPECT_EQ(j["options"][0]["value"], "1000");
+  EXPECT_EQ(j["options"][0]["default_value"], "10000");
+  EXPECT_EQ(j["options"][0]["bounds"], "1 .. 2^40");
+  EXPECT_EQ(j["options"][0]["help"], "N");
+}
+
 }  // namespace
 }  // namespace batchd::batchctl

@@ -56,9 +56,6 @@ class Counted : public Workload {
   }
   const ExampleSource* source() const override { return &source_; }
   uint64_t num_examples() const override { return inner_->num_examples(); }
-  bool examples_hold_many_rows() const override {
-    return inner_->examples_hold_many_rows();
-  }
   bool shuffle() const override { return inner_->shuffle(); }
   const std::vector<TensorLayout>& tensors() const override {
     return inner_->tensors();
@@ -118,13 +115,13 @@ class CriteoReadAheadTest : public ::testing::Test {
     config.seed = 9;
     config.options = {{"block_kib", "64"}, {"window_blocks", "2"}};
     absl::StatusOr<std::unique_ptr<Workload>> inner =
-        CreateCriteo1TbWorkload(config);
+        CreateWorkload(kCriteo1TbWorkload, config);
     EXPECT_TRUE(inner.ok()) << inner.status();
     if (!inner.ok()) return {};
     auto counted = std::make_unique<Counted>(*std::move(inner));
     const Counted* c = counted.get();
-    auto sampler = Sampler::Create(c->num_examples(), kGlobal, kWorld, 9,
-                                   c->shuffle(), c->examples_hold_many_rows());
+    auto sampler =
+        Sampler::Create(c->num_examples(), kGlobal, kWorld, 9, c->shuffle());
     EXPECT_TRUE(sampler.ok()) << sampler.status();
     auto layout = BatchLayout::Make(c->tensors(), kGlobal / kWorld);
     EXPECT_TRUE(layout.ok()) << layout.status();
@@ -218,12 +215,12 @@ TEST_F(CriteoReadAheadTest, FillReadsOnlyThroughTheContext) {
     config.split = split;
     config.options = {{"block_kib", "64"}};
     absl::StatusOr<std::unique_ptr<Workload>> w =
-        CreateCriteo1TbWorkload(config);
+        CreateWorkload(kCriteo1TbWorkload, config);
     ASSERT_TRUE(w.ok()) << w.status();
     ASSERT_NE((*w)->source(), nullptr);
     if (std::string(split) == "train") {
       // Rows exist once the schedule counted the epoch.
-      auto sampler = Sampler::Create((*w)->num_examples(), 8, 1, 0, true, true);
+      auto sampler = Sampler::Create((*w)->num_examples(), 8, 1, 0, true);
       ASSERT_TRUE(sampler.ok());
       std::unique_ptr<Schedule> schedule = (*w)->MakeSchedule(*sampler);
       absl::Status ready;

@@ -333,7 +333,7 @@ absl::StatusOr<std::unique_ptr<Workload>> Make(
   c.data_path = s.dir.path();
   c.split = split;
   c.options = std::move(options);
-  return CreateCriteo1TbWorkload(c);
+  return CreateWorkload(kCriteo1TbWorkload, c);
 }
 
 TEST(Criteo1Tb, RefusesBadOptionsAndSplits) {

@@ -82,8 +82,10 @@ class FakePackedWorkload : public Workload, public RowPacking {
                                        const StopFlag*) const override {
     return c.window;
   }
-  absl::Status FillRow(const EpochOrder& o, uint64_t row, uint8_t* const* out,
-                       WorkloadCounters*) const override {
+  // The fake's one fill entry (what PackedWorkload::FillRow is to a
+  // workload of the tree).
+  virtual absl::Status FillRow(const EpochOrder& o, uint64_t row,
+                               uint8_t* const* out, WorkloadCounters*) const {
     const auto rows = PlainRows(o);
     if (row >= rows.size()) return absl::OutOfRangeError("row");
     int64_t ids[kMaxIds];
@@ -339,7 +341,7 @@ TEST(EngineTest, FarResumeHoldsNoWorkerAndStopsPromptly) {
   WorkloadConfig config;
   config.split = "train";
   config.options = {{"examples", "1000"}, {"payload_bytes", "16"}};
-  auto synthetic = CreateSyntheticWorkload(config);
+  auto synthetic = CreateWorkload(kSyntheticWorkload, config);
   ASSERT_TRUE(synthetic.ok());
   auto other = MakeStream("near", std::move(*synthetic), 4);
   Engine engine(1);

@@ -1,11 +1,11 @@
 // docs/workloads.md followed for a workload that reads files (sections 1-5):
 // a small "filebytes" workload whose examples are the files of its split's
 // directory, built only from what that page names (the interface, an
-// ExampleSource read through the FillContext, the data root, the split
-// vocabulary, a registry entry), opened through the registry and served by
-// the engine to 2 ranks with read-ahead off, on, and on over storage that
-// answers at once: every batch holds exactly the files' bytes, in the
-// sampler's order.
+// ExampleSource read through the FillContext, an entry declaring its
+// splits and options, the data root the prologue opens), opened through
+// the registry and served by the engine to 2 ranks with read-ahead off,
+// on, and on over storage that answers at once: every batch holds exactly
+// the files' bytes, in the sampler's order.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,10 +25,9 @@
 #include "server/readahead.h"
 #include "tests/testutil.h"
 #include "storage/data_file.h"
-#include "workloads/options.h"
 #include "workloads/registry.h"
-#include "workloads/split.h"
 #include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 namespace {
@@ -36,11 +35,14 @@ namespace {
 constexpr int64_t kBytes = 16;  // the first bytes of a file, zero-padded
 
 // 5.1 The source: the files of the split's directory, read through the data
-// root.
+// root, none larger than max_file_bytes.
 class Files : public ExampleSource {
  public:
-  Files(std::shared_ptr<const DataRoot> root, std::vector<std::string> paths)
-      : root_(std::move(root)), paths_(std::move(paths)) {}
+  Files(std::shared_ptr<const DataRoot> root, std::vector<std::string> paths,
+        uint64_t max_file_bytes)
+      : root_(std::move(root)),
+        paths_(std::move(paths)),
+        max_file_bytes_(max_file_bytes) {}
   absl::Status Read(const ExampleKey& key, std::string* bytes,
                     int64_t* label) const override {
     *label = 0;
@@ -48,7 +50,7 @@ class Files : public ExampleSource {
       return absl::OutOfRangeError(
           absl::StrCat("filebytes: example ", key.id, " of ", paths_.size()));
     }
-    return ReadFileCapped(*root_, paths_[key.id], kDefaultMaxFileBytes, bytes);
+    return ReadFileCapped(*root_, paths_[key.id], max_file_bytes_, bytes);
   }
   std::string Describe(const ExampleKey& key) const override {
     return key.id < paths_.size() ? paths_[key.id]
@@ -59,15 +61,15 @@ class Files : public ExampleSource {
  private:
   const std::shared_ptr<const DataRoot> root_;
   const std::vector<std::string> paths_;
+  const uint64_t max_file_bytes_;
 };
 
 // 1. The interface: each example writes its file's first kBytes bytes and
 // its length (and, for evaluation, its weight).
 class FileBytesWorkload : public Workload {
  public:
-  FileBytesWorkload(std::shared_ptr<const DataRoot> root,
-                    std::vector<std::string> paths, bool train)
-      : files_(std::move(root), std::move(paths)), train_(train) {
+  FileBytesWorkload(Files files, bool train)
+      : files_(std::move(files)), train_(train) {
     tensors_ = {{"bytes", DType::kUInt8, {kBytes}},
                 {"length", DType::kInt64, {}}};
     if (!train_) tensors_.push_back({"weights", DType::kFloat32, {}});
@@ -126,30 +128,31 @@ absl::StatusOr<std::vector<std::string>> ListFiles(const DataRoot& root,
   return paths;
 }
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateFileBytesWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> options =
-      WorkloadOptions::Create("filebytes", config.options, {});
-  if (!options.ok()) return options.status();
-  absl::StatusOr<Split> split = ParseSplit("filebytes", config.split,
-                                           {Split::kTrain, Split::kValidation});
-  if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root);
-  if (!root.ok()) return root.status();
+// 3. The entry: the factory is handed the options and split, parsed, and
+// the data root, opened.
+absl::StatusOr<std::unique_ptr<Workload>> CreateFileBytes(
+    const WorkloadContext& c) {
   absl::StatusOr<std::vector<std::string>> paths = ListFiles(
-      **root,
-      config.data_path + (*split == Split::kTrain ? "/train" : "/validation"));
+      *c.root,
+      c.data_path() + (c.split == Split::kTrain ? "/train" : "/validation"));
   if (!paths.ok()) return paths.status();
   return std::unique_ptr<Workload>(new FileBytesWorkload(
-      *std::move(root), *std::move(paths), *split == Split::kTrain));
+      Files(c.root, *std::move(paths), c.options.Uint("max_file_bytes")),
+      c.split == Split::kTrain));
 }
 
-// 3. The registry entry: the daemon's table and one line more.
+constexpr OptionSpec kFileBytesOptions[] = {MaxFileBytes()};
+constexpr Split kFileBytesSplits[] = {Split::kTrain, Split::kValidation};
+const WorkloadEntry kFileBytesWorkload = {
+    "filebytes",          "the first bytes of each file, for the file test",
+    kFileBytesSplits,     kFileBytesOptions,
+    /*reads_files=*/true, CreateFileBytes,
+};
+
+// The daemon's table and one line more.
 std::vector<WorkloadEntry> Table() {
   std::vector<WorkloadEntry> table(Workloads().begin(), Workloads().end());
-  table.push_back({"filebytes", CreateFileBytesWorkload,
-                   "the first bytes of each file, for the file test"});
+  table.push_back(kFileBytesWorkload);
   return table;
 }
 

@@ -348,21 +348,21 @@ TEST(FineWebEduLmTest, RefusesBadOptionsAndSplits) {
   WorkloadConfig c;
   c.data_path = "/";
   c.split = "test";
-  auto w = CreateFineWebEduLmWorkload(c);
+  auto w = CreateWorkload(kFineWebEduLmWorkload, c);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("unknown split 'test'"),
             std::string::npos)
       << w.status();
   c.split = "train";
   c.options = {{"eval_train_examples", "0"}};
-  w = CreateFineWebEduLmWorkload(c);
+  w = CreateWorkload(kFineWebEduLmWorkload, c);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("eval_train_examples"),
             std::string::npos);
   c.options = {{"seq_len", "8"}};
-  EXPECT_FALSE(CreateFineWebEduLmWorkload(c).ok());
+  EXPECT_FALSE(CreateWorkload(kFineWebEduLmWorkload, c).ok());
   c.options = {};
-  w = CreateFineWebEduLmWorkload(c);  // "/" holds no train/ shards
+  w = CreateWorkload(kFineWebEduLmWorkload, c);  // "/" holds no train/ shards
   ASSERT_FALSE(w.ok());
 }
 

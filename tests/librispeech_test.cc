@@ -156,7 +156,7 @@ class LibriSpeechTest : public ::testing::Test {
     config.split = split;
     config.seed = 7;
     config.options = std::move(options);
-    return CreateLibriSpeechWorkload(config);
+    return CreateWorkload(kLibriSpeechWorkload, config);
   }
 
   struct Item {

@@ -186,7 +186,7 @@ struct Data {
     c.data_path = dir.path();
     c.split = split;
     c.options = opts;
-    return CreateOgbgWorkload(c);
+    return CreateWorkload(kOgbgWorkload, c);
   }
 };
 
@@ -210,7 +210,7 @@ TEST(OgbgWorkload, RefusesBadOptionsSplitsAndMissingFiles) {
   WorkloadConfig c;
   c.data_path = data.shards;
   c.split = "validation";
-  EXPECT_TRUE(CreateOgbgWorkload(c).ok());
+  EXPECT_TRUE(CreateWorkload(kOgbgWorkload, c).ok());
 }
 
 // Graph ids (label 0) of a row's real graphs.
@@ -315,7 +315,7 @@ TEST(OgbgWorkload, TrainEpochHoldsEveryGraphOnceAndRowsAreDeterministic) {
   Data data(40, 4);
   absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("train");
   ASSERT_TRUE(w.ok()) << w.status();
-  const auto* packer = dynamic_cast<const RowPacking*>(w->get());
+  const auto* packer = dynamic_cast<const PackedWorkload*>(w->get());
   ASSERT_NE(packer, nullptr);
   const RowShape shape{2};
   const EpochOrder order = ShuffledOrder(40, 9, 1);

@@ -43,10 +43,6 @@ class Rows : public RowPacking {
                                        const StopFlag*) const override {
     return c.window;
   }
-  absl::Status FillRow(const EpochOrder&, uint64_t, uint8_t* const*,
-                       WorkloadCounters*) const override {
-    return absl::OkStatus();
-  }
   // Row r holds two pairs, ids 2r and 2r + 1.
   bool ExamplesOfRows(const EpochOrder& o, uint64_t first, uint64_t count,
                       std::vector<ExampleKey>* keys) const override {

@@ -28,7 +28,7 @@ class WmtCacheTest : public WmtFixture {
     c.options = std::move(options);
     c.options["index_threads"] = threads;
     c.cache = cache.ok() ? *cache : nullptr;
-    return CreateWmtWorkload(c);
+    return CreateWorkload(kWmtWorkload, c);
   }
   // Pairs the length pass of `w` tokenizes for its first epoch, and its rows.
   static uint64_t Tokenized(const Workload& w, const EpochOrder& order,
@@ -245,7 +245,7 @@ TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
       o["index_threads"] = threads;
       auto w = cached ? CreateCached(d, threads, opts) : Create(d, "train", o);
       ASSERT_TRUE(w.ok()) << w.status();
-      const RowPacking& rows = Rows(**w);
+      const PackedWorkload& rows = Rows(**w);
       const uint64_t before = wmt::LengthPassTokenizations();
       absl::StatusOr<RowPacking::KnownRows> known =
           rows.RowsUpTo(order, 4, nullptr);

@@ -150,8 +150,6 @@ inline std::vector<Pair> TfdsOrder(const std::vector<Pair>& pairs, int shards) {
   return out;
 }
 
-// One row of an epoch, as FillRow writes it (drops counted into
-// `counters`, if given).
 // The slot bytes of one train row: its six tensors of 256 T each, where
 // FillRow writes them (out()).
 template <typename T>
@@ -181,7 +179,9 @@ struct EvalRow {
   uint8_t* ptrs[3];
 };
 
-inline PackedRow FillOne(const RowPacking& w, const EpochOrder& order,
+// One row of an epoch, as FillRow writes it (drops counted into
+// `counters`, if given).
+inline PackedRow FillOne(const PackedWorkload& w, const EpochOrder& order,
                          uint64_t r, WorkloadCounters* counters = nullptr) {
   RowBuffers<int32_t> b;
   absl::Status s = w.FillRow(order, r, b.out(), counters);
@@ -239,7 +239,7 @@ class WmtFixture : public ::testing::Test {
     c.split = split;
     c.options = std::move(options);
     c.options.emplace("index_threads", "2");
-    return CreateWmtWorkload(c);
+    return CreateWorkload(kWmtWorkload, c);
   }
 
   static std::unique_ptr<wmt::Tokenizer> LoadTokenizer() {
@@ -284,9 +284,10 @@ class WmtFixture : public ::testing::Test {
     return ids;
   }
 
-  // The train split's rows: the workload as its PackedSchedule sees it.
-  static const RowPacking& Rows(const Workload& w) {
-    return dynamic_cast<const RowPacking&>(w);
+  // The train split's rows: the workload as its PackedSchedule sees it,
+  // and its fill entry.
+  static const PackedWorkload& Rows(const Workload& w) {
+    return dynamic_cast<const PackedWorkload&>(w);
   }
 
   // Whether the workload's batches are packed rows (its schedule's items).
@@ -302,7 +303,7 @@ class WmtFixture : public ::testing::Test {
                                         const EpochOrder& order,
                                         WorkloadCounters* counters,
                                         std::vector<RowCursor>* cursors) {
-    const RowPacking& w = Rows(workload);
+    const PackedWorkload& w = Rows(workload);
     std::vector<PackedRow> rows;
     auto n = w.RowsInEpoch(order);
     EXPECT_TRUE(n.ok()) << n.status();

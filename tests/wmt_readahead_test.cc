@@ -130,7 +130,7 @@ class WmtReadAheadTest : public ::testing::Test {
     c.data_path = data;
     c.split = split;
     c.options.emplace("index_threads", "2");
-    auto w = CreateWmtWorkload(c);
+    auto w = CreateWorkload(kWmtWorkload, c);
     EXPECT_TRUE(w.ok()) << w.status();
     return w.ok() ? std::move(*w) : nullptr;
   }

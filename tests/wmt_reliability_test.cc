@@ -154,8 +154,8 @@ ChildResult InChild(const std::function<std::string()>& fn) {
   return r;
 }
 
-const RowPacking& Rows(const Workload& w) {
-  return dynamic_cast<const RowPacking&>(w);
+const PackedWorkload& Rows(const Workload& w) {
+  return dynamic_cast<const PackedWorkload&>(w);
 }
 
 std::vector<PackedRow> AllRows(const Workload& w, const EpochOrder& order) {
@@ -247,7 +247,7 @@ class WmtReliabilityTest : public ::testing::Test {
       EXPECT_TRUE(cache.ok()) << cache.status();
       if (cache.ok()) c.cache = *cache;
     }
-    return CreateWmtWorkload(c);
+    return CreateWorkload(kWmtWorkload, c);
   }
 
   // The rows of a workload that shares nothing and caches nothing.
@@ -512,7 +512,7 @@ TEST_F(WmtReliabilityTest, ARemovedCacheDirectoryIsAWarningAndRowsAreTheSame) {
   SharedWork shared;
   c.shared = &shared;
   testing::internal::CaptureStderr();
-  auto w = CreateWmtWorkload(c);
+  auto w = CreateWorkload(kWmtWorkload, c);
   ASSERT_TRUE(w.ok()) << w.status();
   absl::StatusOr<RowPacking::KnownRows> first =
       Rows(**w).RowsUpTo(order, 1, nullptr);

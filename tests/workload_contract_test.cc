@@ -1,23 +1,28 @@
 // docs/workloads.md followed to the letter: a small "counting" workload
-// built only from what that page names (the Workload interface, options,
-// the split vocabulary, ExampleRng, a registry entry), opened through the
-// registry, served by the engine to 2 ranks and to 1, its batches checked
-// against the sampler.
+// built only from what that page names (the Workload interface, ExampleRng,
+// an entry declaring its splits and options), opened through the registry,
+// served by the engine to 2 ranks and to 1, its batches checked against the
+// sampler. And every entry of the daemon's table keeps the contract of an
+// entry: its options' defaults within their bounds, unknown options and
+// splits refused naming what it declares.
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ring/ring.h"
 #include "server/engine.h"
 #include "workloads/counter_rng.h"
-#include "workloads/options.h"
 #include "workloads/registry.h"
-#include "workloads/split.h"
 #include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 namespace {
@@ -61,25 +66,30 @@ class CountingWorkload : public Workload {
   std::vector<TensorLayout> tensors_;
 };
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateCountingWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> options =
-      WorkloadOptions::Create("counting", config.options, {"examples"});
-  if (!options.ok()) return options.status();
-  absl::StatusOr<uint64_t> n = options->Uint("examples", 100, 1, 1 << 20);
-  if (!n.ok()) return n.status();
-  absl::StatusOr<Split> split = ParseSplit(
-      "counting", config.split, {Split::kTrain, Split::kValidation});
-  if (!split.ok()) return split.status();
-  return std::unique_ptr<Workload>(
-      new CountingWorkload(*n, *split == Split::kTrain));
+// 3. The entry: the factory is handed the options and split, parsed.
+absl::StatusOr<std::unique_ptr<Workload>> CreateCounting(
+    const WorkloadContext& c) {
+  return std::unique_ptr<Workload>(new CountingWorkload(
+      c.options.Uint("examples"), c.split == Split::kTrain));
 }
 
-// 3. The registry entry: the daemon's table and one line more.
+constexpr OptionSpec kCountingOptions[] = {
+    UintOption("examples", 100, 1, 1 << 20, "N, the examples of each split"),
+};
+constexpr Split kCountingSplits[] = {Split::kTrain, Split::kValidation};
+const WorkloadEntry kCountingWorkload = {
+    "counting",
+    "ids and counter-based noise, for the contract test",
+    kCountingSplits,
+    kCountingOptions,
+    /*reads_files=*/false,
+    CreateCounting,
+};
+
+// The daemon's table and one line more.
 std::vector<WorkloadEntry> Table() {
   std::vector<WorkloadEntry> table(Workloads().begin(), Workloads().end());
-  table.push_back({"counting", CreateCountingWorkload,
-                   "ids and counter-based noise, for the contract test"});
+  table.push_back(kCountingWorkload);
   return table;
 }
 
@@ -173,14 +183,59 @@ TEST(WorkloadContractTest, ARegisteredWorkloadIsOpenedByNameAndRefusesTheRest) {
   WorkloadConfig config;
   config.split = "train";
   EXPECT_THAT(CreateWorkload("countng", config, Table()).status().message(),
-              HasSubstr("unknown workload 'countng' (known: synthetic, "
-                        "imagenet, wmt, criteo1tb, finewebedu_lm, "
-                        "librispeech, ogbg, fastmri, counting)"));
+              HasSubstr(absl::StrCat(
+                  "unknown workload 'countng' (known: ",
+                  absl::StrJoin(WorkloadNames(Table()), ", "), ")")));
+  EXPECT_EQ(WorkloadNames(Table()).back(), "counting");
   // One line a workload, its help in a column after the longest name.
   EXPECT_THAT(WorkloadHelp(Table()), ContainsRegex("\n  counting +ids and"));
   // The daemon's own table does not know the test's workload.
   EXPECT_EQ(CreateWorkload("counting", config).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Every entry of the daemon's table declares what it takes: a name and a
+// line of help, the splits it serves (train first), and options whose
+// defaults lie within their bounds; and the prologue refuses, before any
+// data is touched, an option it does not declare naming the ones it does,
+// and a split it does not serve naming those it serves.
+TEST(WorkloadContractTest, EveryEntryOfTheTableDeclaresWhatItTakes) {
+  for (const WorkloadEntry& e : Workloads()) {
+    SCOPED_TRACE(e.name);
+    EXPECT_FALSE(std::string(e.help).empty());
+    ASSERT_FALSE(e.splits.empty());
+    EXPECT_EQ(e.splits[0], Split::kTrain);
+    std::map<std::string, std::string> defaults;
+    std::vector<std::string> keys, splits;
+    for (const OptionSpec& o : e.options) {
+      defaults[o.key] = OptionDefault(o);
+      keys.push_back(o.key);
+    }
+    for (Split s : e.splits) splits.emplace_back(SplitName(s));
+    absl::StatusOr<OptionValues> given =
+        OptionValues::Parse(e.name, e.options, defaults);
+    EXPECT_TRUE(given.ok()) << given.status();
+    WorkloadConfig c;
+    c.data_path = "/nonexistent-batchd-data";
+    c.split = "train";
+    c.options = {{"no_such_option", "1"}};
+    absl::Status s = CreateWorkload(e, c).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat(e.name,
+                                       ": unknown option 'no_such_option' "
+                                       "(known: ",
+                                       absl::StrJoin(keys, ", "), ")")));
+    c.options.clear();
+    c.split = "no_such_split";
+    s = CreateWorkload(e, c).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat(e.name,
+                                       ": unknown split 'no_such_split' "
+                                       "(known: ",
+                                       absl::StrJoin(splits, ", "), ")")));
+  }
 }
 
 TEST(WorkloadContractTest, TwoRanksGetDisjointSlicesOfTheOneGlobalOrder) {

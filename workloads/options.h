@@ -1,23 +1,28 @@
-// A workload's options (WorkloadConfig::options), read the same way by every
-// workload: unknown keys are refused naming the known ones, and a bad value
-// is an error naming the workload, the option and what it must be
-// ("wmt: option max_length='x' is not an integer in [1, 4096]"). Numbers
-// are strict: digits alone, nothing around them (a caller's " 8\r\n" is
-// refused, not read as 8). Messages quote values as given: whatever shows
-// them escapes them (base/format.h's Printable).
+// A workload's options: declared once, in its registry entry, as a table of
+// OptionSpec (key, type, default, bounds, help), and parsed against that
+// table by CreateWorkload before the workload's factory runs
+// (workloads/workload_entry.h). Unknown keys are refused naming the known
+// ones, and a bad value is an error naming the workload, the option and
+// what it must be ("wmt: option max_length='x' is not an integer in [1,
+// 4096]"). Numbers are strict: digits alone, nothing around them (a
+// caller's " 8\r\n" is refused, not read as 8). Messages quote values as
+// given: whatever shows them escapes them (base/format.h's Printable).
+// `batchd --help` and `batchctl plan` print the same table.
 //
-// Thread safety: immutable after Create.
+// Thread safety: OptionSpec tables are constant; OptionValues is
+// immutable after Parse.
 #ifndef BATCHD_WORKLOADS_OPTIONS_H_
 #define BATCHD_WORKLOADS_OPTIONS_H_
 
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace batchd {
 
@@ -30,40 +35,113 @@ bool IsDecimal(absl::string_view v, bool allow_minus);
 // signs only (no white space, no inf or nan); false otherwise.
 bool ParseStrictDouble(absl::string_view v, double* out);
 
-class WorkloadOptions {
- public:
-  // InvalidArgument "<workload>: unknown option 'k' (known: a, b)" when an
-  // option is not in `known`. `options` must outlive the result.
-  static absl::StatusOr<WorkloadOptions> Create(
-      const std::string& workload,
-      const std::map<std::string, std::string>& options,
-      std::initializer_list<const char*> known);
+enum class OptionType : uint8_t {
+  kUint,    // decimal digits, in [lo, hi]
+  kNumber,  // a decimal number (ParseStrictDouble), in [min, max]
+  kChoice,  // one of `choices`
+  kText,    // any text; the workload checks it
+};
 
-  bool Has(const std::string& key) const;
-  // The value of `key`, or `def` when it is not given.
-  std::string String(const std::string& key, const std::string& def) const;
-  // `key` as an integer in [lo, hi], or `def` when it is not given (def
-  // is not checked).
-  absl::StatusOr<uint64_t> Uint(const std::string& key, uint64_t def,
-                                uint64_t lo = 0,
-                                uint64_t hi = UINT64_MAX) const;
-  absl::StatusOr<int> Int(const std::string& key, int def, int lo,
-                          int hi) const;
-  // `key` as one of `choices`, or `def`.
-  absl::StatusOr<std::string> Choice(
-      const std::string& key, const std::string& def,
-      std::initializer_list<const char*> choices) const;
-  // InvalidArgument "<workload>: option k='v' <what>", for checks of
-  // their own.
-  absl::Status Invalid(const std::string& key, const std::string& what) const;
+// One option of a workload. Made with the functions below, so that a
+// table reads as a list of declarations.
+struct OptionSpec {
+  const char* key = "";
+  OptionType type = OptionType::kText;
+  const char* help = "";  // one line: what it sets (its default and bounds are
+                          // printed from the fields)
+  uint64_t uint_default = 0, lo = 0, hi = UINT64_MAX;  // kUint
+  double number_default = 0, min = 0, max = 0;         // kNumber
+  const char* text_default = "";                       // kChoice, kText
+  absl::Span<const char* const> choices;               // kChoice
+};
+
+constexpr OptionSpec UintOption(const char* key, uint64_t def, uint64_t lo,
+                                uint64_t hi, const char* help) {
+  OptionSpec o{};
+  o.key = key;
+  o.type = OptionType::kUint;
+  o.help = help;
+  o.uint_default = def;
+  o.lo = lo;
+  o.hi = hi;
+  return o;
+}
+constexpr OptionSpec NumberOption(const char* key, double def, double min,
+                                  double max, const char* help) {
+  OptionSpec o{};
+  o.key = key;
+  o.type = OptionType::kNumber;
+  o.help = help;
+  o.number_default = def;
+  o.min = min;
+  o.max = max;
+  return o;
+}
+// `def` is one of `choices`.
+constexpr OptionSpec ChoiceOption(const char* key, const char* def,
+                                  absl::Span<const char* const> choices,
+                                  const char* help) {
+  OptionSpec o{};
+  o.key = key;
+  o.type = OptionType::kChoice;
+  o.help = help;
+  o.text_default = def;
+  o.choices = choices;
+  return o;
+}
+constexpr OptionSpec TextOption(const char* key, const char* def,
+                                const char* help) {
+  OptionSpec o{};
+  o.key = key;
+  o.type = OptionType::kText;
+  o.help = help;
+  o.text_default = def;
+  return o;
+}
+
+// The default as a spec would spell it ("224", "1.25", "nhwc").
+std::string OptionDefault(const OptionSpec& spec);
+// What a value must be, for help text: "1 .. 4096", "1 .. 2^40" (powers
+// of two from 2^20 on), "1 .. 8", "nhwc, nchw"; "" for text.
+std::string OptionBounds(const OptionSpec& spec);
+
+// A stream's options, parsed against its workload's table: each key's
+// value, given or the default, by key.
+class OptionValues {
+ public:
+  // InvalidArgument "<workload>: unknown option 'k' (known: a, b)" for a
+  // key not in `specs`, else the first value that is not what its spec
+  // says ("<workload>: option k='v' is not an integer in [lo, hi]").
+  static absl::StatusOr<OptionValues> Parse(
+      absl::string_view workload, absl::Span<const OptionSpec> specs,
+      const std::map<std::string, std::string>& given);
+
+  // The value of `key`, which must be in the table with that type (a
+  // programming error aborts: the workload asked for an option it did not
+  // declare).
+  uint64_t Uint(absl::string_view key) const;
+  double Number(absl::string_view key) const;
+  const std::string& Text(absl::string_view key) const;  // kChoice, kText
+  // Whether the spec gave `key` (else its value is the default).
+  bool Given(absl::string_view key) const;
+  // InvalidArgument "<workload>: option k='v' <what>", for checks of the
+  // workload's own (a bound that depends on another option or the split).
+  absl::Status Invalid(absl::string_view key, absl::string_view what) const;
+  // Every option of the table, in its order, with its value as text.
+  std::vector<std::pair<const OptionSpec*, std::string>> Listed() const;
 
  private:
-  WorkloadOptions(std::string workload,
-                  const std::map<std::string, std::string>& options)
-      : workload_(std::move(workload)), options_(&options) {}
+  struct Value {
+    const OptionSpec* spec = nullptr;
+    bool given = false;
+    std::string text;  // as given, or the default
+    uint64_t uint = 0;
+    double number = 0;
+  };
+  const Value& Find(absl::string_view key, OptionType type) const;
 
   std::string workload_;
-  const std::map<std::string, std::string>* options_;
+  std::vector<Value> values_;  // the table's order
 };
 
 }  // namespace batchd

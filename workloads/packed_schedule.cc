@@ -187,6 +187,12 @@ void PackedSchedule::SetError(const absl::Status& error) {
 }
 
 absl::Status PackedSchedule::CheckReachable(uint64_t step) const {
+  // Rows hold at least one example, unless the packer says an example can
+  // give several (blocks of lines): only then may an epoch of fewer
+  // examples than a global batch hold one. In 128 bits: nothing wraps.
+  if ((unsigned __int128)n_ * packer_.max_rows_per_example() < g_) {
+    return EpochTooSmall(n_, g_);
+  }
   absl::MutexLock lock(&mu_);
   return Reachable(step);
 }

@@ -1,10 +1,11 @@
 // The schedule of a workload whose items are rows packed from the examples
-// of an epoch, in the epoch's order (WMT training): global batch s of an
-// epoch is rows [sG, (s+1)G) of it, and the remainder of each epoch is
-// dropped, as for examples. How many rows an epoch holds is known only by
-// looking at every example of it, so steps map to epochs by a running sum
-// that this schedule counts, epoch by epoch, as serving work of the daemon's
-// executor (base/executor.h).
+// of an epoch, in the epoch's order (WMT's training pairs, and others):
+// global batch s of an epoch is rows [sG, (s+1)G) of it, and the remainder
+// of each epoch is dropped, as for examples. How many rows an epoch holds
+// is known only by looking at every example of it, so steps map to epochs
+// by a running sum that this schedule counts, epoch by epoch, as serving
+// work of the daemon's executor (base/executor.h). A packing workload
+// derives from PackedWorkload (below): its schedule and its one fill entry.
 #ifndef BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 #define BATCHD_WORKLOADS_PACKED_SCHEDULE_H_
 
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -26,7 +28,8 @@
 namespace batchd {
 
 // What a row-packing workload tells its schedule: the rows of an epoch and
-// where each sits. Rows are deterministic in (seed, epoch).
+// where each sits (filling them is PackedWorkload's). Rows are
+// deterministic in (seed, epoch).
 //
 // Thread safety: every method may be called from any thread at once.
 class RowPacking {
@@ -54,8 +57,9 @@ class RowPacking {
   // fewer) and says what is known. Called from the counting task only (a
   // task of the executor: it must do work, never wait for other tasks);
   // may be slow, but should only do work in proportion to `want_rows`
-  // while the epoch's size is unknown. CursorOfRow, FillRow and
-  // ExamplesOfRows must then work for every row below `rows`. Default:
+  // while the epoch's size is unknown. CursorOfRow, ExamplesOfRows and
+  // the workload's FillRow must then work for every row below `rows`.
+  // Default:
   // RowsInEpoch, complete.
   virtual absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
                                              uint64_t want_rows,
@@ -85,8 +89,9 @@ class RowPacking {
     return absl::OkStatus();
   }
   // The most rows one example can give (a workload whose examples are
-  // blocks of many rows says so); bounds how far a step can lie. Default:
-  // 1 (a row holds at least one example).
+  // blocks of many rows says so): bounds how far a step can lie, and lets
+  // an epoch of fewer examples than a global batch through (its rows may
+  // fill it). Default: 1 (a row holds at least one example).
   virtual uint64_t max_rows_per_example() const { return 1; }
   // InvalidArgument when no epoch of `num_examples` examples can hold
   // `cursor` (a window or row beyond the most there can be); cheap, and
@@ -95,11 +100,6 @@ class RowPacking {
                                    const RowCursor& cursor) const {
     return absl::OkStatus();
   }
-  // Writes row `row` of the epoch into out[k] (one row's bytes of tensor
-  // k), counting drops into `counters` (may be null).
-  virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
-                               uint8_t* const* out,
-                               WorkloadCounters* counters) const = 0;
   // Read-ahead: appends the examples that FillRow reads for rows
   // [first_row, first_row + count) of the epoch, in its order, keyed by
   // (epoch, position in the epoch's order, id). False when they are not
@@ -194,6 +194,8 @@ class PackedSchedule : public Schedule {
   absl::Status Anchor(uint64_t step, const RowCursor& cursor,
                       bool any_rank) override;
   bool resumes_by_cursor() const override { return true; }
+  // EpochTooSmall when the examples, at the packer's most rows each,
+  // cannot make one global batch; then as Reachable.
   absl::Status CheckReachable(uint64_t step) const override;
   void Cancel() override;
   // The pairs of the rank's rows, from the packer, when the step is
@@ -297,6 +299,49 @@ class PackedSchedule : public Schedule {
   mutable uint64_t listed_keys_ ABSL_GUARDED_BY(rows_mu_) = 0;
   // Last: the counting task refers to everything above.
   TaskScope scope_;
+};
+
+// A workload whose items are rows packed from the examples of each shuffled
+// epoch: its schedule is a PackedSchedule of itself (its RowPacking), and
+// every row is written by one entry, FillRow, which the engine reaches
+// through FillItem (item.position is the row of epoch item.epoch's order)
+// and tools and tests call with orders of their own.
+//
+// Thread safety: as Workload and RowPacking.
+class PackedWorkload : public Workload, public RowPacking {
+ public:
+  // `pool` counts the epochs (WorkloadConfig::pool()); borrowed, it
+  // outlives the workload.
+  explicit PackedWorkload(Executor* pool) : pool_(pool) {}
+
+  std::unique_ptr<Schedule> MakeSchedule(const Sampler& sampler) const final {
+    return std::make_unique<PackedSchedule>(*this, sampler, pool_);
+  }
+  bool shuffle() const final { return true; }
+  using Workload::FillItem;
+  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const final {
+    const ItemRef& item = ctx.item();
+    return FillRow(ShuffledOrder(num_examples(), item.seed, item.epoch),
+                   item.position, out, ctx);
+  }
+
+  // The fill entry: writes row `row` of the epoch of `order` into out[k]
+  // (one row's bytes of tensor k), reading stored examples only through
+  // `ctx` (the pending rule, workloads/fill_context.h: the keys
+  // ExamplesOfRows names) and counting drops into ctx.counters().
+  virtual absl::Status FillRow(const EpochOrder& order, uint64_t row,
+                               uint8_t* const* out, FillContext& ctx) const = 0;
+  // FillRow outside the engine (tools, tests): reads from source(), without
+  // read-ahead, counting into `counters` (may be null).
+  absl::Status FillRow(const EpochOrder& order, uint64_t row,
+                       uint8_t* const* out, WorkloadCounters* counters) const {
+    FillContext ctx(ItemRef{order.seed, order.epoch, row, row, true}, counters,
+                    source());
+    return FillRow(order, row, out, ctx);
+  }
+
+ private:
+  Executor* const pool_;
 };
 
 }  // namespace batchd

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/fastmri/fastmri.h"
 #include "workloads/finewebedu_lm/finewebedu_lm.h"
@@ -17,40 +18,51 @@
 namespace batchd {
 namespace {
 
-constexpr WorkloadEntry kWorkloads[] = {
-    {"synthetic", CreateSyntheticWorkload,
-     "examples that carry their id, epoch and position (tests, benches)"},
-    {"imagenet", CreateImageNetWorkload,
-     "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms"},
-    {"wmt", CreateWmtWorkload,
-     "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing"},
-    {"criteo1tb", CreateCriteo1TbWorkload,
-     "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform"},
-    {"finewebedu_lm", CreateFineWebEduLmWorkload,
-     "Hugging Face save_to_disk Arrow token rows, AlgoPerf's LM windows"},
-    {"librispeech", CreateLibriSpeechWorkload,
-     "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)"},
-    {"ogbg", CreateOgbgWorkload,
-     "TFDS ogbg_molpcba, AlgoPerf's jraph graph batching in fixed rows"},
-    {"fastmri", CreateFastMriWorkload,
-     "fastMRI knee single-coil HDF5 volumes, AlgoPerf's k-space transform"},
-};
+// Appends `text` wrapped at 78 columns, every line indented by `indent`
+// spaces.
+void AppendWrapped(std::string* out, const std::string& text, size_t indent) {
+  const std::string pad(indent, ' ');
+  std::string line = pad;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (line.size() > indent && line.size() + 1 + word.size() > 78) {
+      absl::StrAppend(out, line, "\n");
+      line = pad + "  ";
+    } else if (line.size() > indent) {
+      line += ' ';
+    }
+    absl::StrAppend(&line, word);
+  }
+  absl::StrAppend(out, line, "\n");
+}
 
 }  // namespace
 
-absl::Span<const WorkloadEntry> Workloads() { return kWorkloads; }
+absl::Span<const WorkloadEntry> Workloads() {
+  // Each entry is declared in its workload's folder.
+  static const WorkloadEntry kWorkloads[] = {
+      kSyntheticWorkload, kImageNetWorkload,     kWmtWorkload,
+      kCriteo1TbWorkload, kFineWebEduLmWorkload, kLibriSpeechWorkload,
+      kOgbgWorkload,      kFastMriWorkload,
+  };
+  return kWorkloads;
+}
+
+absl::StatusOr<const WorkloadEntry*> FindWorkload(
+    const std::string& name, absl::Span<const WorkloadEntry> table) {
+  for (const WorkloadEntry& e : table) {
+    if (name == e.name) return &e;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown workload '", name,
+      "' (known: ", absl::StrJoin(WorkloadNames(table), ", "), ")"));
+}
 
 absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
     const std::string& name, const WorkloadConfig& config,
     absl::Span<const WorkloadEntry> table) {
-  for (const WorkloadEntry& e : table) {
-    if (name != e.name) continue;
-    WorkScope work(config.work);  // what the factory does is the stream's
-    return e.factory(config);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown workload '", name, "' (known: ",
-                   absl::StrJoin(WorkloadNames(table), ", "), ")"));
+  absl::StatusOr<const WorkloadEntry*> entry = FindWorkload(name, table);
+  if (!entry.ok()) return entry.status();
+  return CreateWorkload(**entry, config);
 }
 
 std::vector<std::string> WorkloadNames(absl::Span<const WorkloadEntry> table) {
@@ -69,6 +81,19 @@ std::string WorkloadHelp(absl::Span<const WorkloadEntry> table) {
     const std::string name = e.name;
     absl::StrAppend(&out, "  ", name, std::string(width - name.size() + 2, ' '),
                     e.help, "\n");
+    std::vector<std::string> splits;
+    for (Split s : e.splits) splits.emplace_back(SplitName(s));
+    AppendWrapped(&out, absl::StrCat("splits: ", absl::StrJoin(splits, ", ")),
+                  6);
+    for (const OptionSpec& o : e.options) {
+      const std::string bounds = OptionBounds(o);
+      const std::string def = OptionDefault(o);
+      AppendWrapped(
+          &out,
+          absl::StrCat(o.key, "=", def.empty() ? "\"\"" : def,
+                       bounds.empty() ? "" : " (" + bounds + ")", ": ", o.help),
+          6);
+    }
   }
   return out;
 }

@@ -1,8 +1,10 @@
-// The table of workloads the daemon serves: each entry's name, factory and
-// one line of help. The "unknown workload" error and the help text are made
-// from the table, so a workload added to it (docs/workloads.md) is known
-// everywhere at once. An explicit table rather than static registration:
-// easy to find, and it survives static linking.
+// The table of workloads the daemon serves: each workload's entry
+// (workloads/workload_entry.h: name, help, splits, options, factory),
+// declared in its own folder and listed here. The "unknown workload" error,
+// the help text (batchd --help) and what batchctl plan reports of a
+// workload are made from the table, so a workload added to it
+// (docs/workloads.md) is known everywhere at once. An explicit table rather
+// than static registration: easy to find, and it survives static linking.
 //
 // Thread safety: the table is constant; the functions may be called from
 // any thread.
@@ -16,24 +18,21 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-using WorkloadFactory =
-    absl::StatusOr<std::unique_ptr<Workload>> (*)(const WorkloadConfig&);
-
-struct WorkloadEntry {
-  const char* name;          // the spec's `workload`
-  WorkloadFactory factory;   // builds one stream's workload
-  const char* help;          // what it serves, in one line of ~66 chars
-};
-
-// The daemon's workloads: synthetic, imagenet, wmt.
+// The daemon's workloads, in the order batchd --help lists them.
 absl::Span<const WorkloadEntry> Workloads();
 
-// `name`'s workload from `table` (default: the daemon's), made under
-// config.work. InvalidArgument naming the table's workloads for a name it
-// lacks: "unknown workload 'x' (known: synthetic, imagenet, wmt)".
+// `name`'s entry in `table`, or InvalidArgument naming the table's
+// workloads: "unknown workload 'x' (known: synthetic, imagenet, ...)".
+absl::StatusOr<const WorkloadEntry*> FindWorkload(
+    const std::string& name,
+    absl::Span<const WorkloadEntry> table = Workloads());
+
+// `name`'s workload from `table` (default: the daemon's): FindWorkload,
+// then CreateWorkload(entry, config).
 absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
     const std::string& name, const WorkloadConfig& config,
     absl::Span<const WorkloadEntry> table = Workloads());
@@ -42,7 +41,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
 std::vector<std::string> WorkloadNames(
     absl::Span<const WorkloadEntry> table = Workloads());
 
-// One line per workload, "  name  help", for help text (batchd --help).
+// For help text (batchd --help): per workload a line "  name  help", then
+// its splits and one line per option ("key=default (bounds): help").
 std::string WorkloadHelp(absl::Span<const WorkloadEntry> table = Workloads());
 
 }  // namespace batchd

@@ -99,8 +99,7 @@ void EpochIds(const EpochOrder& order, uint64_t first, uint64_t count,
 absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
                                         uint64_t global_batch_size,
                                         uint32_t world_size, uint64_t seed,
-                                        bool shuffle,
-                                        bool many_rows_per_example) {
+                                        bool shuffle) {
   if (world_size == 0) {
     return absl::InvalidArgumentError("world_size must be at least 1");
   }
@@ -115,12 +114,6 @@ absl::StatusOr<Sampler> Sampler::Create(uint64_t num_examples,
   }
   if (num_examples == 0) {
     return absl::InvalidArgumentError("the data set has no examples");
-  }
-  if (shuffle && num_examples < global_batch_size && !many_rows_per_example) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data set has ", num_examples,
-        " examples, fewer than one global batch of ", global_batch_size,
-        " (training drops the remainder of each epoch)"));
   }
   return Sampler(num_examples, global_batch_size, world_size, seed, shuffle);
 }

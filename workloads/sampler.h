@@ -48,12 +48,13 @@ class Sampler {
  public:
   // shuffle: training order (permuted per epoch, repeating for ever, the
   // remainder of each epoch dropped). Otherwise evaluation order: one pass in
-  // file order, the last global batch padded past num_examples.
+  // file order, the last global batch padded past num_examples. Whether an
+  // epoch holds a global batch is the schedule's to say (its items may be
+  // rows packed from the examples): Schedule::CheckReachable.
   static absl::StatusOr<Sampler> Create(uint64_t num_examples,
                                         uint64_t global_batch_size,
                                         uint32_t world_size, uint64_t seed,
-                                        bool shuffle,
-                                        bool many_rows_per_example = false);
+                                        bool shuffle);
 
   uint64_t num_examples() const { return n_; }
   uint64_t global_batch_size() const { return g_; }

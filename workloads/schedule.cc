@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace batchd {
 
 absl::Status Schedule::Anchor(uint64_t step, const RowCursor& cursor,
@@ -14,6 +16,13 @@ absl::Status Schedule::Anchor(uint64_t step, const RowCursor& cursor,
 
 absl::Status Schedule::CheckReachable(uint64_t step) const {
   return absl::OkStatus();
+}
+
+absl::Status EpochTooSmall(uint64_t examples, uint64_t global_batch) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the data set has ", examples,
+                   " examples, fewer than one global batch of ", global_batch,
+                   " (training drops the remainder of each epoch)"));
 }
 
 bool Schedule::ExamplesOf(uint64_t step, uint32_t rank,
@@ -34,6 +43,14 @@ bool Schedule::ExamplesOfItem(const StepItems& items, uint64_t i,
   const ItemRef item = Item(items, i);
   if (item.valid) keys->push_back({item.epoch, item.position, item.id});
   return true;
+}
+
+absl::Status ExampleSchedule::CheckReachable(uint64_t step) const {
+  if (sampler_.shuffle() &&
+      sampler_.num_examples() < sampler_.global_batch_size()) {
+    return EpochTooSmall(sampler_.num_examples(), sampler_.global_batch_size());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ExampleSchedule::Ready(uint64_t step) {

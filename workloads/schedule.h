@@ -103,8 +103,10 @@ class Schedule {
   // Whether batches' cursors are what a resume names (Anchor works).
   // Default: false.
   virtual bool resumes_by_cursor() const { return false; }
-  // FailedPrecondition when the schedule refuses to look for `step` (too
-  // far to replay); checked at OpenStream, before any work. Default: OK.
+  // InvalidArgument when no batch can be made at all (a training epoch
+  // that cannot hold one global batch: EpochTooSmall), FailedPrecondition
+  // when the schedule refuses to look for `step` (too far to replay);
+  // checked at OpenStream, before any work. Default: OK.
   virtual absl::Status CheckReachable(uint64_t step) const;
   // Stops background preparation soon (the stream is closing); Ready then
   // fails for steps not yet prepared. Default: nothing to stop.
@@ -131,6 +133,10 @@ class Schedule {
                               std::vector<ExampleKey>* keys) const;
 };
 
+// The refusal of a training stream whose epoch of `examples` cannot hold
+// one global batch of `global_batch`.
+absl::Status EpochTooSmall(uint64_t examples, uint64_t global_batch);
+
 // Items are the examples of the sampler's order, pure arithmetic: rank r's
 // slice of step s is Sampler::Slice(s, r); the cursor is (epoch, step
 // within the epoch, 0) for training and (0, step, 0) for evaluation.
@@ -138,6 +144,8 @@ class ExampleSchedule : public Schedule {
  public:
   explicit ExampleSchedule(const Sampler& sampler) : sampler_(sampler) {}
 
+  // A training epoch of fewer examples than one global batch holds none.
+  absl::Status CheckReachable(uint64_t step) const override;
   absl::Status Ready(uint64_t step) override;
   absl::StatusOr<StepItems> Locate(uint64_t step, uint32_t rank) override;
   ItemRef Item(const StepItems& items, uint64_t i) const override;

@@ -33,7 +33,7 @@ absl::string_view SplitName(Split split) {
 
 absl::StatusOr<Split> ParseSplit(absl::string_view workload,
                                  absl::string_view name,
-                                 std::initializer_list<Split> supported) {
+                                 absl::Span<const Split> supported) {
   auto served = [&](Split split) {
     for (Split s : supported) {
       if (s == split) return true;

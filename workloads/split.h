@@ -13,10 +13,9 @@
 #ifndef BATCHD_WORKLOADS_SPLIT_H_
 #define BATCHD_WORKLOADS_SPLIT_H_
 
-#include <initializer_list>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace batchd {
 
@@ -34,7 +33,7 @@ inline bool IsEvalSplit(Split split) { return split != Split::kTrain; }
 // validation, test)".
 absl::StatusOr<Split> ParseSplit(absl::string_view workload,
                                  absl::string_view name,
-                                 std::initializer_list<Split> supported);
+                                 absl::Span<const Split> supported);
 
 }  // namespace batchd
 

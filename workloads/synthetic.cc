@@ -68,34 +68,32 @@ class SyntheticWorkload : public Workload {
   std::vector<TensorLayout> tensors_;
 };
 
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  return std::unique_ptr<Workload>(new SyntheticWorkload(
+      c.options.Uint("examples"), c.options.Uint("payload_bytes"),
+      c.split == Split::kTrain));
+}
+
+// No data set comes near 2^40 examples; positions and steps stay far from
+// wrapping.
+constexpr OptionSpec kOptions[] = {
+    UintOption("examples", 10000, 1, uint64_t(1) << 40,
+               "N, the examples of every split"),
+    UintOption("payload_bytes", 1024, 0, uint64_t(1) << 32,
+               "bytes of each example's payload tensor"),
+};
+// "eval" is another spelling of validation (workloads/split.h).
+constexpr Split kSplits[] = {Split::kTrain, Split::kValidation, Split::kTest};
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> options = WorkloadOptions::Create(
-      "synthetic", config.options, {"examples", "payload_bytes"});
-  if (!options.ok()) return options.status();
-  // No data set comes near 2^40 examples; positions and steps stay far
-  // from wrapping.
-  absl::StatusOr<uint64_t> n =
-      options->Uint("examples", 10000, 0, uint64_t(1) << 40);
-  if (!n.ok()) return n.status();
-  absl::StatusOr<uint64_t> bytes = options->Uint("payload_bytes", 1024);
-  if (!bytes.ok()) return bytes.status();
-  if (*n == 0) {
-    return absl::InvalidArgumentError("synthetic: examples must be at least 1");
-  }
-  if (*bytes > (uint64_t(1) << 32)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("synthetic: payload_bytes ", *bytes, " exceeds 4 GiB"));
-  }
-  // "eval" is another spelling of validation (workloads/split.h).
-  absl::StatusOr<Split> split = ParseSplit(
-      "synthetic", config.split,
-      {Split::kTrain, Split::kValidation, Split::kTest});
-  if (!split.ok()) return split.status();
-  return std::unique_ptr<Workload>(
-      new SyntheticWorkload(*n, *bytes, *split == Split::kTrain));
-}
+const WorkloadEntry kSyntheticWorkload = {
+    "synthetic",
+    "examples that carry their id, epoch and position (tests, benches)",
+    kSplits,
+    kOptions,
+    /*reads_files=*/false,
+    Create,
+};
 
 }  // namespace batchd

@@ -3,20 +3,20 @@
 // from the seed, the id and its per-example random stream. Tests use it to
 // check which examples each rank got; benchmarks to measure the data plane.
 //
-// Options: examples (N, default 10000), payload_bytes (default 1024).
-// Tensors: ids, epochs, positions (uint64 [B]), payload (uint8 [B, bytes]),
-// and on evaluation splits weights (float32 [B], 0 on padding).
+// Options: examples (N) and payload_bytes, with their defaults and bounds
+// in the entry (batchd --help). Tensors: ids, epochs, positions (uint64
+// [B]), payload (uint8 [B, bytes]), and on evaluation splits weights
+// (float32 [B], 0 on padding).
 #ifndef BATCHD_WORKLOADS_SYNTHETIC_H_
 #define BATCHD_WORKLOADS_SYNTHETIC_H_
 
 #include <memory>
 
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateSyntheticWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kSyntheticWorkload;
 
 // The payload the synthetic workload writes for one example; tests recompute
 // it to check bytes end to end.

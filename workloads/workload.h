@@ -4,8 +4,9 @@
 // straight into the ring slot (DALI's split: the sizes are known first, then
 // each item is written into memory it is given).
 //
-// The interface only: the table of workloads is workloads/registry.h, and
-// docs/workloads.md says how to add one.
+// The interface only: what a workload declares of itself (its entry: name,
+// splits, options, factory) is workloads/workload_entry.h, the table of
+// workloads workloads/registry.h, and docs/workloads.md says how to add one.
 //
 // Thread safety: Create() runs once; every const method may be called from
 // any number of worker threads at once.
@@ -54,8 +55,10 @@ struct TensorLayout {
 
 struct WorkloadConfig {
   std::string data_path;  // absolute, already confined to --data-root
-  // The server's --data-root (resolved): workloads open every file through
-  // it (storage/data_file.h). Empty: data_path is the root.
+  // The server's --data-root (resolved): CreateWorkload opens it for a
+  // workload that reads files (WorkloadContext::root), which opens every
+  // file through it (storage/data_file.h). Empty: data_path is the
+  // root.
   std::string data_root;
   // Whose permissions every file is opened with: the caller's, so that a
   // stream reads only what its owner could read (workloads/common/
@@ -71,8 +74,9 @@ struct WorkloadConfig {
   // its long loops (CheckCancelled, ParallelFor) stop with CANCELLED once
   // the request is cancelled. Default: the daemon's own, never cancelled.
   WorkContext work;
-  // The split as the spec spells it; a workload parses it once with
-  // ParseSplit (workloads/split.h), naming the splits it serves.
+  // The split as the spec spells it, and the options as given: parsed
+  // against the workload's entry by CreateWorkload (workloads/
+  // workload_entry.h), which hands the factory the results.
   std::string split;
   uint64_t seed = 0;
   std::map<std::string, std::string> options;
@@ -97,13 +101,6 @@ struct WorkloadConfig {
   Executor* pool() const {
     return executor != nullptr ? executor : Executor::Default();
   }
-  // The root every file of the stream is opened through: data_root
-  // (data_path when that is empty), with `access`'s permissions and
-  // max_data_file_bytes.
-  absl::StatusOr<std::shared_ptr<const DataRoot>> OpenDataRoot() const {
-    return DataRoot::Open(data_root.empty() ? data_path : data_root, access,
-                          max_data_file_bytes);
-  }
 };
 
 // What a workload is indexing while a stream prepares (WMT's length pass):
@@ -125,8 +122,10 @@ class Workload {
 
   // The stream's schedule: which items make up each batch. Default: the
   // examples of the sampler's order (ExampleSchedule). A workload that
-  // packs rows returns its own (PackedSchedule); the schedule may keep a
-  // reference to this workload, which outlives it.
+  // packs rows returns a PackedSchedule of itself (its RowPacking; its
+  // items are then rows, and FillItem fills row item.position of epoch
+  // item.epoch); the schedule may keep a reference to this workload,
+  // which outlives it.
   virtual std::unique_ptr<Schedule> MakeSchedule(const Sampler& sampler) const {
     return std::make_unique<ExampleSchedule>(sampler);
   }
@@ -152,11 +151,6 @@ class Workload {
   virtual uint64_t resident_bytes() const { return 0; }
 
   virtual uint64_t num_examples() const = 0;
-  // Whether one example makes many rows of a batch (criteo1tb's examples
-  // are blocks of lines, its schedule's rows the lines): a training epoch
-  // may then hold fewer examples than one global batch, and its schedule
-  // checks the rows instead. Default: false.
-  virtual bool examples_hold_many_rows() const { return false; }
   // Training streams shuffle and repeat; others run once in order.
   virtual bool shuffle() const = 0;
   virtual const std::vector<TensorLayout>& tensors() const = 0;

@@ -1,10 +1,13 @@
 """Fixtures shared by the Python suites: generated data sets, made once per
-session or once per module, and daemons that serve them. A module that
-needs its own variant of a data set still makes it itself (with the
-generators of helpers.py). Helpers that are not fixtures live in
-helpers.py and batchd_daemon.py: no test module imports another."""
+session or once per module, and daemons that serve them. A workload's own
+set is described in its folder (workloads/<name>/test_data.py: the
+fixture's name, how its generator makes it) and made a session fixture
+here. A module that needs its own variant of a data set still makes it
+itself (with the generators of helpers.py). Helpers that are not fixtures
+live in helpers.py and batchd_daemon.py: no test module imports another."""
 
 import fcntl
+import glob
 import hashlib
 import os
 import shutil
@@ -14,10 +17,8 @@ import sys
 import pytest
 
 from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, REPO, WMT_TOOLS
-from helpers import LIBRISPEECH_GENERATOR, make_imagenet, make_wmt
-from helpers import run_generator
-
-OGBG_GENERATOR = os.path.join(REPO, "workloads", "ogbg", "make_ogbg.py")
+from helpers import WORKLOADS, make_imagenet, make_wmt, run_generator
+from helpers import workload_test_data
 
 
 def _generated(root, name, make):
@@ -34,11 +35,12 @@ def _generated(root, name, make):
         make(out)
         return out
     digest = hashlib.sha256(name.encode())
-    for tool in (IMAGENET_GENERATOR, LIBRISPEECH_GENERATOR, OGBG_GENERATOR,
-                 os.path.join(WMT_TOOLS, "generate_wmt.py"),
-                 os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
-                 CRITEO_GENERATOR, LM_GENERATOR, FASTMRI_GENERATOR,
-                 os.path.join(REPO, "tests", "python", "conftest.py")):
+    for tool in (sorted(glob.glob(os.path.join(WORKLOADS, "*", "make_*.py")))
+                 + sorted(glob.glob(os.path.join(WORKLOADS, "*",
+                                                 "test_data.py")))
+                 + [os.path.join(WMT_TOOLS, "generate_wmt.py"),
+                    os.path.join(WMT_TOOLS, "train_sentencepiece.py"),
+                    os.path.join(REPO, "tests", "python", "conftest.py")]):
         with open(tool, "rb") as f:
             digest.update(f.read())
     os.makedirs(cache, exist_ok=True)
@@ -67,21 +69,6 @@ def shared_data(tmp_path_factory):
         out, train=300, validation=90, test=10, shards=2, seed=5,
         vocab_size=600))
     return root
-
-
-CRITEO_GENERATOR = os.path.join(REPO, "workloads", "criteo1tb",
-                                "make_criteo1tb.py")
-
-
-@pytest.fixture(scope="session")
-def criteo_data(tmp_path_factory):
-    """A generated criteo1tb set (make_criteo1tb.py, seed 4): train days 0,
-    1 and 22 of two files each, 600 + 400 lines a day (3000 lines, several
-    64 KiB blocks a file); day 23's 36 files of 40 lines. Its folder."""
-    root = tmp_path_factory.mktemp("criteo-data")
-    return _generated(root, "criteo1tb", lambda out: subprocess.run(
-        [sys.executable, CRITEO_GENERATOR, "--out", str(out), "--lines",
-         "600", "--day23-lines", "40", "--seed", "4"], check=True))
 
 
 @pytest.fixture
@@ -124,18 +111,6 @@ def algoperf_server(algoperf_data, tmp_path):
     s.stop()
 
 
-@pytest.fixture(scope="session")
-def librispeech_data(tmp_path_factory):
-    """A root with librispeech/: AlgoPerf's pre-processed layout, 6 + 6 + 4
-    train, 4 + 3 validation and 5 test utterances (workloads/librispeech/
-    make_librispeech.py; each subset's first at 320,000 samples)."""
-    root = tmp_path_factory.mktemp("librispeech-data")
-    _generated(root, "librispeech", lambda out: run_generator(
-        LIBRISPEECH_GENERATOR, out, "--seed", 4, "--per-subset", 6, 6, 4, 4,
-        3, 5))
-    return root
-
-
 @pytest.fixture(scope="module")
 def imagenet_clean_and_odd(tmp_path_factory):
     """clean/: 4 classes x 6 train, x 3 val, with TFRecord shards
@@ -159,47 +134,38 @@ def server(tmp_path):
     s.stop()
 
 
-@pytest.fixture(scope="session")
-def ogbg_data(tmp_path_factory):
-    """A data root with ogbg/ogbg_molpcba/0.1.3/ (workloads/ogbg/
-    make_ogbg.py: 240 train graphs in 8 shards, 60 validation, 50 test)."""
-    root = tmp_path_factory.mktemp("ogbg-data")
-    _generated(root, "ogbg", lambda out: run_generator(
-        OGBG_GENERATOR, out, "--train", 240, "--validation", 60, "--test", 50,
-        "--seed", 7))
-    return root
+def _runner(kind, folder):
+    """run(script, *args): a script of `folder` under the interpreter the
+    workload's test data names: "this" one, the "generator" one
+    (helpers.generator_python; the test skips where none has what the
+    generators import) or the "reference" venv's."""
+    def run(script, *args):
+        path = os.path.join(folder, script)
+        if kind == "generator":
+            run_generator(path, *args)
+            return
+        if kind == "reference":
+            from helpers import reference_python
+            subprocess.run([reference_python(), path, *map(str, args)],
+                           check=True, capture_output=True)
+            return
+        subprocess.run([sys.executable, path, *map(str, args)], check=True)
+    return run
 
 
-LM_GENERATOR = os.path.join(REPO, "workloads", "finewebedu_lm",
-                            "make_finewebedu_lm.py")
+def _workload_fixture(name, data):
+    """The session fixture workloads/<name>/test_data.py describes: its set,
+    made by its make(out, run) once (_generated), as its folder or a root
+    holding <name>/."""
+    @pytest.fixture(scope="session", name=data.FIXTURE)
+    def fixture(tmp_path_factory):
+        root = tmp_path_factory.mktemp(f"{name}-data")
+        folder = _generated(root, name, lambda out: data.make(
+            out, _runner(data.PYTHON, os.path.join(WORKLOADS, name))))
+        return root if data.RETURNS == "root" else folder
+    fixture.__doc__ = data.__doc__
+    return fixture
 
 
-@pytest.fixture(scope="session")
-def lm_data(tmp_path_factory):
-    """A generated finewebedu_lm set (make_finewebedu_lm.py in the reference
-    venv, which has `datasets`; seed 3): train/ of 60 rows of 2,049 tokens
-    in 3 shards (119 windows), val/ of 14 rows in 3 shards (27 windows).
-    Its folder."""
-    from helpers import reference_python
-    root = tmp_path_factory.mktemp("lm-data")
-    return _generated(root, "finewebedu_lm", lambda out: subprocess.run(
-        [reference_python(), LM_GENERATOR, str(out), "--train-rows", "60",
-         "--val-rows", "14", "--shards", "3", "--seed", "3"], check=True,
-        capture_output=True))
-
-
-FASTMRI_GENERATOR = os.path.join(REPO, "workloads", "fastmri",
-                                 "make_fastmri.py")
-
-
-@pytest.fixture(scope="session")
-def fastmri_data(tmp_path_factory):
-    """A generated fastmri set (make_fastmri.py in the reference venv, which
-    has h5py; seed 2): knee_singlecoil_train/ of 5 volumes and
-    knee_singlecoil_val/ of 3, 2 or 3 slices each, widths 368, 372 and 369,
-    every second file chunked and compressed. Its folder."""
-    from helpers import reference_python
-    root = tmp_path_factory.mktemp("fastmri-data")
-    return _generated(root, "fastmri", lambda out: subprocess.run(
-        [reference_python(), FASTMRI_GENERATOR, str(out), "--train", "5",
-         "--val", "3", "--seed", "2"], check=True, capture_output=True))
+for _name, _data in workload_test_data().items():
+    globals()[f"_fixture_{_name}"] = _workload_fixture(_name, _data)

@@ -1,10 +1,13 @@
 """Helpers shared by the Python suites that are not fixtures: where the
-tree's tools are, the generators of small WMT and ImageNet sets, and the
-Python reference of WMT's tokenization. Fixtures live in conftest.py, the
-daemon in batchd_daemon.py; no test module imports another.
+tree's tools are, the generators of small WMT and ImageNet sets, each
+workload's description of its test data (workloads/<name>/test_data.py),
+and the Python reference of WMT's tokenization. Fixtures live in
+conftest.py, the daemon in batchd_daemon.py; no test module imports
+another.
 """
 
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,10 +17,9 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-WMT_TOOLS = os.path.join(REPO, "workloads", "wmt", "tools")
-IMAGENET_TOOL = os.path.join(REPO, "workloads", "imagenet", "make_imagenet.py")
-LIBRISPEECH_GENERATOR = os.path.join(REPO, "workloads", "librispeech",
-                                     "make_librispeech.py")
+WORKLOADS = os.path.join(REPO, "workloads")
+WMT_TOOLS = os.path.join(WORKLOADS, "wmt", "tools")
+IMAGENET_TOOL = os.path.join(WORKLOADS, "imagenet", "make_imagenet.py")
 # AlgoPerf's WMT length limit: a pair is kept when both sides, EOS
 # included, have at most this many tokens.
 MAX_LENGTH = 256
@@ -71,6 +73,24 @@ def wait_until(condition, seconds, what):
 
 
 @functools.lru_cache(maxsize=None)
+def workload_test_data():
+    """{workload: its workloads/<name>/test_data.py as a module}, by name:
+    what conftest.py makes a fixture of (FIXTURE, RETURNS "folder" or
+    "root", PYTHON "this", "generator" or "reference", make(out, run)),
+    and what other tests take from it (PLAN_OPTIONS, giant)."""
+    found = {}
+    for name in sorted(os.listdir(WORKLOADS)):
+        path = os.path.join(WORKLOADS, name, "test_data.py")
+        if not os.path.isfile(path):
+            continue
+        spec = importlib.util.spec_from_file_location(
+            f"batchd_test_data_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found[name] = module
+    return found
+
+
 @functools.lru_cache(maxsize=None)
 def reference_python():
     """The Python of scripts/reference-venv.sh: AlgoPerf's own packages

@@ -211,6 +211,33 @@ def test_plan_exits_3_when_shm_is_too_small(daemon):
     assert "rings need" in r.stderr
 
 
+def test_plan_reports_the_workloads_splits_and_options(daemon):
+    """What plan says of the workload is its entry, as batchd --help prints
+    it, with this spec's values."""
+    r = batchctl(daemon, "plan", "--global-batch-size", 8, "--option",
+                 "examples=1000", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    help_text = subprocess.run([binary("batchd"), "--help"],
+                               capture_output=True, text=True,
+                               timeout=60).stdout
+    # synthetic's lines: up to the next workload's.
+    section = help_text.split("\n  synthetic ", 1)[1].split("\n  imagenet")[0]
+    splits = re.search(r"splits: (.*)", section).group(1).split(", ")
+    assert plan["splits"] == splits
+    declared = dict(re.findall(r"^      (\w+)=(\S+ \(.*?\))", section, re.M))
+    assert {o["key"]: f"{o['default_value']} ({o['bounds']})"
+            for o in plan["options"]} == declared
+    values = {o["key"]: o["value"] for o in plan["options"]}
+    assert values["examples"] == "1000"  # given
+    assert values["payload_bytes"] == declared["payload_bytes"].split()[0]
+    text = batchctl(daemon, "plan", "--global-batch-size", 8).stdout
+    assert f"splits: {', '.join(splits)}\n" in text
+    default, bounds = declared["examples"].split(" ", 1)
+    assert re.search(rf"^  examples +{default} +{default} +"
+                     rf"{re.escape(bounds[1:-1])}$", text, re.M), text
+
+
 def test_plan_usage_and_spec_errors(daemon):
     r = batchctl(daemon, "plan", "--world-size", 2)
     assert r.returncode == 2 and "--global-batch-size" in r.stderr

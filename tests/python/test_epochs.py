@@ -4,8 +4,10 @@ progress after a resume) and the next loop the next epoch in its own
 shuffled order, next() runs on across epochs, and a state_dict taken
 before the first batch, mid-epoch or at an epoch's edge resumes exactly,
 at W = 1 and W = 2. The synthetic workload's tensors say which examples
-they hold (ids, epochs, positions); ogbg train is a stream of packed rows,
-whose epochs differ in length.
+they hold (ids, epochs, positions); the packed stream is the train split
+of a workload whose test data names options for one (PACKED_OPTIONS in
+workloads/<name>/test_data.py): packed rows, whose epochs differ in
+length.
 
     BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
         /usr/bin/python3 -m pytest tests/python/test_epochs.py
@@ -19,6 +21,7 @@ torch = pytest.importorskip("torch")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon  # noqa: E402
+from helpers import workload_test_data  # noqa: E402
 
 EXAMPLES = 1000
 G = 32
@@ -175,30 +178,42 @@ def test_an_epoch_whose_end_the_daemon_does_not_mark(tmp_path, monkeypatch):
         d.stop()
 
 
-# Packed rows: ogbg train in rows of 4 graph slots, 2 rows a global batch.
-OGBG = {"graphs_per_row": 4}
+# Packed rows: the train split of the first workload whose test data names
+# options for a packed stream, 2 rows a global batch.
+PACKED = next((name, data) for name, data in workload_test_data().items()
+              if hasattr(data, "PACKED_OPTIONS"))
 
 
 @pytest.fixture(scope="module")
-def ogbg_daemon(ogbg_data, tmp_path_factory):  # conftest.py
-    d = Daemon(ogbg_data, tmp_path_factory.mktemp("epochs") / "batchd.log")
+def packed_daemon(request, tmp_path_factory):
+    """A daemon serving the packed workload's test data (conftest.py), as
+    `daemon.workload`."""
+    name, data = PACKED
+    made = request.getfixturevalue(data.FIXTURE)
+    root = made if data.RETURNS == "root" else made.parent  # holds <name>/
+    d = Daemon(root, tmp_path_factory.mktemp("epochs") / "batchd.log")
+    d.workload = name
     yield d
     d.stop()
 
 
-def ogbg_loader(daemon, stream, world_size=1, rank=0, **kw):
-    return batchd.Loader(stream, 2, workload="ogbg", data="ogbg",
-                         split="train", world_size=world_size, rank=rank,
-                         seed=5, server=daemon.address, options=OGBG,
+def packed_loader(daemon, stream, world_size=1, rank=0, **kw):
+    return batchd.Loader(stream, 2, workload=daemon.workload,
+                         data=daemon.workload, split="train",
+                         world_size=world_size, rank=rank, seed=5,
+                         server=daemon.address,
+                         options=PACKED[1].PACKED_OPTIONS,
                          connect_timeout=10.0, timeout=120.0, **kw)
 
 
 def rows(batch):
-    return batch["n_node"].numpy().tolist()
+    """The batch's rows, each every tensor's values of it (rank order
+    concatenates)."""
+    return list(zip(*[t.numpy().tolist() for _, t in sorted(batch.items())]))
 
 
-def test_packed_epochs_len_and_loops(ogbg_daemon):
-    with ogbg_loader(ogbg_daemon, "packed") as ld:
+def test_packed_epochs_len_and_loops(packed_daemon):
+    with packed_loader(packed_daemon, "packed") as ld:
         # Not known before the daemon counted the epoch: TypeError, as len()
         # of an iterable without a length.
         with pytest.raises(TypeError, match="packs rows"):
@@ -226,16 +241,16 @@ def test_packed_epochs_len_and_loops(ogbg_daemon):
     # Shuffled anew: the epochs' rows differ.
     assert [r for *_, r in loops[0]] != [r for *_, r in loops[1]]
     # The daemon's order: the same steps drawn with next() from the start.
-    with ogbg_loader(ogbg_daemon, "packed-ref") as ld:
+    with packed_loader(packed_daemon, "packed-ref") as ld:
         want = [rows(next(ld)) for _ in range(start)]
     assert [r for loop in loops for *_, r in loop] == want
 
 
 @pytest.mark.parametrize("where", ["mid", "edge"])
 @pytest.mark.parametrize("saved_w,resumed_w", [(1, 2), (2, 1)])
-def test_packed_state_resumes_exactly(ogbg_daemon, where, saved_w,
+def test_packed_state_resumes_exactly(packed_daemon, where, saved_w,
                                       resumed_w):
-    saving = [ogbg_loader(ogbg_daemon, f"psave-{where}-{saved_w}",
+    saving = [packed_loader(packed_daemon, f"psave-{where}-{saved_w}",
                           world_size=saved_w, rank=r)
               for r in range(saved_w)]
     for ld in saving:
@@ -243,7 +258,7 @@ def test_packed_state_resumes_exactly(ogbg_daemon, where, saved_w,
     state = saving[0].state_dict()
     for ld in saving:
         ld.close()
-    resumed = [ogbg_loader(ogbg_daemon, f"presume-{where}-{saved_w}",
+    resumed = [packed_loader(packed_daemon, f"presume-{where}-{saved_w}",
                            world_size=resumed_w, rank=r, state=state)
                for r in range(resumed_w)]
     loops = []
@@ -256,7 +271,7 @@ def test_packed_state_resumes_exactly(ogbg_daemon, where, saved_w,
     first = state["next_step"]
     assert first == (10 if where == "mid" else loops[0][0][0][0])
     assert first == loops[-1][0][0][0]  # every rank begins there
-    with ogbg_loader(ogbg_daemon, f"pref-{where}-{saved_w}") as ld:
+    with packed_loader(packed_daemon, f"pref-{where}-{saved_w}") as ld:
         want = []
         while len(want) < first + len(loops[0][0]) + len(loops[0][1]):
             batch = next(ld)

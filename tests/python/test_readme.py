@@ -1,9 +1,13 @@
 """The table of every workload's tensors (docs/data.md, "What a batch
 holds", which the README links) is what the daemon reports: for each
 workload and split, the same tensor names, dtypes and shapes, no more and
-no fewer, so that the table cannot drift from the code. And the README
-stays a first-time user's page: short, the two commands on its first
-screen, every page it links there.
+no fewer, so that the table cannot drift from the code. The workloads are
+the daemon's (batchd --help), their splits and options what `batchctl
+plan` reports of each, and their data what each workload's folder
+describes (workloads/<name>/test_data.py): nothing here restates a
+workload. A workload's page (docs/<name>.md) lists its options as the
+daemon declares them. And the README stays a first-time user's page:
+short, the two commands on its first screen, every page it links there.
 
 The quick start's Python runs as printed, against a daemon of its own.
 
@@ -21,81 +25,133 @@ import sys
 import pytest
 
 from batchd_daemon import Daemon, binary
-from helpers import REPO as ROOT
-SPLITS = {"synthetic": ["train", "validation", "test"],
-          "imagenet": ["train", "validation", "eval_train", "test"],
-          "wmt": ["train", "validation", "eval_train", "test"],
-          "criteo1tb": ["train", "validation", "eval_train", "test"],
-          "librispeech": ["train", "validation", "eval_train", "test"],
-          "ogbg": ["train", "validation", "eval_train", "test"],
-          "finewebedu_lm": ["train", "validation", "eval_train"],
-          "fastmri": ["train", "validation", "eval_train", "test"]}
-# The generated sets are small: fastmri's test split needs a cut of the
-# three val volumes (AlgoPerf's is the first 100).
-OPTIONS = {"fastmri": ["validation_files=2"]}
+from helpers import REPO as ROOT, workload_test_data
+
 GLOBAL_BATCH = 8
-SYMBOLS = {"B": GLOBAL_BATCH, "payload_bytes": 1024}  # the defaults
+
+
+def daemon_workloads():
+    """The workloads `batchd --help` lists (the daemon's table), in order:
+    the lines of its "Workloads" section indented by two spaces."""
+    out = subprocess.run([binary("batchd"), "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    section = out.stdout.split("\nWorkloads", 1)[1].split("\n\n", 1)[0]
+    names = re.findall(r"^  ([a-z0-9_]+)  ", section, re.M)
+    assert names, out.stdout
+    return names
 
 
 def batch_table():
-    """{(workload, split): {tensor: (dtype, shape)}} from docs/data.md."""
+    """{(workload, splits cell): {tensor: (dtype, shape cells)}} from
+    docs/data.md; a row's splits are "all" or a list of them, its shape's
+    symbols (B, an option's name) read against what the daemon reports."""
     text = open(os.path.join(ROOT, "docs", "data.md")).read()
     section = text.split("## What a batch holds", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| workload")]
-    table = {}
+    table = []
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         workload, splits, names, dtype, shape = cells[:5]
-        dims = [SYMBOLS[d] if d in SYMBOLS else int(d)
-                for d in shape.strip("[]").split(", ")]
-        for split in (SPLITS[workload] if splits == "all"
-                      else [s.strip() for s in splits.split(",")]):
-            entry = table.setdefault((workload, split), {})
-            for name in re.findall(r"`([a-z_]+)`", names):
-                assert name not in entry, f"{workload} {split} {name} twice"
-                entry[name] = (dtype, dims)
+        table.append((workload, splits, re.findall(r"`([a-z_]+)`", names),
+                      dtype, shape.strip("[]").split(", ")))
     return table
 
 
 @pytest.fixture(scope="module")
-def daemon(shared_data, criteo_data, librispeech_data, ogbg_data,
-           lm_data, fastmri_data, tmp_path_factory):
-    # The shared data with an imagenet test split (a copy of val), so that
-    # every split has data.
+def daemon(request, shared_data, tmp_path_factory):
+    # The shared data with an imagenet test split (a copy of val), and each
+    # workload's own set, so that every split has data.
     root = tmp_path_factory.mktemp("readme")
     for name in ("imagenet", "wmt"):
         shutil.copytree(shared_data / name, root / name, symlinks=True)
-    shutil.copytree(librispeech_data / "librispeech", root / "librispeech")
     shutil.copytree(root / "imagenet" / "val", root / "imagenet" / "test")
-    shutil.copytree(criteo_data, root / "criteo1tb")
-    shutil.copytree(ogbg_data / "ogbg", root / "ogbg")
-    shutil.copytree(lm_data, root / "finewebedu_lm")
-    shutil.copytree(fastmri_data, root / "fastmri")
+    for name, data in workload_test_data().items():
+        made = request.getfixturevalue(data.FIXTURE)
+        shutil.copytree(made / name if data.RETURNS == "root" else made,
+                        root / name, symlinks=True)
     d = Daemon(root, root / "batchd.log")
+    d.root = root
     yield d
     d.stop()
 
 
 def reported(daemon, workload, split):
-    data = "" if workload == "synthetic" else workload
+    """batchctl plan --json of `workload`'s `split` on its data (none where
+    the data root holds no folder of its name)."""
+    data = workload if os.path.isdir(daemon.root / workload) else ""
+    test_data = workload_test_data().get(workload)
+    options = getattr(test_data, "PLAN_OPTIONS", {})
     out = subprocess.run(
         [binary("batchctl"), "plan", "--server", daemon.address, "--json",
          "--workload", workload, "--data", data, "--split", split,
          "--global-batch-size", str(GLOBAL_BATCH),
-         *[f"--option={o}" for o in OPTIONS.get(workload, [])]],
+         *[f"--option={k}={v}" for k, v in options.items()]],
         capture_output=True, text=True, timeout=120)
     assert out.returncode in (0, 3), out.stderr
-    return {t["name"]: (t["dtype"], t["shape"])
-            for t in json.loads(out.stdout)["tensors"]}
+    return json.loads(out.stdout)
 
 
 def test_the_batch_table_is_what_the_daemon_reports(daemon):
-    table = batch_table()
-    assert set(table) == {(w, s) for w, splits in SPLITS.items()
-                          for s in splits}
-    for (workload, split), want in sorted(table.items()):
-        assert reported(daemon, workload, split) == want, (workload, split)
+    plans = {}
+    for workload in daemon_workloads():
+        splits = reported(daemon, workload, "train")["splits"]
+        assert splits and splits[0] == "train", (workload, splits)
+        for split in splits:
+            plans[workload, split] = reported(daemon, workload, split)
+    want = {}
+    for workload, splits, names, dtype, shape in batch_table():
+        assert workload in daemon_workloads(), f"{workload}: not the daemon's"
+        for split in ([s for w, s in plans if w == workload] if splits == "all"
+                      else [s.strip() for s in splits.split(",")]):
+            assert (workload, split) in plans, (workload, split)
+            # Symbols: B, or an option's value in this plan.
+            symbols = {"B": GLOBAL_BATCH, **{
+                o["key"]: o["value"] for o in plans[workload, split]["options"]}}
+            dims = [int(symbols[d]) if d in symbols else int(d)
+                    for d in shape]
+            entry = want.setdefault((workload, split), {})
+            for name in names:
+                assert name not in entry, f"{workload} {split} {name} twice"
+                entry[name] = (dtype, dims)
+    # Every split of every workload has its rows, and they are the daemon's.
+    assert set(want) == set(plans)
+    for (workload, split), tensors in sorted(want.items()):
+        got = {t["name"]: (t["dtype"], t["shape"])
+               for t in plans[workload, split]["tensors"]}
+        assert got == tensors, (workload, split)
+
+
+def option_table(page):
+    """{option: (default, bounds)} of a page's "## Options" table."""
+    text = open(page).read()
+    if "\n## Options\n" not in text:
+        return None
+    section = text.split("\n## Options\n", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    table = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = (cells[1], cells[2])
+    return table
+
+
+def test_each_workload_page_lists_its_options_as_the_daemon_declares(daemon):
+    """docs/<workload>.md's options table: every option the daemon reports
+    for the workload, with its default and bounds, and no other."""
+    pages = 0
+    for workload in daemon_workloads():
+        page = os.path.join(ROOT, "docs", f"{workload}.md")
+        if not os.path.exists(page):
+            continue
+        pages += 1
+        table = option_table(page)
+        assert table is not None, f"{page} has no ## Options table"
+        declared = {o["key"]: (o["default_value"], o["bounds"])
+                    for o in reported(daemon, workload, "train")["options"]}
+        assert table == declared, page
+    assert pages > 0
 
 
 # The README is read first: at most this many lines, and the two commands
@@ -148,8 +204,8 @@ def test_the_algoperf_table_names_every_drop_in_workload():
     assert named == set(batchd.algoperf.WORKLOADS)
     algoperf = {n for row in rows
                 for n in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
-    # AlgoPerf's nine workload names: ImageNet's two models share a
-    # pipeline, and so do LibriSpeech's.
+    # AlgoPerf's nine workload names: two of its data sets feed two models
+    # each, through one pipeline.
     assert len(algoperf) == 9
 
 

@@ -1,15 +1,17 @@
 """One uid's indexing takes at most its share, and stops when its caller
-goes (issue 35, break C1), with a real daemon and two real uids:
+goes (issue 35, break C1), with a real daemon and two real uids. The
+attacker's data is a sparse giant (`truncate -s 2T`) of the workload whose
+test data can make one (giant() in workloads/<name>/test_data.py: a data
+file its OpenStream indexes whole):
 
-- a sparse Criteo day file of 2 TiB (`truncate -s 2T`) is refused at
-  OpenStream by its size, naming the file, its size, the limit and
-  --max-data-file-bytes, at the cost of an fstat; another uid's OpenStream
-  is answered meanwhile;
-- a sparse giant under a raised limit, whose lines the attacker's
-  OpenStream counts on the shared pool, does not keep another uid's WMT
-  OpenStream from being answered and served; once the attacker's client is
-  killed mid-call, the daemon's threads go back to idle (their CPU stops
-  growing) and no stream of the attacker's is left.
+- a giant of 2 TiB is refused at OpenStream by its size, naming the file,
+  its size, the limit and --max-data-file-bytes, at the cost of an fstat;
+  another uid's OpenStream is answered meanwhile;
+- a giant under a raised limit, which the attacker's OpenStream indexes on
+  the shared pool, does not keep another uid's WMT OpenStream from being
+  answered and served; once the attacker's client is killed mid-call, the
+  daemon's threads go back to idle (their CPU stops growing) and no stream
+  of the attacker's is left.
 
 Run as root (setuid to uids of no user):
 
@@ -30,6 +32,7 @@ pytest.importorskip("numpy")
 
 from batchd_daemon import Daemon  # noqa: E402
 from helpers import require_python_as, wait_until  # noqa: E402
+from helpers import workload_test_data  # noqa: E402
 
 # Uids of no user on the test machine.
 ATTACKER = 47431
@@ -39,6 +42,10 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to become other users")
 
 TIB = 1 << 40
+# The workload whose test data makes a giant, and that test data.
+GIANT, GIANT_DATA = next((name, data)
+                         for name, data in workload_test_data().items()
+                         if hasattr(data, "giant"))
 DEFAULT_LIMIT = 256 << 30  # --max-data-file-bytes' default
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -112,19 +119,18 @@ def settles(pid, seconds):
 @pytest.fixture(scope="module")
 def tree(shared_data):
     """A data root (root's, 0755) with
-    att/     the attacker's, 0755: criteo/day_23_19 a sparse 2 TiB file,
-             big/day_23_19 a sparse 4 TiB one
+    att/     the attacker's, 0755: giant/ a set of GIANT with a sparse 2 TiB
+             file, big/ one with a sparse 4 TiB file
     vic/     the victim's, 0700: wmt/ (its own copy)
-    """
+    Its `giant` attribute: (the file, relative to a set, and the split that
+    indexes it)."""
     require_python_as(ATTACKER)
     require_python_as(VICTIM)
     root = tempfile.mkdtemp(prefix="batchd-pool-", dir="/tmp")
     os.chmod(root, 0o755)
     att = os.path.join(root, "att")
-    for sub, size in (("criteo", 2 * TIB), ("big", 4 * TIB)):
-        os.makedirs(os.path.join(att, sub))
-        with open(os.path.join(att, sub, "day_23_19"), "wb") as f:
-            f.truncate(size)  # holes: nothing on disk
+    for sub, size in (("giant", 2 * TIB), ("big", 4 * TIB)):
+        giant = GIANT_DATA.giant(os.path.join(att, sub), size)
     for top, dirs, files in os.walk(att):
         os.chown(top, ATTACKER, ATTACKER)
         for name in files:
@@ -137,12 +143,12 @@ def tree(shared_data):
         for name in files:
             os.chown(os.path.join(top, name), VICTIM, VICTIM)
     os.chmod(vic, 0o700)
-    yield root
+    yield root, giant
     shutil.rmtree(root)
 
 
 def start_daemon(tree, tmp_path, *args):
-    d = Daemon(tree, tmp_path / "batchd.log",
+    d = Daemon(tree[0], tmp_path / "batchd.log",
                args=("--socket-mode", "0666", "--index-threads", "2", *args))
     os.chmod(d.dir, 0o755)  # other uids may reach the socket
     return d
@@ -152,14 +158,15 @@ def test_a_sparse_giant_is_refused_by_its_size(tree, tmp_path):
     d = start_daemon(tree, tmp_path)
     try:
         before = cpu_ticks(d.proc.pid)
-        word, err = open_as(ATTACKER, d.address, "criteo1tb", "att/criteo",
-                            "validation", "giant")
+        path, split = tree[1]
+        word, err = open_as(ATTACKER, d.address, GIANT, "att/giant", split,
+                            "giant")
         assert word == "ERR", "a 2 TiB file was taken"
         # Refused by its size (fstat), naming what to change: no pass ran.
-        assert (f"att/criteo/day_23_19 is {2 * TIB} bytes, over the limit "
+        assert (f"att/giant/{path} is {2 * TIB} bytes, over the limit "
                 f"of {DEFAULT_LIMIT} bytes of one data file (batchd "
                 f"--max-data-file-bytes)") in err, err
-        # Counting 2 TiB would take the daemon hours of CPU; the refusal a
+        # Indexing 2 TiB would take the daemon hours of CPU; the refusal a
         # few milliseconds (the bound is generous: a loaded machine).
         assert cpu_ticks(d.proc.pid) - before < 10 * HZ
         # The victim's stream is answered and served.
@@ -171,18 +178,19 @@ def test_a_sparse_giant_is_refused_by_its_size(tree, tmp_path):
 
 def test_a_giant_stops_with_its_caller_and_leaves_the_pool_to_others(
         tree, tmp_path):
-    # 4 TiB under a raised limit: the attacker's OpenStream counts its
-    # lines (4 Mi blocks of 1 MiB) on its gRPC thread and the shared pool,
-    # for far longer than this test runs.
+    # 4 TiB under a raised limit: the attacker's OpenStream indexes it on
+    # its gRPC thread and the shared pool, for far longer than this test
+    # runs.
     d = start_daemon(tree, tmp_path, "--max-data-file-bytes", str(16 * TIB))
+    split = tree[1][1]
     attacker = None
     try:
         before = cpu_ticks(d.proc.pid)
         attacker = subprocess.Popen(
-            [sys.executable, "-c", OPEN, d.address, "criteo1tb", "att/big",
-             "validation", "giant", "600"],
+            [sys.executable, "-c", OPEN, d.address, GIANT, "att/big", split,
+             "giant", "600"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **as_uid(ATTACKER))
-        # Counting: the daemon burns CPU for the attacker's call.
+        # Indexing: the daemon burns CPU for the attacker's call.
         wait_until(lambda: cpu_ticks(d.proc.pid) - before > 2 * HZ, 120,
                    "the daemon counts the attacker's giant")
         assert attacker.poll() is None, attacker.communicate()

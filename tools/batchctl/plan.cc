@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "tools/batchctl/commands.h"
 #include "tools/batchctl/control.h"
 
@@ -27,6 +28,8 @@ to give a container's /dev/shm: the total plus 10% plus 64 MiB, rounded up
 to a MiB, as `docker run --shm-size` and as the `sizeLimit` of a
 Kubernetes emptyDir (medium: Memory) mounted at /dev/shm. When a node
 runs several streams (train and eval, several jobs), add their totals.
+It also reports the workload's splits and options (each with its value in
+this spec, its default and bounds), as the daemon declares them.
 
 Stream spec (names mirror StreamSpec; use the job's values):
   --workload NAME           default: synthetic
@@ -193,6 +196,20 @@ Json PlanToJson(const PlanArgs& args, const v1::PlanResponse& plan,
     tensors.push_back(ProtoToJson(t));
   }
   out["tensors"] = std::move(tensors);
+  // What the workload declares (a daemon before they were reported sends
+  // none: no keys then).
+  if (plan.splits_size() > 0) {
+    Json splits = Json::array();
+    for (const std::string& s : plan.splits()) splits.push_back(s);
+    out["splits"] = std::move(splits);
+  }
+  if (plan.options_size() > 0) {
+    Json options = Json::array();
+    for (const v1::WorkloadOption& o : plan.options()) {
+      options.push_back(ProtoToJson(o));
+    }
+    out["options"] = std::move(options);
+  }
   return out;
 }
 
@@ -212,6 +229,19 @@ std::string FormatPlan(const PlanArgs& args, const v1::PlanResponse& plan,
     t.Add({Printable(ti.name()), Printable(ti.dtype()), ShapeString(ti)});
   }
   out += t.Render("  ");
+  if (plan.splits_size() > 0) {
+    std::vector<std::string> splits(plan.splits().begin(), plan.splits().end());
+    absl::StrAppendFormat(&out, "splits: %s\n",
+                          Printable(absl::StrJoin(splits, ", ")));
+  }
+  if (plan.options_size() > 0) {
+    Table o({"OPTION", "VALUE", "DEFAULT", "BOUNDS"});
+    for (const v1::WorkloadOption& wo : plan.options()) {
+      o.Add({Printable(wo.key()), Printable(wo.value()),
+             Printable(wo.default_value()), Printable(wo.bounds())});
+    }
+    out += o.Render("  ");
+  }
   absl::StrAppendFormat(
       &out,
       "one rank's ring:  %u bytes (%s): %u slots x %u bytes, and the "

@@ -94,32 +94,13 @@ using criteo::Options;
 using criteo::Tensors;
 using criteo::WriteLine;
 
-absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> o =
-      WorkloadOptions::Create(kName, config.options,
-                              {"ids", "block_kib", "window_blocks",
-                               "max_line_bytes", "eval_train_examples"});
-  if (!o.ok()) return o.status();
+Options OptionsOf(const OptionValues& v) {
   Options out;
-  absl::StatusOr<std::string> ids =
-      o->Choice("ids", "float32", {"float32", "int64"});
-  if (!ids.ok()) return ids.status();
-  out.exact_ids = *ids == "int64";
-  absl::StatusOr<uint64_t> v = o->Uint("block_kib", 1024, 64, 65536);
-  if (!v.ok()) return v.status();
-  out.block_bytes = *v << 10;
-  if (v = o->Uint("window_blocks", 64, 1, 4096); !v.ok()) return v.status();
-  out.window_blocks = *v;
-  if (v = o->Uint("max_line_bytes", 65536, 128, uint64_t(1) << 24); !v.ok()) {
-    return v.status();
-  }
-  out.max_line = *v;
-  if (v = o->Uint("eval_train_examples", kAlgoPerfEvalTrain, 1,
-                  uint64_t(1) << 40);
-      !v.ok()) {
-    return v.status();
-  }
-  out.eval_train = *v;
+  out.exact_ids = v.Text("ids") == "int64";
+  out.block_bytes = v.Uint("block_kib") << 10;
+  out.window_blocks = v.Uint("window_blocks");
+  out.max_line = v.Uint("max_line_bytes");
+  out.eval_train = v.Uint("eval_train_examples");
   return out;
 }
 
@@ -310,42 +291,34 @@ class EvalWorkload : public Workload {
   const Blocks blocks_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<Options> o = ParseOptions(config);
-  if (!o.ok()) return o.status();
-  absl::StatusOr<Split> split = ParseSplit(
-      kName, config.split,
-      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
-  if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
-  if (!root.ok()) return root.status();
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  const Options o = OptionsOf(c.options);
+  const std::shared_ptr<const DataRoot>& root = c.root;
+  const WorkloadConfig& config = c.config;
+  const Split split = c.split;
   absl::StatusOr<std::vector<std::string>> files =
-      SplitFiles(**root, config.data_path, *split);
+      SplitFiles(*root, config.data_path, split);
   if (!files.ok()) return files.status();
   absl::StatusOr<std::shared_ptr<BlockTable>> table =
-      BlockTable::Create(*root, *std::move(files), o->block_bytes, o->max_line);
+      BlockTable::Create(root, *std::move(files), o.block_bytes, o.max_line);
   if (!table.ok()) return table.status();
   Executor* pool = config.pool();
   std::shared_ptr<const CacheDir> store =
       config.cache != nullptr && config.cache->enabled() ? config.cache
                                                          : nullptr;
   if (store != nullptr) (*table)->LoadCounts(*store);
-  if (*split == Split::kTrain) {
+  if (split == Split::kTrain) {
     if ((*table)->num_blocks() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           kName, ": the train files of ", config.data_path, " are empty"));
     }
-    return criteo::MakeTrainWorkload(*o, *std::move(table), pool, store);
+    return criteo::MakeTrainWorkload(o, *std::move(table), pool, store);
   }
   // Evaluation: count the lines of the files it needs, in parallel, file
   // by file (eval_train stops at eval_train_examples).
   const BlockTable& t = **table;
   std::vector<uint64_t> first_line{0};
-  const uint64_t want =
-      *split == Split::kEvalTrain ? o->eval_train : UINT64_MAX;
+  const uint64_t want = split == Split::kEvalTrain ? o.eval_train : UINT64_MAX;
   for (size_t f = 0; f < t.num_files() && first_line.back() < want; ++f) {
     const uint64_t b0 = t.first_block(f), b1 = t.first_block(f + 1);
     absl::Status s = ParallelFor(
@@ -368,12 +341,38 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
   const uint64_t n = std::min(want, first_line.back());
   if (n == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": the ", SplitName(*split), " files of ",
+        absl::StrCat(kName, ": the ", SplitName(split), " files of ",
                      config.data_path, " hold no line"));
   }
   return std::unique_ptr<Workload>(
-      new EvalWorkload(*o, *std::move(table), std::move(first_line), n,
-                       *split != Split::kEvalTrain));
+      new EvalWorkload(o, *std::move(table), std::move(first_line), n,
+                       split != Split::kEvalTrain));
 }
+
+constexpr const char* kIds[] = {"float32", "int64"};
+constexpr OptionSpec kOptions[] = {
+    ChoiceOption("ids", "float32", kIds,
+                 "int64 adds tensor ids int64 [26], the hashed ids before "
+                 "AlgoPerf's cast to float32"),
+    UintOption("block_kib", 1024, 64, 65536, "block size in KiB"),
+    UintOption("window_blocks", 64, 1, 4096,
+               "blocks whose lines are shuffled together (train)"),
+    UintOption("max_line_bytes", 65536, 128, uint64_t(1) << 24,
+               "longer lines are damaged"),
+    EvalTrainExamples(kAlgoPerfEvalTrain),
+};
+constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
+                             Split::kValidation, Split::kTest};
+
+}  // namespace
+
+const WorkloadEntry kCriteo1TbWorkload = {
+    "criteo1tb",
+    "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform",
+    kSplits,
+    kOptions,
+    /*reads_files=*/true,
+    Create,
+};
 
 }  // namespace batchd

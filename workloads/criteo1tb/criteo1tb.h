@@ -15,15 +15,15 @@
 //               file order; validation day_23_19 .. day_23_35; test
 //               day_23_00 .. day_23_18: one pass in file order, the last
 //               batch padded with zero rows of weight 0.
-// Options:
-//   ids           float32 (default) or int64: int64 adds tensor `ids`
-//                 int64 [26], the hashed ids before AlgoPerf's cast to
-//                 float32 (which merges ids above 2^24).
-//   block_kib     block size in KiB (default 1024; 64 .. 65536).
-//   window_blocks blocks whose lines are shuffled together (default 64;
-//                 1 .. 4096).
-//   max_line_bytes  longer lines are damaged (default 65536; 128 .. 2^24).
-//   eval_train_examples  default 83279872 (AlgoPerf's), 1 .. 2^40.
+// Options (kCriteo1TbWorkload's table holds each one's default and bounds;
+// batchd --help prints them):
+//   ids           float32 or int64: int64 adds tensor `ids` int64 [26], the
+//                 hashed ids before AlgoPerf's cast to float32 (which
+//                 merges ids above 2^24).
+//   block_kib     block size in KiB.
+//   window_blocks blocks whose lines are shuffled together.
+//   max_line_bytes  longer lines are damaged.
+//   eval_train_examples  AlgoPerf's num_eval_train_examples by default.
 // Tensors: inputs float32 [39] (13 dense, then 26 ids as float32), targets
 // float32 [], weights float32 [] (1 real, 0 padding or a damaged line).
 #ifndef BATCHD_WORKLOADS_CRITEO1TB_CRITEO1TB_H_
@@ -32,12 +32,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kCriteo1TbWorkload;
 
 }  // namespace batchd
 

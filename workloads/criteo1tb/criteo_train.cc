@@ -59,11 +59,12 @@ struct WindowLayout {
   std::unique_ptr<std::atomic<uintptr_t>[]> values_at;
 };
 
-class TrainWorkload : public Workload, public RowPacking {
+class TrainWorkload : public PackedWorkload {
  public:
   TrainWorkload(Options o, std::shared_ptr<BlockTable> table, Executor* pool,
                 std::shared_ptr<const CacheDir> cache)
-      : o_(o),
+      : PackedWorkload(pool),
+        o_(o),
         table_(std::move(table)),
         pool_(pool),
         store_(std::move(cache)),
@@ -79,22 +80,12 @@ class TrainWorkload : public Workload, public RowPacking {
     }
   }
 
-  std::unique_ptr<Schedule> MakeSchedule(
-      const Sampler& sampler) const override {
-    return std::make_unique<PackedSchedule>(*this, sampler, pool_);
-  }
-  // The schedule's examples are blocks; its rows are lines.
+  // The schedule's examples are blocks; its rows are lines (a block gives
+  // many: max_rows_per_example).
   uint64_t num_examples() const override { return nb_; }
-  bool examples_hold_many_rows() const override { return true; }
-  bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
 
   const ExampleSource* source() const override { return &blocks_; }
-
-  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
-    const ItemRef& item = ctx.item();
-    return Fill(item.seed, item.epoch, item.position, out, ctx);
-  }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
     absl::StatusOr<std::shared_ptr<const EpochRows>> t =
@@ -138,10 +129,7 @@ class TrainWorkload : public Workload, public RowPacking {
     return o_.block_bytes / 2 + 1;  // a line is at least "\n" after a byte
   }
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
-                       uint8_t* const* out,
-                       WorkloadCounters* counters) const override {
-    FillContext ctx(ItemRef{order.seed, order.epoch, row, row, true}, counters,
-                    &blocks_);
+                       uint8_t* const* out, FillContext& ctx) const override {
     return Fill(order.seed, order.epoch, row, out, ctx);
   }
   // The blocks read first by rows [first_row, first_row + count): each

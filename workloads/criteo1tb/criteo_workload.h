@@ -25,12 +25,14 @@ inline constexpr size_t kSpareBlocks = 16;
 // Blocks counted between two stores of the counts in the daemon's cache.
 inline constexpr uint64_t kStoreEvery = 8192;
 
+// What the options set (their defaults and bounds: the entry's table, in
+// criteo1tb.cc).
 struct Options {
   bool exact_ids = false;
-  uint64_t block_bytes = 1 << 20;
-  uint64_t window_blocks = 64;
-  uint64_t max_line = 65536;
-  uint64_t eval_train = kAlgoPerfEvalTrain;
+  uint64_t block_bytes = 0;
+  uint64_t window_blocks = 0;
+  uint64_t max_line = 0;
+  uint64_t eval_train = 0;
 };
 
 std::vector<TensorLayout> Tensors(const Options& o);

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/format.h"
+#include "base/work_context.h"
 #include "storage/data_file.h"
 #include "workloads/fastmri/kspace.h"
 #include "workloads/fastmri/volume.h"
@@ -216,35 +217,21 @@ class FastMriWorkload : public Workload {
   const StoredSlices stored_{this};
 };
 
-}  // namespace
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  const uint64_t eval_train_examples = c.options.Uint("eval_train_examples");
+  const uint64_t validation_files = c.options.Uint("validation_files");
+  const Split split = c.split;
+  const std::shared_ptr<const DataRoot>& root = c.root;
+  const std::string& data_path = c.data_path();
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
-      kName, config.options, {"eval_train_examples", "validation_files"});
-  if (!opts.ok()) return opts.status();
-  absl::StatusOr<uint64_t> eval_train_examples = opts->Uint(
-      "eval_train_examples", kAlgoPerfEvalTrainExamples, 1, uint64_t(1) << 40);
-  if (!eval_train_examples.ok()) return eval_train_examples.status();
-  absl::StatusOr<uint64_t> validation_files =
-      opts->Uint("validation_files", kAlgoPerfValidationFiles, 1, kMaxVolumes);
-  if (!validation_files.ok()) return validation_files.status();
-  absl::StatusOr<Split> split = ParseSplit(
-      kName, config.split,
-      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
-  if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
-      config.OpenDataRoot();
-  if (!root.ok()) return root.status();
-
-  const bool train = *split == Split::kTrain || *split == Split::kEvalTrain;
+  const bool train = split == Split::kTrain || split == Split::kEvalTrain;
   absl::StatusOr<std::vector<std::string>> files = VolumeFiles(
-      **root, absl::StrCat(config.data_path, "/", train ? kTrainDir : kValDir));
+      *root, absl::StrCat(data_path, "/", train ? kTrainDir : kValDir));
   if (!files.ok()) return files.status();
   if (!train) {
     // AlgoPerf: sorted(val)[:100] is validation, the rest test.
-    const size_t cut = std::min<size_t>(files->size(), *validation_files);
-    if (*split == Split::kValidation) {
+    const size_t cut = std::min<size_t>(files->size(), validation_files);
+    if (split == Split::kValidation) {
       files->resize(cut);
     } else {
       files->erase(files->begin(), files->begin() + ptrdiff_t(cut));
@@ -252,8 +239,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
   }
   if (files->empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        kName, ": split ", config.split, " has no volumes under ",
-        Printable(config.data_path), " (", train ? kTrainDir : kValDir, "/*.h5",
+        kName, ": split ", c.split_name(), " has no volumes under ",
+        Printable(data_path), " (", train ? kTrainDir : kValDir, "/*.h5",
         train ? ""
               : "; validation takes the first validation_files "
                 "sorted volumes, test the rest",
@@ -262,21 +249,48 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
   std::vector<FastMriVolume> volumes;
   uint64_t slices = 0;
   for (const std::string& f : *files) {
-    absl::StatusOr<FastMriVolume> v = IndexVolume(**root, f);
+    // One call to the owner's helper a volume, up to 2^20 of them: a
+    // request that no longer wants the stream (its caller gone, timed out
+    // or refused) stops here, not after the last volume.
+    if (absl::Status s = CheckCancelled(absl::StrCat("indexing ", f));
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<FastMriVolume> v = IndexVolume(*root, f);
     if (!v.ok()) return v.status();
     slices += v->slices;
     volumes.push_back(*std::move(v));
   }
   if (slices == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        kName, ": split ", config.split, "'s volumes hold no slices"));
+        kName, ": split ", c.split_name(), "'s volumes hold no slices"));
   }
   uint64_t examples = slices;
-  if (*split == Split::kEvalTrain) {
-    examples = std::min(examples, *eval_train_examples);
+  if (split == Split::kEvalTrain) {
+    examples = std::min(examples, eval_train_examples);
   }
-  return std::unique_ptr<Workload>(new FastMriWorkload(
-      *root, std::move(volumes), examples, *split, config.seed));
+  return std::unique_ptr<Workload>(
+      new FastMriWorkload(root, std::move(volumes), examples, split, c.seed()));
 }
+
+constexpr OptionSpec kOptions[] = {
+    EvalTrainExamples(kAlgoPerfEvalTrainExamples),
+    UintOption("validation_files", kAlgoPerfValidationFiles, 1, kMaxVolumes,
+               "sorted val volumes of the validation split (AlgoPerf's); "
+               "test has the rest"),
+};
+constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
+                             Split::kValidation, Split::kTest};
+
+}  // namespace
+
+const WorkloadEntry kFastMriWorkload = {
+    "fastmri",
+    "fastMRI knee single-coil HDF5 volumes, AlgoPerf's k-space transform",
+    kSplits,
+    kOptions,
+    /*reads_files=*/true,
+    Create,
+};
 
 }  // namespace batchd

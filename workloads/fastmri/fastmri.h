@@ -17,11 +17,11 @@
 // float32 [B]; weights float32 [B] on the evaluation splits (1 real, 0 on
 // the zero rows that pad the last batch).
 //
-// Options:
-//   eval_train_examples  slices of eval_train (default 3584, AlgoPerf's:
-//                        3,554 rounded up to its eval batch of 256)
-//   validation_files     val volumes of the validation split (default 100,
-//                        AlgoPerf's); test has the rest
+// Options (kFastMriWorkload's table holds each one's default and bounds):
+//   eval_train_examples  slices of eval_train (AlgoPerf's: 3,554 rounded up
+//                        to its eval batch of 256)
+//   validation_files     val volumes of the validation split (AlgoPerf's
+//                        100); test has the rest
 //
 // A volume that is not what the fastMRI release writes (not HDF5, a dataset
 // missing or of another shape or type, truncated) refuses the stream naming
@@ -33,12 +33,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kFastMriWorkload;
 
 }  // namespace batchd
 

@@ -258,36 +258,39 @@ class LmWorkload : public Workload {
   std::vector<TensorLayout> tensors_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Workload>> CreateFineWebEduLmWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> o =
-      WorkloadOptions::Create(kName, config.options, {"eval_train_examples"});
-  if (!o.ok()) return o.status();
-  absl::StatusOr<uint64_t> eval_train =
-      o->Uint("eval_train_examples", kAlgoPerfEvalTrain, 1, uint64_t(1) << 40);
-  if (!eval_train.ok()) return eval_train.status();
-  absl::StatusOr<Split> split =
-      ParseSplit(kName, config.split,
-                 {Split::kTrain, Split::kEvalTrain, Split::kValidation});
-  if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
-  if (!root.ok()) return root.status();
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  const Split split = c.split;
   const std::string dir = absl::StrCat(
-      config.data_path, *split == Split::kValidation ? "/val" : "/train");
+      c.data_path(), split == Split::kValidation ? "/val" : "/train");
   absl::StatusOr<std::shared_ptr<TokenStream>> stream =
-      OpenSplit(**root, dir, config.pool());
+      OpenSplit(*c.root, dir, c.pool());
   if (!stream.ok()) return stream.status();
   uint64_t n = (*stream)->windows();
-  if (*split == Split::kEvalTrain) n = std::min(n, *eval_train);
+  if (split == Split::kEvalTrain) {
+    n = std::min(n, c.options.Uint("eval_train_examples"));
+  }
   if (n == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": ", dir, " holds ", (*stream)->tokens_,
                      " tokens, less than one window of ", kWindow));
   }
   return std::unique_ptr<Workload>(
-      new LmWorkload(*std::move(stream), n, *split == Split::kTrain));
+      new LmWorkload(*std::move(stream), n, split == Split::kTrain));
 }
+
+constexpr OptionSpec kOptions[] = {EvalTrainExamples(kAlgoPerfEvalTrain)};
+constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
+                             Split::kValidation};
+
+}  // namespace
+
+const WorkloadEntry kFineWebEduLmWorkload = {
+    "finewebedu_lm",
+    "Hugging Face save_to_disk Arrow token rows, AlgoPerf's LM windows",
+    kSplits,
+    kOptions,
+    /*reads_files=*/true,
+    Create,
+};
 
 }  // namespace batchd

@@ -11,8 +11,8 @@
 // cumulative token counts of the record batches.
 //   train       train/, windows shuffled per epoch by the sampler.
 //   eval_train  train/ from its start, in order, the first
-//               eval_train_examples windows (default 10000,
-//               AlgoPerf's num_eval_train_examples).
+//               eval_train_examples windows (AlgoPerf's
+//               num_eval_train_examples by default).
 //   validation  val/, in order.
 // Eval splits pad the last global batch with rows of -1 (inputs and
 // targets) of weight 0.
@@ -24,12 +24,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateFineWebEduLmWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kFineWebEduLmWorkload;
 
 }  // namespace batchd
 

@@ -54,13 +54,6 @@ bool IsDir(const std::string& path) {
 // thread, for the life of the daemon.
 constexpr size_t kKeepBufferBytes = size_t(8) << 20;
 
-// Largest max_file_bytes a stream may ask for.
-constexpr uint64_t kMaxFileBytesLimit = uint64_t(256) << 20;
-
-// Largest eval_train_examples: eval_train is a subset of a train split of
-// fewer than 2^32 examples.
-constexpr uint64_t kMaxEvalTrainExamples = (uint64_t(1) << 32) - 1;
-
 // What one worker thread reuses from image to image.
 struct ThreadState {
   ImageDecoder decoder;
@@ -73,90 +66,86 @@ ThreadState& LocalState() {
   return state;
 }
 
+// What the options set (their defaults and bounds: kOptions).
 struct Options {
-  int image_size = 224;
-  int resize_size = 256;
+  int image_size = 0;
+  int resize_size = 0;
   bool nchw = false;
-  bool substitute = true;
-  bool progress = true;
-  double dct_headroom = 1.25;
+  bool substitute = false;
+  bool progress = false;
+  double dct_headroom = 0;
   bool fixed_crop = false;
   CropBox crop;
   bool flip = false;
   bool with_ids = false;  // an `ids` tensor: each example's global id
-  uint64_t eval_train_examples = kAlgoPerfEvalTrainExamples;
-  uint64_t max_file_bytes = kDefaultMaxFileBytes;
+  uint64_t eval_train_examples = 0;
+  uint64_t max_file_bytes = 0;
 };
 
-absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
-  const auto& o = config.options;
-  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
-      "imagenet", o,
-      {"image_size", "resize_size", "layout", "on_decode_error", "progress",
-       "dct_headroom", "debug_fixed_crop", "with_ids", "eval_train_examples",
-       "max_file_bytes"});
-  if (!opts.ok()) return opts.status();
+constexpr const char* kLayouts[] = {"nhwc", "nchw"};
+constexpr const char* kOnDecodeError[] = {"substitute", "fail"};
+constexpr OptionSpec kOptions[] = {
+    UintOption("image_size", 224, 1, 4096, "S, the output side"),
+    UintOption("resize_size", 256, 1, 8192,
+               "evaluation's shorter side before the crop (at least "
+               "image_size)"),
+    ChoiceOption("layout", "nhwc", kLayouts,
+                 "of inputs: [B, S, S, 3] or "
+                 "[B, 3, S, S]"),
+    ChoiceOption("on_decode_error", "substitute", kOnDecodeError,
+                 "an image that cannot be decoded is replaced by another of "
+                 "the epoch, or fails the stream"),
+    UintOption("progress", 1, 0, 1,
+               "1: report the indexing of large trees on stderr"),
+    NumberOption("dct_headroom", 1.25, 1, 8,
+                 "scaled pixels per output pixel a JPEG's DCT scaling keeps"),
+    TextOption("debug_fixed_crop", "",
+               "x,y,w,h,flip: a test hook (BATCHD_TEST_HOOKS=1) that fixes "
+               "every training crop"),
+    UintOption("with_ids", 0, 0, 1, "1: add ids int64 [B], the examples' ids"),
+    EvalTrainExamples(kAlgoPerfEvalTrainExamples),
+    MaxFileBytes(),
+};
+
+absl::StatusOr<Options> OptionsOf(const OptionValues& v) {
   Options opt;
-  absl::StatusOr<int> i = opts->Int("image_size", opt.image_size, 1, 4096);
-  if (!i.ok()) return i.status();
-  opt.image_size = *i;
-  i = opts->Int("resize_size", opt.resize_size, 1, 8192);
-  if (!i.ok()) return i.status();
-  opt.resize_size = *i;
+  opt.image_size = int(v.Uint("image_size"));
+  opt.resize_size = int(v.Uint("resize_size"));
   if (opt.resize_size < opt.image_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("imagenet: resize_size ", opt.resize_size,
                      " is smaller than image_size ", opt.image_size));
   }
-  i = opts->Int("progress", 1, 0, 1);
-  if (!i.ok()) return i.status();
-  opt.progress = *i == 1;
-  i = opts->Int("with_ids", 0, 0, 1);
-  if (!i.ok()) return i.status();
-  opt.with_ids = *i == 1;
+  opt.progress = v.Uint("progress") == 1;
+  opt.with_ids = v.Uint("with_ids") == 1;
   // eval_train is a subset of train (AlgoPerf's has 50,000 examples).
-  absl::StatusOr<uint64_t> u = opts->Uint(
-      "eval_train_examples", opt.eval_train_examples, 1, kMaxEvalTrainExamples);
-  if (!u.ok()) return u.status();
-  opt.eval_train_examples = *u;
-  u = opts->Uint("max_file_bytes", opt.max_file_bytes, 1, kMaxFileBytesLimit);
-  if (!u.ok()) return u.status();
-  opt.max_file_bytes = *u;
-  if (opts->Has("dct_headroom")) {
-    if (!ParseStrictDouble(opts->String("dct_headroom", ""),
-                           &opt.dct_headroom) ||
-        !(opt.dct_headroom >= 1.0 && opt.dct_headroom <= 8.0)) {
-      return opts->Invalid("dct_headroom", "is not a number in [1, 8]");
-    }
-  }
-  absl::StatusOr<std::string> choice =
-      opts->Choice("layout", "nhwc", {"nhwc", "nchw"});
-  if (!choice.ok()) return choice.status();
-  opt.nchw = *choice == "nchw";
-  choice = opts->Choice("on_decode_error", "substitute", {"substitute", "fail"});
-  if (!choice.ok()) return choice.status();
-  opt.substitute = *choice == "substitute";
-  if (auto it = o.find("debug_fixed_crop"); it != o.end()) {
+  opt.eval_train_examples = v.Uint("eval_train_examples");
+  opt.max_file_bytes = v.Uint("max_file_bytes");
+  opt.dct_headroom = v.Number("dct_headroom");
+  opt.nchw = v.Text("layout") == "nchw";
+  opt.substitute = v.Text("on_decode_error") == "substitute";
+  if (v.Given("debug_fixed_crop")) {
+    const std::string& crop = v.Text("debug_fixed_crop");
     if (!TestHooksEnabled()) {
       return absl::PermissionDeniedError(
           "imagenet: debug_fixed_crop is a test hook; the server must run "
           "with BATCHD_TEST_HOOKS=1");
     }
-    std::vector<std::string> f = absl::StrSplit(it->second, ',');
-    int v[5];
+    std::vector<std::string> f = absl::StrSplit(crop, ',');
+    int n[5];
     bool ok = f.size() == 5;
     for (size_t i = 0; ok && i < 5; ++i) {
       ok = IsDecimal(f[i], /*allow_minus=*/false) &&
-           absl::SimpleAtoi(f[i], &v[i]) && v[i] >= 0;
+           absl::SimpleAtoi(f[i], &n[i]) && n[i] >= 0;
     }
-    if (!ok || v[2] == 0 || v[3] == 0 || v[4] > 1) {
+    if (!ok || n[2] == 0 || n[3] == 0 || n[4] > 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("imagenet: debug_fixed_crop='", it->second,
+          absl::StrCat("imagenet: debug_fixed_crop='", crop,
                        "' is not x,y,w,h,flip (w, h > 0; flip 0 or 1)"));
     }
     opt.fixed_crop = true;
-    opt.crop = CropBox{v[0], v[1], v[2], v[3]};
-    opt.flip = v[4] == 1;
+    opt.crop = CropBox{n[0], n[1], n[2], n[3]};
+    opt.flip = n[4] == 1;
   }
   return opt;
 }
@@ -381,42 +370,34 @@ class ImageNetWorkload : public Workload {
   const StoredImages stored_{this};
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<Options> opt = ParseOptions(config);
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  absl::StatusOr<Options> opt = OptionsOf(c.options);
   if (!opt.ok()) return opt.status();
-  const std::string& root = config.data_path;
-  const std::string& split = config.split;
+  const std::string& root = c.data_path();
+  const std::string& split = c.split_name();
   // Every file is opened through the server's data root: symlinks may
   // point anywhere inside it, never out (storage/data_file.h).
-  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
-      config.OpenDataRoot();
-  if (!data_root.ok()) return data_root.status();
+  const std::shared_ptr<const DataRoot>& data_root = c.root;
   ImageSourceOptions source_options;
-  source_options.root = *data_root;
+  source_options.root = data_root;
   source_options.max_file_bytes = opt->max_file_bytes;
   source_options.progress = opt->progress;
   // The daemon's --cache-dir: listings and TFRecord offsets are kept there.
-  source_options.cache = config.cache;
-  source_options.executor = config.pool();
-  absl::StatusOr<Split> kind = ParseSplit(
-      "imagenet", split,
-      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
-  if (!kind.ok()) return kind.status();
+  source_options.cache = c.config.cache;
+  source_options.executor = c.pool();
+  const Split kind = c.split;
   // eval_train reads the train files; test falls back to ImageNet-v2;
   // validation is a tree or shards named as spelt, else by its other name.
-  const bool eval_train = *kind == Split::kEvalTrain;
+  const bool eval_train = kind == Split::kEvalTrain;
   const std::string files = eval_train ? "train" : split;
   std::vector<std::string> names = {files};
-  if (*kind == Split::kValidation) {
+  if (kind == Split::kValidation) {
     for (const char* other : {"validation", "val"}) {
       if (files != other) names.push_back(other);
     }
   }
   std::vector<std::string> roots = {root};
-  if (*kind == Split::kTest) {
+  if (kind == Split::kTest) {
     roots.push_back(absl::StrCat(root, "/", kImageNetV2Dir));
   }
   std::unique_ptr<ImageSource> source;
@@ -426,10 +407,10 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
       // A restricted reader's tree is one it may reach, looked up with its
       // rights: what lies beyond a directory it cannot search, or outside
       // the root, reads as missing.
-      const bool tree = config.access.restricted()
-                            ? (*data_root)->IsDirectory(dir) &&
-                                  (*data_root)->Resolve(dir).ok()
-                            : IsDir(dir);
+      const bool tree =
+          data_root->access().restricted()
+              ? data_root->IsDirectory(dir) && data_root->Resolve(dir).ok()
+              : IsDir(dir);
       if (tree) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
             OpenImageFolder(dir, source_options);
@@ -438,7 +419,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
         break;
       }
       std::vector<std::string> shards =
-          FindTFRecordShards(dir_root, name, data_root->get());
+          FindTFRecordShards(dir_root, name, data_root.get());
       if (!shards.empty()) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
             OpenTFRecordImages(shards, source_options);
@@ -453,7 +434,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
     return absl::NotFoundError(absl::StrCat(
         "imagenet: found neither an ImageFolder tree ", root, "/", files,
         "/<class>/ nor TFRecord shards ", root, "/*-", files, ".tfrecord-*",
-        *kind == Split::kTest
+        kind == Split::kTest
             ? absl::StrCat(" nor ImageNet-v2's ", root, "/", kImageNetV2Dir,
                            "/imagenet_v2-test.tfrecord-*")
             : std::string()));
@@ -469,11 +450,25 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
     }
     subset.resize(n);
     for (uint64_t i = 0; i < n; ++i) subset[i] = i;
-    PythonRandom(config.seed).Shuffle(&subset);
+    PythonRandom(c.seed()).Shuffle(&subset);
     subset.resize(std::min(n, opt->eval_train_examples));
   }
   return std::unique_ptr<Workload>(new ImageNetWorkload(
-      std::move(source), *kind == Split::kTrain, *opt, std::move(subset)));
+      std::move(source), kind == Split::kTrain, *opt, std::move(subset)));
 }
+
+constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
+                             Split::kValidation, Split::kTest};
+
+}  // namespace
+
+const WorkloadEntry kImageNetWorkload = {
+    "imagenet",
+    "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms",
+    kSplits,
+    kOptions,
+    /*reads_files=*/true,
+    Create,
+};
 
 }  // namespace batchd

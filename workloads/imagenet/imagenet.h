@@ -27,31 +27,34 @@
 // Tensors: inputs uint8 [B, S, S, 3] (layout=nchw: [B, 3, S, S]), targets
 // int64 [B]; evaluation splits add weights float32 [B] (1 real, 0 padding).
 //
-// Options:
-//   image_size       S, the output side (default 224)
-//   resize_size      evaluation's shorter side before the crop (default 256;
-//                    at least image_size)
-//   layout           nhwc (default) or nchw
-//   on_decode_error  substitute (default): an image that cannot be decoded is
+// Options (kImageNetWorkload's table holds each one's default and bounds;
+// batchd --help prints them):
+//   image_size       S, the output side
+//   resize_size      evaluation's shorter side before the crop (at least
+//                    image_size)
+//   layout           nhwc or nchw
+//   on_decode_error  substitute: an image that cannot be decoded is
 //                    replaced by another example of the epoch, chosen from
 //                    the example's random stream (so deterministically),
 //                    counted in decode_errors and logged (the first 10, then
 //                    every 1000th); fail: the stream fails, naming the file
-//   progress         1 (default): report indexing of large trees on stderr
+//   progress         1: report indexing of large trees on stderr
 //   with_ids         1: add ids int64 [B], each example's global id (-1 on
 //                    padding), for checks of which examples a rank got
 //                    (eval_train: the example's id in the train split)
-//   eval_train_examples  size of the eval_train subset (default 50176,
-//                    AlgoPerf's num_eval_train_examples; at most N)
+//   eval_train_examples  size of the eval_train subset (AlgoPerf's
+//                    num_eval_train_examples; at most N)
+//   max_file_bytes   the largest image file read (judged from fstat); a
+//                    larger one is a decode error
 //   dct_headroom     H: JPEGs decode at the smallest DCT scale k/8, k in
 //                    {1, 2, 4, 8}, that keeps at least H scaled pixels per
-//                    output pixel across the resized box (default 1.25).
-//                    A DCT-scaled image low-passes unlike Pillow's triangle
-//                    filter: at 1 (the smallest scale that keeps the output
-//                    resolution) pixels land ~2-3 per channel value from
-//                    torchvision's on grainy photos, at 1.25 within ~1.5; at
-//                    8/8 (large H) they match torchvision's up to 1 at a few
-//                    pixels (the resampler's rounding, see resample.h)
+//                    output pixel across the resized box. A DCT-scaled image
+//                    low-passes unlike Pillow's triangle filter: at 1 (the
+//                    smallest scale that keeps the output resolution)
+//                    pixels land ~2-3 per channel value from torchvision's
+//                    on grainy photos, at 1.25 within ~1.5; at 8/8 (large
+//                    H) they match torchvision's up to 1 at a few pixels
+//                    (the resampler's rounding, see resample.h)
 //   debug_fixed_crop x,y,w,h,flip: a test hook that replaces the random crop
 //                    box and flip of every training example (the box is
 //                    clipped to each image). Refused unless the server runs
@@ -61,12 +64,11 @@
 
 #include <memory>
 
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kImageNetWorkload;
 
 }  // namespace batchd
 

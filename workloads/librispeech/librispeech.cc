@@ -20,14 +20,13 @@ namespace {
 
 // AlgoPerf's librispeech num_eval_train_examples.
 constexpr uint64_t kAlgoPerfEvalTrainExamples = 5376;
-// eval_train is drawn with getrandbits(k <= 32) (python_random.h).
-constexpr uint64_t kMaxEvalTrainExamples = (uint64_t(1) << 32) - 1;
 // A subset's CSV: the largest (train-other-500) is 148,688 lines of ~25
 // bytes, ~4 MB; 16 MiB is what one OpenStream may read of one.
 constexpr uint64_t kMaxCsvBytes = uint64_t(16) << 20;
 // Utterances of one split, each kept as ~40 bytes and its id: the train
 // split has 281,241. A split's CSVs, however short their lines, keep at
-// most ~50 MB.
+// most ~50 MB. (Also below 2^32: eval_train is drawn with getrandbits(k
+// <= 32), python_random.h.)
 constexpr uint64_t kMaxUtterances = uint64_t(1) << 20;
 // An audio file: 320,000 int64 values and a header (at most 64 KiB, npy.cc).
 constexpr uint64_t kMaxAudioFileBytes = kLibriSpeechMaxAudio * 8 + (1 << 17);
@@ -340,26 +339,13 @@ class LibriSpeechWorkload : public Workload {
   const StoredUtterances stored_{this};
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Workload>> CreateLibriSpeechWorkload(
-    const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
-      "librispeech", config.options, {"eval_train_examples"});
-  if (!opts.ok()) return opts.status();
-  absl::StatusOr<uint64_t> eval_train_examples =
-      opts->Uint("eval_train_examples", kAlgoPerfEvalTrainExamples, 1,
-                 kMaxEvalTrainExamples);
-  if (!eval_train_examples.ok()) return eval_train_examples.status();
-  absl::StatusOr<Split> split = ParseSplit(
-      "librispeech", config.split,
-      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
-  if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
-  if (!root.ok()) return root.status();
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  const uint64_t eval_train_examples = c.options.Uint("eval_train_examples");
+  const Split split = c.split;
+  const std::shared_ptr<const DataRoot>& root = c.root;
 
   std::vector<std::string> subsets;
-  switch (*split) {
+  switch (split) {
     case Split::kTrain:
     case Split::kEvalTrain:
       subsets.assign(std::begin(kTrainSubsets), std::end(kTrainSubsets));
@@ -374,34 +360,45 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateLibriSpeechWorkload(
   }
   std::vector<Utterance> utterances;
   for (uint32_t i = 0; i < subsets.size(); ++i) {
-    absl::Status st =
-        ReadCsv(**root, config.data_path, i, subsets[i], &utterances);
+    absl::Status st = ReadCsv(*root, c.data_path(), i, subsets[i], &utterances);
     if (!st.ok()) return st;
   }
   if (utterances.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("librispeech: split ", config.split,
-                     " has no utterances under ", Printable(config.data_path)));
-  }
-  if (utterances.size() > kMaxEvalTrainExamples) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "librispeech: ", utterances.size(), " utterances in split ",
-        config.split, " (at most ", kMaxEvalTrainExamples, ")"));
+        absl::StrCat("librispeech: split ", c.split_name(),
+                     " has no utterances under ", Printable(c.data_path())));
   }
   std::vector<uint32_t> chosen;
-  if (*split == Split::kEvalTrain) {
+  if (split == Split::kEvalTrain) {
     // AlgoPerf: indices = list(range(N)); random.Random(seed).shuffle(...);
     // Subset(dataset, indices[:num_eval_train_examples]).
     chosen.resize(utterances.size());
     for (uint32_t i = 0; i < chosen.size(); ++i) chosen[i] = i;
-    PythonRandom(config.seed).Shuffle(&chosen);
-    if (chosen.size() > *eval_train_examples) {
-      chosen.resize(*eval_train_examples);
+    PythonRandom(c.seed()).Shuffle(&chosen);
+    if (chosen.size() > eval_train_examples) {
+      chosen.resize(eval_train_examples);
     }
   }
   return std::unique_ptr<Workload>(new LibriSpeechWorkload(
-      *root, config.data_path, std::move(subsets), std::move(utterances),
-      std::move(chosen), *split == Split::kTrain));
+      root, c.data_path(), std::move(subsets), std::move(utterances),
+      std::move(chosen), split == Split::kTrain));
 }
+
+constexpr OptionSpec kOptions[] = {
+    EvalTrainExamples(kAlgoPerfEvalTrainExamples),
+};
+constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
+                             Split::kValidation, Split::kTest};
+
+}  // namespace
+
+const WorkloadEntry kLibriSpeechWorkload = {
+    "librispeech",
+    "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)",
+    kSplits,
+    kOptions,
+    /*reads_files=*/true,
+    Create,
+};
 
 }  // namespace batchd

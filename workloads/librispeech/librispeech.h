@@ -22,9 +22,9 @@
 //   target_lengths int32 [B]
 //   weights        float32 [B], evaluation splits: 1 real, 0 padding
 //
-// Options:
-//   eval_train_examples  size of the eval_train subset (default 5376,
-//                        AlgoPerf's num_eval_train_examples; at most N)
+// Options (kLibriSpeechWorkload's table holds the default and bounds):
+//   eval_train_examples  size of the eval_train subset (AlgoPerf's
+//                        num_eval_train_examples; at most N)
 //
 // A file that is not what AlgoPerf writes (truncated, another dtype or
 // shape, audio outside int16) is counted in decode_errors and fails the
@@ -34,15 +34,14 @@
 
 #include <memory>
 
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
 inline constexpr int64_t kLibriSpeechMaxAudio = 320000;
 inline constexpr int64_t kLibriSpeechMaxTargets = 256;
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateLibriSpeechWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kLibriSpeechWorkload;
 
 }  // namespace batchd
 

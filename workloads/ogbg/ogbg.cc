@@ -213,29 +213,18 @@ struct EpochRows {
   std::vector<uint32_t> starts;
 };
 
-class TrainWorkload : public Workload, public RowPacking {
+class TrainWorkload : public PackedWorkload {
  public:
   TrainWorkload(std::unique_ptr<GraphStore> store, RowShape shape,
                 Executor* pool)
-      : store_(std::move(store)),
+      : PackedWorkload(pool),
+        store_(std::move(store)),
         shape_(shape),
-        pool_(pool),
         tensors_(RowTensors(shape)) {}
 
-  std::unique_ptr<Schedule> MakeSchedule(
-      const Sampler& sampler) const override {
-    return std::make_unique<PackedSchedule>(*this, sampler, pool_);
-  }
   uint64_t num_examples() const override { return store_->size(); }
-  bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
   const ExampleSource* source() const override { return store_.get(); }
-
-  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
-    const ItemRef& it = ctx.item();
-    return FillRowOf(ShuffledOrder(store_->size(), it.seed, it.epoch),
-                     it.position, out, ctx);
-  }
 
   absl::StatusOr<uint64_t> RowsInEpoch(const EpochOrder& order) const override {
     absl::StatusOr<std::shared_ptr<const EpochRows>> t = Table(order);
@@ -273,11 +262,15 @@ class TrainWorkload : public Workload, public RowPacking {
     return absl::OkStatus();
   }
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
-                       uint8_t* const* out,
-                       WorkloadCounters* counters) const override {
-    FillContext ctx(ItemRef{order.seed, order.epoch, row, row, true}, counters,
-                    source());
-    return FillRowOf(order, row, out, ctx);
+                       uint8_t* const* out, FillContext& ctx) const override {
+    absl::StatusOr<std::shared_ptr<const EpochRows>> t = Table(order);
+    if (!t.ok()) return t.status();
+    const std::vector<uint32_t>& starts = (*t)->starts;
+    if (row >= starts.size()) return OutOfRange(order, row, **t);
+    const uint64_t end =
+        row + 1 < starts.size() ? starts[row + 1] : order.num_examples;
+    return FillRange(*store_, shape_, order.epoch, starts[row], end,
+                     order.id_at, ctx, out);
   }
   bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                       uint64_t count,
@@ -342,21 +335,8 @@ class TrainWorkload : public Workload, public RowPacking {
     return std::shared_ptr<const EpochRows>(t);
   }
 
-  absl::Status FillRowOf(const EpochOrder& order, uint64_t row,
-                         uint8_t* const* out, FillContext& ctx) const {
-    absl::StatusOr<std::shared_ptr<const EpochRows>> t = Table(order);
-    if (!t.ok()) return t.status();
-    const std::vector<uint32_t>& starts = (*t)->starts;
-    if (row >= starts.size()) return OutOfRange(order, row, **t);
-    const uint64_t end =
-        row + 1 < starts.size() ? starts[row + 1] : order.num_examples;
-    return FillRange(*store_, shape_, order.epoch, starts[row], end,
-                     order.id_at, ctx, out);
-  }
-
   const std::unique_ptr<GraphStore> store_;
   const RowShape shape_;
-  Executor* const pool_;
   const std::vector<TensorLayout> tensors_;
   mutable absl::Mutex mu_;
   mutable std::deque<std::shared_ptr<const EpochRows>> tables_
@@ -511,36 +491,27 @@ absl::StatusOr<std::vector<std::string>> SplitFiles(const DataRoot& root,
 }  // namespace
 }  // namespace ogbg
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
-    const WorkloadConfig& config) {
-  using namespace ogbg;  // NOLINT: this file's own namespace
-  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
-      kName, config.options, {"graphs_per_row", "eval_train_examples"});
-  if (!opts.ok()) return opts.status();
-  absl::StatusOr<Split> split = ParseSplit(
-      kName, config.split,
-      {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
-  if (!split.ok()) return split.status();
-  absl::StatusOr<uint64_t> r = opts->Uint(
-      "graphs_per_row", kDefaultGraphsPerRow, 1,
-      *split == Split::kTrain ? kMaxGraphsPerRow : kMaxEvalGraphsPerRow);
-  if (!r.ok()) return r.status();
-  absl::StatusOr<uint64_t> eval_train = opts->Uint(
-      "eval_train_examples", kDefaultEvalTrain, 1, uint64_t(1) << 32);
-  if (!eval_train.ok()) return eval_train.status();
+namespace {
 
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
-  if (!root.ok()) return root.status();
+absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
+  using namespace ogbg;  // NOLINT: this file's own namespace
+  const uint64_t r = c.options.Uint("graphs_per_row");
+  if (c.split == Split::kTrain && r > kMaxGraphsPerRow) {
+    return c.options.Invalid(
+        "graphs_per_row",
+        absl::StrCat("is not an integer in [1, ", kMaxGraphsPerRow, "]"));
+  }
+  const uint64_t eval_train = c.options.Uint("eval_train_examples");
+  const std::shared_ptr<const DataRoot>& root = c.root;
   absl::StatusOr<std::vector<std::string>> files = SplitFiles(
-      **root, config.data_path.empty() ? (*root)->path() : config.data_path,
-      *split);
+      *root, c.data_path().empty() ? root->path() : c.data_path(), c.split);
   if (!files.ok()) return files.status();
   TFRecordOptions tfr;
-  tfr.root = *root;
+  tfr.root = root;
   tfr.max_record_bytes = kMaxRecordBytes;
-  tfr.cache = config.cache;
+  tfr.cache = c.config.cache;
   absl::StatusOr<TFRecordShards> shards =
-      TFRecordShards::Open(*files, tfr, nullptr, 8, config.pool());
+      TFRecordShards::Open(*files, tfr, nullptr, 8, c.pool());
   if (!shards.ok()) return shards.status();
   const uint64_t n = shards->size();
   if (n == 0 || n >= kDamaged) {
@@ -548,25 +519,48 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
         "ogbg: ", files->front(), " and its split hold ", n, " graphs"));
   }
   auto store = std::make_unique<GraphStore>(*std::move(shards), n);
-  if (absl::Status s = store->Index(config.pool()); !s.ok()) return s;
-  const RowShape shape{int64_t(*r)};
-  if (*split == Split::kTrain) {
+  if (absl::Status s = store->Index(c.pool()); !s.ok()) return s;
+  const RowShape shape{int64_t(r)};
+  if (c.split == Split::kTrain) {
     return std::unique_ptr<Workload>(
-        new TrainWorkload(std::move(store), shape, config.pool()));
+        new TrainWorkload(std::move(store), shape, c.pool()));
   }
   const uint64_t count =
-      *split == Split::kEvalTrain ? std::min(n, *eval_train) : n;
+      c.split == Split::kEvalTrain ? std::min(n, eval_train) : n;
   std::vector<uint32_t> starts = PackStarts(
       *store, shape, count, [](uint64_t first, uint64_t c, uint64_t* out) {
         for (uint64_t i = 0; i < c; ++i) out[i] = first + i;
       });
   if (starts.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "ogbg: no graph of split ", config.split,
+        "ogbg: no graph of split ", c.split_name(),
         " can be served (every one is damaged or over a row's budget)"));
   }
   return std::unique_ptr<Workload>(
       new EvalWorkload(std::move(store), count, shape, std::move(starts)));
 }
+
+// Rows of train splits hold up to kMaxGraphsPerRow graphs (checked by
+// Create), evaluation rows up to kMaxEvalGraphsPerRow.
+constexpr OptionSpec kOptions[] = {
+    UintOption("graphs_per_row", ogbg::kDefaultGraphsPerRow, 1,
+               ogbg::kMaxEvalGraphsPerRow,
+               "r, a row's graph budget (26 r nodes, 56 r edges; at most "
+               "1024 on train)"),
+    EvalTrainExamples(ogbg::kDefaultEvalTrain),
+};
+constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
+                             Split::kValidation, Split::kTest};
+
+}  // namespace
+
+const WorkloadEntry kOgbgWorkload = {
+    "ogbg",
+    "TFDS ogbg_molpcba, AlgoPerf's jraph graph batching in fixed rows",
+    kSplits,
+    kOptions,
+    /*reads_files=*/true,
+    Create,
+};
 
 }  // namespace batchd

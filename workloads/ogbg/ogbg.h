@@ -23,12 +23,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kOgbgWorkload;
 
 }  // namespace batchd
 

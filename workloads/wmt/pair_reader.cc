@@ -11,31 +11,29 @@ namespace batchd {
 namespace wmt {
 
 absl::StatusOr<std::shared_ptr<const PairReader>> PairReader::Create(
-    const WorkloadConfig& config, const Options& options,
-    absl::string_view files) {
+    const WorkloadContext& c, const Options& options, absl::string_view files) {
   // Every file is opened through the server's data root: symlinks may
   // point anywhere inside it, never out (storage/data_file.h),
   // with the reader's permissions.
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
-  if (!root.ok()) return root.status();
+  const std::shared_ptr<const DataRoot>& root = c.root;
   absl::StatusOr<std::string> model_path =
-      ModelPath(config.data_path, options.vocab, root->get());
+      ModelPath(c.data_path(), options.vocab, root.get());
   if (!model_path.ok()) return model_path.status();
-  Executor* executor = config.pool();
+  Executor* executor = c.pool();
   // Checked before SentencePiece sees it, loaded on the executor, shared
   // with the daemon's other streams of the same model and charged to the
   // budget of loaded models.
   absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer =
-      Tokenizer::LoadShared(*model_path, **root,
-                            Tokenizer::LoadOptions{config.shared, executor});
+      Tokenizer::LoadShared(*model_path, *root,
+                            Tokenizer::LoadOptions{c.config.shared, executor});
   if (!tokenizer.ok()) {
     return absl::Status(tokenizer.status().code(),
                         absl::StrCat("wmt: ", tokenizer.status().message()));
   }
-  PairSourceOptions source_options{*root, kDefaultMaxFileBytes, config.cache};
+  PairSourceOptions source_options{root, kDefaultMaxFileBytes, c.config.cache};
   source_options.executor = executor;
   absl::StatusOr<std::unique_ptr<PairSource>> source = OpenPairSource(
-      config.data_path, std::string(files), options.source, source_options);
+      c.data_path(), std::string(files), options.source, source_options);
   if (!source.ok()) return source.status();
   if ((*source)->size() == 0) {
     return absl::FailedPreconditionError(

@@ -19,6 +19,7 @@
 #include "workloads/wmt/tokenizer.h"
 #include "workloads/wmt/wmt_options.h"
 #include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 namespace wmt {
@@ -28,9 +29,9 @@ class PairReader {
   // The model checked and loaded (shared with the daemon's other streams
   // of the same bytes, charged to their budget), the pair source of
   // `files` ("train" for eval_train) opened; FailedPrecondition when it
-  // holds no pairs.
+  // holds no pairs. Files are opened through c.root.
   static absl::StatusOr<std::shared_ptr<const PairReader>> Create(
-      const WorkloadConfig& config, const Options& options,
+      const WorkloadContext& c, const Options& options,
       absl::string_view files);
 
   const Options& options() const { return options_; }

@@ -12,28 +12,29 @@
 //              order, padded and weighted as the eval splits (AlgoPerf
 //              draws its eval_train from the same head of train through a
 //              1024-pair shuffle buffer; see batchd.algoperf).
-// Options:
+// Options (kWmtWorkload's table in wmt.cc holds each one's default and
+// bounds; batchd --help prints them):
 //   vocab        the SentencePiece model, relative to data_path (no "..",
-//                not absolute). Default: wmt_sentencepiece_model.
-//   source       auto, tfds or text. Default: auto (TFDS when present).
-//   dtype        int32 or int64, of the token tensors. Default: int32.
-//   max_length   row length, length filter and packing window. Default 256.
+//                not absolute).
+//   source       auto, tfds or text (auto: TFDS when present).
+//   dtype        int32 or int64, of the token tensors.
+//   max_length   row length, length filter and packing window.
 //   skip_empty   1: drop pairs with an empty side (counted as skipped);
-//                0 keeps them as AlgoPerf does (EOS alone). Default: 0.
+//                0 keeps them as AlgoPerf does (EOS alone).
 //   index_threads  how many of the daemon's indexing threads (batchd
 //                --index-threads; base/executor.h) one stream's length pass
 //                and first windows may use at once: a bound on its share of
-//                a fixed pool, never a count of threads to start; 0 (the
-//                default) or more than the pool has: all of them. At most
-//                2^20. The token ids do not depend on it.
+//                a fixed pool, never a count of threads to start; 0 or more
+//                than the pool has: all of them. The token ids do not
+//                depend on it.
 //   invalid_utf8 encode or drop: what becomes of a pair with bytes that are
-//                not well-formed UTF-8. encode (the default) tokenizes them
-//                as AlgoPerf's tensorflow-text SentencePiece op does (each
-//                bad byte is U+FFFD, an unknown piece: the unk id, a run of
-//                them one unk id), so batchd feeds the pairs AlgoPerf feeds;
-//                drop counts the pair as a decode error and drops it.
-//   eval_train_examples  pairs of the eval_train split. Default: 3072,
-//                AlgoPerf's num_eval_train_examples.
+//                not well-formed UTF-8. encode tokenizes them as AlgoPerf's
+//                tensorflow-text SentencePiece op does (each bad byte is
+//                U+FFFD, an unknown piece: the unk id, a run of them one
+//                unk id), so batchd feeds the pairs AlgoPerf feeds; drop
+//                counts the pair as a decode error and drops it.
+//   eval_train_examples  pairs of the eval_train split (AlgoPerf's
+//                num_eval_train_examples).
 //
 // Tensors, [B, max_length] each:
 //   train: inputs, targets, inputs_position, inputs_segmentation,
@@ -64,7 +65,7 @@
 // order, as serving work), so the first batches of a never-seen set come
 // in seconds; the windows are cut by the same code as once every length is
 // known, so the rows are the same.
-// After the pass RowsInEpoch is arithmetic over lengths, and FillRow
+// After the pass RowsInEpoch is arithmetic over lengths, and filling a row
 // tokenizes only its row's pairs.
 // With a cache (WorkloadConfig::cache) the lengths table is loaded from it
 // (kind "wmt-lengths", keyed by every input file's identity, the model's
@@ -75,14 +76,14 @@
 // end even after every stream of the data has closed, and then counts and
 // stores the first epochs' row counts of the seeds its streams used; only
 // the daemon's shutdown stops it early, and a pass stopped early stores
-// what it learnt, which the next open takes up. A cache that cannot be used is a warning:
-// the pass runs without it. The pass also stores
-// every kept pair's token ids (kind "wmt-tokens", a blob), from which rows
-// are then made without reading the text or tokenizing. Text sources keep
-// their line offsets there too (pair_source.h), and each train epoch's row
-// count once it is counted (kind "wmt-epoch-rows"), which RowsInEpoch reads
-// before packing the epoch: a restarted daemon resuming far ahead packs no
-// earlier epoch. The rows are the same with and without any of it.
+// what it learnt, which the next open takes up. A cache that cannot be used is
+// a warning: the pass runs without it. The pass also stores every kept pair's
+// token ids (kind "wmt-tokens", a blob), from which rows are then made without
+// reading the text or tokenizing. Text sources keep their line offsets there
+// too (pair_source.h), and each train epoch's row count once it is counted
+// (kind "wmt-epoch-rows"), which RowsInEpoch reads before packing the epoch: a
+// restarted daemon resuming far ahead packs no earlier epoch. The rows are the
+// same with and without any of it.
 //
 // Read-ahead (server/readahead.h): with TFDS shards, the records of the
 // pairs a step reads are read ahead, keyed by the pair's position in the
@@ -96,13 +97,13 @@
 // daemon's streams of the same model bytes and charged to its budget of
 // model memory (resident_bytes()).
 //
-// The parts: wmt_options.h (the options, parsed and bounded once),
+// The parts: wmt_options.h (the options as the parts use them),
 // pair_reader.h (the one pair source and tokenizer both halves read
 // through), wmt_train.h (the train workload: packed rows, cursors, its
 // LengthIndex and EpochTableCache, epoch_tables.h) and wmt_eval.h (the eval
-// workload: padded pairs, nothing mutable after Create). CreateWmtWorkload
-// parses the options and the split (workloads/split.h) and builds one of
-// the two.
+// workload: padded pairs, nothing mutable after Create). The entry's
+// factory (wmt.cc) builds one of the two from the options and split
+// CreateWorkload parsed (workloads/workload_entry.h).
 //
 // Thread safety: as Workload; the length table and the per-epoch window
 // tables are built under their own mutexes.
@@ -112,12 +113,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "workloads/workload.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 
-absl::StatusOr<std::unique_ptr<Workload>> CreateWmtWorkload(
-    const WorkloadConfig& config);
+extern const WorkloadEntry kWmtWorkload;
 
 }  // namespace batchd
 

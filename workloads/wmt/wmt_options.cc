@@ -8,45 +8,26 @@
 #include "absl/strings/str_split.h"
 #include "base/paths.h"
 #include "storage/data_file.h"
-#include "workloads/options.h"
 #include "workloads/wmt/wmt_constants.h"
+#include "workloads/workload_entry.h"
 
 namespace batchd {
 namespace wmt {
 
-absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
-  absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
-      "wmt", config.options,
-      {"vocab", "source", "dtype", "max_length", "skip_empty", "index_threads",
-       "eval_train_examples", "invalid_utf8"});
-  if (!opts.ok()) return opts.status();
+Options OptionsOf(const OptionValues& v) {
   Options o;
-  o.vocab = opts->String("vocab", o.vocab);
-  o.source = opts->String("source", o.source);
-  absl::StatusOr<std::string> dtype =
-      opts->Choice("dtype", "int32", {"int32", "int64"});
-  if (!dtype.ok()) return dtype.status();
-  o.int64 = *dtype == "int64";
-  absl::StatusOr<uint64_t> v = opts->Uint("max_length", 256, 1, kMaxLength);
-  if (!v.ok()) return v.status();
-  o.max_length = *v;
-  v = opts->Uint("skip_empty", 0, 0, 1);
-  if (!v.ok()) return v.status();
-  o.skip_empty = *v == 1;
+  o.vocab = v.Text("vocab");
+  o.source = v.Text("source");
+  o.int64 = v.Text("dtype") == "int64";
+  o.max_length = v.Uint("max_length");
+  o.skip_empty = v.Uint("skip_empty") == 1;
   // A bound on one stream's share of the daemon's threads, never a count
   // of threads to start: more than the executor has means all of them.
-  v = opts->Uint("index_threads", 0, 0, kMaxIndexThreads);
-  if (!v.ok()) return v.status();
-  o.index_threads = *v == 0 ? kMaxIndexThreads : *v;
-  v = opts->Uint("eval_train_examples", o.eval_train_examples, 1,
-                 kMaxEvalTrainExamples);
-  if (!v.ok()) return v.status();
-  o.eval_train_examples = *v;
-  absl::StatusOr<std::string> invalid_utf8 =
-      opts->Choice("invalid_utf8", "encode", {"encode", "drop"});
-  if (!invalid_utf8.ok()) return invalid_utf8.status();
-  o.invalid_utf8 =
-      *invalid_utf8 == "drop" ? InvalidUtf8::kDrop : InvalidUtf8::kEncode;
+  o.index_threads =
+      v.Uint("index_threads") == 0 ? kMaxIndexThreads : v.Uint("index_threads");
+  o.eval_train_examples = v.Uint("eval_train_examples");
+  o.invalid_utf8 = v.Text("invalid_utf8") == "drop" ? InvalidUtf8::kDrop
+                                                    : InvalidUtf8::kEncode;
   return o;
 }
 

@@ -1,6 +1,6 @@
-// The wmt workload's options (wmt.h lists them with their defaults), parsed
-// and bounded once, and the SentencePiece model's path, confined to the
-// data path.
+// The wmt workload's options as its parts use them (their table, with
+// defaults and bounds, is kWmtWorkload's in wmt.cc; wmt.h says what each
+// does), and the SentencePiece model's path, confined to the data path.
 //
 // Thread safety: Options is a value; the functions are pure (ModelPath
 // reads the file system).
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "workloads/options.h"
 #include "workloads/wmt/tokenizer.h"
 #include "workloads/workload.h"
 
@@ -19,32 +20,23 @@ namespace batchd {
 class DataRoot;  // storage/data_file.h
 namespace wmt {
 
-// The largest index_threads asked (more means all the daemon's threads),
-// and eval_train pairs (AlgoPerf's eval_train has 3072).
-constexpr uint64_t kMaxIndexThreads = uint64_t(1) << 20;
-constexpr uint64_t kMaxEvalTrainExamples = uint64_t(1) << 24;
-
 struct Options {
   // The SentencePiece model, relative to the data path.
-  // Default: wmt_sentencepiece_model.
-  std::string vocab = "wmt_sentencepiece_model";
-  // auto, tfds or text. Default: auto.
-  std::string source = "auto";
-  // Token tensors are int64 (else int32). Default: false.
+  std::string vocab;
+  // auto, tfds or text.
+  std::string source;
+  // Token tensors are int64 (else int32).
   bool int64 = false;
   // Row length, length filter and packing window, 1 to kMaxLength.
-  // Default: 256.
-  uint64_t max_length = 256;
-  // Drop pairs with an empty side. Default: false.
+  uint64_t max_length = 0;
+  // Drop pairs with an empty side.
   bool skip_empty = false;
-  // The daemon's indexing threads one stream may use; parsed 0 ("all")
-  // becomes kMaxIndexThreads. Default: kMaxIndexThreads.
-  uint64_t index_threads = kMaxIndexThreads;
-  // eval_train: how many kept train pairs it serves (AlgoPerf's wmt
-  // num_eval_train_examples: 3000 validation pairs rounded up to 128).
-  // Default: 3072.
-  uint64_t eval_train_examples = 3072;
-  // What becomes of a pair with malformed UTF-8. Default: kEncode.
+  // The daemon's indexing threads one stream may use; the option's 0
+  // ("all") is kMaxIndexThreads.
+  uint64_t index_threads = 0;
+  // eval_train: how many kept train pairs it serves.
+  uint64_t eval_train_examples = 0;
+  // What becomes of a pair with malformed UTF-8.
   InvalidUtf8 invalid_utf8 = InvalidUtf8::kEncode;
 
   // "drop" or "encode", as the option spells it (the cache key uses it).
@@ -53,9 +45,8 @@ struct Options {
   }
 };
 
-// The options of `config`: InvalidArgument naming the option and its
-// bounds for an unknown key or a value out of range.
-absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config);
+// The options of a stream, parsed against the entry's table.
+Options OptionsOf(const OptionValues& values);
 
 // The model path: `vocab` relative to the data directory `data` and inside
 // it, symlinks resolved, since the data directory is what the server

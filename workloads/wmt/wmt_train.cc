@@ -143,13 +143,14 @@ absl::StatusOr<std::shared_ptr<LengthIndex>> UseIndex(
   return index;
 }
 
-class WmtTrainWorkload : public Workload, public RowPacking {
+class WmtTrainWorkload : public PackedWorkload {
  public:
   WmtTrainWorkload(std::shared_ptr<const PairReader> reader,
                    std::shared_ptr<LengthIndex> index, std::string lengths_key,
                    std::shared_ptr<const CacheDir> cache,
                    std::shared_ptr<const Cancellation> request)
-      : request_(std::move(request)),
+      : PackedWorkload(reader->executor()),
+        request_(std::move(request)),
         reader_(std::move(reader)),
         options_(reader_->options()),
         source_(*reader_->source()),
@@ -166,26 +167,13 @@ class WmtTrainWorkload : public Workload, public RowPacking {
     index_->Detach(request_ == nullptr || request_->finished());
   }
 
-  std::unique_ptr<Schedule> MakeSchedule(
-      const Sampler& sampler) const override {
-    return std::make_unique<PackedSchedule>(*this, sampler,
-                                            reader_->executor());
-  }
   uint64_t num_examples() const override { return source_.size(); }
-  bool shuffle() const override { return true; }
   const std::vector<TensorLayout>& tensors() const override { return tensors_; }
   std::optional<IndexProgress> progress() const override {
     return index_->progress();
   }
   uint64_t resident_bytes() const override {
     return reader_->tokenizer()->resident_bytes();
-  }
-
-  // The item is row ex.position of the shuffled epoch (PackedSchedule).
-  absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
-    const ItemRef& ex = ctx.item();
-    return FillRowOf(ShuffledOrder(source_.size(), ex.seed, ex.epoch),
-                     ex.position, out, ctx);
   }
 
   // Stored records (TFDS sources) are read through the context, by the
@@ -199,9 +187,9 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   absl::StatusOr<KnownRows> RowsUpTo(const EpochOrder& order,
                                      uint64_t want_rows,
                                      const StopFlag* stop) const override;
+  // Stored pairs are read through `ctx`.
   absl::Status FillRow(const EpochOrder& order, uint64_t row,
-                       uint8_t* const* out,
-                       WorkloadCounters* counters) const override;
+                       uint8_t* const* out, FillContext& ctx) const override;
   bool ExamplesOfRows(const EpochOrder& order, uint64_t first_row,
                       uint64_t count,
                       std::vector<ExampleKey>* keys) const override;
@@ -237,9 +225,6 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   bool FillFromStoredTokens(const WindowPlan& plan, uint64_t r,
                             uint8_t* const* out) const;
   void WriteRow(const PackedRow& packed, uint8_t* const* out) const;
-  // FillRow, reading stored pairs through `ctx`.
-  absl::Status FillRowOf(const EpochOrder& order, uint64_t row,
-                         uint8_t* const* out, FillContext& ctx) const;
 
   // The stored record of a pair of the source.
   class Records : public ExampleSource {
@@ -437,14 +422,7 @@ absl::Status WmtTrainWorkload::Plan(
 
 absl::Status WmtTrainWorkload::FillRow(const EpochOrder& order, uint64_t row,
                                        uint8_t* const* out,
-                                       WorkloadCounters* counters) const {
-  FillContext ctx(ItemRef{0, order.epoch, row, row, true}, counters, source());
-  return FillRowOf(order, row, out, ctx);
-}
-
-absl::Status WmtTrainWorkload::FillRowOf(const EpochOrder& order, uint64_t row,
-                                         uint8_t* const* out,
-                                         FillContext& ctx) const {
+                                       FillContext& ctx) const {
   WorkloadCounters* counters = ctx.counters();
   absl::StatusOr<std::shared_ptr<const EpochTable>> table_or = TableFor(order);
   if (!table_or.ok()) return table_or.status();

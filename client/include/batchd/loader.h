@@ -220,9 +220,9 @@ struct StreamInfo {
   uint32_t rank = 0;
   uint32_t world_size = 0;
   uint64_t examples_per_epoch = 0;
-  // Global batches per epoch; 0 where epochs differ in length (packed rows:
-  // wmt, ogbg and criteo1tb train, whose epochs hold as many batches as
-  // their rows allow: each batch says its epoch's, Batch::epoch_steps).
+  // Global batches per epoch; 0 where epochs differ in length (packed rows,
+  // as wmt's train split packs pairs: its epochs hold as many batches as
+  // their rows allow; each batch says its epoch's, Batch::epoch_steps).
   uint64_t steps_per_epoch = 0;
   // The step this rank's ring began at.
   uint64_t start_step = 0;
@@ -275,12 +275,13 @@ class Loader {
   // Global steps in an epoch of the stream (torch's len(loader)): train,
   // the examples over the global batch, rounded down (the remainder is
   // dropped); an evaluation split, its one pass, rounded up (the last
-  // batch is padded). A stream of packed rows (wmt, ogbg and criteo1tb
-  // train) has epochs of different lengths, which the daemon counts as it
-  // goes: the length of the epoch in progress (that of the last batch
-  // returned unless it ended its epoch, else that of a batch NextInEpoch
-  // kept) where the daemon has said it; FailedPrecondition, saying why,
-  // where it has not (before the epoch's first batch).
+  // batch is padded). A stream of packed rows (the train split of a
+  // workload that packs examples into rows, as wmt does) has epochs of
+  // different lengths, which the daemon counts as it goes: the length of
+  // the epoch in progress (that of the last batch returned unless it ended
+  // its epoch, else that of a batch NextInEpoch kept) where the daemon has
+  // said it; FailedPrecondition, saying why, where it has not (before the
+  // epoch's first batch).
   absl::StatusOr<uint64_t> EpochSteps() const;
 
   // Where this rank resumes: after the last batch Next() returned (or the

@@ -85,8 +85,8 @@ class StreamInfo(NamedTuple):
     rank: int
     world_size: int
     examples_per_epoch: int
-    # 0 where epochs differ in length (packed rows: wmt, ogbg and criteo1tb
-    # train; each batch says its epoch's, BatchInfo.epoch_steps)
+    # 0 where epochs differ in length (packed rows, as wmt's train split;
+    # each batch says its epoch's, BatchInfo.epoch_steps)
     steps_per_epoch: int
     start_step: int  # the step this rank's ring began at
     slots: int  # ring slots: keep fewer batches than this alive at once
@@ -314,12 +314,13 @@ class Loader(_batchd.Loader):
         """Global steps in one epoch of the stream's split at its global
         batch, as the daemon counts them: train, examples // batch (the
         remainder is dropped); an evaluation split, its one pass, its last
-        batch padded (ceil). A stream of packed rows (wmt, ogbg and
-        criteo1tb train) has epochs of different lengths, which the daemon
-        counts as the stream reaches them: len is then the length of the
-        epoch in progress, and TypeError, saying why, where the daemon has
-        not said it (before the epoch's first batch). A loop after a resume
-        mid-epoch yields fewer: the rest of the epoch."""
+        batch padded (ceil). A stream of packed rows (the train split of a
+        workload that packs examples into rows, as wmt does) has epochs of
+        different lengths, which the daemon counts as the stream reaches
+        them: len is then the length of the epoch in progress, and
+        TypeError, saying why, where the daemon has not said it (before the
+        epoch's first batch). A loop after a resume mid-epoch yields fewer:
+        the rest of the epoch."""
         return self._epoch_steps()
 
     def __next__(self):

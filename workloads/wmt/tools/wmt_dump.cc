@@ -112,16 +112,15 @@ struct ItemBuffers {
 
 // The train split's rows of one epoch in file order, with their cursors
 // (or, with --time, how long they took).
-int DumpRows(const Args& args, const batchd::Workload& w,
-             const batchd::RowPacking& packing, Clock::time_point t0,
-             batchd::WorkloadCounters* counters) {
+int DumpRows(const Args& args, const batchd::PackedWorkload& w,
+             Clock::time_point t0, batchd::WorkloadCounters* counters) {
   const auto& tensors = w.tensors();
   ItemBuffers b(tensors);
   const size_t n = size_t(tensors[0].example_shape[0]);
   batchd::EpochOrder order;
   order.num_examples = w.num_examples();
   order.id_at = [](uint64_t p) { return p; };
-  auto total = packing.RowsInEpoch(order);
+  auto total = w.RowsInEpoch(order);
   if (!total.ok()) {
     fprintf(stderr, "wmt_dump: %s\n", total.status().ToString().c_str());
     return 1;
@@ -129,8 +128,8 @@ int DumpRows(const Args& args, const batchd::Workload& w,
   const Clock::time_point t1 = Clock::now();
   uint64_t tokens = 0;
   for (uint64_t r = 0; r < *total && r < args.max_rows; ++r) {
-    absl::Status s = packing.FillRow(order, r, b.out.data(), counters);
-    absl::StatusOr<batchd::RowCursor> cursor = packing.CursorOfRow(order, r);
+    absl::Status s = w.FillRow(order, r, b.out.data(), counters);
+    absl::StatusOr<batchd::RowCursor> cursor = w.CursorOfRow(order, r);
     if (s.ok()) s = cursor.status();
     if (!s.ok()) {
       fprintf(stderr, "wmt_dump: row %llu: %s\n", (unsigned long long)r,
@@ -197,17 +196,16 @@ int main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) return Usage();
   const Clock::time_point t0 = Clock::now();
-  auto workload = batchd::CreateWmtWorkload(args.config);
+  auto workload = batchd::CreateWorkload(batchd::kWmtWorkload, args.config);
   if (!workload.ok()) {
     fprintf(stderr, "wmt_dump: %s\n", workload.status().ToString().c_str());
     return 1;
   }
   batchd::WorkloadCounters counters;
   // The train workload packs rows; the eval workloads serve pairs.
-  const auto* packing = dynamic_cast<const batchd::RowPacking*>(&**workload);
-  const int rc = packing != nullptr
-                     ? DumpRows(args, **workload, *packing, t0, &counters)
-                     : DumpPairs(args, **workload, &counters);
+  const auto* packed = dynamic_cast<const batchd::PackedWorkload*>(&**workload);
+  const int rc = packed != nullptr ? DumpRows(args, *packed, t0, &counters)
+                                   : DumpPairs(args, **workload, &counters);
   if (rc != 0) return rc;
   fprintf(stderr, "wmt_dump: skipped_examples=%llu decode_errors=%llu\n",
           (unsigned long long)counters.skipped_examples.load(),

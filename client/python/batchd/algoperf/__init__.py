@@ -12,12 +12,11 @@ In a workload's `_build_input_queue`, return
 and each rank gets its slice of every global batch, as AlgoPerf's PyTorch
 workloads (algoperf/workloads/<name>/*_pytorch/workload.py,
 `_build_input_queue`) hand them to the runner. `WORKLOADS` maps each name
-input_queue takes to its module, whose docstring says what that queue
-yields, when it repeats, and where it deliberately differs from AlgoPerf:
-`imagenet` (AlgoPerf's imagenet_resnet and imagenet_vit), `wmt`,
-`criteo1tb` (module criteo: AlgoPerf's DLRM workloads), `finewebedu_lm`
-(module lm), `librispeech` (librispeech_conformer and
-librispeech_deepspeech), `ogbg` and `fastmri`.
+input_queue takes to its module (each module of this package names the
+daemon's workload it serves, WORKLOAD), whose docstring says what that
+queue yields, when it repeats, which of AlgoPerf's workloads use it, and
+where it deliberately differs from AlgoPerf; the README's AlgoPerf table
+lists them.
 
 Splits: "train", "eval_train", "validation" (or "val"), "test", where the
 workload has them.
@@ -42,10 +41,11 @@ slot is held only until its copy has finished.
 """
 
 import collections
+import importlib
 import os
+import pkgutil
 
 from .. import Loader, _batchd
-from . import criteo, fastmri, imagenet, librispeech, lm, ogbg, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
 _SPLITS = {"train": "train", "eval_train": "eval_train",
@@ -62,15 +62,17 @@ _opened = collections.Counter()
 # global batch, where its items are rows of several examples; it may set
 # option defaults from the world size, or from `saved_options`, the
 # options of the state the queue resumes from, else None).
-WORKLOADS = {
-    "criteo1tb": criteo,
-    "finewebedu_lm": lm,
-    "imagenet": imagenet,
-    "wmt": wmt,
-    "librispeech": librispeech,
-    "ogbg": ogbg,
-    "fastmri": fastmri,
-}
+def _drop_in_modules():
+    """{WORKLOAD: module} of this package's modules, by workload name."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f".{info.name}", __name__)
+        if hasattr(module, "WORKLOAD"):
+            found[module.WORKLOAD] = module
+    return dict(sorted(found.items()))
+
+
+WORKLOADS = _drop_in_modules()
 
 
 def _default_device(torch):
