@@ -25,6 +25,7 @@
 #include "batchd/loader.h"
 #include "ring/ring.h"
 #include "tests/test_server.h"
+#include "tests/testutil.h"
 #include "workloads/sampler.h"
 
 namespace batchd {
@@ -76,15 +77,7 @@ void ExpectStep(Loader& loader, uint64_t step, int w, int rank) {
   EXPECT_EQ(Ids(*b), ExpectedIds(step, w, rank)) << "step " << step;
 }
 
-bool WaitFor(const std::function<bool()>& cond, double seconds) {
-  const auto end = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(int(seconds * 1000));
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
+using testutil::WaitFor;
 
 // The child's exit status, or -1 if it did not exit within `seconds`
 // (then it is killed).

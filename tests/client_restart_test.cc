@@ -9,14 +9,14 @@
 // removed by the daemon that follows.
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -63,14 +63,7 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-bool WaitFor(const std::function<bool()>& cond, double seconds) {
-  const auto start = Clock::now();
-  while (SecondsSince(start) < seconds) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
+using testutil::WaitFor;
 
 // A daemon whose OpenStream answers call number n (from 0) with
 // answer(n, &response): an error status, or OK with the response filled.

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ring/ring.h"
 #include "gtest/gtest.h"
 #include "server/engine.h"
 #include "server/readahead.h"
@@ -23,6 +22,8 @@
 namespace batchd {
 namespace {
 
+using testutil::RankBatch;
+using testutil::ServedRanks;
 using testutil::TempDir;
 using testutil::WriteFile;
 
@@ -137,39 +138,20 @@ class CriteoReadAheadTest : public ::testing::Test {
       Engine engine(2, &ra);
       EXPECT_TRUE(engine.Prepare(stream.get()).ok());
       EXPECT_EQ(stream->readahead != nullptr, reading != Reading::kOff);
-      std::vector<std::unique_ptr<RingReader>> readers;
-      std::vector<std::shared_ptr<RankProducer>> producers;
-      for (uint32_t r = 0; r < kWorld; ++r) {
-        RingGeometry geo;
-        geo.slot_count = 2;
-        geo.payload_bytes = layout->payload_bytes;
-        geo.rank = r;
-        const std::string name =
-            absl::StrCat("/bdcriteo", getpid(), ".", split, int(reading), r);
-        auto ring = RingWriter::Create(name, geo);
-        EXPECT_TRUE(ring.ok()) << ring.status();
-        if (!ring.ok()) return {};
-        readers.push_back(std::move(*RingReader::Attach(name)));
-        producers.push_back(std::make_shared<RankProducer>(
-            stream, r, 0, std::move(*ring), SharedSchedule(stream)));
-        engine.Add(producers.back());
-      }
+      ServedRanks ranks(stream, kWorld);
+      if (!ranks.ok()) return {};
+      ranks.AddTo(engine);
       for (int s = 0; s < steps; ++s) {
         for (uint32_t r = 0; r < kWorld; ++r) {
-          absl::StatusOr<uint64_t> pos = readers[r]->Acquire(60.0);
-          EXPECT_TRUE(pos.ok()) << pos.status();
-          if (!pos.ok()) return {};
-          const uint8_t* base = readers[r]->SlotBase(*pos);
-          for (const auto& e : layout->entries) {
-            got.emplace_back(reinterpret_cast<const char*>(base + e.offset),
-                             e.example_bytes * (kGlobal / kWorld));
-          }
-          readers[r]->Release(*pos);
+          absl::StatusOr<RankBatch> batch = ranks.Next(r);
+          EXPECT_TRUE(batch.ok()) << batch.status();
+          if (!batch.ok()) return {};
+          for (std::string& t : batch->tensors) got.push_back(std::move(t));
         }
       }
       if (stream->readahead != nullptr) stats_ = stream->readahead->stats();
       reads_ = c->counting().reads();
-      for (auto& p : producers) engine.Retire(p);
+      ranks.Retire();
       EXPECT_TRUE(engine.Stop());
     }
     return got;

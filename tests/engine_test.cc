@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "ring/ring.h"
+#include "tests/testutil.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/synthetic.h"
 
@@ -179,37 +180,23 @@ std::vector<std::vector<std::vector<int64_t>>> RunEngine(
   auto stream = std::make_shared<StreamSetup>("packed", std::move(workload),
                                               *sampler, layout);
   Engine engine(threads);
-  std::vector<std::unique_ptr<RingReader>> readers;
-  std::vector<std::shared_ptr<RankProducer>> producers;
-  for (uint32_t r = 0; r < w; ++r) {
-    RingGeometry geo;
-    geo.slot_count = 3;
-    geo.payload_bytes = layout.payload_bytes;
-    const std::string name = "/bdengine" + std::to_string(getpid()) + "." +
-                             std::to_string(r);
-    auto ring = RingWriter::Create(name, geo);
-    EXPECT_TRUE(ring.ok()) << ring.status();
-    readers.push_back(std::move(*RingReader::Attach(name)));
-    producers.push_back(std::make_shared<RankProducer>(
-        stream, r, start, std::move(*ring), SharedSchedule(stream)));
-    engine.Add(producers.back());
-  }
+  testutil::ServedRanks ranks(stream, w, start, /*slots=*/3);
+  ranks.AddTo(engine);
   std::vector<std::vector<std::vector<int64_t>>> out(steps);
   for (int s = 0; s < steps; ++s) {
     for (uint32_t r = 0; r < w; ++r) {
-      absl::StatusOr<uint64_t> pos = readers[r]->Acquire(10.0);
-      EXPECT_TRUE(pos.ok()) << pos.status();
-      if (!pos.ok()) return {};
-      EXPECT_EQ(readers[r]->Slot(*pos)->step, start + s);
-      const int64_t* ids = reinterpret_cast<const int64_t*>(
-          readers[r]->SlotBase(*pos) + layout.entries[0].offset);
+      absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r, 10.0);
+      EXPECT_TRUE(batch.ok()) << batch.status();
+      if (!batch.ok()) return {};
+      EXPECT_EQ(batch->step, start + s);
+      const int64_t* ids =
+          reinterpret_cast<const int64_t*>(batch->tensors[0].data());
       for (uint64_t row = 0; row < g / w; ++row) {
         out[s].emplace_back(ids + row * kMaxIds, ids + (row + 1) * kMaxIds);
       }
-      readers[r]->Release(*pos);
     }
   }
-  for (auto& p : producers) engine.Retire(p);
+  ranks.Retire();
   engine.Stop();
   if (partly != nullptr && as_progressive != nullptr) {
     partly->epochs = as_progressive->epochs_filled();
@@ -296,30 +283,6 @@ class FailingWorkload : public FakePackedWorkload {
   }
 };
 
-std::string RingName(const std::string& tag) {
-  return "/bdengine" + std::to_string(getpid()) + "." + tag;
-}
-
-struct Ring {
-  std::shared_ptr<RankProducer> producer;
-  std::unique_ptr<RingReader> reader;
-};
-
-Ring MakeRing(std::shared_ptr<StreamSetup> stream, const std::string& tag,
-              uint64_t start) {
-  RingGeometry geo;
-  geo.slot_count = 2;
-  geo.payload_bytes = stream->layout.payload_bytes;
-  auto ring = RingWriter::Create(RingName(tag), geo);
-  EXPECT_TRUE(ring.ok()) << ring.status();
-  Ring r;
-  r.reader = std::move(*RingReader::Attach(RingName(tag)));
-  r.producer =
-      std::make_shared<RankProducer>(stream, 0, start, std::move(*ring),
-                                     SharedSchedule(stream));
-  return r;
-}
-
 template <typename W>
 std::shared_ptr<StreamSetup> MakeStream(const std::string& name,
                                        std::unique_ptr<W> workload,
@@ -345,22 +308,21 @@ TEST(EngineTest, FarResumeHoldsNoWorkerAndStopsPromptly) {
   ASSERT_TRUE(synthetic.ok());
   auto other = MakeStream("near", std::move(*synthetic), 4);
   Engine engine(1);
-  Ring far = MakeRing(packed, "far", 2800);
-  Ring near = MakeRing(other, "near", 0);
-  engine.Add(far.producer);  // first in line for the worker
-  engine.Add(near.producer);
+  auto far = std::make_unique<testutil::ServedRanks>(packed, 1, 2800);
+  testutil::ServedRanks near(other, 1);
+  far->AddTo(engine);  // first in line for the worker
+  near.AddTo(engine);
   for (int s = 0; s < 20; ++s) {
-    absl::StatusOr<uint64_t> pos = near.reader->Acquire(3.0);
-    ASSERT_TRUE(pos.ok()) << "step " << s << ": " << pos.status();
-    EXPECT_EQ(near.reader->Slot(*pos)->step, uint64_t(s));
-    near.reader->Release(*pos);
+    absl::StatusOr<testutil::RankBatch> batch = near.Next(0, 3.0);
+    ASSERT_TRUE(batch.ok()) << "step " << s << ": " << batch.status();
+    EXPECT_EQ(batch->step, uint64_t(s));
   }
   const uint64_t t0 = MonotonicNanos();
-  engine.Retire(far.producer);
-  engine.Retire(near.producer);
+  far->Retire();
+  near.Retire();
   engine.Stop();
   packed->Cancel();
-  far.producer.reset();
+  far.reset();
   packed.reset();  // joins the counting thread
   EXPECT_LT(double(MonotonicNanos() - t0) / 1e9, 4.0);
 }
@@ -382,15 +344,15 @@ TEST(EngineTest, AFailedBatchTellsTheClientWhy) {
   auto failing =
       MakeStream("failing", std::make_unique<FailingWorkload>(101), 8);
   Engine engine(1);
-  Ring ring = MakeRing(failing, "failing", 0);
-  engine.Add(ring.producer);
-  absl::StatusOr<uint64_t> pos = ring.reader->Acquire(10.0);
+  testutil::ServedRanks ring(failing, 1);
+  ring.AddTo(engine);
+  absl::StatusOr<testutil::RankBatch> pos = ring.Next(0, 10.0);
   ASSERT_FALSE(pos.ok());
   EXPECT_EQ(pos.status().code(), absl::StatusCode::kCancelled);
   EXPECT_NE(pos.status().message().find("the disk returned garbage"),
             std::string::npos)
       << pos.status();
-  engine.Retire(ring.producer);
+  ring.Retire();
   engine.Stop();
 }
 

@@ -31,6 +31,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/work_context.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -266,6 +267,34 @@ bool WaitUntil(const std::function<bool()>& done) {
   return true;
 }
 
+// The owners of the tasks that ran, in the order they started.
+class OwnerLog {
+ public:
+  // A task that records its owner.
+  std::function<void()> Recorder() {
+    return [this] {
+      absl::MutexLock lock(&mu_);
+      order_.push_back(CurrentWork().owner);
+    };
+  }
+  // Waits (up to kBound) until `n` tasks have run; their owners, or an
+  // empty list when they did not.
+  std::vector<uint64_t> WaitFor(size_t n) {
+    if (!WaitUntil([&] {
+          absl::MutexLock lock(&mu_);
+          return order_.size() == n;
+        })) {
+      return {};
+    }
+    absl::MutexLock lock(&mu_);
+    return order_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<uint64_t> order_ ABSL_GUARDED_BY(mu_);
+};
+
 TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
   auto ex = Make(1, 1);
   absl::Notification release, running;
@@ -276,12 +305,8 @@ TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
   running.WaitForNotification();
   // Owner 1 floods the class while its one thread is busy; owner 2 then
   // queues one task.
-  absl::Mutex mu;
-  std::vector<uint64_t> order;
-  auto record = [&] {
-    absl::MutexLock lock(&mu);
-    order.push_back(CurrentWork().owner);
-  };
+  OwnerLog log;
+  const std::function<void()> record = log.Recorder();
   {
     WorkScope flood(WorkContext{1, nullptr});
     for (int i = 0; i < 50; ++i) {
@@ -293,10 +318,7 @@ TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
     ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
   }
   release.Notify();
-  ASSERT_TRUE(WaitUntil([&] {
-    absl::MutexLock lock(&mu);
-    return order.size() == 51;
-  }));
+  const std::vector<uint64_t> order = log.WaitFor(51);
   // Turns alternate: owner 1's first task (its turn came first), then
   // owner 2's, then the rest of the flood.
   ASSERT_EQ(order.size(), 51u);
@@ -320,12 +342,8 @@ TEST(Executor, AnOwnerWithFewerTasksRunningGoesFirst) {
                   }).ok());
   }
   ASSERT_TRUE(WaitUntil([&] { return running.load() == 2; }));
-  absl::Mutex mu;
-  std::vector<uint64_t> order;
-  auto record = [&] {
-    absl::MutexLock lock(&mu);
-    order.push_back(CurrentWork().owner);
-  };
+  OwnerLog log;
+  const std::function<void()> record = log.Recorder();
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
   }
@@ -334,10 +352,8 @@ TEST(Executor, AnOwnerWithFewerTasksRunningGoesFirst) {
     ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
   }
   release.Notify();
-  ASSERT_TRUE(WaitUntil([&] {
-    absl::MutexLock lock(&mu);
-    return order.size() == 11;
-  }));
+  const std::vector<uint64_t> order = log.WaitFor(11);
+  ASSERT_EQ(order.size(), 11u);
   // Both threads free up at about the same time: owner 3's task is among
   // the first two to start.
   EXPECT_TRUE(order[0] == 3 || order[1] == 3)
@@ -532,37 +548,24 @@ TEST(Executor, APoolThatCannotStartIsAStatusNotATerminate) {
   const std::string group =
       root + "/batchd-executor-test-" + std::to_string(getpid());
   ASSERT_EQ(mkdir(group.c_str(), 0755), 0) << strerror(errno);
-  int pipefd[2];
-  ASSERT_EQ(pipe(pipefd), 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    // The child alone in a group that allows two more tasks.
-    close(pipefd[0]);
-    bool ok = WriteTo(group + "/cgroup.procs", std::to_string(getpid()));
-    std::ifstream current(group + "/pids.current");
-    int tasks = 0;
-    current >> tasks;
-    ok = ok && WriteTo(group + "/pids.max", std::to_string(tasks + 2));
-    ExecutorOptions o;
-    o.serving_threads = 8;
-    absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(o);
-    const std::string report =
-        !ok      ? "setup failed"
-        : e.ok() ? "started"
-                 : std::to_string(int(e.status().code())) + " " +
-                       std::string(e.status().message());
-    (void)!write(pipefd[1], report.data(), report.size());
-    _exit(0);
-  }
-  close(pipefd[1]);
-  std::string report;
-  char buf[512];
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) {
-    report.append(buf, size_t(n));
-  }
-  close(pipefd[0]);
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const std::string report = testutil::RunInChild(
+      [&group]() -> std::string {
+        // The child alone in a group that allows two more tasks.
+        bool ok = WriteTo(group + "/cgroup.procs", std::to_string(getpid()));
+        std::ifstream current(group + "/pids.current");
+        int tasks = 0;
+        current >> tasks;
+        ok = ok && WriteTo(group + "/pids.max", std::to_string(tasks + 2));
+        ExecutorOptions o;
+        o.serving_threads = 8;
+        absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(o);
+        return !ok      ? "setup failed"
+               : e.ok() ? "started"
+                        : std::to_string(int(e.status().code())) + " " +
+                              std::string(e.status().message());
+      },
+      &status);
   rmdir(group.c_str());
   ASSERT_TRUE(WIFEXITED(status))
       << "the child died of signal " << WTERMSIG(status);

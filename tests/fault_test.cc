@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "batchd/loader.h"
-#include "workloads/sampler.h"
 #include "tests/test_server.h"
+#include "tests/testutil.h"
+#include "workloads/sampler.h"
 
 namespace batchd {
 namespace {
@@ -108,15 +109,7 @@ std::vector<uint64_t> ExpectedIds(uint64_t step, int g, int w, int rank) {
   return ids;
 }
 
-bool WaitFor(const std::function<bool()>& cond, double seconds) {
-  const auto end = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(int(seconds * 1000));
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
+using testutil::WaitFor;
 
 TEST(FaultTest, KilledClientsRingIsFreedOthersGoOnRankReattaches) {
   TestServer server("killclient");

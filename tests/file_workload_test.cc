@@ -19,12 +19,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ring/ring.h"
 #include "gtest/gtest.h"
 #include "server/engine.h"
 #include "server/readahead.h"
-#include "tests/testutil.h"
 #include "storage/data_file.h"
+#include "tests/testutil.h"
+#include "workloads/options.h"
 #include "workloads/registry.h"
 #include "workloads/workload.h"
 #include "workloads/workload_entry.h"
@@ -222,43 +222,22 @@ class FileWorkloadTest : public ::testing::Test {
       Engine engine(2, &ra);
       EXPECT_TRUE(engine.Prepare(stream.get()).ok());
       EXPECT_EQ(stream->readahead != nullptr, reading != Reading::kOff);
-      std::vector<std::unique_ptr<RingReader>> readers;
-      std::vector<std::shared_ptr<RankProducer>> producers;
-      for (uint32_t r = 0; r < world; ++r) {
-        RingGeometry geo;
-        geo.slot_count = 2;
-        geo.payload_bytes = layout->payload_bytes;
-        geo.rank = r;
-        const std::string name =
-            absl::StrCat("/bdfiles", getpid(), ".", split, int(reading), r);
-        auto ring = RingWriter::Create(name, geo);
-        EXPECT_TRUE(ring.ok()) << ring.status();
-        if (!ring.ok()) return {};
-        readers.push_back(std::move(*RingReader::Attach(name)));
-        producers.push_back(std::make_shared<RankProducer>(
-            stream, r, 0, std::move(*ring), SharedSchedule(stream)));
-        engine.Add(producers.back());
-      }
+      testutil::ServedRanks ranks(stream, world);
+      if (!ranks.ok()) return {};
+      ranks.AddTo(engine);
       for (int s = 0; s < steps; ++s) {
         for (uint32_t r = 0; r < world; ++r) {
-          absl::StatusOr<uint64_t> pos = readers[r]->Acquire(60.0);
-          EXPECT_TRUE(pos.ok()) << pos.status();
-          if (!pos.ok()) return {};
-          const uint8_t* base = readers[r]->SlotBase(*pos);
+          absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r);
+          EXPECT_TRUE(batch.ok()) << batch.status();
+          if (!batch.ok()) return {};
           for (uint64_t i = 0; i < kGlobal / world; ++i) {
-            std::string item(reinterpret_cast<const char*>(
-                                 base + layout->entries[0].offset + kBytes * i),
-                             kBytes);
-            item.append(reinterpret_cast<const char*>(
-                            base + layout->entries[1].offset + 8 * i),
-                        8);
-            got[s].push_back(item);
+            got[s].push_back(batch->tensors[0].substr(kBytes * i, kBytes) +
+                             batch->tensors[1].substr(8 * i, 8));
           }
-          readers[r]->Release(*pos);
         }
       }
       if (stream->readahead != nullptr) stats_ = stream->readahead->stats();
-      for (auto& p : producers) engine.Retire(p);
+      ranks.Retire();
       EXPECT_TRUE(engine.Stop());
     }
     return got;

@@ -18,11 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "base/clock.h"
-#include "ring/ring.h"
 #include "server/engine.h"
 #include "server/readahead.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -96,15 +95,10 @@ class LoggedWorkload : public Workload {
 // One job: a stream of W ranks started at `start`, its rings and readers.
 struct Job {
   std::shared_ptr<StreamSetup> stream;
-  std::vector<std::shared_ptr<RankProducer>> producers;
-  std::vector<std::unique_ptr<RingReader>> readers;
+  std::unique_ptr<testutil::ServedRanks> ranks;
+  uint32_t world = 0;
   uint64_t next = 0;  // the step the readers take next
 };
-
-std::string NextRingName() {
-  static int n = 0;
-  return absl::StrCat("/bdshare", getpid(), ".", n++);
-}
 
 // Makes the job's stream (joined to `share`'s group of `key` when given)
 // and its rings; Start adds its ranks to the engine.
@@ -129,53 +123,33 @@ std::unique_ptr<Job> MakeJob(FillLog* log, uint32_t w, uint64_t start,
     job->stream->share = share->Join(key, bytes);
     EXPECT_NE(job->stream->share, nullptr);
   }
-  for (uint32_t r = 0; r < w; ++r) {
-    RingGeometry geo;
-    geo.slot_count = kSlots;
-    geo.payload_bytes = layout.payload_bytes;
-    const std::string name = NextRingName();
-    absl::StatusOr<std::unique_ptr<RingWriter>> ring =
-        RingWriter::Create(name, geo);
-    EXPECT_TRUE(ring.ok()) << ring.status();
-    job->readers.push_back(std::move(*RingReader::Attach(name)));
-    job->producers.push_back(std::make_shared<RankProducer>(
-        job->stream, r, start, std::move(*ring), SharedSchedule(job->stream)));
-  }
+  job->ranks =
+      std::make_unique<testutil::ServedRanks>(job->stream, w, start, kSlots);
+  job->world = w;
   job->next = start;
   return job;
 }
 
-void Start(Engine& engine, Job& job) {
-  for (auto& p : job.producers) engine.Add(p);
-}
+void Start(Engine& engine, Job& job) { job.ranks->AddTo(engine); }
 
-void Stop(Engine& engine, Job& job) {
-  for (auto& p : job.producers) {
-    engine.Retire(p);
-    p->ring().Unlink();
-  }
-}
+void Stop(Engine&, Job& job) { job.ranks->Retire(); }
 
 // The job's next global batch: each tensor's bytes, ranks in order; empty
 // when the stream ended (or failed: `ended` says which it was).
 std::string ReadStep(Job& job, bool* ended = nullptr) {
   const BatchLayout& layout = job.stream->layout;
   std::vector<std::string> tensors(layout.entries.size());
-  for (auto& reader : job.readers) {
-    absl::StatusOr<uint64_t> pos = reader->Acquire(30.0);
-    if (!pos.ok()) {
+  for (uint32_t r = 0; r < job.world; ++r) {
+    absl::StatusOr<testutil::RankBatch> batch = job.ranks->Next(r, 30.0);
+    if (!batch.ok()) {
       if (ended != nullptr) *ended = true;
-      if (ended == nullptr) ADD_FAILURE() << pos.status();
+      if (ended == nullptr) ADD_FAILURE() << batch.status();
       return "";
     }
-    EXPECT_EQ(reader->Slot(*pos)->step, job.next);
+    EXPECT_EQ(batch->step, job.next);
     for (size_t k = 0; k < layout.entries.size(); ++k) {
-      const BatchLayout::Entry& e = layout.entries[k];
-      tensors[k].append(
-          reinterpret_cast<const char*>(reader->SlotBase(*pos)) + e.offset,
-          e.example_bytes * layout.per_rank_batch);
+      tensors[k] += batch->tensors[k];
     }
-    reader->Release(*pos);
   }
   ++job.next;
   std::string out;
@@ -386,8 +360,8 @@ TEST(FillShareTest, AGivenUpClaimLetsItsWaiterFillTheItem) {
   std::unique_ptr<Job> b = MakeJob(&log, 1, 0, true, &share);
   ShareMember& ma = *a->stream->share;
   ShareMember& mb = *b->stream->share;
-  ma.AddRank(a->producers[0].get());
-  mb.AddRank(b->producers[0].get());
+  ma.AddRank(a->ranks->producers()[0].get());
+  mb.AddRank(b->ranks->producers()[0].get());
   ItemRef item;
   item.seed = kSeed;
   item.epoch = 1;
@@ -431,12 +405,11 @@ TEST(FillShareTest, AGivenUpClaimLetsItsWaiterFillTheItem) {
   EXPECT_EQ(mb.fills_made(), 1u);
   // Both have it: the window lets it go.
   EXPECT_EQ(share.stats().held_bytes, share.stats().max_held_bytes);
-  ma.RemoveRank(a->producers[0].get());
-  mb.RemoveRank(b->producers[0].get());
+  ma.RemoveRank(a->ranks->producers()[0].get());
+  mb.RemoveRank(b->ranks->producers()[0].get());
   EXPECT_EQ(share.stats().held_bytes, 0u);
-  for (Job* job : {a.get(), b.get()}) {
-    for (auto& p : job->producers) p->ring().Unlink();
-  }
+  a->ranks->Retire();  // unlinks the rings; neither joined an engine
+  b->ranks->Retire();
 }
 
 TEST(FillShareTest, StreamsOfOtherKeysOrAloneShareNothing) {

@@ -186,13 +186,7 @@ LoaderOptions CallerSpec(const TestServer& s, const std::string& stream,
 
 // Polls `cond` every 50 ms for up to `seconds`.
 bool Eventually(const std::function<bool()>& cond, double seconds) {
-  const auto end = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(int64_t(seconds * 1000));
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
+  return testutil::WaitFor(cond, seconds, 50);
 }
 
 #define REQUIRE_ROOT() \

@@ -225,6 +225,21 @@ std::vector<int> IdsOf(const RowBuffers& out, const RowShape& shape) {
   return ids;
 }
 
+// The graph ids of every row of `w`, in order, filled with `counters`.
+std::vector<int> IdsOfEveryRow(const Workload& w, const RowShape& shape,
+                               WorkloadCounters* counters) {
+  std::vector<int> ids;
+  for (uint64_t row = 0; row < w.num_examples(); ++row) {
+    RowBuffers out(w.tensors());
+    const absl::Status st =
+        w.FillItem(ItemRef{0, 0, row, row, true}, out.out(), counters);
+    EXPECT_TRUE(st.ok()) << "row " << row << ": " << st;
+    if (!st.ok()) return ids;
+    for (int id : IdsOf(out, shape)) ids.push_back(id);
+  }
+  return ids;
+}
+
 TEST(OgbgWorkload, EvalRowsPackInFileOrderAndCountDamagedGraphs) {
   Graph bad = Chain(6, 2);
   bad.edge_index[0] = 6;  // out of range
@@ -232,15 +247,8 @@ TEST(OgbgWorkload, EvalRowsPackInFileOrderAndCountDamagedGraphs) {
   absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("validation");
   ASSERT_TRUE(w.ok()) << w.status();
   const RowShape shape{2};
-  std::vector<int> ids;
   WorkloadCounters counters;
-  for (uint64_t row = 0; row < (*w)->num_examples(); ++row) {
-    RowBuffers out((*w)->tensors());
-    ASSERT_TRUE(
-        (*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(), &counters)
-            .ok());
-    for (int id : IdsOf(out, shape)) ids.push_back(id);
-  }
+  const std::vector<int> ids = IdsOfEveryRow(**w, shape, &counters);
   EXPECT_EQ(ids, (std::vector<int>{0, 1, 4, 5, 6, 7}));
   EXPECT_EQ(counters.decode_errors.load(), 2u);
   // Rows by AlgoPerf's rule: (5, 6 nodes), (bad, bad, 9, 10), (11, 12).
@@ -267,14 +275,7 @@ TEST(OgbgWorkload, BrokenFramingRefusesDamagedDataIsCounted) {
   absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("validation");
   ASSERT_TRUE(w.ok()) << w.status();
   WorkloadCounters counters;
-  std::vector<int> ids;
-  for (uint64_t row = 0; row < (*w)->num_examples(); ++row) {
-    RowBuffers out((*w)->tensors());
-    ASSERT_TRUE(
-        (*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(), &counters)
-            .ok());
-    for (int id : IdsOf(out, RowShape{2})) ids.push_back(id);
-  }
+  const std::vector<int> ids = IdsOfEveryRow(**w, RowShape{2}, &counters);
   EXPECT_EQ(ids, (std::vector<int>{1, 2, 3, 4, 5}));
   EXPECT_EQ(counters.decode_errors.load(), 1u);
   // A record's length CRC broken: the framing cannot be trusted past it,
@@ -299,14 +300,7 @@ TEST(OgbgWorkload, ARecordOverAMebibyteIsLeftOutUnread) {
   absl::StatusOr<std::unique_ptr<Workload>> w = data.Create("validation");
   ASSERT_TRUE(w.ok()) << w.status();
   WorkloadCounters counters;
-  std::vector<int> ids;
-  for (uint64_t row = 0; row < (*w)->num_examples(); ++row) {
-    RowBuffers out((*w)->tensors());
-    ASSERT_TRUE(
-        (*w)->FillItem(ItemRef{0, 0, row, row, true}, out.out(), &counters)
-            .ok());
-    for (int id : IdsOf(out, RowShape{2})) ids.push_back(id);
-  }
+  const std::vector<int> ids = IdsOfEveryRow(**w, RowShape{2}, &counters);
   EXPECT_EQ(ids, (std::vector<int>{0, 2, 3}));
   EXPECT_EQ(counters.decode_errors.load(), 1u);
 }

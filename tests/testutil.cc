@@ -1,21 +1,26 @@
 // The suites' shared fixtures; see testutil.h.
 #include "tests/testutil.h"
 
-#include <limits.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "ring/ring.h"
+#include "server/engine.h"
 #include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 
@@ -68,6 +73,44 @@ std::string ReadLine(int fd, int timeout_ms) {
   }
 }
 
+std::string RunInChild(const std::function<std::string()>& fn, int* status) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return "pipe failed";
+  const pid_t child = fork();
+  if (child < 0) {
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return "fork failed";
+  }
+  if (child == 0) {
+    close(pipefd[0]);
+    const std::string report = fn();
+    (void)!write(pipefd[1], report.data(), report.size());
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) {
+    report.append(buf, size_t(n));
+  }
+  close(pipefd[0]);
+  int got = -1;  // not an exit: waitpid failed
+  if (waitpid(child, &got, 0) != child) got = -1;
+  if (status != nullptr) *status = got;
+  return report;
+}
+
+bool WaitFor(const std::function<bool()>& cond, double seconds, int poll_ms) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(int64_t(seconds * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  return cond();
+}
+
 std::string ImageExample(absl::string_view image, int64_t label,
                          absl::string_view file_name) {
   ExampleFeatures f;
@@ -95,6 +138,62 @@ RowBuffers::RowBuffers(const std::vector<TensorLayout>& tensors) {
     buffers_.emplace_back(t.ExampleBytes());
   }
   for (std::vector<uint8_t>& b : buffers_) pointers_.push_back(b.data());
+}
+
+ServedRanks::ServedRanks(std::shared_ptr<StreamSetup> stream, uint32_t world,
+                         uint64_t start, uint32_t slots)
+    : stream_(std::move(stream)), world_(world) {
+  static std::atomic<int> rings{0};
+  for (uint32_t r = 0; r < world; ++r) {
+    RingGeometry geo;
+    geo.slot_count = slots;
+    geo.payload_bytes = stream_->layout.payload_bytes;
+    geo.rank = r;
+    const std::string name = absl::StrCat("/bdtest", getpid(), ".", rings++);
+    absl::StatusOr<std::unique_ptr<RingWriter>> ring =
+        RingWriter::Create(name, geo);
+    EXPECT_TRUE(ring.ok()) << name << ": " << ring.status();
+    if (!ring.ok()) return;
+    absl::StatusOr<std::unique_ptr<RingReader>> reader =
+        RingReader::Attach(name);
+    EXPECT_TRUE(reader.ok()) << name << ": " << reader.status();
+    if (!reader.ok()) return;
+    readers_.push_back(*std::move(reader));
+    producers_.push_back(std::make_shared<RankProducer>(
+        stream_, r, start, *std::move(ring), SharedSchedule(stream_)));
+  }
+}
+
+ServedRanks::~ServedRanks() = default;
+
+void ServedRanks::AddTo(Engine& engine) {
+  engine_ = &engine;
+  for (const auto& p : producers_) engine.Add(p);
+}
+
+void ServedRanks::Retire() {
+  for (const auto& p : producers_) {
+    if (engine_ != nullptr) engine_->Retire(p);
+    p->ring().Unlink();
+  }
+  engine_ = nullptr;
+}
+
+absl::StatusOr<RankBatch> ServedRanks::Next(uint32_t rank,
+                                            double timeout_seconds) {
+  RingReader& reader = *readers_[rank];
+  absl::StatusOr<uint64_t> pos = reader.Acquire(timeout_seconds);
+  if (!pos.ok()) return pos.status();
+  const BatchLayout& layout = stream_->layout;
+  RankBatch batch;
+  batch.step = reader.Slot(*pos)->step;
+  const uint8_t* base = reader.SlotBase(*pos);
+  for (const BatchLayout::Entry& e : layout.entries) {
+    batch.tensors.emplace_back(reinterpret_cast<const char*>(base + e.offset),
+                               e.example_bytes * layout.per_rank_batch);
+  }
+  reader.Release(*pos);
+  return batch;
 }
 
 }  // namespace testutil

@@ -1,17 +1,22 @@
 // Fixtures the C++ suites share: temporary directories that remove
-// themselves, whole files, lines of a child's output, TFRecord / TFDS shards of tf.train.Examples, and
-// the per-item output buffers Workload::FillItem writes into. Test-only;
-// failures are GoogleTest failures that name the path.
+// themselves, whole files, lines of a child's output, TFRecord / TFDS
+// shards of tf.train.Examples, the per-item output buffers
+// Workload::FillItem writes into, and a stream served to its ranks through
+// the engine's rings (ServedRanks). Test-only; failures are GoogleTest
+// failures that name the path.
 //
 // Thread safety: the free functions may be called from any thread; a
-// TempDir or RowBuffers belongs to one thread at a time.
+// TempDir, RowBuffers or ServedRanks belongs to one thread at a time.
 #ifndef BATCHD_TESTS_TESTUTIL_H_
 #define BATCHD_TESTS_TESTUTIL_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "workloads/workload.h"
 
@@ -26,6 +31,12 @@
 #endif
 
 namespace batchd {
+
+class Engine;        // server/engine.h
+class RankProducer;  // server/engine.h
+class RingReader;    // ring/ring.h
+struct StreamSetup;  // server/engine.h
+
 namespace testutil {
 
 // Makes a fresh directory /tmp/batchd-<tag>-XXXXXX and returns its real
@@ -64,6 +75,18 @@ std::string ReadFile(const std::string& path);
 // input, or when no byte comes within `timeout_ms`, what came before.
 std::string ReadLine(int fd, int timeout_ms);
 
+// Runs `fn` in a forked child and returns what it returned, passed back
+// through a pipe, once the child has exited; *status (if given) is the
+// child's waitpid status (-1 if waitpid failed). "fork failed" or "pipe
+// failed" when it cannot start the child.
+std::string RunInChild(const std::function<std::string()>& fn,
+                       int* status = nullptr);
+
+// Polls `cond` every `poll_ms` until it holds or `seconds` have passed;
+// then its last answer.
+bool WaitFor(const std::function<bool()>& cond, double seconds,
+             int poll_ms = 10);
+
 // A tf.train.Example as TFDS's ImageNet records hold it: the encoded
 // image, the label and, where not empty, the file name.
 std::string ImageExample(absl::string_view image, int64_t label,
@@ -97,6 +120,50 @@ class RowBuffers {
  private:
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<uint8_t*> pointers_;
+};
+
+// One rank's batch as its client reads it: the slot's step and, for each
+// tensor of the stream's layout, the rank's rows of it.
+struct RankBatch {
+  uint64_t step = 0;
+  std::vector<std::string> tensors;  // tensors[k]: entry k's rows, in order
+};
+
+// A stream served to its `world` ranks as the daemon serves it: one ring a
+// rank (a RingWriter with a RingReader attached, `slots` slots) and a
+// RankProducer on it from step `start`, on the stream's shared schedule.
+// AddTo hands the producers to an engine; Retire takes them back and
+// unlinks the rings, and must come before that engine stops. Failures to
+// make a ring are GoogleTest failures (ok() says whether all were made).
+class ServedRanks {
+ public:
+  ServedRanks(std::shared_ptr<StreamSetup> stream, uint32_t world,
+              uint64_t start = 0, uint32_t slots = 2);
+  ~ServedRanks();
+  ServedRanks(const ServedRanks&) = delete;
+  ServedRanks& operator=(const ServedRanks&) = delete;
+
+  bool ok() const { return producers_.size() == world_; }
+  void AddTo(Engine& engine);
+  void Retire();
+
+  // Rank `rank`'s next batch, waiting up to `timeout_seconds`; its slot is
+  // released. The reader's error when none comes (the stream ended,
+  // failed or stalled).
+  absl::StatusOr<RankBatch> Next(uint32_t rank, double timeout_seconds = 60);
+
+  RingReader& reader(uint32_t rank) { return *readers_[rank]; }
+  const std::vector<std::shared_ptr<RankProducer>>& producers() const {
+    return producers_;
+  }
+  const std::shared_ptr<StreamSetup>& stream() const { return stream_; }
+
+ private:
+  const std::shared_ptr<StreamSetup> stream_;
+  const uint32_t world_;
+  std::vector<std::unique_ptr<RingReader>> readers_;
+  std::vector<std::shared_ptr<RankProducer>> producers_;
+  Engine* engine_ = nullptr;  // AddTo's, until Retire
 };
 
 }  // namespace testutil

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -34,35 +35,16 @@ TEST(StartThread, RunsTheFunctionAndJoins) {
 // What `fn` reports when run in a forked child held to one task of its
 // user (RLIMIT_NPROC): no thread can start there.
 std::string InAChildHeldToOneTask(const std::function<std::string()>& fn) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return "pipe failed";
-  const pid_t child = fork();
-  if (child == 0) {
-    close(pipefd[0]);
-    std::string report;
+  return testutil::RunInChild([&fn]() -> std::string {
     // root is not held to RLIMIT_NPROC: the child becomes nobody first.
     if (geteuid() == 0 && (setresgid(65534, 65534, 65534) != 0 ||
                            setresuid(65534, 65534, 65534) != 0)) {
-      report = "cannot become nobody";
+      return "cannot become nobody";
     }
     const rlimit one{1, 1};
-    if (report.empty() && setrlimit(RLIMIT_NPROC, &one) != 0) {
-      report = "setrlimit failed";
-    }
-    if (report.empty()) report = fn();
-    (void)!write(pipefd[1], report.data(), report.size());
-    _exit(0);
-  }
-  close(pipefd[1]);
-  std::string report;
-  char buf[512];
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) {
-    report.append(buf, size_t(n));
-  }
-  close(pipefd[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return report;
+    if (setrlimit(RLIMIT_NPROC, &one) != 0) return "setrlimit failed";
+    return fn();
+  });
 }
 
 TEST(StartThread, AThreadThatCannotStartIsTheOneNamedError) {

@@ -5,10 +5,8 @@
 namespace batchd {
 namespace {
 
+// The fixture, with HasSubstr, PackedRow and TokenPair.
 using namespace wmt_test;  // NOLINT: the suites' shared fixture
-using ::testing::HasSubstr;
-using wmt::PackedRow;
-using wmt::TokenPair;
 
 class WmtEvalTest : public WmtFixture {};
 

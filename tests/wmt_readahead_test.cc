@@ -14,10 +14,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "ring/ring.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "server/engine.h"
 #include "server/readahead.h"
+#include "tests/testutil.h"
+#include "tests/wmt_fixture.h"
 #include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/wmt/sentencepiece_model.h"
@@ -32,9 +34,7 @@ constexpr size_t kTrainPairs = 600;
 constexpr uint64_t kGlobalBatch = 4;  // rows or pairs; 2 ranks of 2
 constexpr int kShards = 3;
 
-struct Pair {
-  std::string de, en;
-};
+using wmt_test::Pair;
 
 std::vector<Pair> MakePairs(size_t n, uint64_t seed) {
   static const char* const kDe[] = {"der",    "die",     "das",      "und",
@@ -59,23 +59,7 @@ std::vector<Pair> MakePairs(size_t n, uint64_t seed) {
 
 void WriteTfds(const std::string& dir, const std::string& split,
                const std::vector<Pair>& pairs) {
-  const std::string builder =
-      split == "train" ? "wmt17_translate" : "wmt14_translate";
-  const std::string d = dir + "/" + builder + "/de-en/1.0.0";
-  fs::create_directories(d);
-  for (int s = 0; s < kShards; ++s) {
-    std::vector<std::string> records;
-    for (size_t i = s; i < pairs.size(); i += kShards) {
-      ExampleFeatures f;
-      f.bytes["de"] = {pairs[i].de};
-      f.bytes["en"] = {pairs[i].en};
-      records.push_back(SerializeExample(f));
-    }
-    char name[128];
-    snprintf(name, sizeof(name), "/%s-%s.tfrecord-%05d-of-%05d",
-             builder.c_str(), split.c_str(), s, kShards);
-    ASSERT_TRUE(WriteTFRecordFile(d + name, records).ok());
-  }
+  wmt_test::WriteTfds(dir, split, pairs, kShards);
 }
 
 // What one run of rank 0's batches gave.
@@ -320,40 +304,21 @@ TEST_F(WmtReadAheadTest, TheEngineHandsARowsPairsInTheContext) {
     Engine engine(2, &ra);
     ASSERT_TRUE(engine.Prepare(stream.get()).ok());
     ASSERT_TRUE(stream->readahead != nullptr);
-    std::vector<std::unique_ptr<RingReader>> readers;
-    std::vector<std::shared_ptr<RankProducer>> producers;
-    for (uint32_t r = 0; r < 2; ++r) {
-      RingGeometry geo;
-      geo.slot_count = 2;
-      geo.payload_bytes = layout->payload_bytes;
-      geo.rank = r;
-      const std::string name = absl::StrCat("/bdwmtra", getpid(), ".", r);
-      auto ring = RingWriter::Create(name, geo);
-      ASSERT_TRUE(ring.ok()) << ring.status();
-      readers.push_back(std::move(*RingReader::Attach(name)));
-      producers.push_back(std::make_shared<RankProducer>(
-          stream, r, 0, std::move(*ring), SharedSchedule(stream)));
-      engine.Add(producers.back());
-    }
+    testutil::ServedRanks ranks(stream, 2);
+    ASSERT_TRUE(ranks.ok());
+    ranks.AddTo(engine);
     for (uint64_t s = 0; s < kSteps; ++s) {
       for (uint32_t r = 0; r < 2; ++r) {
-        absl::StatusOr<uint64_t> pos = readers[r]->Acquire(60.0);
-        ASSERT_TRUE(pos.ok()) << pos.status();
+        absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r);
+        ASSERT_TRUE(batch.ok()) << batch.status();
         if (r == 0) {  // Fill's batch: every tensor's rows, in order
-          const uint8_t* base = readers[r]->SlotBase(*pos);
-          std::string batch;
-          for (const BatchLayout::Entry& e : layout->entries) {
-            batch.append(reinterpret_cast<const char*>(base + e.offset),
-                         e.example_bytes * (kGlobalBatch / 2));
-          }
-          got.push_back(std::move(batch));
+          got.push_back(absl::StrJoin(batch->tensors, ""));
         }
-        readers[r]->Release(*pos);
       }
     }
     stats = stream->readahead->stats();
     reader_reads = stream->counters.reader_reads.load();
-    for (auto& p : producers) engine.Retire(p);
+    ranks.Retire();
     EXPECT_TRUE(engine.Stop());
   }
   EXPECT_EQ(got, want.batches);

@@ -6,10 +6,8 @@
 namespace batchd {
 namespace {
 
+// The fixture, with HasSubstr, PackedRow and TokenPair.
 using namespace wmt_test;  // NOLINT: the suites' shared fixture
-using ::testing::HasSubstr;
-using wmt::PackedRow;
-using wmt::TokenPair;
 
 class WmtWorkloadTest : public WmtFixture {};
 

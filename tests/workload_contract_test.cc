@@ -17,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ring/ring.h"
 #include "server/engine.h"
+#include "tests/testutil.h"
 #include "workloads/counter_rng.h"
 #include "workloads/registry.h"
 #include "workloads/workload.h"
@@ -128,47 +128,29 @@ Batches Serve(const std::string& split, uint64_t examples, uint32_t world,
   auto stream = std::make_shared<StreamSetup>("counting", *std::move(w),
                                               *sampler, *layout);
   Engine engine(2);
-  std::vector<std::unique_ptr<RingReader>> readers;
-  std::vector<std::shared_ptr<RankProducer>> producers;
-  for (uint32_t r = 0; r < world; ++r) {
-    RingGeometry geo;
-    geo.slot_count = 2;
-    geo.payload_bytes = layout->payload_bytes;
-    geo.rank = r;
-    const std::string name = "/bdcontract" + std::to_string(getpid()) + "." +
-                             split + std::to_string(world) + "." +
-                             std::to_string(r);
-    auto ring = RingWriter::Create(name, geo);
-    EXPECT_TRUE(ring.ok()) << ring.status();
-    if (!ring.ok()) return {};
-    readers.push_back(std::move(*RingReader::Attach(name)));
-    producers.push_back(std::make_shared<RankProducer>(
-        stream, r, 0, std::move(*ring), SharedSchedule(stream)));
-    engine.Add(producers.back());
-  }
+  testutil::ServedRanks ranks(stream, world);
+  if (!ranks.ok()) return {};
+  ranks.AddTo(engine);
   Batches out(world, std::vector<std::vector<Item>>(steps));
   const bool eval = layout->entries.size() == 3;
   for (int s = 0; s < steps; ++s) {
     for (uint32_t r = 0; r < world; ++r) {
-      absl::StatusOr<uint64_t> pos = readers[r]->Acquire(60.0);
-      EXPECT_TRUE(pos.ok()) << pos.status();
-      if (!pos.ok()) return {};
-      EXPECT_EQ(readers[r]->Slot(*pos)->step, uint64_t(s));
-      const uint8_t* base = readers[r]->SlotBase(*pos);
+      absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r);
+      EXPECT_TRUE(batch.ok()) << batch.status();
+      if (!batch.ok()) return {};
+      EXPECT_EQ(batch->step, uint64_t(s));
+      const std::vector<std::string>& t = batch->tensors;
       for (uint64_t i = 0; i < g / world; ++i) {
         Item item;
-        memcpy(&item.id, base + layout->entries[0].offset + 8 * i, 8);
-        memcpy(&item.noise, base + layout->entries[1].offset + 16 * i, 8);
+        memcpy(&item.id, t[0].data() + 8 * i, 8);
+        memcpy(&item.noise, t[1].data() + 16 * i, 8);
         item.weight = 1;
-        if (eval) {
-          memcpy(&item.weight, base + layout->entries[2].offset + 4 * i, 4);
-        }
+        if (eval) memcpy(&item.weight, t[2].data() + 4 * i, 4);
         out[r][s].push_back(item);
       }
-      readers[r]->Release(*pos);
     }
   }
-  for (auto& p : producers) engine.Retire(p);
+  ranks.Retire();
   engine.Stop();
   return out;
 }

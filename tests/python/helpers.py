@@ -213,3 +213,16 @@ def python_tokens(data, split):
         else:
             kept.append((inputs, targets))
     return kept, dropped
+
+
+def wmt_dump_path():
+    """The wmt_dump tool of the build under test: $WMT_DUMP, else beside
+    $BATCHD_BIN's build."""
+    path = os.environ.get("WMT_DUMP")
+    if not path and os.environ.get("BATCHD_BIN"):
+        build = os.path.dirname(os.path.dirname(os.environ["BATCHD_BIN"]))
+        path = os.path.join(build, "workloads", "wmt", "wmt_dump")
+    if not path or not os.path.exists(path):
+        pytest.fail("set WMT_DUMP to <build>/workloads/wmt/wmt_dump "
+                    "(or BATCHD_BIN to <build>/server/batchd)")
+    return path

@@ -22,6 +22,7 @@ Run as root (setuid to uids of no user):
         /usr/bin/python3 -m pytest tests/python/test_read_access.py
 """
 
+import contextlib
 import os
 import shutil
 import socket
@@ -286,10 +287,10 @@ def test_a_tcp_caller_reads_what_any_local_user_may(tree, tmp_path, admin):
         d.stop()
 
 
-def test_a_daemon_of_another_uid_checks_bits_and_acls(tree, tmp_path):
-    # The daemon runs as DAEMON_UID, a member of GROUP; it can read pub/,
-    # grp/ and acl/ itself. B may read pub/ (world) and acl/ (its ACL
-    # entry), grp/ only as a member of GROUP.
+@contextlib.contextmanager
+def service_daemon(tree, tmp_path):
+    """A daemon running as DAEMON_UID (a member of GROUP) on `tree`, its
+    socket open to every uid; yields its address."""
     sock_dir = tempfile.mkdtemp(prefix="batchd-acc-", dir="/tmp")
     os.chmod(sock_dir, 0o755)
     os.chown(sock_dir, DAEMON_UID, DAEMON_UID)
@@ -307,6 +308,18 @@ def test_a_daemon_of_another_uid_checks_bits_and_acls(tree, tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, \
                 open(tmp_path / "batchd.log").read()
             time.sleep(0.05)
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def test_a_daemon_of_another_uid_checks_bits_and_acls(tree, tmp_path):
+    # The daemon runs as DAEMON_UID, a member of GROUP; it can read pub/,
+    # grp/ and acl/ itself. B may read pub/ (world) and acl/ (its ACL
+    # entry), grp/ only as a member of GROUP.
+    with service_daemon(tree, tmp_path) as address:
         def open_b(data, uid=USER_B, groups=()):
             return open_as(uid, address, "wmt", data, groups=groups,
                            server_uid=DAEMON_UID)
@@ -320,10 +333,6 @@ def test_a_daemon_of_another_uid_checks_bits_and_acls(tree, tmp_path):
         assert open_b("acl/wmt", uid=USER_A + 100)[0] == "ERR"
         # The daemon's own uid reads what the daemon reads.
         assert open_b("grp/wmt", uid=DAEMON_UID) == ("OK", "")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------- the symlink oracle
@@ -393,29 +402,9 @@ def test_a_link_into_a_private_directory_is_no_oracle_to_a_service_daemon(
         tree, tmp_path):
     # The daemon runs as DAEMON_UID, a member of GROUP: it can search grp/
     # (root:GROUP 0750), B cannot; the daemon checks B by mode bits.
-    sock_dir = tempfile.mkdtemp(prefix="batchd-acc-", dir="/tmp")
-    os.chmod(sock_dir, 0o755)
-    os.chown(sock_dir, DAEMON_UID, DAEMON_UID)
-    address = f"unix://{sock_dir}/sock"
-    log = open(tmp_path / "batchd.log", "w")
-    proc = subprocess.Popen(
-        [binary("batchd"), "--listen", address, "--data-root", str(tree),
-         "--shm-prefix", f"batchdacc{uuid.uuid4().hex[:12]}", "--threads",
-         "1", "--cache-dir", "", "--socket-mode", "0666"],
-        stdout=log, stderr=subprocess.STDOUT, user=DAEMON_UID,
-        group=DAEMON_UID, extra_groups=[GROUP])
-    try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(f"{sock_dir}/sock"):
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                open(tmp_path / "batchd.log").read()
-            time.sleep(0.05)
+    with service_daemon(tree, tmp_path) as address:
         assert_one_answer(oracle_answers(address, tree, "grp",
                                          server_uid=DAEMON_UID))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def test_a_class_folder_linked_into_a_private_directory_lists_alike(

@@ -21,24 +21,13 @@ import pytest
 
 spm = pytest.importorskip("sentencepiece")
 
-from helpers import generate_wmt  # noqa: E402
+from helpers import generate_wmt, wmt_dump_path  # noqa: E402
 
 # Characters whose runs make Viterbi ties: when "c" and "cc" are both
 # pieces, "ccc" is c+cc or cc+c, the same score summed in another order,
 # and which one float rounding prefers depends on the running score of the
 # text before the word. WMT has such runs ("]]]] ]]] ]]", "-- ---------").
 RUN_CHARS = list("]-.+=*#_~!?/\\|") + ["X", "l", "e"]
-
-
-def wmt_dump_path():
-    path = os.environ.get("WMT_DUMP")
-    if not path and os.environ.get("BATCHD_BIN"):
-        build = os.path.dirname(os.path.dirname(os.environ["BATCHD_BIN"]))
-        path = os.path.join(build, "workloads", "wmt", "wmt_dump")
-    if not path or not os.path.exists(path):
-        pytest.fail("set WMT_DUMP to <build>/workloads/wmt/wmt_dump "
-                    "(or BATCHD_BIN to <build>/server/batchd)")
-    return path
 
 
 def dump(data, split, *options):

@@ -10,7 +10,6 @@ trainer's contracts. The workload is driven through its wmt_dump tool.
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,21 +19,10 @@ import pytest
 spm = pytest.importorskip("sentencepiece")
 
 from helpers import (MAX_LENGTH, WMT_TOOLS as TOOLS, generate_wmt,  # noqa: E402
-                     make_wmt, python_tokens)
+                     make_wmt, python_tokens, wmt_dump_path)
 
 sys.path.insert(0, TOOLS)
 import wmt_data  # noqa: E402
-
-
-def wmt_dump_path():
-    path = os.environ.get("WMT_DUMP")
-    if not path and os.environ.get("BATCHD_BIN"):
-        build = os.path.dirname(os.path.dirname(os.environ["BATCHD_BIN"]))
-        path = os.path.join(build, "workloads", "wmt", "wmt_dump")
-    if not path or not os.path.exists(path):
-        pytest.fail("set WMT_DUMP to <build>/workloads/wmt/wmt_dump "
-                    "(or BATCHD_BIN to <build>/server/batchd)")
-    return path
 
 
 def run_dump(data, split, *options, rows=None):
