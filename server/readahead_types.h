@@ -1,20 +1,16 @@
-// What the read-ahead keeps (server/readahead.h): the figures it reports,
-// a lane's order, and the entries, streams and lanes with the bytes each
-// holds against the budget. The ReadAhead's alone, under its lock.
-#ifndef BATCHD_SERVER_READAHEAD_STATE_H_
-#define BATCHD_SERVER_READAHEAD_STATE_H_
+// What the read-ahead's parts share (server/readahead.h): how an example is
+// keyed, a lane's order, a source made of functions, and the figures a
+// stream reports.
+#ifndef BATCHD_SERVER_READAHEAD_TYPES_H_
+#define BATCHD_SERVER_READAHEAD_TYPES_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
-#include <memory>
-#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/readahead_item.h"
 #include "workloads/fill_context.h"
 
 namespace batchd {
@@ -23,6 +19,16 @@ class ReadAheadStream;
 
 // One example of a lane's order.
 using ReadAheadKey = ExampleKey;
+
+// An ExampleKey as the read-ahead orders its entries.
+using ReadAheadEntryKey = std::tuple<uint64_t, uint64_t, uint64_t, int>;
+inline ReadAheadEntryKey EntryKeyOf(const ExampleKey& k) {
+  return {k.epoch, k.position, k.id, int(k.kind)};
+}
+inline ExampleKey ExampleKeyOf(const ReadAheadEntryKey& k) {
+  return {std::get<0>(k), std::get<1>(k), std::get<2>(k),
+          ExampleKey::Kind(std::get<3>(k))};
+}
 
 // The examples of `step` of one lane, in decode order; false when the lane
 // has no such step now (a finite stream ended, or the step is not located
@@ -63,76 +69,6 @@ struct ReadAheadStats {
   double oldest_read_seconds = 0;  // age of the oldest read in flight, now
 };
 
-namespace readahead_internal {
-
-using Key = ReadAheadEntryKey;
-using LaneId = uint64_t;
-
-struct Entry {
-  LaneId lane = 0;
-  uint64_t serial = 0;   // which read fills it (a retry is another)
-  uint64_t step = 0;     // the step it was read for
-  bool demand = false;   // read on demand, not ahead
-  bool started = false;  // its read is under way (or done)
-  bool done = false;
-  bool retried = false;  // failed once and is read again
-  bool taken = false;    // held by an item until it completes
-  bool counted = false;  // counted as a hit
-  uint64_t start_ns = 0;
-  absl::Status status;
-  std::string bytes;
-  int64_t label = 0;
-  uint64_t held = 0;                          // bytes counted against the lane
-  std::shared_ptr<ReadAheadItem::Wait> wait;  // items waiting for it
-};
-
-struct StreamState {
-  ReadAheadStream* handle = nullptr;
-  std::shared_ptr<const ExampleSource> source;
-  std::map<Key, Entry> entries;
-  // (id, kind) -> the entries of that file: a read ahead copies a twin's
-  // bytes instead of reading them again.
-  std::multimap<std::pair<uint64_t, int>, Key> by_file;
-  std::deque<Key> demand;  // entries read on demand, not started yet
-  std::vector<LaneId> lanes;
-  uint64_t bytes_read = 0, reads_done = 0;  // for the mean size
-  int in_flight = 0;                        // reads calling the source now
-  std::multiset<uint64_t> read_starts;      // when each of them began
-  std::multiset<uint64_t> inline_starts;    // inline reads in flight
-  // How much the stream's reads have returned at once (ReadAhead::
-  // NoteReadTime): up one a read made ahead (or inline) that did, down
-  // kSlowReadCost a read that did not; workers read inline from when it
-  // reaches kFastReadsForInline until it falls below kLeaveInlineScore.
-  uint64_t fast_reads = 0;
-  bool reads_inline = false;
-  bool removed = false;  // its handle went; reads in flight remain
-  ReadAheadStats stats;
-};
-
-struct Lane {
-  StreamState* stream = nullptr;
-  LaneOrderFn order;
-  uint64_t decoding = 0;  // latest step handed to workers
-  bool any_decoding = false;
-  uint64_t first_step = 0;  // where the lane began
-  uint64_t next_step = 0;   // the step being issued
-  size_t next_index = 0;    // within keys
-  std::vector<ReadAheadKey> keys;
-  bool have_keys = false;
-  bool at_end = false;  // order said false; cleared by Decoding
-  uint64_t held = 0;    // bytes buffered + estimated in flight
-};
-
-// A read picked to issue.
-struct Pick {
-  StreamState* stream = nullptr;
-  Key key;
-  LaneId lane = 0;
-  uint64_t step = 0;
-  bool demand = false;
-};
-
-}  // namespace readahead_internal
 }  // namespace batchd
 
-#endif  // BATCHD_SERVER_READAHEAD_STATE_H_
+#endif  // BATCHD_SERVER_READAHEAD_TYPES_H_
