@@ -12,20 +12,36 @@
 // lower one (nice +10), so that a pass yields the CPU to serving work and
 // never holds a thread that serving work needs.
 //
+// Owners take turns (base/work_context.h): every task carries the work
+// context it was submitted under (its owner, the uid it is for, and its
+// request's cancellation), and runs under it, so that what a task submits
+// (ParallelFor's helpers, tasks of its own) is its owner's too. A class's
+// free thread takes the next task of the owner with the fewest tasks
+// running in the class (owners with as few take turns, round robin), and
+// each owner queues at most max_queued tasks of a class; a loop's helper
+// gives its thread back when another owner's task waits (ParallelFor), so
+// that one uid's heavy indexing takes at most its share of the threads and
+// another uid's work starts promptly. What no thread can be taken from is
+// the loop's caller: a task that runs a loop holds its own thread.
+//
 // Nothing here waits for a task that has not started: ParallelFor runs its
 // loop on the calling thread too and revokes the helpers still queued when
 // the loop is done; TaskScope::Close revokes queued tasks and waits only for
 // running ones. So a task may use ParallelFor, or close a scope, on its own
-// pool without deadlock, however busy the pool is.
+// pool without deadlock, however busy the pool is. Cancelled work (its
+// request's caller gone) stops: ParallelFor's loop ends with CANCELLED, and
+// Run stops waiting for a task that has not started.
 //
 // Thread safety: thread-safe.
 #ifndef BATCHD_BASE_EXECUTOR_H_
 #define BATCHD_BASE_EXECUTOR_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -34,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/threads.h"
+#include "base/work_context.h"
 
 namespace batchd {
 
@@ -50,7 +67,8 @@ struct ExecutorOptions {
   // Added to the daemon's nice value for the background threads (best
   // effort; at most 19). Default: 10.
   int background_nice = 10;
-  // Tasks each class may hold queued; Submit fails beyond. Default: 65536.
+  // Tasks each owner may hold queued in a class; Submit fails beyond.
+  // Default: 65536.
   size_t max_queued = 65536;
   // Stack of every thread, in bytes: tasks may recurse as deep as this
   // allows (SentencePiece's trie builder recurses once per byte of a
@@ -79,14 +97,21 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   int threads(Priority priority) const;
-  // Queues `task` for a thread of `priority`'s class. ResourceExhausted
-  // when max_queued tasks of the class wait already; FailedPrecondition
-  // once Shutdown has begun. Tasks must not throw.
+  // Queues `task` for a thread of `priority`'s class, to run under the
+  // calling thread's work context (CurrentWork()). ResourceExhausted when
+  // max_queued tasks of its owner wait in the class already;
+  // FailedPrecondition once Shutdown has begun. Tasks must not throw.
   absl::Status Submit(Priority priority, std::function<void()> task);
   // Runs `fn` on a thread of `priority`'s class and waits for it; on the
   // calling thread when that is already a thread of this executor (whose
-  // stack is as large). fn's status, or Submit's error.
+  // stack is as large). fn's status, or Submit's error, or CANCELLED when
+  // the current work is cancelled before fn has started (fn then never
+  // runs).
   absl::Status Run(Priority priority, const std::function<absl::Status()>& fn);
+  // Whether a task of an owner other than the current work's waits for a
+  // thread of `priority`'s class: a loop's helper then gives its thread
+  // back. Cheap when nothing waits.
+  bool OthersWaiting(Priority priority) const;
   // From now on Submit fails and stopping() is true; the tasks queued still
   // run (long ones should check stopping() and end early), then the threads
   // are joined. Idempotent; never call it from a task of this executor.
@@ -102,11 +127,31 @@ class Executor {
   void ThreadMain(Priority priority);
   void WorkerLoop(Priority priority);
 
+  struct Task {
+    std::function<void()> fn;
+    WorkContext context;
+  };
+  // One owner's work in a class.
+  struct OwnerWork {
+    std::deque<Task> queued;
+    int running = 0;
+  };
+  // One class's work: its owners (those with tasks queued or running), and
+  // those with tasks queued in the order of their next turn.
+  struct ClassWork {
+    std::map<uint64_t, OwnerWork> owners;
+    std::deque<uint64_t> turns;
+  };
+  // The next task of class `c` (one is queued), counted as running.
+  Task TakeTask(int c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Constant after construction.
   const ExecutorOptions options_;
 
   mutable absl::Mutex mu_;
-  std::deque<std::function<void()>> queues_[2] ABSL_GUARDED_BY(mu_);
+  ClassWork work_of_[2] ABSL_GUARDED_BY(mu_);
+  // work_of_[c].turns.size(), read without the lock by OthersWaiting.
+  std::atomic<size_t> waiting_owners_[2] = {{0}, {0}};
   absl::CondVar work_[2];  // a task was queued, or stopping_
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
@@ -119,10 +164,13 @@ class Executor {
 // calling thread and helpers submitted to `executor` at `priority` (at most
 // as many as the class has threads). Items are handed out in chunks of at
 // most `max_chunk` (1 where an item is long work, so that threads end
-// together). The first error stops the loop and is returned. Helpers that
-// cannot be queued, or have not started when the caller's loop ends, are
-// left out: the loop always completes, on the caller alone if need be. A
-// null executor runs everything on the caller.
+// together). The first error stops the loop and is returned; so does the
+// current work's cancellation (CANCELLED), checked before every chunk.
+// Helpers that cannot be queued, or have not started when the caller's
+// loop ends, are left out: the loop always completes, on the caller alone
+// if need be. A helper that finishes a chunk while another owner's task
+// waits (Executor::OthersWaiting) queues itself again behind it and gives
+// its thread back. A null executor runs everything on the caller.
 absl::Status ParallelFor(Executor* executor, Priority priority, uint64_t n,
                          uint64_t parallel,
                          const std::function<absl::Status(uint64_t)>& fn,
@@ -131,7 +179,10 @@ absl::Status ParallelFor(Executor* executor, Priority priority, uint64_t n,
 // Tasks that refer to one object, which may go once the scope is closed:
 // Submit runs a task on the executor only while the scope is open; Close
 // (and the destructor) revokes those not yet started and waits for those
-// running, but never for the task that calls it.
+// running, but never for the task that calls it. Its tasks are the
+// object's: they run as the owner current where the scope was made (the
+// uid of the stream whose schedule made it), whoever submits them, and no
+// request's cancellation stops them (the object's end does: Close).
 //
 // Thread safety: thread-safe.
 class TaskScope {
@@ -156,6 +207,7 @@ class TaskScope {
   };
   Executor* const executor_;
   const Priority priority_;
+  const WorkContext context_;
   const std::shared_ptr<State> state_;
 };
 

@@ -5,9 +5,12 @@ RSS at W = 1 and W = 8.
 
     fastmri_bench.py [--volumes N] [--slices S] [--global-batch B]
                      [--steps K] [--rounds R] [--data DIR] [--no-cache]
+                     [--chunked]
 
 Makes DIR/fastmri (workloads/fastmri/make_fastmri.py: N train volumes of S
-slices, widths 368 and 372, all contiguous) unless it is there, then
+slices, widths 368 and 372, all contiguous; --chunked: DIR/fastmri-chunked,
+all chunked and gzip-compressed, so that every slice batchd serves is read
+by libhdf5 in the stream owner's HDF5 helper) unless it is there, then
 alternates R rounds of batchd at W = 1, algoperf, batchd at W = 8:
 - algoperf: AlgoPerf's fastMRI train input pipeline re-written from its
   documented behaviour, in the reference venv (scripts/reference-venv.sh):
@@ -162,6 +165,10 @@ def run_algoperf(data, b, warmup, steps, cache):
             "slices_per_cpu_s": r["slices"] / r["cpu"]}
 
 
+# The data set under --data that batchd serves (main() sets it).
+DATA_NAME = "fastmri"
+
+
 def run_batchd(root, b, world, warmup, steps, tag):
     """One run on a fresh daemon (no earlier stream's rings or read-ahead
     in its RSS or CPU time)."""
@@ -176,7 +183,7 @@ def run_batchd(root, b, world, warmup, steps, tag):
 def measure_batchd(daemon, b, world, warmup, steps, tag):
     import batchd
     loaders = [batchd.Loader(f"bench-{tag}", b, workload="fastmri",
-                             data="fastmri", split="train", world_size=world,
+                             data=DATA_NAME, split="train", world_size=world,
                              rank=k, seed=1, server=daemon.address,
                              format="numpy", timeout=600)
                for k in range(world)]
@@ -227,14 +234,19 @@ def main():
     ap.add_argument("--no-cache", action="store_true",
                     help="algoperf without its ds.cache() of raw slices")
     ap.add_argument("--data", default="/work/scratch-fastmri")
+    ap.add_argument("--chunked", action="store_true",
+                    help="volumes chunked and compressed (read by libhdf5)")
     a = ap.parse_args()
-    data = os.path.join(a.data, "fastmri")
+    global DATA_NAME
+    DATA_NAME = "fastmri-chunked" if a.chunked else "fastmri"
+    data = os.path.join(a.data, DATA_NAME)
     if not os.path.isdir(os.path.join(data, "knee_singlecoil_train")):
         subprocess.run([sys.executable, os.path.join(
             REPO, "workloads", "fastmri", "make_fastmri.py"), data,
             "--train", str(a.volumes), "--val", "1", "--slices",
             str(a.slices), str(a.slices), "--widths", "368", "372",
-            "--seed", "1", "--chunked-every", "0"], check=True)
+            "--seed", "1", "--chunked-every", "1" if a.chunked else "0"],
+            check=True)
     os.environ.setdefault("BATCHD_BIN", os.path.join(REPO, "build", "server",
                                                      "batchd"))
     sys.path.insert(0, os.path.join(REPO, "tests", "python"))

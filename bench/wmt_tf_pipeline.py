@@ -205,9 +205,8 @@ def batchd_tokens_main(args):
                            world_size=1, server=args.server)
     rows = tokens = 0
     try:
-        for i, batch in enumerate(loader):
-            if i >= args.batches:
-                break
+        for _ in range(args.batches):
+            batch = next(loader)  # across epochs: a small set has short ones
             rows += batch["inputs"].shape[0]
             tokens += (int((batch["inputs"] != 0).sum())
                        + int((batch["targets"] != 0).sum()))

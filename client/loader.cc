@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -352,6 +353,14 @@ class Loader::Impl {
   // Next()'s thread only.
   Position next;               // where this rank resumes
   bool returned_any = false;   // a batch was returned
+  // The epoch in progress: the last batch returned did not end it (it
+  // was not known to be its epoch's last). epoch_steps: that epoch's
+  // steps, 0 when not known.
+  bool epoch_open = false;
+  uint64_t epoch = 0;
+  uint64_t epoch_steps = 0;
+  // A batch of a later epoch that NextInEpoch drew and did not return.
+  std::optional<Batch> kept;
   uint64_t waiting_since = 0;  // Next() began waiting for the next batch
   uint64_t progress_at = 0;    // the server last reported progress
   std::string last_reason;     // ... as this wait reason
@@ -486,12 +495,68 @@ std::string StepList(const std::vector<uint64_t>& steps) {
 }  // namespace
 
 absl::StatusOr<Batch> Loader::Next() {
+  absl::StatusOr<Batch> b = Take();
+  if (b.ok()) Returned(*b);
+  return b;
+}
+
+absl::StatusOr<Batch> Loader::NextInEpoch() {
+  Impl& m = *impl_;
+  absl::StatusOr<Batch> b = Take();
+  if (!b.ok()) return b;
+  if (m.epoch_open && b->epoch() != m.epoch) {
+    const uint64_t ended = m.epoch;
+    m.kept = *std::move(b);
+    m.epoch_open = false;
+    return absl::OutOfRangeError(absl::StrCat("epoch ", ended, " of stream ",
+                                              options_.stream, " has ended"));
+  }
+  Returned(*b);
+  return b;
+}
+
+absl::StatusOr<uint64_t> Loader::EpochSteps() const {
+  const Impl& m = *impl_;
+  if (info_.steps_per_epoch > 0) return info_.steps_per_epoch;
+  if (m.epoch_open && m.epoch_steps > 0) return m.epoch_steps;
+  if (!m.epoch_open && m.kept.has_value() && m.kept->epoch_steps() > 0) {
+    return m.kept->epoch_steps();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stream ", options_.stream,
+      " packs rows: its epochs differ in length, "
+      "counted by batchd as the stream reaches them; that of the ",
+      m.epoch_open ? "epoch in progress is not known yet"
+                   : "next epoch is known from its first batch on (each "
+                     "batch says: epoch_steps)"));
+}
+
+void Loader::Returned(const Batch& b) {
+  Impl& m = *impl_;
+  m.returned_any = true;
+  m.next.step = b.step() + 1;
+  m.next.has_cursor = m.cursor_resume;
+  m.next.cursor[0] = b.batch_cursor_epoch();
+  m.next.cursor[1] = b.batch_cursor_window();
+  m.next.cursor[2] = b.batch_cursor_row();
+  m.next.cursor_step = b.step();
+  m.epoch = b.epoch();
+  m.epoch_steps = b.epoch_steps();
+  m.epoch_open = !b.last_in_epoch();
+}
+
+absl::StatusOr<Batch> Loader::Take() {
   Impl& m = *impl_;
   if (getpid() != m.owner_pid) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "this Loader of stream %s belongs to pid %d, not to its forked child "
         "%d: open a Loader of the child's own (its rank's) instead",
         options_.stream, m.owner_pid, getpid()));
+  }
+  if (m.kept.has_value()) {
+    Batch b = *std::move(m.kept);
+    m.kept.reset();
+    return b;
   }
   const LoaderOptions& o = options_;
   uint64_t start = MonotonicNanos();
@@ -501,19 +566,7 @@ absl::StatusOr<Batch> Loader::Next() {
     if (m.Interrupted()) return absl::AbortedError("interrupted");
     std::shared_ptr<RingReader> r = m.Reader();
     absl::StatusOr<uint64_t> pos = r->Acquire(0.1);
-    if (pos.ok()) {
-      absl::StatusOr<Batch> b = MakeBatch(r, *pos);
-      if (b.ok()) {
-        m.returned_any = true;
-        m.next.step = b->step() + 1;
-        m.next.has_cursor = m.cursor_resume;
-        m.next.cursor[0] = b->batch_cursor_epoch();
-        m.next.cursor[1] = b->batch_cursor_window();
-        m.next.cursor[2] = b->batch_cursor_row();
-        m.next.cursor_step = b->step();
-      }
-      return b;
-    }
+    if (pos.ok()) return MakeBatch(r, *pos);
     if (absl::IsUnavailable(pos.status()) && o.reconnect_seconds > 0) {
       if (absl::Status s = Reconnect(pos.status()); !s.ok()) return s;
       // The timeouts are about a live server: they count from now.
@@ -580,6 +633,8 @@ absl::StatusOr<Batch> Loader::MakeBatch(std::shared_ptr<RingReader> r,
   b.batch_cursor_[0] = h->batch_cursor_epoch;
   b.batch_cursor_[1] = h->batch_cursor_window;
   b.batch_cursor_[2] = h->batch_cursor_row;
+  b.epoch_first_step_ = h->epoch_first_step;
+  b.epoch_steps_ = h->epoch_steps;
   absl::StatusOr<std::vector<SlotTensor>> tensors = r->Tensors(pos);
   if (!tensors.ok()) return tensors.status();
   for (SlotTensor& t : *tensors) {
@@ -699,6 +754,7 @@ absl::Status Loader::LoadState(const LoaderState& state) {
   m.next.cursor_step = state.cursor_step;
   absl::Status s = Reopen(options_.connect_timeout_seconds);
   if (!s.ok()) m.next = before;
+  if (s.ok()) m.kept.reset();  // of the ring before (none: nothing returned)
   return s;
 }
 

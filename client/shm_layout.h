@@ -64,13 +64,18 @@
 //    32 cursor_epoch u64    40 cursor_window u64   48 cursor_row u64
 //    56 valid_count u32     60 num_tensors u32     64 payload_bytes u64
 //    72 batch_cursor_epoch u64  80 batch_cursor_window u64
-//    88 batch_cursor_row u64    96..128 reserved (zero)
+//    88 batch_cursor_row u64    96 epoch_first_step u64
+//   104 epoch_steps u64    112..128 reserved (zero)
 //   128 tensors[16] of TensorDesc (128 B each): name char[48], dtype u32,
 //       ndim u32, shape i64[6], offset u64 (from the slot start), nbytes u64
 // The cursor is where this rank's first item sits (packed rows: epoch,
 // window, row in the window); the batch cursor is where the global batch's
 // first item sits (rank 0's cursor), the same in every rank's slot, so that
 // every rank's checkpoint (Loader::State) is the same and resumes the job.
+// The epoch fields say where the batch's epoch lies in global steps, so
+// that a client ends an epoch's loop at its last batch without waiting for
+// the next; epoch_steps is 0 where that is not known yet (a packed epoch
+// still being counted, or a server from before the fields).
 //
 // Protocol. Positions are published in order, slots are given back in any
 // order. The server claims position p only when some slot i is free (an
@@ -220,7 +225,13 @@ struct SlotHeader {
   uint64_t batch_cursor_epoch;
   uint64_t batch_cursor_window;
   uint64_t batch_cursor_row;
-  uint64_t reserved[4];
+  // The batch's epoch: its first global step and how many steps it holds
+  // (0: not known when the batch was written, a packed epoch still being
+  // counted). Zero from servers before the fields: readers take them as
+  // not known.
+  uint64_t epoch_first_step;
+  uint64_t epoch_steps;
+  uint64_t reserved[2];
   TensorDesc tensors[kMaxTensors];
 };
 
@@ -285,6 +296,8 @@ static_assert(offsetof(SlotHeader, payload_bytes) == 64);
 static_assert(offsetof(SlotHeader, batch_cursor_epoch) == 72);
 static_assert(offsetof(SlotHeader, batch_cursor_window) == 80);
 static_assert(offsetof(SlotHeader, batch_cursor_row) == 88);
+static_assert(offsetof(SlotHeader, epoch_first_step) == 96);
+static_assert(offsetof(SlotHeader, epoch_steps) == 104);
 static_assert(offsetof(SlotHeader, tensors) == 128);
 static_assert(sizeof(SlotHeader) <= kSlotHeaderBytes);
 

@@ -18,6 +18,7 @@ host-to-device copy bandwidth from the pinned ring.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -142,6 +143,13 @@ def main():
               f"pinned ring: {queue._pinned}", flush=True)
     queue.close()
     dist.destroy_process_group()
+    # DDP keeps the Gloo group alive past destroy_process_group, and one of
+    # its worker threads that drops the last collective's tensors while the
+    # interpreter exits aborts the process ("terminate called without an
+    # active exception"): the rank leaves without the interpreter's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ loss falls as the model learns it.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -50,10 +51,9 @@ def main():
     wait = 0.0
     first_loss = None
     t0 = time.perf_counter()
-    it = iter(loader)
     for step in range(args.steps):
         t = time.perf_counter()
-        batch = next(it)
+        batch = next(loader)  # runs on across epochs: a trainer of steps
         wait += time.perf_counter() - t
         x = batch["payload"].to(torch.float32) / 127.5 - 1.0
         y = x @ w_true
@@ -85,6 +85,13 @@ def main():
               f"{100 * final[1].item() / world:.1f}% of the time for data; "
               "every step's ranks held disjoint examples", flush=True)
     dist.destroy_process_group()
+    # DDP keeps the Gloo group alive past destroy_process_group, and one of
+    # its worker threads that drops the last collective's tensors while the
+    # interpreter exits aborts the process ("terminate called without an
+    # active exception"): the rank leaves without the interpreter's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

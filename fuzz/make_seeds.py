@@ -358,6 +358,25 @@ def criteo_blocks():
             bytes([31, 99]) + b"\n".join(lines) + b"\n",
             bytes([0, 0]) + b"\n\n\t\n", bytes([1, 255]) + day[:-1],
             bytes([2, 127]) + day + day[:100]]
+def hdf5_replies():
+    """hdf5_reply_fuzz inputs: a file size (8 bytes) and an HDF5 helper's
+    reply (workloads/fastmri/hdf5_wire.h's Hdf5Reply, 2048 bytes: code,
+    slices, width, volume_max, contiguous, 4 bytes of padding, the two
+    offsets, the message's length and 2000 bytes of message, 4 of
+    padding)."""
+    def reply(code=0, slices=2, width=368, contiguous=1, koff=2048,
+              toff=2048 + 2 * 640 * 368 * 8, message=b""):
+        return struct.pack("<iIIfI4xQQI2000s4x", code, slices, width, 0.25,
+                           contiguous, koff, toff, len(message), message)
+    size = 2048 + 2 * (640 * 368 * 8 + 320 * 320 * 4)
+    good = struct.pack("<Q", size) + reply()
+    return [good, struct.pack("<Q", size - 1) + reply(),
+            struct.pack("<Q", size) + reply(contiguous=0, slices=7),
+            struct.pack("<Q", size) + reply(width=2049),
+            struct.pack("<Q", 1 << 63) + reply(koff=(1 << 64) - 8),
+            struct.pack("<Q", size) + reply(code=15, message=b"bad\x1b[2J\n"),
+            struct.pack("<Q", size) + reply(code=3, message=b"x" * 2000),
+            good[:-1], good + b"!"]
 
 
 def main():
@@ -399,6 +418,8 @@ def main():
         write(f"{out}/criteo_blocks_fuzz", f"day{i}", data)
     for i, data in enumerate(arrow_streams()):
         write(f"{out}/arrow_ipc_fuzz", f"stream{i}", data)
+    for i, data in enumerate(hdf5_replies()):
+        write(f"{out}/hdf5_reply_fuzz", f"reply{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 

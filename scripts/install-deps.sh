@@ -21,6 +21,7 @@ PACKAGES=(
   libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev  # imagenet: decode, bench
   libfarmhash-dev  # criteo1tb: FarmHash Fingerprint64 (TF's to_hash_bucket_fast)
   libhdf5-dev libfftw3-dev python3-h5py  # fastmri: volumes, inverse FFT; generator
+  libseccomp-dev  # fastmri: the HDF5 helper's system-call filter
   python3-torchvision python3-pil python3-skimage  # imagenet: tests, generator
   clang libclang-rt-dev  # fuzz/: libFuzzer and the sanitizer runtimes
   libfuse3-dev fuse3  # bench: latency_fs, the network-storage stand-in; tests: stall_fs
@@ -34,7 +35,7 @@ DAEMON_PACKAGES=(
   libcivetweb-dev libsystemd-dev libtomlplusplus-dev
   libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev
-  libfarmhash-dev libhdf5-dev libfftw3-dev
+  libfarmhash-dev libhdf5-dev libfftw3-dev libseccomp-dev
 )
 case "${1:-}" in
   --daemon) PACKAGES=("${DAEMON_PACKAGES[@]}") ;;

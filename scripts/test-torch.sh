@@ -20,8 +20,8 @@ BUILD=${BATCHD_BUILD:-build}
 export BATCHD_BIN="$PWD/$BUILD/server/batchd"
 [ -x "$BATCHD_BIN" ] || { echo "batchd: build first (scripts/build.sh)" >&2; exit 1; }
 unset PYTHONPATH  # the installed package, never build/python
-# A rank that dies of a signal (an abort at exit has been seen, rarely)
-# prints every Python thread's stack: where it was is then in CI's log.
+# A rank that dies of a signal prints every Python thread's stack: where it
+# was is then in CI's log.
 export PYTHONFAULTHANDLER=1
 stage_start=$SECONDS
 took() { echo "test-torch: $* took $((SECONDS - stage_start)) s"; stage_start=$SECONDS; }

@@ -140,6 +140,12 @@ std::vector<Flag> ServingFlags() {
                   "through batchd only what its own uid and groups could "
                   "read (TCP callers: what any local user could). "
                   "Default: the current directory"),
+      U64_FLAG("max-data-file-bytes", core.max_data_file_bytes, 1, "BYTES",
+               "no data file larger than BYTES is read: a stream that needs "
+               "one is refused at OpenStream, naming the file, its size "
+               "and this flag, before any pass over it (a sparse file made "
+               "with truncate claims terabytes at no cost). Default: "
+               "274877906944 (256 GiB, five times a Criteo 1TB day file)"),
       Flag{"cache-dir", Kind::kString, "DIR",
            "persistent cache of what batchd learns about a data set "
            "(its indexes, such as text line offsets, and WMT token "
@@ -390,6 +396,12 @@ std::vector<Flag> IoFlags() {
                    "I/O threads of the read-ahead: reads in flight at most, "
                    "whatever the number of streams; started when reads wait "
                    "and ended when idle; at most 1024. Default: 32"),
+      U64_FLAG("share-window-bytes", core.share_window_bytes, 0, "BYTES",
+               "fills kept for other streams of the same content (jobs "
+               "of one spec and seed: a sweep), shared evenly between "
+               "the groups that share; a job further behind than the "
+               "window fills for itself. 0: no sharing. Default: "
+               "536870912 (512 MiB)"),
       // Stalled storage, connections and file descriptors.
       DOUBLE_FLAG("read-stall-seconds", core.read_stall_seconds, "S",
                   "a batch that has waited S seconds for a read that has "

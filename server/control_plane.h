@@ -5,17 +5,23 @@
 //
 // Each call takes the protocol's request message (batchd/v1/batchd.proto)
 // and the caller the kernel names, and returns the response message and an
-// absl::Status; the faces only pass them through.
+// absl::Status; the faces only pass them through. The calls that prepare
+// data (OpenStream, Plan) also take the call's Cancellation
+// (base/work_context.h), which the face polls for its caller's going and
+// deadline until the call returns: their work stops when it is
+// cancelled.
 //
 // Thread safety: implementations are thread-safe.
 #ifndef BATCHD_SERVER_CONTROL_PLANE_H_
 #define BATCHD_SERVER_CONTROL_PLANE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/work_context.h"
 #include "batchd/v1/batchd.pb.h"
 #include "server/caller.h"
 
@@ -29,7 +35,8 @@ class ControlPlane {
 
   // The rank req.rank() of req.spec(), for `caller` (Core::OpenStream).
   virtual absl::StatusOr<v1::OpenStreamResponse> OpenStream(
-      const v1::OpenStreamRequest& req, const Caller& caller) = 0;
+      const v1::OpenStreamRequest& req, const Caller& caller,
+      const std::shared_ptr<Cancellation>& cancel) = 0;
   virtual absl::Status CloseStream(const v1::CloseStreamRequest& req,
                                    const Caller& caller) = 0;
   // OK when `caller` may drain or shut down the daemon; PermissionDenied
@@ -38,8 +45,9 @@ class ControlPlane {
                                   const std::string& what) const = 0;
   // What req.spec() would need, without creating anything; its data read
   // with `caller`'s permissions.
-  virtual absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& req,
-                                                const Caller& caller) const = 0;
+  virtual absl::StatusOr<v1::PlanResponse> Plan(
+      const v1::PlanRequest& req, const Caller& caller,
+      const std::shared_ptr<Cancellation>& cancel) const = 0;
   // Refuses new streams from now on; for administrators only.
   virtual absl::StatusOr<v1::DrainResponse> Drain(const v1::DrainRequest& req,
                                                   const Caller& caller) = 0;

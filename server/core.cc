@@ -50,8 +50,10 @@ Core::Core(const CoreOptions& options)
       access_(options_.admin_gid, options_.anonymous_admin),
       budget_(options_),
       readahead_(std::make_unique<ReadAhead>(ReadAheadOptions(options_))),
+      share_(std::make_unique<FillShare>(options_.share_window_bytes)),
       engine_(std::make_unique<Engine>(options_.threads, readahead_.get(),
-                                       options_.read_stall_seconds)) {}
+                                       options_.read_stall_seconds,
+                                       share_.get())) {}
 
 absl::Status Core::Start(std::unique_ptr<Executor> executor) {
   executor_ = std::move(executor);
@@ -96,7 +98,19 @@ Core::~Core() {
 // registry's: find or create the stream (within the limits and the
 // owner's quotas), then the rank: its seat, its ring's limits, its ring.
 absl::StatusOr<v1::OpenStreamResponse> Core::OpenStream(
-    const v1::OpenStreamRequest& req, const Caller& caller) {
+    const v1::OpenStreamRequest& req, const Caller& caller,
+    const std::shared_ptr<Cancellation>& cancel) {
+  absl::StatusOr<v1::OpenStreamResponse> opened =
+      OpenStreamSteps(req, caller, cancel);
+  // Refused: a call that failed is a cancelled one, for whatever of its
+  // work is still running.
+  if (!opened.ok()) cancel->Cancel(opened.status());
+  return opened;
+}
+
+absl::StatusOr<v1::OpenStreamResponse> Core::OpenStreamSteps(
+    const v1::OpenStreamRequest& req, const Caller& caller,
+    const std::shared_ptr<Cancellation>& cancel) {
   if (absl::Status s = CheckClientProtocol(req); !s.ok()) return s;
   absl::StatusOr<v1::StreamSpec> spec =
       factory_->CheckedSpec(req.spec(), req.rank());
@@ -106,6 +120,16 @@ absl::StatusOr<v1::OpenStreamResponse> Core::OpenStream(
       req.has_owner_uid() ? std::optional<uint32_t>(req.owner_uid())
                           : std::nullopt);
   if (!key.ok()) return key.status();
+  // Whatever the stream needs made is its owner's work, and a stream to
+  // make (its data read on this thread) waits for a turn of its owner.
+  WorkScope work(WorkContext{key->first, cancel});
+  PrepareTurns::Turn turn;
+  if (!registry_->Has(*key)) {
+    absl::StatusOr<PrepareTurns::Turn> taken =
+        turns_.Take(key->first, cancel.get());
+    if (!taken.ok()) return taken.status();
+    turn = *std::move(taken);
+  }
   return registry_->Open(*key, *spec, req.rank(), caller,
                         req.has_resume() ? &req.resume() : nullptr);
 }
@@ -133,9 +157,20 @@ bool Core::IsAdmin(const Caller& caller) const {
   return access_.IsAdmin(caller);
 }
 
-absl::StatusOr<v1::PlanResponse> Core::Plan(const v1::PlanRequest& req,
-                                            const Caller& caller) const {
-  return factory_->Plan(req.spec(), access_.ReadAccessOf(caller));
+absl::StatusOr<v1::PlanResponse> Core::Plan(
+    const v1::PlanRequest& req, const Caller& caller,
+    const std::shared_ptr<Cancellation>& cancel) const {
+  WorkScope work(WorkContext{OwnerOf(caller), cancel});
+  absl::StatusOr<PrepareTurns::Turn> turn =
+      turns_.Take(OwnerOf(caller), cancel.get());
+  if (!turn.ok()) {
+    cancel->Cancel(turn.status());
+    return turn.status();
+  }
+  absl::StatusOr<v1::PlanResponse> plan =
+      factory_->Plan(req.spec(), access_.ReadAccessOf(caller));
+  if (!plan.ok()) cancel->Cancel(plan.status());
+  return plan;
 }
 
 uint32_t Core::Drain() { return registry_->Drain(); }

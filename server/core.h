@@ -11,6 +11,7 @@
 //   ring_budget.h      the limits and quotas a stream and its rings fit
 //   stream_factory.h   specs checked and made into streams
 //   stream_registry.h  the streams and their ranks' seats; OpenStream's steps
+//   prepare_turns.h    how many streams one owner makes at once
 //   heartbeat.h        the server's heartbeat in every ring
 //   supervisor.h       reaping dead clients, idle streams, progress logs
 //   status.h           GetStatus
@@ -36,6 +37,7 @@
 #include "server/core_options.h"
 #include "server/engine.h"
 #include "server/heartbeat.h"
+#include "server/prepare_turns.h"
 #include "server/ring_budget.h"
 #include "server/status.h"
 #include "server/stream_factory.h"
@@ -68,9 +70,18 @@ class Core : public ControlPlane {
   // only (PermissionDenied naming the owner otherwise). req.resume() set:
   // this rank begins there instead of at the spec's start_step. A client
   // of another protocol is refused first. req.client_pid() is never read:
-  // anyone could name another job's pid.
+  // anyone could name another job's pid. The work of making the stream is
+  // its owner's (base/work_context.h) and stops with CANCELLED once
+  // `cancel` is cancelled; a call that fails cancels it, so that what it
+  // started stops too.
   absl::StatusOr<v1::OpenStreamResponse> OpenStream(
-      const v1::OpenStreamRequest& req, const Caller& caller) override;
+      const v1::OpenStreamRequest& req, const Caller& caller,
+      const std::shared_ptr<Cancellation>& cancel) override;
+  // The same, never cancelled by its caller (tests, in-process callers).
+  absl::StatusOr<v1::OpenStreamResponse> OpenStream(
+      const v1::OpenStreamRequest& req, const Caller& caller) {
+    return OpenStream(req, caller, std::make_shared<Cancellation>());
+  }
   // Closes the caller's own stream req.name(), or with req.owner_uid()
   // that uid's (another uid's for administrators only: PermissionDenied
   // otherwise).
@@ -81,9 +92,16 @@ class Core : public ControlPlane {
   absl::Status CheckAdmin(const Caller& caller,
                           const std::string& what) const override;
   bool IsAdmin(const Caller& caller) const;
-  // What req.spec() would need, without creating anything.
+  // What req.spec() would need, without creating anything; the work is
+  // the caller's, and stops once `cancel` is cancelled.
+  absl::StatusOr<v1::PlanResponse> Plan(
+      const v1::PlanRequest& req, const Caller& caller,
+      const std::shared_ptr<Cancellation>& cancel) const override;
+  // The same, never cancelled by its caller (tests, fuzzers).
   absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& req,
-                                        const Caller& caller) const override;
+                                        const Caller& caller) const {
+    return Plan(req, caller, std::make_shared<Cancellation>());
+  }
   // Refuses new streams from now on; `on_drained` (given to SetOnDrained)
   // runs once no rank is attached. Returns the ranks attached now.
   uint32_t Drain();
@@ -111,6 +129,10 @@ class Core : public ControlPlane {
   // The read-ahead and the engine (its workers start first, so that a
   // daemon that cannot start threads names --threads).
   explicit Core(const CoreOptions& options);
+  // OpenStream's steps, under the stream owner's work context.
+  absl::StatusOr<v1::OpenStreamResponse> OpenStreamSteps(
+      const v1::OpenStreamRequest& req, const Caller& caller,
+      const std::shared_ptr<Cancellation>& cancel);
   // The parts that use `executor`, then the heartbeat and supervisor
   // threads; the error when one of these could not be started.
   absl::Status Start(std::unique_ptr<Executor> executor);
@@ -119,6 +141,8 @@ class Core : public ControlPlane {
   const uint64_t start_ns_;
   const Access access_;
   const RingBudget budget_;
+  // Streams each owner makes at once (OpenStream, Plan).
+  mutable PrepareTurns turns_;
   // What workloads borrow (their indexing and counting work, the models
   // and passes they share); before the streams, which use them until they
   // go. Set by Start.
@@ -127,6 +151,8 @@ class Core : public ControlPlane {
   // Before engine_ and the streams: both use it until they go. The stop
   // releases (never destroys) either when threads of it are stuck.
   std::unique_ptr<ReadAhead> readahead_;
+  // Before engine_ and the streams, whose fills it keeps.
+  std::unique_ptr<FillShare> share_;
   std::unique_ptr<Engine> engine_;
   // Set by Start, in this order; each uses those above it.
   std::unique_ptr<StreamFactory> factory_;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/executor.h"
+#include "workloads/common/data_file.h"
 
 namespace batchd {
 namespace {
@@ -31,6 +32,16 @@ absl::StatusOr<CoreOptions> ResolveCoreOptions(const CoreOptions& options) {
   if (realpath(o.data_root.c_str(), resolved) == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data-root ", o.data_root, " does not exist"));
+  }
+  if (o.data_root != resolved) {
+    // Absolute links in the data tree may name the root as the operator
+    // does (/data -> /mnt/nvme/data): the data root's walk accepts both.
+    std::string given = o.data_root;
+    char cwd[PATH_MAX];
+    if (given[0] != '/' && getcwd(cwd, sizeof(cwd)) != nullptr) {
+      given = absl::StrCat(cwd, "/", given);
+    }
+    if (given[0] == '/') DataRoot::AddOperatorName(resolved, given);
   }
   o.data_root = resolved;
   if (o.threads <= 0) o.threads = DefaultThreads();

@@ -37,6 +37,11 @@ struct CoreOptions {
   // whatever a stream's options ask, no workload starts more. 0: the cores
   // this process may use. At most Executor::kMaxThreads. Default: 0.
   int index_threads = 0;
+  // No data file larger than this is opened for any stream: refused at
+  // OpenStream, naming the file, its size and --max-data-file-bytes,
+  // before any pass over it (workloads/common/data_file.h). Default:
+  // kDefaultMaxDataFileBytes (256 GiB).
+  uint64_t max_data_file_bytes = uint64_t(256) << 30;
   // Bytes of SentencePiece models loaded at once over all streams (a model
   // shared by streams counts once); a stream whose model would exceed it
   // is refused. Default: SharedWork::kDefaultMaxModelBytes (1 GiB).
@@ -103,6 +108,10 @@ struct CoreOptions {
   uint64_t readahead_bytes = uint64_t(256) << 20;
   // I/O threads of the read-ahead (reads in flight at most). Default: 32.
   int readahead_threads = 32;
+  // Bytes of fills kept for other streams of the same content (jobs of one
+  // spec: server/fill_share.h), over all of them; 0: streams share no
+  // fills. Default: 512 MiB.
+  uint64_t share_window_bytes = uint64_t(512) << 20;
   // A batch that has waited this long for a read that has not returned
   // (a stalled mount) fails its rank, naming the file; 0: never.
   // Default: 60 s.
@@ -114,10 +123,11 @@ struct CoreOptions {
 };
 
 // `options` with data_root made absolute (realpath; InvalidArgument when it
-// does not exist), every automatic figure resolved (threads and
-// index_threads from the cores this process may use, the ring byte limits
-// from /dev/shm's size now, default_slots) and shm_prefix checked
-// (InvalidArgument naming --shm-prefix).
+// does not exist; the path as given is kept as another name of the root for
+// the links in its tree: DataRoot::AddOperatorName), every automatic figure
+// resolved (threads and index_threads from the cores this process may use, the
+// ring byte limits from /dev/shm's size now, default_slots) and shm_prefix
+// checked (InvalidArgument naming --shm-prefix).
 absl::StatusOr<CoreOptions> ResolveCoreOptions(const CoreOptions& options);
 
 }  // namespace batchd

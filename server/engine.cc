@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/test_hooks.h"
 
 namespace batchd {
 
@@ -76,9 +77,11 @@ RankProducer::RankProducer(std::shared_ptr<StreamSetup> stream, uint32_t rank,
   engine_state_.next_step = start_step;
 }
 
-Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds)
+Engine::Engine(int threads, ReadAhead* readahead, double read_stall_seconds,
+               FillShare* share)
     : thread_count_(std::max(1, threads)),
       readahead_(readahead),
+      share_(share),
       read_stall_ns_(uint64_t(std::max(0.0, read_stall_seconds) * 1e9)) {
   if (readahead_ != nullptr) {
     // A worker may be waiting for the chunk whose bytes just landed.
@@ -158,6 +161,9 @@ void Engine::Add(std::shared_ptr<RankProducer> producer) {
         },
         producer->start_step_);
   }
+  if (ShareMember* share = producer->stream_->share.get()) {
+    share->AddRank(producer.get());
+  }
   {
     absl::MutexLock lock(&mu_);
     producers_.push_back(std::move(producer));
@@ -167,19 +173,27 @@ void Engine::Add(std::shared_ptr<RankProducer> producer) {
 
 void Engine::Retire(const std::shared_ptr<RankProducer>& producer) {
   if (readahead_ != nullptr) readahead_->RemoveLane(producer->readahead_lane);
+  if (ShareMember* share = producer->stream_->share.get()) {
+    share->RemoveRank(producer.get());
+  }
   absl::MutexLock lock(&mu_);
   State(*producer).retired = true;
   DropParked(*producer);
   producers_.erase(std::remove(producers_.begin(), producers_.end(), producer),
                    producers_.end());
+  // Fills its parked chunks had claimed were given up: their waiters may
+  // fill them now.
+  cv_.SignalAll();
 }
 
 void Engine::DropParked(RankProducer& p) {
   for (RankProducer::Job& job : State(p).inflight) {
     for (RankProducer::Parked& parked : job.parked) {
-      if (readahead_ != nullptr) readahead_->FinishItem(parked.item.get());
+      if (readahead_ != nullptr && parked.item != nullptr) {
+        readahead_->FinishItem(parked.item.get());
+      }
     }
-    job.parked.clear();
+    job.parked.clear();  // gives up the fills they claimed
   }
 }
 
@@ -201,6 +215,12 @@ void WriteSlotHeader(const BatchLayout& layout, const StepItems& items,
   h->batch_cursor_window = batch_cursor.window;
   h->batch_cursor_row = batch_cursor.row;
   h->valid_count = uint32_t(items.valid);
+  // Test hook: a daemon that does not say where epochs end (one from
+  // before the fields; every step of a packed epoch still being counted).
+  static const bool hide_epochs =
+      TestHook("BATCHD_TEST_HIDE_EPOCH_STEPS") != nullptr;
+  h->epoch_first_step = hide_epochs ? 0 : items.epoch_first_step;
+  h->epoch_steps = hide_epochs ? 0 : items.epoch_steps;
   h->num_tensors = uint32_t(layout.entries.size());
   h->payload_bytes = layout.payload_bytes;
   for (size_t k = 0; k < layout.entries.size(); ++k) {
@@ -302,7 +322,10 @@ bool Engine::FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
   for (RankProducer::Job& job : State(*p).inflight) {
     for (size_t k = 0; k < job.parked.size(); ++k) {
       RankProducer::Parked& parked = job.parked[k];
-      if (parked.item->landed()) {
+      const bool landed = parked.share.waiting()
+                              ? parked.share.settled()
+                              : parked.item == nullptr || parked.item->landed();
+      if (landed) {
         task->producer = p;
         task->step = job.step;
         task->pos = job.pos;
@@ -310,9 +333,12 @@ bool Engine::FindParked(const std::shared_ptr<RankProducer>& p, uint64_t now,
         task->chunks = job.chunks;
         task->next_item = parked.next_item;
         task->item = std::move(parked.item);
+        task->share = std::move(parked.share);
         job.parked.erase(job.parked.begin() + k);
         return true;
       }
+      // A fill waited for is another worker's, which ends: no deadline.
+      if (parked.item == nullptr || parked.share.waiting()) continue;
       const uint64_t since = parked.item->pending_since_ns();
       if (read_stall_ns_ != 0 && since != 0 && now > since &&
           now - since >= read_stall_ns_) {
@@ -371,6 +397,7 @@ bool Engine::RunTask(Task* task, absl::Status* status,
   // never call back into the read-ahead.
   std::vector<ExampleKey> keys;
   std::vector<std::string>& buffers = *read_buffers;
+  ShareMember* const share = s.share.get();
   for (uint64_t e = t.next_item == kChunkStart ? lo : t.next_item; e < hi;
        ++e) {
     const ItemRef item = schedule.Item(*items, e);
@@ -378,13 +405,37 @@ bool Engine::RunTask(Task* task, absl::Status* status,
       const BatchLayout::Entry& entry = s.layout.entries[k];
       out[k] = base + entry.offset + e * entry.example_bytes;
     }
+    if (share != nullptr) {
+      // Another stream of the same content may have filled the item, or be
+      // filling it now (server/fill_share.h).
+      const ShareMember::Begin begin =
+          share->BeginItem(t.step, item, out.data(), &s.counters, &t.share);
+      if (begin == ShareMember::Begin::kWait) {
+        t.next_item = e;
+        return true;
+      }
+      if (begin == ShareMember::Begin::kCopied) {
+        // What was read ahead for the item is not needed.
+        keys.clear();
+        if (ra != nullptr && schedule.ExamplesOfItem(*items, e, &keys)) {
+          for (const ExampleKey& key : keys) ra->Forgo(key);
+        }
+        continue;
+      }
+    }
+    // A fill kept for other streams is made in the window's buffer, which
+    // no client can write, and copied here by EndItem.
+    uint8_t* const* target = t.share.claimed() ? t.share.targets() : out.data();
+    // Counted per item when the item may run again (read ahead) or its
+    // counts go with its fill (shared); else straight into the stream's.
+    WorkloadCounters counted;
+    const bool per_item = ra != nullptr || t.share.claimed();
     absl::Status st;
     if (ra == nullptr) {
-      FillContext ctx(item, &s.counters, s.source.get());
-      st = s.workload->FillItem(ctx, out.data());
+      FillContext ctx(item, per_item ? &counted : &s.counters, s.source.get());
+      st = s.workload->FillItem(ctx, target);
     } else {
       // Counted only once the item is done: an item put back runs again.
-      WorkloadCounters counted;
       FillContext ctx(item, &counted, s.source.get(), t.item.get());
       t.item->BeginAttempt();
       keys.clear();
@@ -393,7 +444,7 @@ bool Engine::RunTask(Task* task, absl::Status* status,
         // without entering the workload.
         t.item->ReadInto(keys, &buffers, &ctx);
       }
-      if (!t.item->pending()) st = s.workload->FillItem(ctx, out.data());
+      if (!t.item->pending()) st = s.workload->FillItem(ctx, target);
       for (size_t k = 0; k < keys.size(); ++k) ctx.ReturnBuffer(k, &buffers[k]);
       counted.reader_reads.fetch_add(ctx.reader_reads(),
                                      std::memory_order_relaxed);
@@ -402,6 +453,8 @@ bool Engine::RunTask(Task* task, absl::Status* status,
         return true;
       }
       readahead_->FinishItem(t.item.get());
+    }
+    if (per_item) {
       // Added only when not 0: the stream's counters are shared by every
       // worker, and most items count nothing.
       for (auto [to, from] :
@@ -412,6 +465,7 @@ bool Engine::RunTask(Task* task, absl::Status* status,
         if (n != 0) to->fetch_add(n, std::memory_order_relaxed);
       }
     }
+    if (share != nullptr) share->EndItem(&t.share, st, out.data(), counted);
     if (!st.ok()) {
       *status = absl::Status(
           st.code(), absl::StrCat(st.message(), " (stream ", s.name,
@@ -428,14 +482,17 @@ void Engine::Park(Task* task) {
   if (!State(p).retired && !p.failed.load(std::memory_order_relaxed)) {
     for (RankProducer::Job& job : State(p).inflight) {
       if (job.step == task->step) {
-        job.parked.push_back(
-            {task->chunk, task->next_item, std::move(task->item)});
+        job.parked.push_back({task->chunk, task->next_item,
+                              std::move(task->item), std::move(task->share)});
         return;
       }
     }
   }
-  // Its rank went or failed meanwhile: nothing waits for the chunk.
-  if (readahead_ != nullptr) readahead_->FinishItem(task->item.get());
+  // Its rank went or failed meanwhile: nothing waits for the chunk (and a
+  // fill it claimed is given up with the task).
+  if (readahead_ != nullptr && task->item != nullptr) {
+    readahead_->FinishItem(task->item.get());
+  }
 }
 
 void Engine::Finish(const Task& t, absl::Status status) {

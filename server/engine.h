@@ -24,6 +24,12 @@
 // rank with a reason that names the read that has not returned, which the
 // client sees as the ring's close reason.
 //
+// Streams of the same content share their fills (server/fill_share.h):
+// before an item is filled, its stream's ShareMember copies it from the
+// window when another stream filled it, or puts the chunk back (as for a
+// pending read) while another worker is filling it; a fill other streams
+// may want is made in the window's buffer and copied into the slot.
+//
 // Thread safety: Engine is thread-safe. RankProducer's scheduling state
 // (EngineState) is the engine's: reachable only through Engine::State,
 // which requires Engine::mu_ (clang checks it); the counters it exposes are
@@ -43,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/threads.h"
 #include "client/ring.h"
+#include "server/fill_share.h"
 #include "server/readahead.h"
 #include "workloads/sampler.h"
 #include "workloads/schedule.h"
@@ -86,6 +93,12 @@ struct StreamSetup {
   // Where the workload's examples are stored (Workload::source; null: it
   // reads nothing), kept alive with the workload.
   std::shared_ptr<const ExampleSource> source;
+  // The identity of the data it reads (share_key.h's DataIdentity), and
+  // its place among the streams of the same content, whose fills it
+  // shares (server/fill_share.h; null: it shares none). Both set before
+  // its first rank is added.
+  std::string data_identity;
+  std::shared_ptr<ShareMember> share;
   // The stream's read-ahead (null: off, or the workload reads nothing); set
   // by Engine::Prepare before any rank is added. Last, so that it goes
   // first (reads in flight then hold the workload, not the stream).
@@ -137,11 +150,14 @@ class RankProducer {
 
  private:
   friend class Engine;
-  // A chunk put back until the bytes its item waits for land.
+  // A chunk put back until the bytes its item waits for land: a read
+  // (`item` pending), or another worker's fill of the item (`share`
+  // waiting).
   struct Parked {
     uint32_t chunk;
     uint64_t next_item;  // the item to fill first
     std::unique_ptr<ReadAheadItem> item;
+    ShareTicket share;
   };
   struct Job {
     uint64_t step;
@@ -177,16 +193,21 @@ class Engine {
 
   // `readahead` (may be null: none) must outlive the engine. A chunk that
   // has waited `read_stall_seconds` for its bytes fails its rank (0: never).
+  // `share` (may be null: streams share no fills) is where streams join
+  // their groups (StreamSetup::share); it must outlive the engine.
   // When a worker thread cannot be started, status() says so and the
   // engine has stopped the ones that did start.
   explicit Engine(int threads, ReadAhead* readahead = nullptr,
-                  double read_stall_seconds = kDefaultReadStallSeconds);
+                  double read_stall_seconds = kDefaultReadStallSeconds,
+                  FillShare* share = nullptr);
   // Stop() as long as it takes, then the engine goes.
   ~Engine();
 
   // OK, or why the workers could not all be started.
   const absl::Status& status() const { return status_; }
   int threads() const { return thread_count_; }
+  // The window of fills streams share (null: none).
+  FillShare* share() const { return share_; }
   // Connects a new stream to the read-ahead; call once, before its first
   // Add. ResourceExhausted when the read-ahead cannot start a thread.
   absl::Status Prepare(StreamSetup* stream);
@@ -210,6 +231,7 @@ class Engine {
     uint32_t chunks = 0;
     uint64_t next_item = kChunkStart;     // kChunkStart: the chunk's first
     std::unique_ptr<ReadAheadItem> item;  // read-ahead streams only
+    ShareTicket share;                    // streams that share fills only
   };
   // `p`'s scheduling state: the only way to it, under mu_.
   RankProducer::EngineState& State(RankProducer& p)
@@ -239,6 +261,7 @@ class Engine {
 
   const int thread_count_;
   ReadAhead* const readahead_;
+  FillShare* const share_;
   const uint64_t read_stall_ns_;  // 0: no deadline
   absl::Status status_;           // constant after construction
   absl::Mutex mu_;

@@ -1,10 +1,50 @@
 // gRPC handlers: one line each, into the core, which takes and returns the
-// messages; only the status is converted, here.
+// messages; only the status is converted, here, and a call's cancellation
+// made from its context.
 #include "server/grpc_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "base/clock.h"
+#include "base/work_context.h"
 
 namespace batchd {
 
 namespace {
+
+// The Cancellation of one call, for as long as its handler runs: its client
+// gone (ServerContext::IsCancelled, which gRPC keeps thread-safe for the
+// sync API) or its deadline passed. Finished when the handler returns, so
+// that nothing asks the context after gRPC has destroyed it.
+class CallCancellation {
+ public:
+  explicit CallCancellation(grpc::ServerContext* ctx)
+      : cancel_(std::make_shared<Cancellation>(
+            [ctx] { return ctx->IsCancelled(); }, DeadlineOf(*ctx))) {}
+  ~CallCancellation() { cancel_->Finish(); }
+  CallCancellation(const CallCancellation&) = delete;
+  CallCancellation& operator=(const CallCancellation&) = delete;
+
+  const std::shared_ptr<Cancellation>& get() const { return cancel_; }
+
+ private:
+  // The call's deadline on the monotonic clock; 0 when it has none.
+  static uint64_t DeadlineOf(const grpc::ServerContext& ctx) {
+    const auto deadline = ctx.deadline();
+    if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+    const int64_t left_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            deadline - std::chrono::system_clock::now())
+            .count();
+    // Years ahead is none; one already past is due now.
+    if (left_ns > int64_t(1e18)) return 0;
+    return MonotonicNanos() + uint64_t(std::max<int64_t>(left_ns, 0)) + 1;
+  }
+
+  const std::shared_ptr<Cancellation> cancel_;
+};
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -24,7 +64,8 @@ grpc::Status Reply(absl::StatusOr<T> result, T* proto) {
 grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
-  return Reply(core_.OpenStream(*req, CallerOf(ctx)), resp);
+  return Reply(
+      core_.OpenStream(*req, CallerOf(ctx), CallCancellation(ctx).get()), resp);
 }
 
 grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
@@ -56,7 +97,8 @@ grpc::Status BatchdService::Drain(grpc::ServerContext* ctx,
 grpc::Status BatchdService::Plan(grpc::ServerContext* ctx,
                                  const v1::PlanRequest* req,
                                  v1::PlanResponse* resp) {
-  return Reply(core_.Plan(*req, CallerOf(ctx)), resp);
+  return Reply(core_.Plan(*req, CallerOf(ctx), CallCancellation(ctx).get()),
+               resp);
 }
 
 }  // namespace batchd

@@ -206,6 +206,30 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
     sample("batchd_skipped_examples_total", StreamLabels(st),
            double(st.skipped_examples()));
   }
+  family({"batchd_fills_made_total", "counter",
+          "Items the stream's workers filled (decoded) themselves."});
+  for (const v1::StreamStatus& st : s.streams()) {
+    sample("batchd_fills_made_total", StreamLabels(st),
+           double(st.fills_made()));
+  }
+  family({"batchd_fills_shared_total", "counter",
+          "Items copied from another stream's fill of them (streams of "
+          "the same content share fills)."});
+  for (const v1::StreamStatus& st : s.streams()) {
+    sample("batchd_fills_shared_total", StreamLabels(st),
+           double(st.fills_shared()));
+  }
+  family({"batchd_share_window_bytes", "gauge",
+          "Bytes of fills kept for streams that share them (at most the "
+          "window)."});
+  sample("batchd_share_window_bytes", "", double(s.share_held_bytes()));
+  family({"batchd_share_window_budget_bytes", "gauge",
+          "The window's bound (--share-window-bytes; 0: no sharing)."});
+  sample("batchd_share_window_budget_bytes", "",
+         double(s.share_window_bytes()));
+  family({"batchd_share_groups", "gauge",
+          "Groups of two streams or more sharing fills now."});
+  sample("batchd_share_groups", "", double(s.share_groups()));
   family({"batchd_readahead_budget_bytes", "gauge",
           "Bytes the read-ahead may hold over all streams (0: off)."});
   sample("batchd_readahead_budget_bytes", "", double(s.readahead_bytes()));

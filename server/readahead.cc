@@ -67,6 +67,8 @@ absl::Status ReadAheadStream::Read(ReadAheadItem* item, const ExampleKey& key,
 
 ReadAheadStats ReadAheadStream::stats() const { return owner_->Stats(this); }
 
+void ReadAheadStream::Forgo(const ExampleKey& key) { owner_->Forgo(this, key); }
+
 std::string ReadAheadStream::StallReason(const ReadAheadItem& item,
                                          uint64_t now_ns) const {
   return owner_->StallReason(this, item, now_ns);
@@ -173,6 +175,11 @@ void ReadAhead::FinishItem(ReadAheadItem* item) {
   item->wait_.reset();
   item->pending_since_ns_ = 0;
   item->handed_over_ = false;
+}
+
+void ReadAhead::Forgo(ReadAheadStream* stream, const ExampleKey& key) {
+  absl::MutexLock lock(&mu_);
+  if (reader_.Forgo(stream, EntryKeyOf(key))) Wake(false);  // share freed
 }
 
 void ReadAhead::SetOnLanded(std::function<void()> on_landed) {

@@ -121,6 +121,10 @@ class ReadAheadStream : public ExampleReader {
     return Read(nullptr, ExampleKey{epoch, position, id}, bytes, label);
   }
   ReadAheadStats stats() const;
+  // An item that would have read `key` got its bytes elsewhere (another
+  // stream's fill of it, server/fill_share.h): what was read ahead for it
+  // goes now, rather than hold its lane's share until the lane goes.
+  void Forgo(const ExampleKey& key);
   // Why `item` has waited since pending_since_ns(): the read it waits for
   // (or, when that one has not started, the stream's oldest read in
   // flight), the file, and for how long it has not returned.
@@ -215,6 +219,9 @@ class ReadAhead {
 
   // The item is done (filled, or failed for good): what it read is freed.
   void FinishItem(ReadAheadItem* item) ABSL_LOCKS_EXCLUDED(mu_);
+  // ReadAheadStream::Forgo.
+  void Forgo(ReadAheadStream* stream, const ExampleKey& key)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Called, without any lock of the read-ahead held, after a read that an
   // item waits for lands (the engine wakes a worker). Set once, before
   // any item waits; null: none.

@@ -485,6 +485,15 @@ bool ReadAheadReader::FinishItem(ReadAheadItem* item) {
   return true;
 }
 
+bool ReadAheadReader::Forgo(StreamId stream, const Key& key) {
+  StreamState* s = State(stream);
+  if (s == nullptr) return false;
+  auto it = s->entries.find(key);
+  if (it == s->entries.end() || it->second.taken) return false;
+  Erase(s, it);
+  return true;
+}
+
 // ------------------------------------------------------------ outside items
 
 bool ReadAheadReader::InFlight(StreamId stream, const Key& key,

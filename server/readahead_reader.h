@@ -149,6 +149,10 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
   bool EndSelfRead(const SelfRead& read, uint64_t blocked_ns);
   // The item is done: what it read is freed; true when budget was freed.
   bool FinishItem(ReadAheadItem* item);
+  // An item got the bytes of `key` elsewhere (ReadAheadStream::Forgo):
+  // what was read ahead for it, unless an item holds it, is dropped; true
+  // when budget was freed.
+  bool Forgo(StreamId stream, const Key& key);
 
   // ---- reads outside any item (tests, tools)
   // Drops what was read for the place of `key` under another id, counts a

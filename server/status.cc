@@ -124,6 +124,12 @@ void StreamToProto(const StreamKey& key, const Stream& stream, uint64_t now,
   st->set_ranks_not_listed(uint32_t(stream.ranks.size()) - listed);
   st->set_examples(examples);
   st->set_bytes(bytes);
+  if (const ShareMember* share = setup.share.get()) {
+    st->set_share_group(share->group_id());
+    st->set_share_group_streams(share->group_streams());
+    st->set_fills_made(share->fills_made());
+    st->set_fills_shared(share->fills_shared());
+  }
   const double age = double(now - stream.created_ns) / 1e9;
   if (age > 0) {
     st->set_examples_per_second(double(examples) / age);
@@ -145,6 +151,13 @@ v1::GetStatusResponse StatusReporter::Status(
   s.set_rss_bytes(SelfRssBytes(false));
   s.set_readahead_bytes(options_.readahead_bytes);
   s.set_readahead_threads(uint32_t(readahead_.io_threads()));
+  if (const FillShare* share = engine_.share()) {
+    const FillShare::Stats fs = share->stats();
+    s.set_share_window_bytes(fs.budget_bytes);
+    s.set_share_held_bytes(fs.held_bytes);
+    s.set_share_max_held_bytes(fs.max_held_bytes);
+    s.set_share_groups(fs.groups_sharing);
+  }
   s.set_max_streams_per_uid(options_.max_streams_per_uid);
   s.set_max_ring_bytes_per_uid(options_.max_ring_bytes_per_uid);
   s.set_max_model_bytes_per_uid(options_.max_model_bytes_per_uid);

@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/paths.h"
+#include "base/work_context.h"
 #include "client/ring.h"
 #include "server/core_options.h"
+#include "server/share_key.h"
 #include "workloads/common/data_file.h"
 #include "workloads/registry.h"
 
@@ -196,41 +198,31 @@ absl::StatusOr<v1::StreamSpec> StreamFactory::CheckedSpec(
 absl::StatusOr<std::string> StreamFactory::ConfineDataPath(
     const std::string& data, const ReadAccess& access) const {
   if (data.empty()) return std::string();
-  if (access.restricted()) {
-    // Resolved with the caller's permissions, and one error whether the
-    // path is missing or beyond a directory the caller cannot search.
-    absl::StatusOr<std::shared_ptr<const DataRoot>> root =
-        DataRoot::Open(options_.data_root, access);
-    if (!root.ok()) return root.status();
-    absl::StatusOr<std::string> resolved = (*root)->Resolve(data);
-    if (absl::IsNotFound(resolved.status())) {
-      return absl::NotFoundError(absl::StrCat(
-          "data path '", data, "' does not exist under --data-root ",
-          options_.data_root, ", or is not readable by ", access.Describe()));
-    }
-    if (!resolved.ok()) {
-      return absl::Status(resolved.status().code(),
-                          absl::StrCat("data path '", data,
-                                       "': ", resolved.status().message()));
-    }
-    return *resolved;
-  }
-  const std::string joined =
-      data[0] == '/' ? data : absl::StrCat(options_.data_root, "/", data);
-  char resolved[PATH_MAX];
-  if (realpath(joined.c_str(), resolved) == nullptr) {
+  // Resolved from the root's descriptor with the caller's rights (nothing
+  // is looked up as the daemon for a caller who is not), and, for a
+  // restricted caller, one error whether the path is missing, beyond a
+  // directory it cannot search or leads outside the root.
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+      DataRoot::Open(options_.data_root, access);
+  if (!root.ok()) return root.status();
+  absl::StatusOr<std::string> resolved = (*root)->Resolve(data);
+  if (resolved.ok()) return *resolved;
+  if (absl::IsNotFound(resolved.status())) {
     return absl::NotFoundError(absl::StrCat(
         "data path '", data, "' does not exist under --data-root ",
-        options_.data_root));
+        options_.data_root,
+        access.restricted()
+            ? absl::StrCat(", or is not readable by ", access.Describe())
+            : std::string()));
   }
-  const std::string r = resolved;
-  const std::string& root = options_.data_root;
-  if (!PathIsWithin(r, root)) {
+  if (absl::IsPermissionDenied(resolved.status())) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "data path '", data, "' resolves to ", r,
-        ", outside the server's --data-root ", root));
+        "data path '", data, "' is outside the server's --data-root ",
+        options_.data_root, ": ", resolved.status().message()));
   }
-  return r;
+  return absl::Status(
+      resolved.status().code(),
+      absl::StrCat("data path '", data, "': ", resolved.status().message()));
 }
 
 absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
@@ -241,6 +233,9 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   config.data_path = *path;
   config.data_root = options_.data_root;
   config.access = access;
+  config.max_data_file_bytes = options_.max_data_file_bytes;
+  // The request's (Core set it): its owner's work, stopped when cancelled.
+  config.work = CurrentWork();
   config.cache = options_.cache;
   config.executor = executor_;
   config.shared = shared_;
@@ -268,6 +263,7 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   auto setup = std::make_shared<StreamSetup>(
       spec.name(), std::move(*workload), std::move(*sampler),
       std::move(*layout));
+  setup->data_identity = DataIdentity(*path);  // what fills it may share
   if (absl::Status s = engine_->Prepare(setup.get()); !s.ok()) {
     return s;  // read-ahead
   }
@@ -294,6 +290,12 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
     }
   }
   if (absl::Status s = schedule.CheckReachable(spec.start_step()); !s.ok()) {
+    return s;
+  }
+  // A stream whose caller has gone is not kept: nobody would attach.
+  if (absl::Status s =
+          CheckCancelled(absl::StrCat("stream '", spec.name(), "'"));
+      !s.ok()) {
     return s;
   }
   return setup;

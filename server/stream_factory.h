@@ -53,7 +53,10 @@ class StreamFactory {
       const v1::StreamSpec& in, std::optional<uint32_t> rank) const;
   // The stream `spec` (checked) asks for, prepared for read-ahead and
   // anchored at its start; its ring geometry checked.
-  // Its data is read with `access`'s permissions (the caller's).
+  // Its data is read with `access`'s permissions (the caller's), and its
+  // workload made under the calling thread's work context (CurrentWork():
+  // the request's owner and cancellation, which Core sets): CANCELLED
+  // once that is cancelled.
   absl::StatusOr<std::shared_ptr<StreamSetup>> Make(
       const v1::StreamSpec& spec, const ReadAccess& access) const;
   // What `spec` would need, without creating anything.

@@ -12,6 +12,7 @@
 #include "batchd/version.h"
 #include "server/core_options.h"
 #include "server/protocol.h"
+#include "server/share_key.h"
 
 namespace batchd {
 
@@ -134,6 +135,10 @@ absl::StatusOr<Stream*> StreamRegistry::FindOrCreateStream(
   made->exempt = exempt;
   made->setup = setup;
   made->created_ns = MonotonicNanos();
+  if (FillShare* share = engine_.share()) {
+    // Before its first rank: the streams of the same content share fills.
+    made->setup->share = JoinShare(*share, spec, caller, *setup);
+  }
   *created = true;
   return streams_.emplace(key, std::move(made)).first->second.get();
 }
@@ -385,6 +390,11 @@ std::vector<uint32_t> StreamRegistry::OwnersNamedIfMissing(
     if (other.second == key.second) owners.push_back(other.first);
   }
   return owners;
+}
+
+bool StreamRegistry::Has(const StreamKey& key) const {
+  absl::MutexLock lock(&mu_);
+  return streams_.count(key) != 0;
 }
 
 void StreamRegistry::CloseAll() {

@@ -108,6 +108,8 @@ class StreamRegistry {
   // The owners of streams named key.second when `key` has none; empty when
   // it has.
   std::vector<uint32_t> OwnersNamedIfMissing(const StreamKey& key) const;
+  // Whether the stream `key` exists now.
+  bool Has(const StreamKey& key) const;
   // The daemon exits: ends every ring with kStateExiting (clients reopen
   // their streams on the daemon that follows) and unlinks every segment.
   void CloseAll();

@@ -117,6 +117,48 @@ TEST_F(BenchArgsTest, RefusesBadRunsBeforeForkingAnything) {
       HasSubstr("--warmup-steps wants a number"));
 }
 
+TEST_F(BenchArgsTest, JobsTakeOneWorldSizeForAllOrOneEach) {
+  absl::StatusOr<BenchConfig> c =
+      Parse({"bench", "--global-batch-size", "8", "--jobs", "4", "--world-size",
+             "2,2,2,1", "--stream", "s"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(JobCount(*c), 4u);
+  EXPECT_EQ(c->job_world_sizes, (std::vector<int>{2, 2, 2, 1}));
+  const BenchConfig job = JobConfig(*c, 3);
+  EXPECT_EQ(job.loader.stream, "s-3");
+  EXPECT_EQ(job.loader.world_size, 1);
+  c = Parse({"bench", "--global-batch-size", "8", "--jobs", "3", "--world-size",
+             "2"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->job_world_sizes, (std::vector<int>{2, 2, 2}));
+  // Without --jobs: one job, the stream itself.
+  c = Parse({"bench", "--global-batch-size", "8", "--stream", "s"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(JobCount(*c), 1u);
+  EXPECT_EQ(JobConfig(*c, 0).loader.stream, "s");
+
+  EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--jobs", "3",
+                     "--world-size", "2,1"})
+                  .status()
+                  .message(),
+              HasSubstr("names 2 world sizes for --jobs 3"));
+  EXPECT_THAT(
+      Parse({"bench", "--global-batch-size", "8", "--world-size", "2,1"})
+          .status()
+          .message(),
+      HasSubstr("give --jobs too"));
+  EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--jobs", "2",
+                     "--world-size", "2,3"})
+                  .status()
+                  .message(),
+              HasSubstr("not divisible by job 1's world size 3"));
+  EXPECT_THAT(Parse({"bench", "--global-batch-size", "1024", "--jobs", "2",
+                     "--world-size", "1024"})
+                  .status()
+                  .message(),
+              HasSubstr("2048 ranks in all; the limit is 1024"));
+}
+
 TEST_F(BenchArgsTest, RefusesTls) {
   testutil::TempDir dir("batchctl-bench");
   const std::string ca = dir.Path("ca.pem");
@@ -220,6 +262,56 @@ TEST(BenchReports, CountGlobalAndRankBatches) {
                               "(10.00 rank batches/s)  wait fraction 0.125  "
                               "over 2.000 s\n"));
   EXPECT_THAT(text, HasSubstr("server: pid 42  threads 9 (0 workers)"));
+}
+
+TEST(BenchReports, ASweepGivesEachJobsRateAndFillsAndTheServersCpu) {
+  BenchConfig cfg;
+  cfg.loader.workload = "imagenet";
+  cfg.loader.global_batch_size = 8;
+  cfg.steps = 10;
+  cfg.jobs = 2;
+  cfg.job_world_sizes = {2, 1};
+  std::vector<JobResult> jobs(2);
+  jobs[0].stream = "s-0";
+  jobs[0].world_size = 2;
+  SumReports(
+      {Report(0, 0, 2'000'000'000, 10, 0), Report(1, 0, 2'000'000'000, 10, 0)},
+      &jobs[0].figures);
+  jobs[0].fills_made = 80;
+  jobs[1].stream = "s-1";
+  jobs[1].world_size = 1;
+  SumReports({Report(0, 0, 4'000'000'000, 10, 0)}, &jobs[1].figures);
+  jobs[1].fills_shared = 40;
+  BenchResult all;
+  SumReports(
+      {Report(0, 0, 2'000'000'000, 10, 0), Report(1, 0, 2'000'000'000, 10, 0),
+       Report(0, 0, 4'000'000'000, 10, 0)},
+      &all);
+  all.server_cpu_seconds = 2.0;
+
+  const Json j = SweepToJson(cfg, jobs, all);
+  ASSERT_EQ(j["jobs"].size(), 2u);
+  EXPECT_DOUBLE_EQ(j["jobs"][0]["examples_per_s"].get<double>(), 40.0);
+  EXPECT_DOUBLE_EQ(j["jobs"][1]["examples_per_s"].get<double>(), 10.0);
+  EXPECT_EQ(j["jobs"][1]["steps"], 10);
+  EXPECT_EQ(j["jobs"][1]["fills_shared"], 40);
+  EXPECT_DOUBLE_EQ(j["server_cpu_seconds"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j["examples_per_cpu_second"].get<double>(), 60.0);
+
+  const std::string text = FormatSweep(cfg, jobs, all);
+  EXPECT_THAT(text, ::testing::StartsWith(
+                        "2 jobs  workload imagenet  split train  global "
+                        "batch 8  seed 0\n"));
+  EXPECT_THAT(text, HasSubstr("s-1"));
+  EXPECT_THAT(text, HasSubstr("cpu 2.00 s (0.50 cores)"));
+  EXPECT_THAT(text, HasSubstr("60.0 examples per server cpu-second"));
+}
+
+TEST(ProcessCpuSeconds, ReadsThisProcessAndNotAMissingOne) {
+  volatile uint64_t spin = 0;
+  for (int i = 0; i < 50'000'000; ++i) spin = spin + i;
+  EXPECT_GT(ProcessCpuSeconds(uint32_t(getpid())), 0.0);
+  EXPECT_EQ(ProcessCpuSeconds(0), -1);
 }
 
 }  // namespace

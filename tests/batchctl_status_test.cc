@@ -175,6 +175,33 @@ TEST(FormatStatus, ShowsWhatAStreamIsIndexingAndHowFar) {
   EXPECT_THAT(FormatStatus(plain), Not(HasSubstr("indexing")));
 }
 
+TEST(FormatStatus, SaysWhichStreamsShareFillsAndHowMany) {
+  v1::GetStatusResponse st;
+  st.set_share_window_bytes(512 << 20);
+  st.set_share_held_bytes(3 << 20);
+  st.set_share_groups(1);
+  for (const char* name : {"a", "b", "c", "gone"}) {
+    v1::StreamStatus* s = st.add_streams();
+    s->mutable_spec()->set_name(name);
+    s->set_share_group(std::string(name) == "c" ? 2 : 1);
+    s->set_attached_ranks(std::string(name) == "gone" ? 0 : 1);
+  }
+  st.mutable_streams(0)->set_fills_made(25);
+  st.mutable_streams(0)->set_fills_shared(75);
+  const std::string text = FormatStatus(st);
+  EXPECT_THAT(text, HasSubstr("share window 3.0 MiB of 512.0 MiB (1 groups "
+                              "sharing)"));
+  // a and b share; c is of another content; a stream with no rank
+  // attached is not named.
+  EXPECT_EQ(FormatSharing(st, st.streams(0)),
+            "  fills  made 25  shared 75 (75%)  sharing with b\n");
+  EXPECT_EQ(FormatSharing(st, st.streams(2)),
+            "  fills  made 0  shared 0 (0%)  no other stream of the same "
+            "content now\n");
+  v1::StreamStatus off;
+  EXPECT_EQ(FormatSharing(st, off), "");
+}
+
 TEST(RatesToJson, ListsStreamsWithTheirRanks) {
   const std::optional<Rates> rates =
       CurrentRates(Answer(7, 10, "s", {{0, 0}, {0, 0}}),

@@ -116,21 +116,50 @@ TEST(CriteoLine, ValuesAsAlgoPerf) {
   EXPECT_EQ(p.ids[25], 10220210890468929800ull % criteo::kVocab[25]);
 }
 
-// Every path of the parse (8 digits or fewer, longer numbers, signs and
-// exponents; 8 lowercase hex digits, empty, "-1", other lengths, upper
-// case) against the rule itself: decode_csv's float, log(max(x, 0) + 1)
-// and FarmHash Fingerprint64 of field + column modulo the vocabulary,
-// with and without the memo (twice through one memo, so that values come
-// from it the second time; 20,000 distinct values in a column collide in
-// its slots).
-TEST(CriteoLine, FastPathsAndTheMemoFollowTheRule) {
-  const std::vector<std::string> dense = {
-      "",      "-1",          "0",        "7",           "007",
-      "65535", "65536",       "12345678", "123456789",   "4294967296",
-      "-2",    "+5",          "1e3",      "99999999999", "3.5"};
-  const std::vector<std::string> cats = {
-      "",        "-1",         "00000000", "68fd1e64", "ffffffff",
-      "68FD1E64", "68fd1e6",   "68fd1e64a", "zzzzzzzz", "0"};
+// Every path of the parse (8 digits or fewer, longer numbers, signs,
+// exponents, hexadecimal, white space, infinities, NaNs, subnormals; 8
+// bytes, empty, "-1", other lengths, upper case) against the rule itself:
+// decode_csv's float (strtof's), relu with subnormals flushed, TF's log1p
+// and FarmHash Fingerprint64 of field + column modulo the vocabulary, also
+// where a bucket comes from the parse's memo of the small columns.
+TEST(CriteoLine, FastPathsFollowTheRule) {
+  const std::vector<std::string> dense = {"",
+                                          "-1",
+                                          "0",
+                                          "7",
+                                          "007",
+                                          "65535",
+                                          "65536",
+                                          "12345678",
+                                          "123456789",
+                                          "4294967296",
+                                          "-2",
+                                          "+5",
+                                          "1e3",
+                                          "99999999999",
+                                          "3.5",
+                                          "-0",
+                                          "16777217",
+                                          "99999999",
+                                          "1e-40",
+                                          "1e-50",
+                                          "1e39",
+                                          "-1e39",
+                                          "inf",
+                                          "nan",
+                                          "-nan",
+                                          "0x10",
+                                          " 5",
+                                          "5 ",
+                                          "1.17549435e-38",
+                                          "3.4e38"};
+  const std::vector<std::string> cats = {"",          "-1",
+                                         "00000000",  "68fd1e64",
+                                         "ffffffff",  "68FD1E64",
+                                         "68fd1e6",   "68fd1e64a",
+                                         "zzzzzzzz",  "0",
+                                         "a",         "abcdefghijklmno",
+                                         "-10000000", "1234567890123456"};
   uint64_t x = 0x9e3779b97f4a7c15ull;
   auto next = [&x] {
     x ^= x << 13;
@@ -138,24 +167,34 @@ TEST(CriteoLine, FastPathsAndTheMemoFollowTheRule) {
     x ^= x << 17;
     return x;
   };
-  criteo::HashMemo memo;
   std::vector<std::string> lines;
+  std::vector<std::vector<uint64_t>> ids;
   for (int n = 0; n < 20000; ++n) {
     std::vector<std::string> f = {n % 3 == 0 ? "" : absl::StrCat(n % 2)};
-    for (int i = 0; i < 13; ++i) f.push_back(dense[next() % dense.size()]);
+    if (n % 7 == 0) f[0] = dense[next() % dense.size()];
+    for (int i = 0; i < 13; ++i) {
+      f.push_back(next() % 2 == 0 ? dense[next() % dense.size()]
+                                  : absl::StrCat(next() % 100000000));
+    }
     for (int i = 0; i < 26; ++i) {
       f.push_back(next() % 4 == 0 ? cats[next() % cats.size()]
                                   : absl::StrFormat("%08x", next() >> 32));
     }
-    lines.push_back(Line(f));
-    SCOPED_TRACE(lines.back());
-    float want[1 + 13];
+    const std::string line = Line(f);
+    SCOPED_TRACE(line);
+    float want[1 + 13], counts[13];
     for (int i = 0; i < 14; ++i) {
       const std::string& v = f[i];
       const float parsed =
           v.empty() || v == "-1" ? 0.0f : std::strtof(v.c_str(), nullptr);
-      want[i] = i == 0 ? parsed
-                       : criteo::TfLog(std::max(parsed, 0.0f) + 1.0f);
+      if (i == 0) {
+        want[0] = parsed;
+        continue;
+      }
+      counts[i - 1] = parsed;
+      const float relu =
+          parsed >= 1.17549435e-38f || parsed != parsed ? parsed : 0.0f;
+      want[i] = criteo::TfLog1p(relu);
     }
     uint64_t want_ids[26];
     for (int i = 0; i < 26; ++i) {
@@ -164,25 +203,81 @@ TEST(CriteoLine, FastPathsAndTheMemoFollowTheRule) {
       v += std::to_string(i);
       want_ids[i] = util::Fingerprint64(v.data(), v.size()) % criteo::kVocab[i];
     }
-    for (criteo::HashMemo* m : {static_cast<criteo::HashMemo*>(nullptr),
-                                &memo, &memo}) {
-      ParsedLine p;
-      const std::string& line = lines.back();
-      ASSERT_EQ(ParseLine(line.data(), line.size(), &p, m),
-                criteo::LineError::kNone);
-      EXPECT_EQ(p.label, want[0]);
-      for (int i = 0; i < 13; ++i) EXPECT_EQ(p.dense[i], want[1 + i]) << i;
-      for (int i = 0; i < 26; ++i) ASSERT_EQ(p.ids[i], want_ids[i]) << i;
-    }
-  }
-  // And each line again, through the memo filled by all of them.
-  for (const std::string& line : lines) {
-    ParsedLine a, b;
-    ASSERT_EQ(ParseLine(line.data(), line.size(), &a), criteo::LineError::kNone);
-    ASSERT_EQ(ParseLine(line.data(), line.size(), &b, &memo),
+    ParsedLine p;
+    ASSERT_EQ(ParseLine(line.data(), line.size(), &p),
               criteo::LineError::kNone);
-    ASSERT_EQ(std::memcmp(a.ids, b.ids, sizeof(a.ids)), 0) << line;
+    EXPECT_EQ(Bits(p.label), Bits(want[0]));
+    for (int i = 0; i < 13; ++i) {
+      EXPECT_EQ(Bits(p.dense[i]), Bits(want[1 + i])) << i;
+      EXPECT_EQ(Bits(p.counts[i]), Bits(counts[i])) << i;
+    }
+    for (int i = 0; i < 26; ++i) ASSERT_EQ(p.ids[i], want_ids[i]) << i;
+    lines.push_back(line);
+    ids.emplace_back(want_ids, want_ids + 26);
   }
+  // And each line again: the small columns' buckets now from the parse's
+  // memo (20,000 values of a column collide in its slots).
+  for (size_t k = 0; k < lines.size(); ++k) {
+    ParsedLine p;
+    ASSERT_EQ(ParseLine(lines[k].data(), lines[k].size(), &p),
+              criteo::LineError::kNone);
+    ASSERT_EQ(std::vector<uint64_t>(p.ids, p.ids + 26), ids[k]) << lines[k];
+  }
+}
+
+// TF's float32 log1p (AlgoPerf's graph computes log(relu(x) + 1) as
+// log1p): x * (log(u) / (u - 1)) with u = x + 1, x itself where u is 1 or
+// infinite; 1 ulp from log(x + 1) on ~3 % of counts.
+TEST(CriteoLog, Log1pBitExactAgainstTensorFlow) {
+  // (x, bits of AlgoPerf's _parse_example_fn through tf.data, TF 2.21).
+  const struct {
+    float x;
+    uint32_t want;
+  } cases[] = {{0, 0},
+               {20, 0x4042d974},
+               {21, 0x4045d3a5},
+               {159, 0x40a267d4},
+               {616556339.0f, 0x41a1ead3},
+               {1e-30f, 0x0da24260},
+               {1000, 0x40dd1485},
+               {16, 0x4035535e},
+               {3.4e38f, 0x42b171ab},
+               {FromBits(0x7f800000), 0x7f800000},
+               {FromBits(0x7fc00000), 0x7fc00000}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(Bits(criteo::TfLog1p(c.x)), c.want) << c.x;
+  }
+  // Where log(x + 1) and the graph's log1p part.
+  for (float v : {20.0f, 21.0f, 159.0f}) {
+    EXPECT_NE(Bits(criteo::TfLog1p(v)), Bits(criteo::TfLog(v + 1.0f))) << v;
+  }
+  EXPECT_EQ(Bits(criteo::Relu(-0.0f)), 0u);
+  EXPECT_EQ(Bits(criteo::Relu(FromBits(0x116c2))), 0u);  // subnormal
+  EXPECT_EQ(Bits(criteo::Relu(FromBits(0xffc00000))), 0xffc00000u);
+  // The scalar rows (a batch's last n mod 8): relu keeps -0, subnormals
+  // are zeros of their sign (TF's results, rows 8..11 of a batch of 12).
+  const struct {
+    float x;
+    uint32_t want;
+  } scalar[] = {{-0.0f, 0x80000000},
+                {-5, 0},
+                {1e-40f, 0},
+                {-1e-40f, 0x80000000},
+                {0, 0},
+                {1e-30f, 0x0da24260},
+                {FromBits(0x7f800000), 0x7f800000},
+                {FromBits(0xffc00000), 0xffc00000}};
+  for (const auto& c : scalar) {
+    EXPECT_EQ(Bits(criteo::ScalarDense(c.x)), c.want) << c.x;
+  }
+  // Elsewhere the C library's log1pf, which parts from the vectorised one.
+  int apart = 0;
+  for (int v = 0; v < 4000; ++v) {
+    const float x = static_cast<float>(v);
+    EXPECT_EQ(Bits(criteo::ScalarDense(x)), Bits(log1pf(x))) << v;
+    apart += Bits(criteo::ScalarDense(x)) != Bits(criteo::Dense(x));
+  }
+  EXPECT_GT(apart, 100);
 }
 
 TEST(CriteoLine, DamagedLinesAreErrors) {

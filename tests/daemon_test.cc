@@ -3,6 +3,7 @@
 // stopped rank never stalling another job.
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <elf.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -334,6 +335,26 @@ TEST(DaemonTest, EveryThreadButTheSignalWaiterBlocksSigtermAndSigint) {
   EXPECT_GT(checked, 2);
   EXPECT_TRUE(unblocked.empty())
       << "threads that SIGTERM may kill: " << absl::StrJoin(unblocked, ", ");
+}
+
+// glibc puts a program's static thread-local storage at the top of every
+// thread's stack, also of threads with small stacks of a library's own
+// (civetweb's, which serve /metrics, have 100 KiB): a large thread_local
+// array there overflowed them. Large per-thread state goes on the heap.
+TEST(DaemonTest, StaticThreadLocalStorageStaysSmall) {
+  std::ifstream in(testing::DaemonPath(), std::ios::binary);
+  ASSERT_TRUE(in) << testing::DaemonPath();
+  Elf64_Ehdr eh;
+  ASSERT_TRUE(in.read(reinterpret_cast<char*>(&eh), sizeof(eh)));
+  ASSERT_EQ(eh.e_ident[EI_CLASS], ELFCLASS64);
+  uint64_t tls = 0;
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    in.seekg(std::streamoff(eh.e_phoff + uint64_t(i) * eh.e_phentsize));
+    ASSERT_TRUE(in.read(reinterpret_cast<char*>(&ph), sizeof(ph)));
+    if (ph.p_type == PT_TLS) tls = ph.p_memsz;
+  }
+  EXPECT_LT(tls, 16u * 1024) << "bytes of static TLS in every thread's stack";
 }
 
 TEST(DaemonTest, MetricsAreScrapedAndParse) {

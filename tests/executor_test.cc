@@ -1,8 +1,11 @@
 // The daemon's executor (base/executor.h): a fixed pool whatever is asked of
 // it, errors instead of terminates, no deadlock when a task waits for
 // parallel work on its own pool, background work on threads of a lower
-// priority, scopes that revoke and wait, and a pool that cannot start under
-// a pids limit (a real cgroup, in a forked child) is a status.
+// priority, scopes that revoke and wait, owners that take turns (a flood of
+// one owner's tasks, or its loop's helpers, leave another owner's task
+// prompt), work that runs under its submitter's context and stops when
+// cancelled, and a pool that cannot start under a pids limit (a real
+// cgroup, in a forked child) is a status.
 #include "base/executor.h"
 
 #include <dirent.h>
@@ -18,11 +21,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "base/work_context.h"
 #include "gtest/gtest.h"
 
 namespace batchd {
@@ -57,7 +64,8 @@ TEST(Executor, ThreadCountIsFixedWhateverParallelForAsks) {
       ex.get(), Priority::kServing, 200000, /*parallel=*/100000,
       [&](uint64_t i) {
         int now = ThreadsOfThisProcess();
-        for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+        for (int m = most.load();
+             now > m && !most.compare_exchange_weak(m, now);) {
         }
         sum += i;
         return absl::OkStatus();
@@ -77,12 +85,11 @@ TEST(Executor, ParallelForInsideTasksOfAFullPoolCompletes) {
   absl::Notification done;
   std::atomic<uint64_t> items{0};
   ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
-                  absl::Status s = ParallelFor(
-                      ex.get(), Priority::kServing, 10000, 8,
-                      [&](uint64_t) {
-                        ++items;
-                        return absl::OkStatus();
-                      });
+                  absl::Status s = ParallelFor(ex.get(), Priority::kServing,
+                                               10000, 8, [&](uint64_t) {
+                                                 ++items;
+                                                 return absl::OkStatus();
+                                               });
                   EXPECT_TRUE(s.ok());
                   done.Notify();
                 }).ok());
@@ -134,7 +141,8 @@ TEST(Executor, BackgroundWorkRunsAtALowerPriority) {
   absl::Notification a, b;
   ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
                   errno = 0;
-                  serving_nice = getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)));
+                  serving_nice =
+                      getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)));
                   a.Notify();
                 }).ok());
   ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
@@ -198,17 +206,20 @@ TEST(TaskScope, CloseRevokesQueuedTasksAndWaitsForRunningOnes) {
   auto scope = std::make_unique<TaskScope>(ex.get(), Priority::kServing);
   absl::Notification running, release;
   std::atomic<bool> finished{false}, second_ran{false};
-  ASSERT_TRUE(scope->Submit([&] {
-                running.Notify();
-                release.WaitForNotification();
-                finished = true;
-              }).ok());
+  ASSERT_TRUE(scope
+                  ->Submit([&] {
+                    running.Notify();
+                    release.WaitForNotification();
+                    finished = true;
+                  })
+                  .ok());
   ASSERT_TRUE(scope->Submit([&] { second_ran = true; }).ok());
   running.WaitForNotification();
   std::thread closer([&] { scope->Close(); });
   // Once Close has begun (Submit then fails), the running task is
   // released, and Close returns after it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (scope->Submit([] {}).ok()) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline);
     std::this_thread::yield();
@@ -228,11 +239,272 @@ TEST(TaskScope, ATaskMayCloseItsOwnScope) {
   auto ex = Make(1, 1);
   TaskScope scope(ex.get(), Priority::kServing);
   absl::Notification done;
-  ASSERT_TRUE(scope.Submit([&] {
-                scope.Close();  // waits for the others, not for itself
-                done.Notify();
-              }).ok());
+  ASSERT_TRUE(scope
+                  .Submit([&] {
+                    scope.Close();  // waits for the others, not for itself
+                    done.Notify();
+                  })
+                  .ok());
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+}
+
+// Whatever a test waits for happens long before this, on any machine; a
+// wait that reaches it is a failure, never a timing.
+constexpr auto kBound = std::chrono::seconds(60);
+
+bool PastBound(std::chrono::steady_clock::time_point start) {
+  return std::chrono::steady_clock::now() - start > kBound;
+}
+
+// Polls `done` until it holds; false once kBound has passed.
+bool WaitUntil(const std::function<bool()>& done) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!done()) {
+    if (PastBound(start)) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
+  auto ex = Make(1, 1);
+  absl::Notification release, running;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                  running.Notify();
+                  release.WaitForNotification();
+                }).ok());
+  running.WaitForNotification();
+  // Owner 1 floods the class while its one thread is busy; owner 2 then
+  // queues one task.
+  absl::Mutex mu;
+  std::vector<uint64_t> order;
+  auto record = [&] {
+    absl::MutexLock lock(&mu);
+    order.push_back(CurrentWork().owner);
+  };
+  {
+    WorkScope flood(WorkContext{1, nullptr});
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
+    }
+  }
+  {
+    WorkScope other(WorkContext{2, nullptr});
+    ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
+  }
+  release.Notify();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::MutexLock lock(&mu);
+    return order.size() == 51;
+  }));
+  // Turns alternate: owner 1's first task (its turn came first), then
+  // owner 2's, then the rest of the flood.
+  ASSERT_EQ(order.size(), 51u);
+  size_t at = 0;
+  while (at < order.size() && order[at] != 2) ++at;
+  EXPECT_LE(at, 1u) << "owner 2's task waited for " << at
+                    << " tasks of the flood";
+}
+
+TEST(Executor, AnOwnerWithFewerTasksRunningGoesFirst) {
+  // Two threads, both running owner 1's tasks; owner 1 queues more, then
+  // owner 3: the next free thread takes owner 3's, which runs none.
+  auto ex = Make(2, 1);
+  absl::Notification release;
+  std::atomic<int> running{0};
+  WorkScope flood(WorkContext{1, nullptr});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                    ++running;
+                    release.WaitForNotification();
+                  }).ok());
+  }
+  ASSERT_TRUE(WaitUntil([&] { return running.load() == 2; }));
+  absl::Mutex mu;
+  std::vector<uint64_t> order;
+  auto record = [&] {
+    absl::MutexLock lock(&mu);
+    order.push_back(CurrentWork().owner);
+  };
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
+  }
+  {
+    WorkScope other(WorkContext{3, nullptr});
+    ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
+  }
+  release.Notify();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::MutexLock lock(&mu);
+    return order.size() == 11;
+  }));
+  // Both threads free up at about the same time: owner 3's task is among
+  // the first two to start.
+  EXPECT_TRUE(order[0] == 3 || order[1] == 3)
+      << "owner 3 ran after " << order.size() << " tasks";
+}
+
+TEST(Executor, ALoopsHelpersGiveTheirThreadsToAnotherOwner) {
+  // Owner 1's loop holds both serving threads with its helpers and has
+  // items left for ever; owner 2's task must still start, and the loop
+  // sees it start.
+  auto ex = Make(2, 1);
+  std::atomic<bool> other_started{false};
+  absl::Mutex mu;
+  std::set<std::thread::id> helpers;
+  absl::Status loop;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread caller([&] {
+    WorkScope work(WorkContext{1, nullptr});
+    loop = ParallelFor(
+        ex.get(), Priority::kServing, uint64_t(1) << 40, 3,
+        [&](uint64_t) {
+          if (ex->OnPoolThread()) {
+            absl::MutexLock lock(&mu);
+            helpers.insert(std::this_thread::get_id());
+          }
+          if (other_started.load()) return absl::AbortedError("it started");
+          if (PastBound(start)) return absl::DeadlineExceededError("never");
+          return absl::OkStatus();
+        },
+        /*max_chunk=*/1);
+  });
+  const bool helped = WaitUntil([&] {
+    absl::MutexLock lock(&mu);
+    return helpers.size() == 2;
+  });
+  absl::Status queued;
+  if (helped) {
+    WorkScope other(WorkContext{2, nullptr});
+    queued = ex->Submit(Priority::kServing, [&] { other_started = true; });
+  }
+  if (!helped || !queued.ok()) other_started = true;  // ends the loop
+  caller.join();
+  ASSERT_TRUE(helped) << "the loop's helpers never ran";
+  ASSERT_TRUE(queued.ok()) << queued;
+  // Ended by owner 2's task, not by the bound.
+  EXPECT_EQ(loop.code(), absl::StatusCode::kAborted) << loop;
+}
+
+TEST(Executor, TasksRunUnderTheContextTheySubmittedUnder) {
+  auto ex = Make(2, 1);
+  auto cancel = std::make_shared<Cancellation>();
+  std::atomic<uint64_t> task_owner{0}, helper_owner{0}, scoped_owner{0};
+  std::atomic<bool> same_cancel{false};
+  std::unique_ptr<TaskScope> scope;
+  {
+    WorkScope maker(WorkContext{9, std::make_shared<Cancellation>()});
+    scope = std::make_unique<TaskScope>(ex.get(), Priority::kServing);
+  }
+  std::atomic<bool> scoped_cancel{true};
+  absl::Notification done, scoped;
+  {
+    WorkScope work(WorkContext{7, cancel});
+    ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
+                    task_owner = CurrentWork().owner;
+                    same_cancel = CurrentWork().cancel == cancel;
+                    // A loop inside the task: its helpers are owner 7's.
+                    EXPECT_TRUE(ParallelFor(
+                                    ex.get(), Priority::kServing, 64, 3,
+                                    [&](uint64_t) {
+                                      if (ex->OnPoolThread()) {
+                                        helper_owner = CurrentWork().owner;
+                                      }
+                                      return absl::OkStatus();
+                                    },
+                                    1)
+                                    .ok());
+                    done.Notify();
+                  }).ok());
+    // A scope's tasks are its owner's, whoever submits them, and no
+    // request's: its maker's cancellation does not reach them.
+    ASSERT_TRUE(scope
+                    ->Submit([&] {
+                      scoped_owner = CurrentWork().owner;
+                      scoped_cancel = CurrentWork().cancel != nullptr;
+                      scoped.Notify();
+                    })
+                    .ok());
+  }
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(scoped.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(task_owner.load(), 7u);
+  EXPECT_TRUE(same_cancel.load());
+  EXPECT_EQ(helper_owner.load(), 7u);
+  EXPECT_EQ(scoped_owner.load(), 9u);
+  EXPECT_FALSE(scoped_cancel.load());
+  EXPECT_EQ(CurrentWork().owner, kNoOwner);  // scopes restore the outer one
+}
+
+TEST(Executor, ACancelledLoopStopsWithCancelled) {
+  auto ex = Make(2, 1);
+  std::atomic<bool> gone{false};
+  auto cancel = std::make_shared<Cancellation>(
+      [&] { return gone.load(); }, /*deadline_ns=*/0, /*poll_ns=*/0);
+  std::atomic<uint64_t> items{0};
+  WorkScope work(WorkContext{5, cancel});
+  const uint64_t n = uint64_t(1) << 40;
+  absl::Status s = ParallelFor(
+      ex.get(), Priority::kServing, n, 3,
+      [&](uint64_t) {
+        if (++items == 1000) gone = true;  // the caller goes mid-loop
+        return absl::OkStatus();
+      },
+      /*max_chunk=*/16);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_NE(s.message().find("the caller has gone"), std::string::npos) << s;
+  EXPECT_LT(items.load(), n);
+  EXPECT_EQ(CheckCancelled("a pass").code(), absl::StatusCode::kCancelled);
+}
+
+TEST(Executor, RunStopsWaitingForATaskThatHasNotStarted) {
+  auto ex = Make(1, 1);
+  absl::Notification release, running;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                  running.Notify();
+                  release.WaitForNotification();
+                }).ok());
+  running.WaitForNotification();
+  std::atomic<bool> ran{false};
+  auto cancel = std::make_shared<Cancellation>();
+  absl::Status run;
+  std::thread waiter([&] {
+    WorkScope work(WorkContext{4, cancel});
+    run = ex->Run(Priority::kServing, [&] {
+      ran = true;
+      return absl::OkStatus();
+    });
+  });
+  cancel->Cancel(absl::OkStatus());
+  waiter.join();  // returns although the only thread is still busy
+  EXPECT_EQ(run.code(), absl::StatusCode::kCancelled) << run;
+  release.Notify();
+  absl::Notification drained;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] { drained.Notify(); }).ok());
+  ASSERT_TRUE(drained.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_FALSE(ran.load());
+}
+
+TEST(Executor, EachOwnerHasItsOwnQueueLimit) {
+  auto ex = Make(1, 1, /*max_queued=*/2);
+  absl::Notification release, running;
+  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
+                  running.Notify();
+                  release.WaitForNotification();
+                }).ok());
+  running.WaitForNotification();
+  {
+    WorkScope flood(WorkContext{1, nullptr});
+    EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
+    EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
+    EXPECT_EQ(ex->Submit(Priority::kServing, [] {}).code(),
+              absl::StatusCode::kResourceExhausted);
+  }
+  WorkScope other(WorkContext{2, nullptr});
+  absl::Notification ran;
+  EXPECT_TRUE(ex->Submit(Priority::kServing, [&] { ran.Notify(); }).ok());
+  release.Notify();
+  EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(60)));
 }
 
 // The pids controller of cgroup v1, where a test may make a group of its
@@ -275,10 +547,10 @@ TEST(Executor, APoolThatCannotStartIsAStatusNotATerminate) {
     o.serving_threads = 8;
     absl::StatusOr<std::unique_ptr<Executor>> e = Executor::Create(o);
     const std::string report =
-        !ok ? "setup failed"
-            : e.ok() ? "started"
-                     : std::to_string(int(e.status().code())) + " " +
-                           std::string(e.status().message());
+        !ok      ? "setup failed"
+        : e.ok() ? "started"
+                 : std::to_string(int(e.status().code())) + " " +
+                       std::string(e.status().message());
     (void)!write(pipefd[1], report.data(), report.size());
     _exit(0);
   }
@@ -292,11 +564,11 @@ TEST(Executor, APoolThatCannotStartIsAStatusNotATerminate) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   rmdir(group.c_str());
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal "
-                                 << WTERMSIG(status);
+  ASSERT_TRUE(WIFEXITED(status))
+      << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_EQ(report.rfind(std::to_string(int(absl::StatusCode::kResourceExhausted)),
-                         0),
+  EXPECT_EQ(report.rfind(
+                std::to_string(int(absl::StatusCode::kResourceExhausted)), 0),
             0u)
       << report;
   EXPECT_NE(report.find("serving thread 3 of 8"), std::string::npos) << report;

@@ -105,6 +105,35 @@ TEST(PackedSchedule, CountsOnTheExecutorItIsGivenAndStartsNoThread) {
   EXPECT_EQ(ThreadsOfThisProcess(), before);
 }
 
+// Every located step says where its epoch lies in global steps, also in
+// the epoch a cursor resumes in, whose earlier steps were never counted.
+TEST(PackedSchedule, StepsSayTheirEpochsFirstStepAndLength) {
+  auto executor = MakeExecutor();
+  Rows rows;  // ten rows an epoch, G = 2: five steps
+  auto sampler = Sampler::Create(100, 2, 1, 3, true);
+  ASSERT_TRUE(sampler.ok());
+  PackedSchedule schedule(rows, *sampler, executor.get());
+  for (uint64_t step : {0, 4, 5, 12}) {
+    ASSERT_TRUE(ReadyWithin(schedule, step).ok());
+    absl::StatusOr<StepItems> items = schedule.Locate(step, 0);
+    ASSERT_TRUE(items.ok()) << items.status();
+    EXPECT_EQ(items->epoch_first_step, step - step % 5) << step;
+    EXPECT_EQ(items->epoch_steps, 5u) << step;
+  }
+  // Resumed at step 7 from the cursor of row 4 of epoch 2 (its third
+  // step): that epoch began at step 5 and ends before step 10.
+  PackedSchedule resumed(rows, *sampler, executor.get());
+  ASSERT_TRUE(resumed.Anchor(7, RowCursor{2, 4, 0}, false).ok());
+  for (uint64_t step : {7, 9, 10}) {
+    ASSERT_TRUE(ReadyWithin(resumed, step).ok());
+    absl::StatusOr<StepItems> items = resumed.Locate(step, 0);
+    ASSERT_TRUE(items.ok()) << items.status();
+    EXPECT_EQ(items->epoch, step < 10 ? 2u : 3u);
+    EXPECT_EQ(items->epoch_first_step, step < 10 ? 5u : 10u) << step;
+    EXPECT_EQ(items->epoch_steps, 5u) << step;
+  }
+}
+
 // The pairs a step's rows read, listed once for the read-ahead, are what
 // each row's item reads (the engine hands them in the context) without
 // asking the packer again.

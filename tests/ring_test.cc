@@ -61,6 +61,8 @@ TEST(ShmLayoutTest, OffsetsArePinned) {
   EXPECT_EQ(offsetof(shm::RingHeader, client_pid), 256u);
   EXPECT_EQ(offsetof(shm::RingHeader, client_detached), 296u);
   EXPECT_EQ(offsetof(shm::RingHeader, stream_name), 320u);
+  EXPECT_EQ(offsetof(shm::SlotHeader, epoch_first_step), 96u);
+  EXPECT_EQ(offsetof(shm::SlotHeader, epoch_steps), 104u);
   EXPECT_EQ(offsetof(shm::SlotHeader, tensors), 128u);
   EXPECT_EQ(sizeof(shm::TensorDesc), 128u);
   EXPECT_EQ(shm::kSlotTableOffset, 4096u);

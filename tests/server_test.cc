@@ -266,6 +266,52 @@ TEST(ServerTest, ClosedLoaderFreesItsRingAndTheRankReattaches) {
   EXPECT_EQ(again.size(), 1u);
 }
 
+// The loop of batchd/loader.h: one epoch a loop, as the daemon marks it.
+std::vector<uint64_t> EpochSteps(Loader& l) {
+  std::vector<uint64_t> steps;
+  for (bool more = true; more;) {
+    absl::StatusOr<Batch> b = l.NextInEpoch();
+    if (absl::IsOutOfRange(b.status())) break;
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) break;
+    more = !b->last_in_epoch();
+    steps.push_back(b->step());
+  }
+  return steps;
+}
+
+TEST(ServerTest, EpochLoopsEndAtEachEpochsLastBatch) {
+  TestServer server("epochs");
+  ASSERT_TRUE(server.Start());
+  // 1000 examples, G = 64: train epochs of 15 steps (40 dropped).
+  auto l = Loader::Open(Options(server, "ep", 64, 2, 1));
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_TRUE((*l)->EpochSteps().ok());
+  EXPECT_EQ(*(*l)->EpochSteps(), 15u);
+  std::vector<uint64_t> want(15);
+  for (uint64_t k = 0; k < 15; ++k) want[k] = k;
+  EXPECT_EQ(EpochSteps(**l), want);
+  EXPECT_EQ((*l)->State().next_step, 15u);
+  for (uint64_t& s : want) s += 15;
+  EXPECT_EQ(EpochSteps(**l), want);
+  // Next() runs on across epochs; each batch says where its epoch lies.
+  absl::StatusOr<Batch> b = (*l)->Next();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->step(), 30u);
+  EXPECT_EQ(b->epoch(), 2u);
+  EXPECT_EQ(b->epoch_first_step(), 30u);
+  EXPECT_EQ(b->epoch_steps(), 15u);
+  EXPECT_FALSE(b->last_in_epoch());
+  // Evaluation: one epoch of 16 steps, the last padded, then the end.
+  LoaderOptions o = Options(server, "ep-eval", 64, 2, 0);
+  o.split = "validation";
+  auto e = Loader::Open(o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(*(*e)->EpochSteps(), 16u);
+  EXPECT_EQ(EpochSteps(**e).size(), 16u);
+  EXPECT_TRUE(EpochSteps(**e).empty());
+}
+
 TEST(ServerTest, EvalStreamIsOnePassPaddedWithWeights) {
   TestServer server("eval");
   ASSERT_TRUE(server.Start());

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -83,7 +84,16 @@ class TestServer {
     socket_ = dir_ + "/" + tag + ".sock";
     prefix_ = "bdt" + std::to_string(getpid()) + tag;
   }
-  ~TestServer() { Stop(); }
+  // A daemon killed -9 cannot unlink its rings: they go here (the prefix is
+  // this server's alone).
+  ~TestServer() {
+    Stop();
+    if (killed_) {
+      for (const std::string& name : Segments()) {
+        shm_unlink(("/" + name).c_str());
+      }
+    }
+  }
 
   // Starts the daemon with extra flags and waits until its socket accepts.
   // Returns false if it exited instead.
@@ -171,6 +181,7 @@ class TestServer {
     int status;
     waitpid(pid_, &status, 0);
     pid_ = -1;
+    killed_ = true;
   }
 
   pid_t pid() const { return pid_; }
@@ -185,6 +196,7 @@ class TestServer {
  private:
   std::string dir_, socket_, prefix_;
   pid_t pid_ = -1;
+  bool killed_ = false;  // a daemon of this server was killed -9
 };
 
 }  // namespace testing

@@ -19,6 +19,8 @@ absl::StatusOr<StepItems> PackedSchedule::Locate(uint64_t step, uint32_t rank) {
   items.first = loc->first_row + uint64_t(rank) * per_rank_;
   items.count = per_rank_;
   items.valid = per_rank_;
+  items.epoch_first_step = loc->epoch_first_step;
+  items.epoch_steps = loc->epoch_steps;
   // The batch is where its first row is.
   absl::StatusOr<RowCursor> cursor =
       packer_.CursorOfRow(Order(loc->epoch), items.first);
@@ -228,6 +230,9 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::Find(
       Location loc;
       loc.epoch = anchor_epoch_ + ends_.size();
       loc.first_row = first_row + (step - first_step) * g_;
+      // An anchor's row begins a global batch: the steps before it are
+      // the epoch's first anchor_row_ / G.
+      loc.epoch_first_step = first_step - first_row / g_;
       return loc;
     }
     return absl::UnavailableError(
@@ -239,7 +244,10 @@ absl::StatusOr<PackedSchedule::Location> PackedSchedule::Find(
   Location loc;
   loc.epoch = anchor_epoch_ + i;
   const uint64_t first_step = i == 0 ? anchor_step_ : ends_[i - 1];
-  loc.first_row = (i == 0 ? anchor_row_ : 0) + (step - first_step) * g_;
+  const uint64_t first_row = i == 0 ? anchor_row_ : 0;
+  loc.first_row = first_row + (step - first_step) * g_;
+  loc.epoch_first_step = first_step - first_row / g_;
+  loc.epoch_steps = ends_[i] - loc.epoch_first_step;
   return loc;
 }
 

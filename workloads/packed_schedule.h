@@ -210,6 +210,10 @@ class PackedSchedule : public Schedule {
   struct Location {
     uint64_t epoch = 0;
     uint64_t first_row = 0;  // of the global batch, within its epoch
+    // The epoch's first global step, and its steps (0 while the epoch is
+    // being counted).
+    uint64_t epoch_first_step = 0;
+    uint64_t epoch_steps = 0;
   };
   // The location of `step` if the epochs up to it are counted. Otherwise
   // Unavailable ("being prepared"), and the counting task works towards

@@ -44,7 +44,9 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
     const std::string& name, const WorkloadConfig& config,
     absl::Span<const WorkloadEntry> table) {
   for (const WorkloadEntry& e : table) {
-    if (name == e.name) return e.factory(config);
+    if (name != e.name) continue;
+    WorkScope work(config.work);  // what the factory does is the stream's
+    return e.factory(config);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown workload '", name, "' (known: ",

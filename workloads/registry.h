@@ -31,9 +31,9 @@ struct WorkloadEntry {
 // The daemon's workloads: synthetic, imagenet, wmt.
 absl::Span<const WorkloadEntry> Workloads();
 
-// `name`'s workload from `table` (default: the daemon's). InvalidArgument
-// naming the table's workloads for a name it lacks: "unknown workload 'x'
-// (known: synthetic, imagenet, wmt)".
+// `name`'s workload from `table` (default: the daemon's), made under
+// config.work. InvalidArgument naming the table's workloads for a name it
+// lacks: "unknown workload 'x' (known: synthetic, imagenet, wmt)".
 absl::StatusOr<std::unique_ptr<Workload>> CreateWorkload(
     const std::string& name, const WorkloadConfig& config,
     absl::Span<const WorkloadEntry> table = Workloads());

@@ -58,6 +58,11 @@ absl::StatusOr<StepItems> ExampleSchedule::Locate(uint64_t step,
   items.cursor.epoch = slice.epoch;
   items.cursor.window =
       sampler_.shuffle() ? step % sampler_.steps_per_epoch() : step;
+  // A shuffled stream's epochs are steps_per_epoch long, back to back; an
+  // evaluation pass is the one epoch.
+  const uint64_t steps = sampler_.steps_per_epoch();
+  items.epoch_first_step = sampler_.shuffle() ? step - step % steps : 0;
+  items.epoch_steps = steps;
   return items;
 }
 

@@ -48,6 +48,13 @@ struct StepItems {
   uint64_t count = 0;
   uint64_t valid = 0;
   RowCursor cursor;  // where the batch begins (its first item)
+  // The batch's epoch in global steps: its first step and how many it
+  // holds, so that a client ends an epoch's loop at its last batch.
+  // epoch_steps 0: not known yet (a packed epoch still being counted); a
+  // schedule leaves it unknown only for a step that is not its epoch's
+  // last.
+  uint64_t epoch_first_step = 0;
+  uint64_t epoch_steps = 0;
 };
 
 // An example that an item reads from storage (workloads/fill_context.h):

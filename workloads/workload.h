@@ -24,7 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
 #include "base/executor.h"
+#include "base/work_context.h"
 #include "client/include/batchd/dtype.h"
+#include "workloads/common/data_file.h"
 #include "workloads/common/read_access.h"
 #include "workloads/fill_context.h"
 #include "workloads/options.h"
@@ -59,6 +61,16 @@ struct WorkloadConfig {
   // stream reads only what its owner could read (workloads/common/
   // read_access.h). Default: the daemon's (tools and tests).
   ReadAccess access;
+  // No data file larger than this is opened (batchd
+  // --max-data-file-bytes): refused, naming the file, before any pass over
+  // it. Default: kDefaultMaxDataFileBytes (256 GiB).
+  uint64_t max_data_file_bytes = kDefaultMaxDataFileBytes;
+  // Whom the stream is made for and whether its request still wants it
+  // (base/work_context.h): CreateWorkload runs the workload's factory
+  // under it, so that the tasks the factory submits are the owner's and
+  // its long loops (CheckCancelled, ParallelFor) stop with CANCELLED once
+  // the request is cancelled. Default: the daemon's own, never cancelled.
+  WorkContext work;
   // The split as the spec spells it; a workload parses it once with
   // ParseSplit (workloads/split.h), naming the splits it serves.
   std::string split;
@@ -84,6 +96,13 @@ struct WorkloadConfig {
   // null where no thread can start: work then runs on the caller).
   Executor* pool() const {
     return executor != nullptr ? executor : Executor::Default();
+  }
+  // The root every file of the stream is opened through: data_root
+  // (data_path when that is empty), with `access`'s permissions and
+  // max_data_file_bytes.
+  absl::StatusOr<std::shared_ptr<const DataRoot>> OpenDataRoot() const {
+    return DataRoot::Open(data_root.empty() ? data_path : data_root, access,
+                          max_data_file_bytes);
   }
 };
 

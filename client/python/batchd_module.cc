@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -240,6 +241,38 @@ class SlotView {
   const bool uint64_as_int64_;
 };
 
+// The GIL released while C++ waits. Reacquire() takes it back in ordinary
+// code, never in a destructor (as pybind11's gil_scoped_release does): a
+// thread that takes the GIL while the interpreter exits, such as a daemon
+// thread in next() when the program ends, is ended by CPython with
+// pthread_exit, and that unwinding calls std::terminate ("terminate called
+// without an active exception") when it begins in a destructor.
+class GilReleased {
+ public:
+  GilReleased() : state_(PyEval_SaveThread()) {}
+  GilReleased(const GilReleased&) = delete;
+  GilReleased& operator=(const GilReleased&) = delete;
+
+  // At exit, CPython may end this thread here.
+  void Reacquire() {
+    PyThreadState* const state = state_;
+    state_ = nullptr;
+    PyEval_RestoreThread(state);
+  }
+
+  // Left without Reacquire() only by unwinding: a C++ exception, which
+  // pybind11 raises in Python with the GIL, or the end of a thread whose
+  // interrupt check took the GIL at exit, which must not touch Python.
+  ~GilReleased() {
+    if (state_ != nullptr && std::uncaught_exceptions() > 0) {
+      PyEval_RestoreThread(state_);
+    }
+  }
+
+ private:
+  PyThreadState* state_;
+};
+
 // The C++ Loader and what Python asks of it. Waits happen in C++ without
 // the GIL; every ~100 ms the Loader's interrupt check takes the GIL to run
 // Python's signal handlers, so that Ctrl-C stops a trainer blocked on data.
@@ -252,8 +285,9 @@ class PyLoader {
   explicit PyLoader(LoaderOptions options) : stream_(options.stream) {
     absl::StatusOr<std::unique_ptr<Loader>> loader;
     {
-      py::gil_scoped_release release;
+      GilReleased gil;
       loader = Loader::Open(options);
+      gil.Reacquire();
     }
     if (!loader.ok()) Raise(loader.status());
     loader_ = *std::move(loader);
@@ -270,23 +304,27 @@ class PyLoader {
   }
 
   // Returns ([(name, SlotView), ...], (step, epoch, position, valid_count,
-  // (cursor epoch, window, row, step))). Raises StopIteration at the end of
-  // an eval stream. `uint64_as_int64` is for torch (see ToDLDataType).
+  // (cursor epoch, window, row, step), epoch_steps, last_in_epoch)).
+  // Raises StopIteration at the end of an eval stream, and with
+  // `in_epoch` (Loader::NextInEpoch) at the end of the epoch in progress.
+  // `uint64_as_int64` is for torch (see ToDLDataType).
   // In a forked child mu_ may be held by a thread the child does not have:
   // there it is not taken (the analysis cannot follow a lock taken only in
   // one process).
-  py::tuple Next(bool uint64_as_int64) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  py::tuple Next(bool uint64_as_int64,
+                 bool in_epoch) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     absl::StatusOr<Batch> batch;
     {
-      py::gil_scoped_release release;
+      GilReleased gil;
       const bool owner = getpid() == owner_pid_;
       if (owner) mu_.Lock();
       if (loader_ == nullptr) {
         batch = absl::FailedPreconditionError("the Loader is closed");
       } else {
-        batch = loader_->Next();
+        batch = in_epoch ? loader_->NextInEpoch() : loader_->Next();
       }
       if (owner) mu_.Unlock();
+      gil.Reacquire();
     }
     if (PyErr_Occurred() != nullptr) throw py::error_already_set();
     if (batch.ok()) return ToPython(*batch, uint64_as_int64);
@@ -302,15 +340,30 @@ class PyLoader {
     return loader_->State().ToJson();
   }
 
+  // Loader::EpochSteps, or TypeError saying why it is not known (what
+  // len() raises for a length it cannot give).
+  uint64_t EpochSteps() {
+    absl::MutexLock lock(&mu_);
+    if (loader_ == nullptr) throw py::value_error("the loader is closed");
+    absl::StatusOr<uint64_t> steps = loader_->EpochSteps();
+    if (!steps.ok())
+      throw py::type_error(std::string(steps.status().message()));
+    return *steps;
+  }
+
   void LoadState(const std::string& json) {
     absl::StatusOr<LoaderState> state = LoaderState::FromJson(json);
     if (!state.ok()) Raise(state.status());
     absl::Status s;
     {
-      py::gil_scoped_release release;
-      absl::MutexLock lock(&mu_);
-      s = loader_ == nullptr ? absl::FailedPreconditionError("the Loader is closed")
-                             : loader_->LoadState(*state);
+      GilReleased gil;
+      {
+        absl::MutexLock lock(&mu_);
+        s = loader_ == nullptr
+                ? absl::FailedPreconditionError("the Loader is closed")
+                : loader_->LoadState(*state);
+      }
+      gil.Reacquire();
     }
     if (!s.ok()) Raise(s);
   }
@@ -346,20 +399,36 @@ class PyLoader {
   // pinning the ring (batchd.algoperf calls these): whether it worked
   // (False where there is no CUDA runtime, driver or device).
   bool RegisterPinned() {
-    py::gil_scoped_release release;
-    absl::MutexLock lock(&mu_);
-    return loader_ != nullptr && loader_->RegisterPinned().ok();
+    GilReleased gil;
+    bool ok;
+    {
+      absl::MutexLock lock(&mu_);
+      ok = loader_ != nullptr && loader_->RegisterPinned().ok();
+    }
+    gil.Reacquire();
+    return ok;
   }
   bool UnregisterPinned() {
-    py::gil_scoped_release release;
-    absl::MutexLock lock(&mu_);
-    return loader_ != nullptr && loader_->UnregisterPinned().ok();
+    GilReleased gil;
+    bool ok;
+    {
+      absl::MutexLock lock(&mu_);
+      ok = loader_ != nullptr && loader_->UnregisterPinned().ok();
+    }
+    gil.Reacquire();
+    return ok;
   }
 
   double WaitSeconds() {
-    py::gil_scoped_release release;
-    absl::MutexLock lock(&mu_);
-    return loader_ == nullptr ? closed_wait_seconds_ : loader_->wait_seconds();
+    GilReleased gil;
+    double seconds;
+    {
+      absl::MutexLock lock(&mu_);
+      seconds =
+          loader_ == nullptr ? closed_wait_seconds_ : loader_->wait_seconds();
+    }
+    gil.Reacquire();
+    return seconds;
   }
 
   // (times reopened on a restarted daemon, seconds spent reopening).
@@ -376,11 +445,15 @@ class PyLoader {
       (void)loader_.release();  // the parent's; see the class comment
       return;
     }
-    py::gil_scoped_release release;
-    absl::MutexLock lock(&mu_);
-    if (loader_ == nullptr) return;
-    closed_wait_seconds_ = loader_->wait_seconds();
-    loader_.reset();
+    GilReleased gil;
+    {
+      absl::MutexLock lock(&mu_);
+      if (loader_ != nullptr) {
+        closed_wait_seconds_ = loader_->wait_seconds();
+        loader_.reset();
+      }
+    }
+    gil.Reacquire();
   }
 
  private:
@@ -395,7 +468,8 @@ class PyLoader {
                        batch.cursor_row(), batch.step());
     return py::make_tuple(
         tensors, py::make_tuple(batch.step(), batch.epoch(), batch.position(),
-                                batch.valid_count(), cursor));
+                                batch.valid_count(), cursor,
+                                batch.epoch_steps(), batch.last_in_epoch()));
   }
 
   // Constant after construction.
@@ -513,6 +587,16 @@ void DefineModule(py::module_& m) {
       "The server refused the stream spec or the arguments; the message "
       "says which field.");
 
+  m.def(
+      "_default_world_size",
+      [] {
+        LoaderOptions o;
+        ApplyEnvironmentDefaults(&o);
+        return o.world_size;
+      },
+      "The world size a Loader opened without one takes ($WORLD_SIZE, "
+      "else 1).");
+
   m.attr("__version__") = kBatchdVersion;
   m.attr("PROTOCOL_VERSION") = kProtocolVersion;
 
@@ -535,7 +619,9 @@ void DefineModule(py::module_& m) {
       .def(py::init([](py::kwargs kw) {
         return std::make_unique<PyLoader>(MakeOptions(kw));
       }))
-      .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true)
+      .def("_next", &PyLoader::Next, py::arg("uint64_as_int64") = true,
+           py::arg("in_epoch") = false)
+      .def("_epoch_steps", &PyLoader::EpochSteps)
       .def("_info", &PyLoader::Info)
       .def("_mapping", &PyLoader::Mapping)
       .def("_register_pinned", &PyLoader::RegisterPinned)

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import against_one_rank
+from ddp_slices import against_one_rank, end_rank
 
 OPTS = {"block_kib": "64", "window_blocks": "2"}
 
@@ -46,7 +46,7 @@ def main():
             opt.step()
     if rank == 0:
         print("criteo: every global batch disjoint and complete", flush=True)
-    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

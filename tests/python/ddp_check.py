@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd
+from ddp_slices import end_rank
 
 FEATURES = 16
 HOLD_DEADLINE = 300  # seconds a held rank waits for --hold-file
@@ -176,7 +177,7 @@ def main():
             print(f"ddp_check: {args.steps} steps of {args.workload} on {world} ranks",
                   flush=True)
     loader.close()
-    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -7,13 +7,32 @@ and the two ways of checking that the slices are disjoint and complete.
 - `epoch_and_eval`: each step's rows, by a digest of each, are distinct
   across the ranks and make the whole global batch; one train epoch and
   one validation pass, each row's printed value listed for the test.
+
+`end_rank` ends every check's rank (see there).
 """
+
+import os
+import sys
 
 import torch
 import torch.distributed as dist
 
 import batchd
 from batchd import algoperf
+
+
+def end_rank():
+    """Destroys the process group and ends the rank at once, without the
+    interpreter's teardown. A Gloo group that DDP used outlives
+    destroy_process_group (torch keeps references to it), and its worker
+    threads may still hold the last collective's tensors: a worker that
+    drops one while the interpreter exits takes the GIL, which CPython
+    answers by ending the thread in a way that aborts the process
+    ("terminate called without an active exception")."""
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def gathered(t):

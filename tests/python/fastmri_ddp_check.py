@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import epoch_and_eval
+from ddp_slices import end_rank, epoch_and_eval
 
 
 def rows(batch):
@@ -55,7 +55,7 @@ def main():
     epoch_and_eval("fastmri", a.global_batch_size, a.epoch, a.eval, rows,
                    ddp_step, seed=a.seed,
                    options={"validation_files": a.validation_files})
-    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import epoch_and_eval
+from ddp_slices import end_rank, epoch_and_eval
 
 
 def digests(batch):
@@ -53,7 +53,7 @@ def main():
 
     epoch_and_eval("librispeech", a.global_batch_size, a.epoch, a.eval,
                    digests, ddp_step, seed=a.seed)
-    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

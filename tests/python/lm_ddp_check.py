@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import against_one_rank
+from ddp_slices import against_one_rank, end_rank
 
 
 def main():
@@ -53,7 +53,7 @@ def main():
             opt.step()
     if rank == 0:
         print("lm: every global batch disjoint and complete", flush=True)
-    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

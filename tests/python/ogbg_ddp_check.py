@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd.algoperf
+from ddp_slices import end_rank
 
 
 def flat(batch):
@@ -88,7 +89,7 @@ def main():
     if whole is not None:
         whole.close()
         print("ogbg: every global batch disjoint and complete", flush=True)
-    dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

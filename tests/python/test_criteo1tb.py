@@ -16,6 +16,7 @@ from helpers import REPO, run_reference  # noqa: E402
 
 GEN = os.path.join(REPO, "workloads", "criteo1tb", "make_criteo1tb.py")
 OPTS = {"block_kib": "64", "window_blocks": "2"}
+EVAL_BATCH = 64
 
 
 def _make(out, *args):
@@ -47,8 +48,13 @@ def criteo(criteo_data, tmp_path_factory):
     }
     ref = {}
     for split, files in split_files.items():
+        # AlgoPerf's pipeline at the evaluation tests' batch of 64; train's
+        # lines, whose place in a batch is not AlgoPerf's, as away from a
+        # batch's tail.
         out = tmp / f"{split}.npz"
-        run_reference("criteo_ref.py", out, *[data / f for f in files])
+        how = ["--vectorised"] if split == "train" else []
+        run_reference("criteo_ref.py", out, EVAL_BATCH, *how,
+                      *[data / f for f in files])
         ref[split] = dict(np.load(out))
     yield s, ref
     s.stop()
@@ -87,7 +93,7 @@ def test_eval_splits_equal_tf_in_order(criteo, split):
     server, ref = criteo
     want = ref[split]
     n = len(want["targets"])
-    batch = 64
+    batch = EVAL_BATCH
     loaders = _loaders(server, f"c-{split}", split, batch, world=2,
                        options={"ids": "int64"})
     got, _ = _global(loaders, -(-n // batch))
@@ -182,9 +188,68 @@ def test_damaged_lines_are_weight_zero_and_logged(tmp_path):
         x = np.concatenate([b["inputs"] for b in got])
         assert list(w[:n]) == [1.0] * 11 + [0.0] * 3 + [1.0]
         assert not x[11:14].any() and not x[n:].any()
-        assert (x[10] == x[0]).all() and (x[14] == x[0]).all()  # no final newline
+        # Rows 8..14 are AlgoPerf's short last batch of 7 rows, whose dense
+        # values TF computes with the scalar log1pf: there the good line is
+        # the same row twice, with row 0's ids.
+        assert (x[10][13:] == x[0][13:]).all()
+        assert (x[14] == x[10]).all()  # no final newline
         log = open(tmp_path / "batchd.log").read()
         assert "day_23_20" in log and "offset" in log
+    finally:
+        s.stop()
+
+
+# Dense spellings beyond the generator's counts: what decode_csv takes
+# (signs, exponents, hexadecimal, white space, infinities, NaNs,
+# subnormals, out of range) and the counts around the log's table.
+ODD_DENSE = ["", "-1", "0", "-0", "20", "21", "159", "65535", "65536",
+             "616556339", "99999999", "123456789", "16777217", "4294967296",
+             "-2", "-3", "+5", "007", "1e3", "3.5", "1e-40", "1e-50",
+             "3.4e38", "1e39", "-1e39", "inf", "-inf", "nan", "-nan", "0x10",
+             " 5", "5 ", "1.17549435e-38", "1e-30"]
+
+
+@pytest.mark.parametrize("batch,world", [(60, 1), (64, 2)])
+def test_every_dense_value_is_algoperfs_at_its_place_in_the_batch(
+        tmp_path, batch, world):
+    """Validation through the daemon against AlgoPerf's _parse_example_fn
+    run by tf.data at the same batch size (criteo_ref.py), every value bit
+    for bit: the vectorised log1p for most rows, the scalar log1pf for the
+    last (rows mod 8) rows of each batch (at 60, four rows of every batch;
+    at 64, the short last batch's)."""
+    from batchd_daemon import Server
+    import random
+    rng = random.Random(batch)
+    s = Server(tmp_path)
+    try:
+        data = tmp_path / "data" / "criteo"
+        _make(data, "--lines", 30, "--train-days", "0", "--files-per-day", 1,
+              "--seed", 5)
+        lines = open(data / "day_23_19", "rb").read().split(b"\n")[:-1]
+        odd = []
+        for k in range(1505):  # 1,975 lines: a last batch of 64 ends in 7
+            fields = lines[k % len(lines)].split(b"\t")
+            for j in range(1, 14):
+                r = rng.random()
+                fields[j] = (rng.choice(ODD_DENSE) if r < 0.5 else
+                             str(rng.randrange(200000) if r < 0.8 else
+                                 rng.randrange(10 ** 9))).encode()
+            if k % 50 == 0:
+                fields[0] = rng.choice([b"-0", b"1e-40", b"nan", b"1"])
+            odd.append(b"\t".join(fields))
+        with open(data / "day_23_19", "wb") as f:
+            f.write(b"\n".join(odd) + b"\n")
+        files = [data / f"day_23_{k}" for k in range(19, 36)]
+        out = tmp_path / "want.npz"
+        run_reference("criteo_ref.py", out, batch, *files)
+        want = dict(np.load(out))
+        n = len(want["targets"])
+        got, _ = _global(_loaders(s, f"c-odd{batch}", "validation", batch,
+                                  world=world), -(-n // batch))
+        inputs = np.concatenate([g["inputs"] for g in got])[:n]
+        targets = np.concatenate([g["targets"] for g in got])[:n]
+        assert inputs.tobytes() == want["inputs"].tobytes()
+        assert targets.tobytes() == want["targets"].tobytes()
     finally:
         s.stop()
 

@@ -71,12 +71,14 @@ def loader(server, stream, data, split, global_batch_size, **kw):
 def take(ld, steps=None):
     """[(inputs uint8 numpy, targets, weights or None)] copied out of the ring."""
     out = []
-    for batch in ld:
+    while steps is None or len(out) < steps:
+        try:
+            batch = next(ld)  # across epochs: a for loop yields one epoch
+        except StopIteration:
+            break
         out.append((batch["inputs"].numpy().copy(),
                     batch["targets"].numpy().copy(),
                     batch["weights"].numpy().copy() if "weights" in batch else None))
-        if steps is not None and len(out) == steps:
-            break
     return out
 
 

@@ -9,7 +9,12 @@ break 5), with real daemons and real uids:
 - a TCP caller reads only what any local user may read, unless the daemon
   runs with --tcp-admin;
 - a daemon of another uid (which cannot take a caller's uid) checks mode
-  bits and POSIX ACLs to the same effect.
+  bits and POSIX ACLs to the same effect;
+- the symlink oracle: B's own link into a directory B cannot search (an
+  absolute one, then `..` back out) answers byte for byte alike whether the
+  name it guesses exists, is missing or lies outside the root, through Plan
+  and OpenStream, from a daemon as root and as a service uid; and an
+  ImageFolder class that is such a link lists alike.
 
 Run as root (setuid to uids of no user):
 
@@ -319,3 +324,131 @@ def test_a_daemon_of_another_uid_checks_bits_and_acls(tree, tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
         shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------- the symlink oracle
+
+def retarget(link, target, uid):
+    """Points `link` (uid's) at `target`, atomically."""
+    tmp = link + ".new"
+    os.symlink(target, tmp)
+    os.lchown(tmp, uid, uid)
+    os.rename(tmp, link)
+
+
+def oracle_answers(address, tree, victim, server_uid=None):
+    """What B learns through its own link b/l pointed into `victim` (a
+    directory B cannot search, the daemon can) at a name that exists and
+    at one that does not, absolutely and relatively, and out of the root:
+    {data path: {target: (Plan's status and error, OpenStream's error)}}."""
+    b = os.path.join(tree, "b")
+    os.mkdir(b)
+    os.chown(b, USER_B, USER_B)
+    link = os.path.join(b, "l")
+    outside = tempfile.mkdtemp(prefix="batchd-oracle-out-", dir="/tmp")
+    os.chmod(outside, 0o755)
+    shutil.copytree(os.path.join(tree, "pub", "wmt"),
+                    os.path.join(outside, "wmt"))
+    targets = {
+        "exists": os.path.join(tree, victim, "wmt"),
+        "missing": os.path.join(tree, victim, "nothing-here"),
+        "exists, relative": os.path.join("..", victim, "wmt"),
+        "missing, relative": os.path.join("..", victim, "nothing-here"),
+        "outside": os.path.join(outside, "wmt"),
+    }
+    answers = {}
+    try:
+        for data in ("b/l/../../..", "b/l/../../pub/wmt", "b/l"):
+            answers[data] = {}
+            for name, target in targets.items():
+                retarget(link, target, USER_B)
+                plan = plan_as(USER_B, address, "wmt", data)
+                opened = open_as(USER_B, address, "wmt", data,
+                                 server_uid=server_uid)
+                answers[data][name] = (plan, opened)
+    finally:
+        shutil.rmtree(b)
+        shutil.rmtree(outside)
+    return answers
+
+
+def assert_one_answer(answers):
+    for data, by_target in answers.items():
+        first = next(iter(by_target.values()))
+        for name, answer in by_target.items():
+            assert answer == first, (data, name, by_target)
+        # Refused, as a path B cannot reach is.
+        plan, opened = first
+        assert opened[0] == "ERR", (data, first)
+        assert f"not readable by uid {USER_B}" in opened[1], (data, first)
+        assert plan[0] == 1, (data, first)
+
+
+def test_a_link_into_a_private_directory_is_no_oracle(daemon, tree):
+    # The daemon runs as root: a/ is A's 0700; B guesses a/wmt.
+    assert_one_answer(oracle_answers(daemon.address, tree, "a"))
+
+
+def test_a_link_into_a_private_directory_is_no_oracle_to_a_service_daemon(
+        tree, tmp_path):
+    # The daemon runs as DAEMON_UID, a member of GROUP: it can search grp/
+    # (root:GROUP 0750), B cannot; the daemon checks B by mode bits.
+    sock_dir = tempfile.mkdtemp(prefix="batchd-acc-", dir="/tmp")
+    os.chmod(sock_dir, 0o755)
+    os.chown(sock_dir, DAEMON_UID, DAEMON_UID)
+    address = f"unix://{sock_dir}/sock"
+    log = open(tmp_path / "batchd.log", "w")
+    proc = subprocess.Popen(
+        [binary("batchd"), "--listen", address, "--data-root", str(tree),
+         "--shm-prefix", f"batchdacc{uuid.uuid4().hex[:12]}", "--threads",
+         "1", "--cache-dir", "", "--socket-mode", "0666"],
+        stdout=log, stderr=subprocess.STDOUT, user=DAEMON_UID,
+        group=DAEMON_UID, extra_groups=[GROUP])
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(f"{sock_dir}/sock"):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                open(tmp_path / "batchd.log").read()
+            time.sleep(0.05)
+        assert_one_answer(oracle_answers(address, tree, "grp",
+                                         server_uid=DAEMON_UID))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def test_a_class_folder_linked_into_a_private_directory_lists_alike(
+        daemon, tree, shared_data):
+    # B's own ImageFolder tree with one more "class": a link to a class
+    # folder of A's 0700 tree that exists, to one that does not, and out of
+    # the root. B's stream is the same stream each time (the link is no
+    # directory B can reach, so no class), and so is its Plan.
+    inet = os.path.join(tree, "b-imagenet")
+    shutil.copytree(shared_data / "imagenet", inet)
+    chown_tree(inet, USER_B, USER_B)
+    train = os.path.join(inet, "train")
+    cls = sorted(os.listdir(os.path.join(tree, "a", "imagenet", "train")))[0]
+    outside = tempfile.mkdtemp(prefix="batchd-oracle-out-", dir="/tmp")
+    os.chmod(outside, 0o755)
+    shutil.copytree(os.path.join(train, cls), os.path.join(outside, cls))
+    answers = {}
+    try:
+        for name, target in (
+                ("exists", os.path.join(tree, "a", "imagenet", "train", cls)),
+                ("missing",
+                 os.path.join(tree, "a", "imagenet", "train", "nothing")),
+                ("outside", os.path.join(outside, cls))):
+            retarget(os.path.join(train, "zzz"), target, USER_B)
+            code, err = plan_as(USER_B, daemon.address, "imagenet",
+                                "b-imagenet")
+            # A plan that works may add how much /dev/shm has free now.
+            answers[name] = (
+                code if code in (0, 3) else (code, err),
+                open_as(USER_B, daemon.address, "imagenet", "b-imagenet"))
+    finally:
+        shutil.rmtree(inet)
+        shutil.rmtree(outside)
+    assert answers["exists"] == answers["missing"] == answers["outside"], \
+        answers
+    assert answers["exists"][1] == ("OK", ""), answers

@@ -48,11 +48,13 @@ def run(data_root, tmp_path, budget, data, split, steps, world=2, start=0,
         per_rank = []
         for ld in lds:
             got = []
-            for batch in ld:
+            while len(got) < steps:
+                try:
+                    batch = next(ld)  # across epochs
+                except StopIteration:
+                    break
                 got.append((batch["inputs"].numpy().copy(),
                             batch["targets"].numpy().copy()))
-                if len(got) == steps:
-                    break
             per_rank.append(got)
         m = metrics(port)
         for ld in lds:

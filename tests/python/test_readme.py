@@ -5,6 +5,8 @@ no fewer, so that the table cannot drift from the code. And the README
 stays a first-time user's page: short, the two commands on its first
 screen, every page it links there.
 
+The quick start's Python runs as printed, against a daemon of its own.
+
     BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
         /usr/bin/python3 -m pytest tests/python/test_readme.py
 """
@@ -14,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -148,3 +151,32 @@ def test_the_algoperf_table_names_every_drop_in_workload():
     # AlgoPerf's nine workload names: ImageNet's two models share a
     # pipeline, and so do LibriSpeech's.
     assert len(algoperf) == 9
+
+
+def quick_start():
+    """The first Python block of the README's quick start."""
+    text = "\n".join(readme_lines())
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
+
+
+def test_the_quick_start_runs_as_printed(tmp_path):
+    """The snippet, unchanged, with the daemon named by $BATCHD_SERVER as
+    it says; then what its comments claim: len is an epoch's global
+    batches, and the two loops were two whole epochs."""
+    (tmp_path / "data").mkdir()
+    d = Daemon(tmp_path / "data", tmp_path / "batchd.log")
+    check = ("\ninfo = loader.last_batch_info\n"
+             "assert (info.step, info.epoch) == (193, 1), info\n"
+             "assert info.last_in_epoch and info.epoch_steps == 97, info\n")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", quick_start() + check],
+            env={**os.environ, "BATCHD_SERVER": d.address},
+            capture_output=True, text=True, timeout=300)
+    finally:
+        d.stop()
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "97"
+    assert lines[1].startswith("BatchInfo(step=193, epoch=1,"), lines[1]

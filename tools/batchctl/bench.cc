@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "base/clock.h"
 #include "base/process.h"
 #include "tools/batchctl/commands.h"
@@ -45,7 +46,8 @@ Stream spec (names mirror StreamSpec):
   --data PATH               relative to the server's --data-root (default "")
   --split NAME              default: train
   --global-batch-size G     required; divisible by --world-size
-  --world-size W            consumer processes (default 1)
+  --world-size W            consumer processes (default 1); with --jobs,
+                            one for all jobs or one a job (2,2,2,1)
   --seed S                  default 0
   --start-step S            default 0
   --slots K                 ring slots per rank (default 0: server default)
@@ -54,6 +56,12 @@ Stream spec (names mirror StreamSpec):
   --stream NAME             default: bench-<pid of batchctl>
 
 Run:
+  --jobs N                  N jobs of the spec side by side, as a sweep
+                            runs them: job j is stream <stream>-<j> with
+                            its own ranks, all started together. Prints
+                            each job's rate and fills (made by its own
+                            workers, shared from another job's), and the
+                            daemon's CPU for all of them
   --steps S                 timed batches per rank (default 100)
   --warmup-steps N          untimed batches per rank first (default:
                             twice the ring's slots; 0 for eval splits)
@@ -69,13 +77,17 @@ Figures: examples/s, bytes/s and batches/s over the span from the first
 rank's start to the last rank's end (batches/s counts global batches,
 rank_batches/s each rank's slice); wait fraction is the mean over ranks of
 the time Next() waited divided by that rank's wall time; server threads and
-RSS (without the rings) are the largest GetStatus reported during the run.
+RSS (without the rings) are the largest GetStatus reported during the run;
+server cpu is the daemon's user and system CPU from the start to the last
+rank's report (from /proc: run bench on the daemon's node). With --jobs, a
+job's rate spans its own ranks' first start to last end.
 
 Exit codes: 0 ok, 1 the server failed, could not be reached or a rank
 failed, 2 usage error.
 )";
 
 struct Child {
+  uint32_t job = 0;
   pid_t pid = -1;
   int out_fd = -1;  // rank → parent
   int go_fd = -1;   // parent → rank
@@ -144,36 +156,41 @@ absl::Status Gather(std::vector<Child>& children, Done done, uint64_t deadline,
   }
 }
 
-// Forks one process per rank; each runs RunRank. Nothing of gRPC may exist
-// in this process yet.
+// Forks one process per rank of every job; each runs RunRank. Nothing of
+// gRPC may exist in this process yet.
 absl::Status ForkRanks(const BenchConfig& cfg, std::vector<Child>* children) {
-  const uint32_t world = uint32_t(cfg.loader.world_size);
-  children->assign(world, Child());
-  for (uint32_t r = 0; r < world; ++r) {
-    int out[2], go[2];
-    if (pipe(out) != 0 || pipe(go) != 0) {
-      return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
-    }
-    const pid_t pid = fork();
-    if (pid < 0) {
-      return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-    }
-    if (pid == 0) {
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      close(out[0]);
-      close(go[1]);
-      for (uint32_t k = 0; k < r; ++k) {
-        close((*children)[k].out_fd);
-        close((*children)[k].go_fd);
+  children->clear();
+  for (uint32_t j = 0; j < JobCount(cfg); ++j) {
+    const BenchConfig job = JobConfig(cfg, j);
+    for (uint32_t r = 0; r < uint32_t(job.loader.world_size); ++r) {
+      int out[2], go[2];
+      if (pipe(out) != 0 || pipe(go) != 0) {
+        return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
       }
-      RunRank(cfg, r, out[1], go[0]);
+      const pid_t pid = fork();
+      if (pid < 0) {
+        return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+      }
+      if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        close(out[0]);
+        close(go[1]);
+        for (const Child& c : *children) {
+          close(c.out_fd);
+          close(c.go_fd);
+        }
+        RunRank(job, r, out[1], go[0]);
+      }
+      close(out[1]);
+      close(go[0]);
+      Child c;
+      c.job = j;
+      c.pid = pid;
+      c.out_fd = out[0];
+      c.go_fd = go[1];
+      children->push_back(c);
     }
-    close(out[1]);
-    close(go[0]);
-    (*children)[r].pid = pid;
-    (*children)[r].out_fd = out[0];
-    (*children)[r].go_fd = go[1];
   }
   return absl::OkStatus();
 }
@@ -216,8 +233,12 @@ int RunBench(int argc, char** argv) {
       close(c.out_fd);
       close(c.go_fd);
     }
-    // Best effort: the stream may not exist when OpenStream failed.
-    absl::Status closed = control.CloseStream(cfg.loader.stream);
+    // Best effort: a stream may not exist when OpenStream failed.
+    absl::Status closed;
+    for (uint32_t j = 0; j < JobCount(cfg); ++j) {
+      absl::Status c = control.CloseStream(JobConfig(cfg, j).loader.stream);
+      if (closed.ok()) closed = c;
+    }
     if (!why.ok()) return ServerError("bench", why);
     if (!closed.ok()) return ServerError("bench", closed);
     return code;
@@ -229,6 +250,10 @@ int RunBench(int argc, char** argv) {
   absl::Status s = Gather(
       children, [](const Child& c) { return c.ready; }, ready_deadline, [] {});
   if (!s.ok()) return finish(kExitServer, s);
+  // The daemon's CPU from the start: it fills every job's ring.
+  absl::StatusOr<v1::GetStatusResponse> before = control.GetStatus();
+  if (!before.ok()) return finish(kExitServer, before.status());
+  const double cpu0 = ProcessCpuSeconds(before->pid());
   for (Child& c : children) {
     if (!WriteAll(c.go_fd, "g", 1)) {
       return finish(kExitServer,
@@ -256,17 +281,43 @@ int RunBench(int argc, char** argv) {
   s = Gather(
       children, [](const Child& c) { return c.reported; }, run_deadline, tick);
   if (!s.ok()) return finish(kExitServer, s);
+  const double cpu1 = ProcessCpuSeconds(before->pid());
   absl::StatusOr<v1::GetStatusResponse> st = control.GetStatus();
   if (!st.ok()) return finish(kExitServer, st.status());
   sample(*st);
+  if (cpu0 >= 0 && cpu1 >= cpu0 && st->pid() == before->pid()) {
+    result.server_cpu_seconds = cpu1 - cpu0;
+  }
   std::vector<RankMessage> reports;
+  std::vector<JobResult> jobs(JobCount(cfg));
+  std::vector<std::vector<RankMessage>> job_reports(jobs.size());
   for (Child& c : children) {
     waitpid(c.pid, nullptr, 0);
     c.pid = -1;
     reports.push_back(c.report);
+    job_reports[c.job].push_back(c.report);
   }
   SumReports(reports, &result);
-  if (cfg.json) {
+  if (cfg.jobs > 0) {
+    for (uint32_t j = 0; j < jobs.size(); ++j) {
+      const BenchConfig job = JobConfig(cfg, j);
+      jobs[j].stream = job.loader.stream;
+      jobs[j].world_size = job.loader.world_size;
+      SumReports(job_reports[j], &jobs[j].figures);
+      for (const v1::StreamStatus& ss : st->streams()) {
+        if (ss.spec().name() == job.loader.stream &&
+            (!ss.owner_known() || ss.owner_uid() == getuid())) {
+          jobs[j].fills_made = ss.fills_made();
+          jobs[j].fills_shared = ss.fills_shared();
+        }
+      }
+    }
+    if (cfg.json) {
+      printf("%s\n", DumpJson(SweepToJson(cfg, jobs, result)).c_str());
+    } else {
+      fputs(FormatSweep(cfg, jobs, result).c_str(), stdout);
+    }
+  } else if (cfg.json) {
     printf("%s\n", DumpJson(BenchToJson(cfg, reports, result)).c_str());
   } else {
     fputs(FormatBench(cfg, reports, result).c_str(), stdout);
@@ -292,6 +343,7 @@ absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv) {
   o.world_size = 1;
   o.rank = 0;
   std::string global_s, world_s, seed_s, start_s, slots_s, steps_s, warmup_s;
+  std::string jobs_s;
   std::string touch = "page";
   std::vector<std::string> options;
   AddString(*app, "--stream", &o.stream);
@@ -305,6 +357,7 @@ absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv) {
   CLI::Option* slots_f = AddString(*app, "--slots", &slots_s);
   CLI::Option* steps_f = AddString(*app, "--steps", &steps_s);
   CLI::Option* warmup_f = AddString(*app, "--warmup-steps", &warmup_s);
+  CLI::Option* jobs_f = AddString(*app, "--jobs", &jobs_s);
   AddString(*app, "--touch", &touch);
   app->add_option("--option", options)->allow_extra_args(false);
   app->add_flag("--json", cfg.json);
@@ -319,10 +372,15 @@ absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv) {
   }
   o.server = cfg.connection.address;
   int64_t world = 1;
+  // With --jobs, --world-size may name one world size a job.
+  const std::vector<std::string> worlds =
+      absl::StrSplit(world_s, ',', absl::SkipEmpty());
+  if (worlds.size() > 1) world_s = worlds[0];
   for (absl::Status s : {
            ParseNumberFlag(global_f, "--global-batch-size", global_s,
                            &o.global_batch_size),
            ParseNumberFlag(world_f, "--world-size", world_s, &world),
+           ParseNumberFlag(jobs_f, "--jobs", jobs_s, &cfg.jobs),
            ParseNumberFlag(seed_f, "--seed", seed_s, &o.seed),
            ParseNumberFlag(start_f, "--start-step", start_s, &o.start_step),
            ParseNumberFlag(slots_f, "--slots", slots_s, &o.slots),
@@ -345,6 +403,7 @@ absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv) {
                      " is not divisible by --world-size ", world));
   }
   if (cfg.steps == 0) return absl::InvalidArgumentError("--steps must be >= 1");
+  if (absl::Status s = ParseJobs(worlds, &cfg); !s.ok()) return s;
   absl::StatusOr<std::map<std::string, std::string>> kv =
       ParseKeyValues(options);
   if (!kv.ok()) return kv.status();
@@ -409,6 +468,8 @@ Json BenchToJson(const BenchConfig& cfg,
   out["server_worker_threads"] = uint64_t(r.server_worker_threads);
   out["server_rss_bytes"] = r.server_rss_bytes;
   out["server_ring_bytes"] = r.server_ring_bytes;
+  out["server_cpu_seconds"] =
+      r.server_cpu_seconds >= 0 ? Json(r.server_cpu_seconds) : Json(nullptr);
   Json ranks = Json::array();
   for (const RankMessage& m : reports) {
     const double s = RankSeconds(m);
@@ -463,10 +524,10 @@ std::string FormatBench(const BenchConfig& cfg,
       double(r.rank_batches) / span, r.wait_fraction, r.seconds,
       r.ended_early ? "  (the stream ended early)" : "");
   absl::StrAppendFormat(
-      &out, "server: pid %u  threads %u (%u workers)  rss %s  rings %s\n",
+      &out, "server: pid %u  threads %u (%u workers)  rss %s  rings %s%s\n",
       r.server_pid, r.server_threads, r.server_worker_threads,
       HumanBytes(double(r.server_rss_bytes)),
-      HumanBytes(double(r.server_ring_bytes)));
+      HumanBytes(double(r.server_ring_bytes)), ServerCpuText(r));
   return out;
 }
 

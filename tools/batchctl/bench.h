@@ -27,9 +27,23 @@ struct BenchConfig {
   Touch touch = Touch::kPage;
   double timeout = 60;
   bool json = false;
+  // --jobs N: N jobs of the spec side by side (a sweep), job j with its own
+  // stream <stream>-<j> and world size job_world_sizes[j]. 0: one job, the
+  // stream itself.
+  uint32_t jobs = 0;
+  std::vector<int> job_world_sizes;
 };
 // argv[0] is "bench"; the stream defaults to bench-<pid of this process>.
 absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv);
+// The jobs `cfg` runs (at least 1), and job j's own config: its stream and
+// world size (cfg itself for a run without --jobs).
+uint32_t JobCount(const BenchConfig& cfg);
+BenchConfig JobConfig(const BenchConfig& cfg, uint32_t job);
+// Sets cfg->job_world_sizes from cfg->jobs and --world-size's values
+// (`world_sizes`: one for every job, or one a job); checks each (1..1024,
+// dividing the global batch) and that all jobs' ranks are at most 1024.
+absl::Status ParseJobs(const std::vector<std::string>& world_sizes,
+                       BenchConfig* cfg);
 
 // What a rank sends its parent: first kReady (or kError), then kReport (or
 // kError). Plain bytes through a pipe.
@@ -69,8 +83,33 @@ struct BenchResult {
   uint32_t server_threads = 0, server_worker_threads = 0;
   uint64_t server_rss_bytes = 0, server_ring_bytes = 0;
   uint32_t server_pid = 0;
+  // CPU seconds the daemon spent from the start to the last report (-1:
+  // unknown: its /proc entry is not readable from here).
+  double server_cpu_seconds = -1;
   bool ended_early = false;
 };
+
+// User and system CPU seconds of process `pid` so far; -1 when its /proc
+// entry cannot be read (gone, another pid namespace).
+double ProcessCpuSeconds(uint32_t pid);
+// "  cpu 12.30 s (1.98 cores)" over r.seconds; "" when unknown.
+std::string ServerCpuText(const BenchResult& r);
+
+// A sweep's job: its stream, world size, the figures of its ranks' reports
+// (SumReports) and its fills as the daemon counted them at the end.
+struct JobResult {
+  std::string stream;
+  int world_size = 1;
+  BenchResult figures;
+  uint64_t fills_made = 0, fills_shared = 0;
+};
+// The figures of a run with --jobs: every job's, and the run's (`all`:
+// the span over every rank, the sums, the server's fields).
+Json SweepToJson(const BenchConfig& cfg, const std::vector<JobResult>& jobs,
+                 const BenchResult& all);
+std::string FormatSweep(const BenchConfig& cfg,
+                        const std::vector<JobResult>& jobs,
+                        const BenchResult& all);
 
 // The run's figures from every rank's report (ranks in order): the span
 // from the first start to the last end, sums, the mean wait fraction. The

@@ -269,7 +269,8 @@ namespace {
 
 // One stream's part of FormatStatus: its line (with its owner), its rates,
 // indexing and read-ahead, and a row per rank.
-std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
+std::string FormatStream(const v1::GetStatusResponse& st,
+                         const v1::StreamStatus& s, const Rates* rates) {
   std::string out;
   const v1::StreamSpec& spec = s.spec();
   const std::string options =
@@ -320,6 +321,7 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
     out += "\n";
   }
   if (s.has_readahead()) out += FormatReadAhead(s.readahead());
+  out += FormatSharing(st, s);
   std::vector<std::string> header = {
       "RANK",          "ATTACHED",      "PID",       "PRODUCED",
       "CONSUMED",      "RING",          "EXAMPLES",  "BYTES",
@@ -374,10 +376,42 @@ std::string FormatStream(const v1::StreamStatus& s, const Rates* rates) {
 
 }  // namespace
 
+std::string FormatSharing(const v1::GetStatusResponse& st,
+                          const v1::StreamStatus& s) {
+  if (s.share_group() == 0) return "";
+  // Streams of two owners are never in one group.
+  constexpr int kNamed = 8;
+  std::vector<std::string> others;
+  for (const v1::StreamStatus& o : st.streams()) {
+    if (&o == &s || o.share_group() != s.share_group() || IdOf(o) == IdOf(s) ||
+        o.attached_ranks() == 0) {
+      continue;
+    }
+    others.push_back(Printable(o.spec().name()));
+  }
+  const uint64_t all = s.fills_made() + s.fills_shared();
+  std::string out = absl::StrFormat(
+      "  fills  made %u  shared %u (%.0f%%)", s.fills_made(), s.fills_shared(),
+      all > 0 ? 100.0 * double(s.fills_shared()) / double(all) : 0.0);
+  if (others.empty()) {
+    out += "  no other stream of the same content now\n";
+    return out;
+  }
+  out += "  sharing with ";
+  for (size_t i = 0; i < others.size() && i < kNamed; ++i) {
+    absl::StrAppend(&out, i > 0 ? ", " : "", others[i]);
+  }
+  if (others.size() > kNamed) {
+    absl::StrAppend(&out, " and ", others.size() - kNamed, " more");
+  }
+  out += "\n";
+  return out;
+}
+
 std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
   std::string out = absl::StrFormat(
       "batchd %s  pid %u  up %s  threads %u (%u workers)  rss %s  rings %s  "
-      "streams %d%s%s\n",
+      "streams %d%s%s%s\n",
       Printable(st.version()), st.pid(), FormatSeconds(st.uptime_seconds()),
       st.threads(), st.worker_threads(), HumanBytes(double(st.rss_bytes())),
       HumanBytes(double(st.ring_bytes())), st.streams_size(),
@@ -386,11 +420,19 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
           : absl::StrFormat("  read-ahead %s (%u I/O threads)",
                             HumanBytes(double(st.readahead_bytes())),
                             st.readahead_threads()),
+      st.share_window_bytes() == 0
+          ? ""
+          : absl::StrFormat("  share window %s of %s (%u groups sharing)",
+                            HumanBytes(double(st.share_held_bytes())),
+                            HumanBytes(double(st.share_window_bytes())),
+                            st.share_groups()),
       st.draining() ? "  DRAINING (no new streams; exits when no rank is "
                       "attached)"
                     : "");
   out += FormatOwners(st);
-  for (const v1::StreamStatus& s : st.streams()) out += FormatStream(s, rates);
+  for (const v1::StreamStatus& s : st.streams()) {
+    out += FormatStream(st, s, rates);
+  }
   return out;
 }
 

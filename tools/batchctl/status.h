@@ -61,6 +61,13 @@ std::string OwnerName(uint32_t uid, bool known);
 // uid, as a table under a line that gives the quotas; "" without owners.
 std::string FormatOwners(const v1::GetStatusResponse& st);
 
+// A stream's fills, when it is in a group of streams that share them
+// (StreamStatus.share_group): the items its workers filled and those it
+// copied from another's fill, and the other streams of its group in `st`
+// that have a rank attached; "" when it shares none.
+std::string FormatSharing(const v1::GetStatusResponse& st,
+                          const v1::StreamStatus& s);
+
 // The status: the daemon's line, the owners' table, and a table per
 // stream (whose first line names its owner). With `rates`, the stream's
 // examples/s and bytes/s are the current ones, and each rank's are shown

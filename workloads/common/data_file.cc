@@ -9,15 +9,18 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "base/paths.h"
+#include "workloads/common/path_walk.h"
 
 namespace batchd {
 
@@ -58,35 +61,16 @@ int Openat2(int dirfd, const char* path, int flags, uint64_t resolve) {
   return fd;
 }
 
-// Opens `rel` (no symlink in it: a realpath result) beneath `root_fd` one
-// component at a time, never following a link: the fallback of
-// RESOLVE_NO_SYMLINKS on kernels without openat2.
-int OpenNoFollowWalk(int root_fd, const std::string& rel, int flags) {
-  std::vector<std::string> parts = absl::StrSplit(rel, '/', absl::SkipEmpty());
-  if (parts.empty()) return openat(root_fd, ".", flags);
-  int dir = dup(root_fd);
-  if (dir < 0) return -1;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (parts[i] == "..") {
-      close(dir);
-      errno = EXDEV;
-      return -1;
-    }
-    const int next = openat(dir, parts[i].c_str(),
-                            O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    const int err = errno;
-    close(dir);
-    if (next < 0) {
-      errno = err;
-      return -1;
-    }
-    dir = next;
-  }
-  const int fd = openat(dir, parts.back().c_str(), flags | O_NOFOLLOW);
-  const int err = errno;
-  close(dir);
-  errno = err;
-  return fd;
+// The operator's names of data roots (--data-root as given, before it was
+// resolved), by resolved path.
+struct OperatorNames {
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, std::string>> names ABSL_GUARDED_BY(mu);
+};
+
+OperatorNames& Operators() {
+  static OperatorNames* names = new OperatorNames;
+  return *names;
 }
 
 }  // namespace
@@ -95,32 +79,84 @@ void DataRoot::DisableOpenat2ForTesting(bool disable) {
   g_no_openat2.store(disable);
 }
 
+void DataRoot::AddOperatorName(const std::string& resolved,
+                               const std::string& name) {
+  OperatorNames& o = Operators();
+  absl::MutexLock lock(&o.mu);
+  const std::pair<std::string, std::string> entry(resolved, name);
+  if (std::find(o.names.begin(), o.names.end(), entry) == o.names.end()) {
+    o.names.push_back(entry);
+  }
+}
+
 absl::StatusOr<std::shared_ptr<const DataRoot>> DataRoot::Open(
-    const std::string& root, const ReadAccess& access) {
+    const std::string& root, const ReadAccess& access,
+    uint64_t max_file_bytes) {
+  // The operator's path (a flag, a tool's argument), not a user's.
   char resolved[PATH_MAX];
   if (realpath(root.c_str(), resolved) == nullptr) {
     return ErrnoStatus(absl::StrCat("data root ", root), errno);
   }
   const int fd = open(resolved, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    return ErrnoStatus(absl::StrCat("cannot open data root ", resolved), errno);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    return ErrnoStatus(absl::StrCat("cannot open data root ", resolved), err);
   }
-  std::string given = root;
-  while (given.size() > 1 && given.back() == '/') given.pop_back();
+  WalkRoot walk;
+  walk.fd = fd;
+  walk.dev = st.st_dev;
+  walk.ino = st.st_ino;
+  // The names an absolute link may give the root: its resolved path, the
+  // path it was opened by, and the operator's names of it.
+  std::vector<std::string> names = {resolved, root};
+  {
+    OperatorNames& o = Operators();
+    absl::MutexLock lock(&o.mu);
+    for (const auto& [path, name] : o.names) {
+      if (path == resolved) names.push_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    if (name.empty() || name[0] != '/') continue;
+    std::vector<std::string> parts = PathComponents(name);
+    if (!parts.empty() && parts.back() == ".") parts.pop_back();
+    if (std::find(walk.names.begin(), walk.names.end(), parts) ==
+        walk.names.end()) {
+      walk.names.push_back(std::move(parts));
+    }
+  }
   return std::shared_ptr<const DataRoot>(
-      new DataRoot(fd, resolved, given, access));
+      new DataRoot(std::move(walk), resolved, access, max_file_bytes));
 }
 
-DataRoot::~DataRoot() { close(fd_); }
+DataRoot::~DataRoot() { close(walk_.fd); }
 
 absl::StatusOr<int> DataRoot::OpenFile(const std::string& path,
                                        struct stat* st) const {
-  return OpenBeneath(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, false,
-                     st);
+  struct stat own;
+  struct stat* const info = st != nullptr ? st : &own;
+  absl::StatusOr<int> fd = OpenBeneath(
+      path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, false, info);
+  if (!fd.ok()) return fd;
+  if (absl::Status s = CheckFileSize(path, *info, max_file_bytes_); !s.ok()) {
+    close(*fd);
+    return s;
+  }
+  return fd;
 }
 
 absl::StatusOr<int> DataRoot::OpenDirectory(const std::string& path) const {
   return OpenBeneath(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY, true, nullptr);
+}
+
+bool DataRoot::IsDirectory(const std::string& path) const {
+  absl::StatusOr<int> fd =
+      OpenChecked(path, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+  if (!fd.ok()) return false;
+  close(*fd);
+  return true;
 }
 
 absl::Status DataRoot::Unreachable(const std::string& path) const {
@@ -129,128 +165,95 @@ absl::Status DataRoot::Unreachable(const std::string& path) const {
                                           access_.Describe()));
 }
 
-bool DataRoot::BitsPermit(int fd, const std::string& rel, int want) const {
-  char real[PATH_MAX];
-  const std::string link = absl::StrCat("/proc/self/fd/", fd);
-  const ssize_t n = readlink(link.c_str(), real, sizeof(real) - 1);
-  if (n <= 0) return false;
-  real[n] = '\0';
-  if (!PathIsWithin(real, path_)) return false;
-  const std::string base = path_ == "/" ? "" : path_;
-  auto searchable = [&](const std::string& dir) {
-    struct stat st;
-    return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
-           access_.Permits(dir, st, ReadAccess::kSearch);
-  };
-  // The path opened: the root and every directory below it searchable,
-  // `want` on what it names.
-  const std::vector<std::string> parts =
-      absl::StrSplit(std::string(real + path_.size()), '/', absl::SkipEmpty());
-  std::string dir = path_;
-  if (!parts.empty() && !searchable(dir)) return false;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    dir = absl::StrCat(dir == "/" ? "" : dir, "/", parts[i]);
-    if (!searchable(dir)) return false;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !access_.Permits(real, st, want)) return false;
-  // The path as given, up to its first link (what the link names is the
-  // path opened): a link is reached only through searchable directories.
-  std::string given = base;
-  const std::vector<std::string> walked =
-      absl::StrSplit(rel, '/', absl::SkipEmpty());
-  for (size_t i = 0; i + 1 < walked.size(); ++i) {
-    if (walked[i] == "." || walked[i] == "..") break;
-    given = absl::StrCat(given, "/", walked[i]);
-    struct stat lst;
-    if (lstat(given.c_str(), &lst) != 0 || !S_ISDIR(lst.st_mode)) break;
-    if (!access_.Permits(given, lst, ReadAccess::kSearch)) return false;
-  }
-  return true;
-}
-
 absl::StatusOr<int> DataRoot::OpenChecked(const std::string& path, int flags,
                                           int want) const {
-  // The path relative to the root; an absolute one must name it lexically
-  // (callers build paths from the resolved root).
+  const bool restricted = access_.restricted();
+  // The path relative to the root; an absolute one must name a place
+  // beneath it lexically (callers build paths from the resolved root).
   std::string rel;
   if (!path.empty() && path[0] == '/') {
-    const std::string* base = PathIsWithin(path, path_)    ? &path_
-                              : PathIsWithin(path, given_) ? &given_
-                                                           : nullptr;
-    if (base == nullptr) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(path, " is outside the data root ", path_));
+    if (PathIsWithin(path, path_)) {
+      rel = path.substr(path_ == "/" ? 0 : path_.size());
+      // Relative to the root's descriptor (openat2 refuses an absolute path
+      // beneath it).
+      rel.erase(0, rel.find_first_not_of('/'));
+    } else {
+      const std::vector<std::string> parts = PathComponents(path);
+      const int prefix = RootNamePrefix(walk_, parts);
+      if (prefix < 0) {
+        if (restricted) return Unreachable(path);
+        return absl::PermissionDeniedError(
+            absl::StrCat(path, " is outside the data root ", path_));
+      }
+      rel = absl::StrJoin(parts.begin() + prefix, parts.end(), "/");
     }
-    rel = *base == "/" ? path.substr(1) : path.substr(base->size());
-    while (!rel.empty() && rel[0] == '/') rel.erase(0, 1);
   } else {
     rel = path;
   }
   if (rel.empty()) rel = ".";
-  const bool restricted = access_.restricted();
-  // Only the opens themselves run with the reader's credentials (the
-  // kernel's check); resolving a link is the daemon's.
-  auto open_as_reader = [&](auto&& open) -> std::pair<int, int> {
-    FsCredsScope as(access_);
-    if (!as.ok()) return {-1, EPERM};
-    const int fd = open();
-    return {fd, fd < 0 ? errno : 0};
-  };
-  auto [fd, err] = open_as_reader([&] {
-    return Openat2(fd_, rel.c_str(), flags,
-                   RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
-  });
-  if (fd < 0 && (err == EXDEV || err == ELOOP || err == ENOSYS)) {
-    // An absolute link (refused by RESOLVE_BENEATH even when it stays
-    // inside), a link out of the root, or no openat2: resolve once and
-    // check, then open the resolved path without following any link.
-    const bool no_openat2 = err == ENOSYS;
-    const std::string full =
-        path_ == "/" ? "/" + rel : absl::StrCat(path_, "/", rel);
-    char resolved[PATH_MAX];
-    if (realpath(full.c_str(), resolved) == nullptr) {
-      if (restricted) return Unreachable(path);
-      return ErrnoStatus(absl::StrCat("cannot open ", full), errno);
-    }
-    if (!PathIsWithin(resolved, path_)) {
-      // Where it leads is named only to whom may read every directory.
-      return absl::PermissionDeniedError(
-          restricted
-              ? absl::StrCat(full, " resolves outside the data root ", path_)
-              : absl::StrCat(full, " resolves to ", resolved,
-                             ", outside the data root ", path_));
-    }
-    std::string rrel = path_ == "/" ? std::string(resolved + 1)
-                                    : std::string(resolved + path_.size());
-    while (!rrel.empty() && rrel[0] == '/') rrel.erase(0, 1);
-    if (rrel.empty()) rrel = ".";
-    std::tie(fd, err) = open_as_reader([&] {
-      return no_openat2 ? OpenNoFollowWalk(fd_, rrel, flags)
-                        : Openat2(fd_, rrel.c_str(), flags,
-                                  RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
-    });
-    if (fd < 0 && (err == EXDEV || err == ELOOP)) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          full, " changed while it was opened (a link swapped in)"));
+  // The whole resolution runs with the reader's credentials where the
+  // daemon can take them: every lookup is the kernel's check of the
+  // reader's rights.
+  FsCredsScope as(access_);
+  if (!as.ok()) {
+    if (restricted) return Unreachable(path);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot open ", path, ": cannot take the reader's rights"));
+  }
+  const bool by_bits = restricted && !access_.by_kernel();
+  int err = ENOSYS;
+  if (!by_bits) {
+    // The kernel's walk: links anywhere inside the root, none out of it.
+    const int fd = Openat2(walk_.fd, rel.c_str(), flags,
+                           RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+    if (fd >= 0) return fd;
+    err = errno;
+  }
+  if (by_bits || err == EXDEV || err == ELOOP || err == ENOSYS) {
+    // An absolute link (refused by RESOLVE_BENEATH even when it names the
+    // root), a link out of the root, a loop, no openat2, or a reader the
+    // kernel cannot check: our own walk, with the same rights.
+    const WalkResult w =
+        WalkBeneath(walk_, rel, flags, by_bits ? &access_ : nullptr, want);
+    if (w.fd >= 0) return w.fd;
+    switch (w.failure) {
+      case WalkFailure::kMissing:
+      case WalkFailure::kDenied:
+        err = w.err;
+        break;  // as the kernel's own errors, below
+      case WalkFailure::kOutside:
+      case WalkFailure::kLoop:
+        // Which one, and where the path leads, only to whom may read every
+        // directory.
+        if (restricted) return Unreachable(path);
+        if (w.failure == WalkFailure::kLoop) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("cannot open ", path, ": more than ", kMaxLinks,
+                           " symbolic links (a loop)"));
+        }
+        return absl::PermissionDeniedError(
+            absl::StrCat(path, " resolves outside the data root ", path_,
+                         " (through ", w.outside, ")"));
+      case WalkFailure::kSystem:
+        if (w.err == EAGAIN) {
+          return absl::UnavailableError(absl::StrCat(
+              "cannot open ", path, ": it changed while it was opened"));
+        }
+        err = w.err;
+        break;
+      case WalkFailure::kNone:
+        break;
     }
   }
-  if (fd < 0) {
-    if (err == ENXIO) {  // a socket, or a FIFO opened for writing
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, " is not a regular file"));
-    }
-    if (restricted &&
-        (err == ENOENT || err == ENOTDIR || err == EACCES || err == EPERM)) {
-      return Unreachable(path);
-    }
-    return ErrnoStatus(absl::StrCat("cannot open ", path), err);
+  if (err == ENXIO) {  // a socket, or a FIFO opened for writing
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a regular file"));
   }
-  if (restricted && !access_.by_kernel() && !BitsPermit(fd, rel, want)) {
-    close(fd);
+  if (restricted &&
+      (err == ENOENT || err == ENOTDIR || err == EACCES || err == EPERM)) {
     return Unreachable(path);
   }
-  return fd;
+  return ErrnoStatus(absl::StrCat("cannot open ", path), err);
 }
 
 absl::StatusOr<int> DataRoot::OpenBeneath(const std::string& path, int flags,
@@ -300,7 +303,8 @@ absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
       searchable = self >= 0;
       if (self >= 0) close(self);
     } else {
-      searchable = access_.Permits(real, st, ReadAccess::kSearch);
+      // The ACL through the descriptor, not through a name.
+      searchable = access_.Permits(link, st, ReadAccess::kSearch);
     }
     close(*fd);
     if (!searchable) return Unreachable(path);
@@ -316,11 +320,21 @@ absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
     }
     close(*again);
   }
-  if (!PathIsWithin(real, path_)) {
+  if (!PathIsWithin(real, path_)) {  // moved out of the root meanwhile
+    if (access_.restricted()) return Unreachable(path);
     return absl::PermissionDeniedError(
         absl::StrCat(path, " resolves outside the data root ", path_));
   }
   return std::string(real);
+}
+
+absl::Status CheckFileSize(const std::string& path, const struct stat& st,
+                           uint64_t max_file_bytes) {
+  if (uint64_t(st.st_size) <= max_file_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(path, " is ", uint64_t(st.st_size),
+                   " bytes, over the limit of ", max_file_bytes,
+                   " bytes of one data file (batchd --max-data-file-bytes)"));
 }
 
 absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,

@@ -4,21 +4,33 @@
 //
 // The rule for symbolic links: a link inside the root may point anywhere
 // inside the root (hard-linked and symlinked data trees are common, and
-// torchvision follows links); a link whose target resolves outside the root,
-// or through /proc magic links, is refused. With openat2(2) (Linux 5.6+)
-// this is RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from a descriptor of the
-// root; an absolute link that stays inside the root is resolved once with
-// realpath(3) and the result opened with RESOLVE_NO_SYMLINKS, so a link
-// swapped in between fails instead of escaping. Without openat2 the same
-// resolved path is opened one component at a time with O_NOFOLLOW.
+// torchvision follows links); a link whose target leads outside the root,
+// or through /proc magic links, is refused. Nothing is resolved by path
+// string (no realpath, no stat of a user's path): with openat2(2) (Linux
+// 5.6+) the kernel walks the path, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+// from a descriptor of the root; where it cannot (an absolute link, which
+// RESOLVE_BENEATH refuses even when it names the root; no openat2) we walk
+// it ourselves, one component at a time from the root's descriptor
+// (workloads/common/path_walk.h): links read and followed at most 40 deep,
+// `..` never above the root, an absolute target taken only when it begins
+// with a name of the root (its resolved path, the path it was opened by,
+// the operator's --data-root as given: AddOperatorName). A link swapped
+// while a path is opened changes what is read next, never where the walk
+// may go.
 //
 // Whose permissions: a DataRoot opened for a ReadAccess other than the
 // daemon's (workloads/common/read_access.h) opens only what that reader
 // could open itself, from the root down (the root's own directory
-// included; its parents are the operator's). A path the reader may not
-// reach fails exactly as a missing one does: NotFound, one message naming
-// the path and the reader, so that no error says what exists where the
-// reader cannot look.
+// included; its parents are the operator's). Where the daemon can take the
+// reader's credentials (it runs as root), every lookup of the walk, the
+// kernel's or ours, is made with them; where it cannot (a daemon of another
+// uid, a TCP caller), our walk checks the mode bits and ACLs of every
+// directory it looks a name up in, through every link, and of the file it
+// opens. To either kind of reader a path that is missing, one it may not
+// reach and one that leads outside the root (or loops) fail exactly alike:
+// NotFound, one message naming the path and the reader, so that no answer
+// says what exists where the reader cannot look. Unrestricted readers (the
+// daemon, root, the daemon's uid) get the detailed errors.
 //
 // Thread safety: a DataRoot is immutable after Open; any number of threads
 // may open files through it at once.
@@ -33,6 +45,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "workloads/common/path_walk.h"
 #include "workloads/common/read_access.h"
 
 namespace batchd {
@@ -40,14 +53,21 @@ namespace batchd {
 // Default cap of one whole-file read (an image): ImageNet's largest JPEG is
 // a few MiB, so 64 MiB refuses only what is not a photograph.
 constexpr uint64_t kDefaultMaxFileBytes = uint64_t(64) << 20;
+// Default bound of any data file opened (batchd --max-data-file-bytes):
+// 256 GiB, five times a Criteo 1TB day file (~50 GB), the largest file of
+// the AlgoPerf data sets, and far below what a sparse file can claim
+// (`truncate -s 2T` costs nothing on disk, and a pass over it hours).
+constexpr uint64_t kDefaultMaxDataFileBytes = uint64_t(256) << 30;
 
 class DataRoot {
  public:
-  // `root` must be an existing directory; it is resolved (realpath) here and
-  // held open, so that later renames of its parents do not move it. Files
-  // are opened with `access`'s permissions.
+  // `root` must be an existing directory; it is resolved (realpath: the
+  // operator's path, not a user's) here and held open, so that later renames
+  // of its parents do not move it. Files are opened with `access`'s
+  // permissions, and none larger than `max_file_bytes` (OpenFile).
   static absl::StatusOr<std::shared_ptr<const DataRoot>> Open(
-      const std::string& root, const ReadAccess& access = ReadAccess());
+      const std::string& root, const ReadAccess& access = ReadAccess(),
+      uint64_t max_file_bytes = kDefaultMaxDataFileBytes);
   ~DataRoot();
   DataRoot(const DataRoot&) = delete;
   DataRoot& operator=(const DataRoot&) = delete;
@@ -55,50 +75,72 @@ class DataRoot {
   // The resolved root.
   const std::string& path() const { return path_; }
   const ReadAccess& access() const { return access_; }
+  uint64_t max_file_bytes() const { return max_file_bytes_; }
 
   // The real path of `path` (absolute and beneath path(), or relative to
   // it): a directory the reader may search, or a file it may read (any
-  // other kind of file is the workload's to refuse). NotFound (the one
-  // message) when missing or out of the reader's reach; PermissionDenied
-  // when it resolves outside the root.
+  // other kind of file is the workload's to refuse). NotFound when missing
+  // (for a restricted reader: the one message, also when out of its reach
+  // or leading outside the root); PermissionDenied when it leads outside
+  // the root (unrestricted readers).
   absl::StatusOr<std::string> Resolve(const std::string& path) const;
 
   // Opens `path` (absolute and beneath path(), or relative to it) read-only,
   // close-on-exec and non-blocking, and returns the descriptor, which the
   // caller closes. PermissionDenied when it resolves outside the root,
   // FailedPrecondition when it is not a regular file (a FIFO, a device, a
-  // directory), NotFound when missing. `st` (optional) receives its fstat.
+  // directory) or its links loop, NotFound when missing; a restricted
+  // reader gets NotFound, the one message, for every path it cannot open.
+  // ResourceExhausted (CheckFileSize) when it is larger than
+  // max_file_bytes(), before anything reads it. `st` (optional) receives
+  // its fstat.
   absl::StatusOr<int> OpenFile(const std::string& path,
                                struct stat* st = nullptr) const;
   // The same for a directory (to list it with fdopendir).
   absl::StatusOr<int> OpenDirectory(const std::string& path) const;
+  // Whether `path` leads to a directory inside the root that the reader
+  // reaches (stat(2) as the reader would, confined): how a listing tells a
+  // link to a directory from any other entry.
+  bool IsDirectory(const std::string& path) const;
 
-  // Tests: pretend the kernel has no openat2, to exercise the fallback.
+  // `name` is another absolute name of the root whose resolved path is
+  // `resolved`: the daemon's --data-root as the operator gave it (a link,
+  // say /data -> /mnt/nvme/data), which absolute links in the tree may use.
+  // Every DataRoot of `resolved` opened afterwards accepts it.
+  static void AddOperatorName(const std::string& resolved,
+                              const std::string& name);
+
+  // Tests: pretend the kernel has no openat2, so that every open takes our
+  // walk.
   static void DisableOpenat2ForTesting(bool disable);
 
  private:
-  DataRoot(int fd, std::string path, std::string given, ReadAccess access)
-      : fd_(fd),
+  DataRoot(WalkRoot walk, std::string path, ReadAccess access,
+           uint64_t max_file_bytes)
+      : walk_(std::move(walk)),
         path_(std::move(path)),
-        given_(std::move(given)),
-        access_(std::move(access)) {}
+        access_(std::move(access)),
+        max_file_bytes_(max_file_bytes) {}
   absl::StatusOr<int> OpenBeneath(const std::string& path, int flags,
                                   bool directory, struct stat* st) const;
   // The descriptor of `path` opened with `flags`, the reader granted `want`
   // (ReadAccess::Want; 0: only the directories walked) on what it names.
   absl::StatusOr<int> OpenChecked(const std::string& path, int flags,
                                   int want) const;
-  // Bits check of an open `fd` reached by `rel`: every directory walked
-  // searchable, `want` on the file itself.
-  bool BitsPermit(int fd, const std::string& rel, int want) const;
   // The error for a path the reader cannot open, whatever the reason.
   absl::Status Unreachable(const std::string& path) const;
 
-  const int fd_;
-  const std::string path_;   // resolved
-  const std::string given_;  // as passed to Open (paths may be built on it)
+  const WalkRoot walk_;     // the root's descriptor (owned), identity, names
+  const std::string path_;  // resolved
   const ReadAccess access_;
+  const uint64_t max_file_bytes_;
 };
+
+// OK, or ResourceExhausted when `st` (of `path`) is larger than
+// `max_file_bytes`: "<path> is N bytes, over the limit of M bytes of one
+// data file (batchd --max-data-file-bytes)".
+absl::Status CheckFileSize(const std::string& path, const struct stat& st,
+                           uint64_t max_file_bytes);
 
 // Reads the regular file `path` (confined to `root`) whole into *bytes,
 // which is reused. A file larger than max_bytes is refused from its size,

@@ -53,6 +53,8 @@ class ReadAccess {
   // restricted reader is checked by bits.
   bool by_kernel() const;
   uint32_t uid() const { return uid_; }
+  uint32_t gid() const { return gid_; }
+  const std::vector<uint32_t>& groups() const { return groups_; }
   // "uid 1000", "any local user", "batchd".
   std::string Describe() const;
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/coding.h"
 #include "base/files.h"
+#include "base/work_context.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/crc32c.h"
 #include "workloads/common/tfrecord_index.h"
@@ -64,6 +65,12 @@ absl::Status ScanRecords(int fd, const std::string& path, uint64_t file_size,
           " bytes left, the header needs ", kTFRecordHeaderBytes, ")"));
     }
     if (pos < buf_start || pos + kTFRecordHeaderBytes > buf_start + buf_len) {
+      // Every 64 KiB at most: a request that no longer wants the index
+      // stops the scan.
+      if (absl::Status s = CheckCancelled(absl::StrCat("indexing ", path));
+          !s.ok()) {
+        return s;
+      }
       const ssize_t r = PreadFull(fd, buf.data(), buf.size(), pos);
       if (r < 0) {
         return ErrnoStatus(absl::StrCat("cannot read at offset ", pos), path,

@@ -21,8 +21,9 @@ absl::StatusOr<TFRecordShards> TFRecordShards::Open(
     size_t done ABSL_GUARDED_BY(mu) = 0;
     uint64_t records ABSL_GUARDED_BY(mu) = 0;
   } progress;
-  // Each shard's error is kept for its place in the order, not returned.
-  (void)ParallelFor(
+  // Each shard's error is kept for its place in the order, not returned;
+  // the loop's own error (its request cancelled) is.
+  absl::Status loop = ParallelFor(
       executor, Priority::kServing, paths.size(), parallel,
       [&](uint64_t f) {
         absl::StatusOr<std::unique_ptr<TFRecordFile>> file =
@@ -39,6 +40,7 @@ absl::StatusOr<TFRecordShards> TFRecordShards::Open(
         return absl::OkStatus();
       },
       /*max_chunk=*/1);
+  if (!loop.ok()) return loop;
 
   TFRecordShards shards;
   shards.first_.clear();

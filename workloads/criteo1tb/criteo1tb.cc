@@ -225,20 +225,29 @@ class EvalSchedule : public ExampleSchedule {
   const std::vector<uint64_t>& first_line_;
 };
 
+// `algoperf_batches`: the pass's batches are AlgoPerf's (validation and
+// test: the same lines in the same batches), so that each row takes the
+// value AlgoPerf's TF gives its place in the batch: the last (rows mod 8)
+// rows of a batch have the scalar dense values (criteo_line.h's
+// ScalarDense), written from the counts the parse keeps.
 class EvalWorkload : public Workload {
  public:
   EvalWorkload(Options o, std::shared_ptr<BlockTable> table,
-               std::vector<uint64_t> first_line, uint64_t n)
+               std::vector<uint64_t> first_line, uint64_t n,
+               bool algoperf_batches)
       : o_(o),
         table_(std::move(table)),
         first_line_(std::move(first_line)),
         n_(n),
+        algoperf_batches_(algoperf_batches),
         tensors_(Tensors(o)),
-        cache_(table_, kSpareBlocks, o.exact_ids),
+        cache_(table_, kSpareBlocks, o.exact_ids, algoperf_batches),
         blocks_(table_) {}
 
   std::unique_ptr<Schedule> MakeSchedule(
       const Sampler& sampler) const override {
+    // Every schedule of the stream has its global batch size.
+    batch_.store(sampler.global_batch_size(), std::memory_order_relaxed);
     return std::make_unique<EvalSchedule>(sampler, first_line_);
   }
   const ExampleSource* source() const override { return &blocks_; }
@@ -267,14 +276,35 @@ class EvalWorkload : public Workload {
           " when counted (the file changed)"));
     }
     WriteLine(block->get(), j, o_.exact_ids, out, ctx.counters());
+    if (algoperf_batches_ && (*block)->bad[j] == 0 &&
+        ScalarRow(item.position)) {
+      float dense[criteo::kDense];
+      for (int k = 0; k < criteo::kDense; ++k) {
+        dense[k] =
+            criteo::ScalarDense((*block)->counts[j * criteo::kDense + k]);
+      }
+      std::memcpy(out[0], dense, sizeof(dense));
+    }
     return absl::OkStatus();
   }
 
  private:
+  // Whether row `r` of the pass is among the last (rows mod 8) of its
+  // batch, which TF computes one value at a time.
+  bool ScalarRow(uint64_t r) const {
+    const uint64_t b = batch_.load(std::memory_order_relaxed);
+    if (b == 0) return false;
+    const uint64_t first = r - r % b;
+    const uint64_t rows = std::min(b, n_ - first);
+    return r - first >= rows - rows % 8;
+  }
+
   const Options o_;
   const std::shared_ptr<BlockTable> table_;
   const std::vector<uint64_t> first_line_;  // per block, + end
   const uint64_t n_;
+  const bool algoperf_batches_;
+  mutable std::atomic<uint64_t> batch_{0};  // 0: no schedule yet
   const std::vector<TensorLayout> tensors_;
   const BlockCache cache_;
   const Blocks blocks_;
@@ -290,9 +320,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
       kName, config.split,
       {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
   if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();
   absl::StatusOr<std::vector<std::string>> files =
       SplitFiles(**root, config.data_path, *split);
@@ -324,7 +352,14 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
         pool, Priority::kServing, b1 - b0, b1 - b0,
         [&](uint64_t i) -> absl::Status { return t.Lines(b0 + i).status(); },
         1);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // What was counted is kept (its request may have been cancelled):
+      // the next open of these files counts only the rest.
+      if (store != nullptr && t.counted_since_store() > 0) {
+        t.StoreCounts(*store);
+      }
+      return s;
+    }
     for (uint64_t b = b0; b < b1; ++b) {
       first_line.push_back(first_line.back() + t.KnownLines(b));
     }
@@ -337,7 +372,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateCriteo1TbWorkload(
                      config.data_path, " hold no line"));
   }
   return std::unique_ptr<Workload>(
-      new EvalWorkload(*o, *std::move(table), std::move(first_line), n));
+      new EvalWorkload(*o, *std::move(table), std::move(first_line), n,
+                       *split != Split::kEvalTrain));
 }
 
 }  // namespace batchd

@@ -169,7 +169,7 @@ absl::Status BlockTable::ReadBlock(uint64_t block, std::string* bytes) const {
 
 absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
     uint64_t block, const std::string& buf, bool exact_ids,
-    HashMemo* memo) const {
+    bool keep_counts) const {
   const size_t f = FileOf(block);
   const uint64_t size = files_[f].size;
   const uint64_t begin = (block - first_block_[f]) * block_bytes_;
@@ -199,6 +199,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
   out->values.reserve(expect * kFields);
   out->bad.reserve(expect);
   if (exact_ids) out->ids.reserve(expect * kCategorical);
+  if (keep_counts) out->counts.reserve(expect * kDense);
   ParsedLine line;
   while (s < block_end) {
     const char* nl =
@@ -211,18 +212,26 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockTable::Parse(
     } else if (uint64_t(line_end - s) > max_line_) {
       err = LineError::kFieldTooLong;
     } else {
-      err = ParseLine(s, size_t(line_end - s), &line, memo);
+      err = ParseLine(s, size_t(line_end - s), &line);
     }
     const size_t i = out->lines++;
     float v[kFields] = {};
     out->bad.push_back(err == LineError::kNone ? 0 : 1);
     if (exact_ids) out->ids.resize(out->ids.size() + kCategorical);
+    if (keep_counts) out->counts.resize(out->counts.size() + kDense);
     if (err == LineError::kNone) {
+      if (keep_counts) {
+        std::memcpy(&out->counts[i * kDense], line.counts, sizeof(line.counts));
+      }
       v[0] = line.label;
       std::memcpy(v + 1, line.dense, sizeof(line.dense));
+      // Ids are below 2^26: converted from int64_t, one instruction each.
       for (int c = 0; c < kCategorical; ++c) {
-        v[1 + kDense + c] = static_cast<float>(line.ids[c]);
-        if (exact_ids) out->ids[i * kCategorical + c] = int64_t(line.ids[c]);
+        v[1 + kDense + c] = static_cast<float>(int64_t(line.ids[c]));
+      }
+      if (exact_ids) {
+        std::copy(line.ids, line.ids + kCategorical,
+                  out->ids.begin() + i * kCategorical);
       }
     } else {
       const bool too_long = uint64_t(line_end - s) > max_line_ || nl == nullptr;
@@ -280,7 +289,7 @@ absl::StatusOr<std::shared_ptr<const ParsedBlock>> BlockCache::Get(
     }
   }
   if (mine) {
-    entry->result = table_->Parse(block, bytes, exact_ids_, &memo_);
+    entry->result = table_->Parse(block, bytes, exact_ids_, keep_counts_);
     if (!entry->result.ok()) {  // not kept: the next reader tries again
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(block);

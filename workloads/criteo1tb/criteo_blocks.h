@@ -33,13 +33,15 @@ namespace batchd {
 namespace criteo {
 
 // A block's lines, parsed: per line 40 floats (label, 13 dense, 26 ids cast
-// to float32 as AlgoPerf does), whether it parsed, and the exact ids when
-// asked for.
+// to float32 as AlgoPerf does), whether it parsed, and when asked for, the
+// exact ids and the dense fields' counts (ParsedLine::counts: the rows that
+// AlgoPerf's TF computes with the scalar log1pf are written from them).
 struct ParsedBlock {
   uint32_t lines = 0;
   std::vector<float> values;  // lines x 40
   std::vector<uint8_t> bad;   // lines: 1 = not an example (zeros)
   std::vector<int64_t> ids;   // lines x 26, when exact ids are kept
+  std::vector<float> counts;  // lines x 13, when counts are kept
 };
 
 // Blocks of one split: its table keeps 4 bytes a block (the line counts),
@@ -78,10 +80,9 @@ class BlockTable {
   // Parses ReadBlock's bytes into the block's lines (damaged lines logged
   // with their file and byte offset, and marked bad); DataLoss when they
   // cannot be the block's (the file changed).
-  // `memo` (may be null): the categorical buckets already computed.
   absl::StatusOr<std::shared_ptr<const ParsedBlock>> Parse(
       uint64_t block, const std::string& bytes, bool exact_ids,
-      HashMemo* memo = nullptr) const;
+      bool keep_counts = false) const;
   // "day_0_00 bytes [0, 1048576)", for messages.
   std::string Describe(uint64_t block) const;
 
@@ -120,8 +121,11 @@ class BlockTable {
 class BlockCache {
  public:
   BlockCache(std::shared_ptr<const BlockTable> table, size_t capacity,
-             bool exact_ids)
-      : table_(std::move(table)), capacity_(capacity), exact_ids_(exact_ids) {}
+             bool exact_ids, bool keep_counts = false)
+      : table_(std::move(table)),
+        capacity_(capacity),
+        exact_ids_(exact_ids),
+        keep_counts_(keep_counts) {}
   absl::StatusOr<std::shared_ptr<const ParsedBlock>> Get(
       uint64_t block, absl::FunctionRef<absl::Status(std::string*)> read) const;
 
@@ -133,9 +137,7 @@ class BlockCache {
   };
   const std::shared_ptr<const BlockTable> table_;
   const size_t capacity_;
-  const bool exact_ids_;
-  // The stream's own: nothing another stream hashed is seen here.
-  mutable HashMemo memo_;
+  const bool exact_ids_, keep_counts_;
   mutable absl::Mutex mu_;
   mutable std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries_
       ABSL_GUARDED_BY(mu_);

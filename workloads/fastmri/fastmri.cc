@@ -233,9 +233,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
       kName, config.split,
       {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
   if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+      config.OpenDataRoot();
   if (!root.ok()) return root.status();
 
   const bool train = *split == Split::kTrain || *split == Split::kEvalTrain;

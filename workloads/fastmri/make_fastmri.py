@@ -81,7 +81,8 @@ def main():
     p.add_argument("--widths", type=int, nargs="+", default=[368, 372, 369],
                    help="k-space widths, cycled (at least 320)")
     p.add_argument("--chunked-every", type=int, default=2, metavar="K",
-                   help="every K-th file chunked and compressed (0: none)")
+                   help="every K-th file chunked and compressed (1: all; "
+                        "0: none)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     if min(a.widths) < CROP:
@@ -98,7 +99,8 @@ def main():
             write_volume(os.path.join(a.out, sub, name), rng,
                          int(rng.integers(a.slices[0], a.slices[1] + 1)),
                          a.widths[n % len(a.widths)],
-                         a.chunked_every > 0 and n % a.chunked_every == 1,
+                         a.chunked_every > 0 and
+                         n % a.chunked_every == a.chunked_every - 1,
                          with_max=n % 4 != 3)
             n += 1
 

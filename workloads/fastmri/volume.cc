@@ -61,24 +61,11 @@ absl::StatusOr<FastMriVolume> IndexVolume(const DataRoot& root,
   v.inode = uint64_t(st.st_ino);
   v.size = uint64_t(st.st_size);
   v.mtime_ns = MtimeNs(st);
-  absl::Status s = Hdf5Helper::Get().Index(fd.get(), &v);
+  // The owner's helper; what it says is checked again there
+  // (ApplyIndexReply): a helper that a crafted file took over must not
+  // steer the daemon's reads or allocations.
+  absl::Status s = Hdf5Helper::For(root.access())->Index(fd.get(), &v);
   if (!s.ok()) return s;
-  // What the helper says is checked again here: a helper that a crafted
-  // file took over must not steer the daemon's reads or allocations.
-  const uint64_t kbytes = uint64_t(v.slices) * v.KspaceSliceBytes();
-  const uint64_t tbytes = uint64_t(v.slices) * FastMriVolume::kTargetSliceBytes;
-  const bool sane =
-      v.width >= uint32_t(kFastMriMinWidth) &&
-      v.width <= uint32_t(kFastMriMaxWidth) && v.slices <= v.size &&
-      (!v.contiguous ||
-       (v.kspace_offset <= v.size && kbytes <= v.size - v.kspace_offset &&
-        v.target_offset <= v.size && tbytes <= v.size - v.target_offset));
-  if (!sane) {
-    return absl::DataLossError(absl::StrCat(
-        "fastmri: ", Printable(path), ": the HDF5 helper described it as ",
-        v.slices, " slices of width ", v.width,
-        ", which the file cannot hold"));
-  }
   return v;
 }
 
@@ -103,7 +90,9 @@ absl::Status ReadVolumeSlice(const DataRoot& root, const FastMriVolume& v,
   const uint64_t tbytes = FastMriVolume::kTargetSliceBytes;
   bytes->resize(kbytes + tbytes);
   char* buf = &(*bytes)[0];
-  if (!v.contiguous) return Hdf5Helper::Get().Read(fd.get(), v, slice, buf);
+  if (!v.contiguous) {
+    return Hdf5Helper::For(root.access())->Read(fd.get(), v, slice, buf);
+  }
   absl::Status s = PreadAll(fd.get(), buf, kbytes,
                             v.kspace_offset + uint64_t(slice) * kbytes, v.path);
   if (!s.ok()) return s;

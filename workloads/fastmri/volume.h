@@ -8,15 +8,17 @@
 // types and shapes, the attribute, and whether both datasets lie in the
 // file as contiguous little-endian arrays (h5py's default layout). Then a
 // slice is two pread(2)s of the file, opened through the data root like
-// every other file batchd reads; otherwise (chunked, compressed or
-// external storage) the HDF5 library reads it. A file that changed since
-// it was indexed (another inode, size or modification time) is refused.
+// every other file batchd reads; otherwise (chunked or compressed) the
+// HDF5 library reads it. A file that changed since it was indexed
+// (another inode, size or modification time) is refused.
 //
-// HDF5 calls run in a helper process (hdf5_helper.h), on a descriptor the
-// data root opened: the library opens that very file (/proc/self/fd/N),
-// without its file locks (data trees are often read-only). A crafted file
-// that crashes or hangs libhdf5 fails the stream naming the file; the
-// daemon goes on.
+// HDF5 calls run in a helper process of the stream's owner
+// (hdf5_helper.h), on a descriptor the data root opened with the owner's
+// rights: libhdf5 reads that very file as a file image and can open no
+// other, and a volume whose datasets live elsewhere (external storage,
+// external or soft links, virtual datasets) is refused naming the file
+// (hdf5_volume.h). A crafted file that crashes or hangs libhdf5 fails the
+// stream naming the file; the daemon and other owners' streams go on.
 //
 // Thread safety: both functions may be called from any number of threads.
 #ifndef BATCHD_WORKLOADS_FASTMRI_VOLUME_H_

@@ -277,9 +277,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFineWebEduLmWorkload(
       ParseSplit(kName, config.split,
                  {Split::kTrain, Split::kEvalTrain, Split::kValidation});
   if (!split.ok()) return split.status();
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();
   const std::string dir = absl::StrCat(
       config.data_path, *split == Split::kValidation ? "/val" : "/train");

@@ -24,6 +24,7 @@
 #include "base/clock.h"
 #include "base/executor.h"
 #include "base/log.h"
+#include "base/work_context.h"
 #include "workloads/common/cache_dir.h"
 #include "workloads/common/data_file.h"
 #include "workloads/common/tf_example.h"
@@ -79,6 +80,20 @@ DIR* OpenDir(const DataRoot* root, const std::string& path) {
   return d;
 }
 
+// Whether `name`, a link in directory `path` (open as `dir_fd`), leads to a
+// directory, as os.scandir's is_dir() follows it. A restricted reader's
+// answer is the data root's, with its rights: a link it cannot follow, or
+// one that leads outside the root, is no directory (as a broken link), so
+// that a listing says nothing of what lies where the reader cannot look.
+bool LinkIsDirectory(const DataRoot* root, int dir_fd, const std::string& path,
+                     const char* name) {
+  if (root != nullptr && root->access().restricted()) {
+    return root->IsDirectory(absl::StrCat(path, "/", name));
+  }
+  struct stat st;
+  return fstatat(dir_fd, name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+}
+
 // Lists `path` as os.scandir / os.walk classify entries: is_dir() follows
 // symlinks; everything else (files, broken links, sockets) is a file. With
 // a root, the directory is opened through it (confined).
@@ -102,7 +117,16 @@ absl::Status ListDir(const DataRoot* root, const std::string& path,
     out->identity = DirIdentity(self);
     out->changed_ns = std::max(Nanos(self.st_mtim), Nanos(self.st_ctim));
   }
+  uint64_t seen = 0;
   while (dirent* e = readdir(d)) {
+    // A folder of millions of entries stops when its request goes.
+    if (++seen % 4096 == 0) {
+      if (absl::Status s = CheckCancelled(absl::StrCat("listing ", path));
+          !s.ok()) {
+        closedir(d);
+        return s;
+      }
+    }
     const char* n = e->d_name;
     if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
     bool is_dir = e->d_type == DT_DIR;
@@ -114,8 +138,7 @@ absl::Status ListDir(const DataRoot* root, const std::string& path,
       is_dir = known && S_ISDIR(st.st_mode);
     }
     if (is_link) {
-      struct stat st;
-      is_dir = fstatat(dirfd(d), n, &st, 0) == 0 && S_ISDIR(st.st_mode);
+      is_dir = LinkIsDirectory(root, dirfd(d), path, n);
       if (!is_dir) out->linked_files.push_back(n);
     }
     (is_dir ? out->dirs : out->files).push_back(n);
@@ -143,10 +166,11 @@ void LogIndex(LogLevel level, const std::string& msg) {
 constexpr size_t kIndexThreads = 16;
 
 // fn(0) ... fn(n - 1), on up to kIndexThreads threads at once: this one and
-// the executor's (null: this one alone).
-void ParallelFor(Executor* executor, size_t n,
-                 const std::function<void(size_t)>& fn) {
-  (void)batchd::ParallelFor(
+// the executor's (null: this one alone). CANCELLED, with items left out,
+// when the request that indexes no longer wants it.
+absl::Status ParallelFor(Executor* executor, size_t n,
+                         const std::function<void(size_t)>& fn) {
+  return batchd::ParallelFor(
       executor, Priority::kServing, n, kIndexThreads,
       [&](uint64_t i) {
         fn(size_t(i));
@@ -325,8 +349,10 @@ class ImageFolderSource : public ImageSource {
     for (size_t first = 0; first < classes_.size(); first += kBatch) {
       std::vector<ClassListing> batch(
           std::min(kBatch, classes_.size() - first));
-      ParallelFor(executor_, batch.size(),
-                  [&](size_t i) { ListClass(classes_[first + i], &batch[i]); });
+      absl::Status listed = ParallelFor(executor_, batch.size(), [&](size_t i) {
+        ListClass(classes_[first + i], &batch[i]);
+      });
+      if (!listed.ok()) return listed;
       for (size_t i = 0; i < batch.size(); ++i) {
         const size_t c = first + i;
         if (!batch[i].status.ok()) return batch[i].status;
@@ -361,12 +387,17 @@ class ImageFolderSource : public ImageSource {
   void ListClass(const std::string& cls, ClassListing* out) const {
     std::vector<std::pair<std::string, int>> pending = {{cls, 0}};
     while (!pending.empty()) {
+      if (absl::Status s = CheckCancelled(absl::StrCat("listing ", dir_));
+          !s.ok()) {
+        out->status = s;
+        return;
+      }
       auto [rel, depth] = pending.back();
       pending.pop_back();
       DirEntries e;
       absl::Status st = ListDir(root_.get(), absl::StrCat(dir_, "/", rel), &e);
       if (!st.ok()) {
-        if (depth == 0) {
+        if (depth == 0 || absl::IsCancelled(st)) {
           out->status = st;
           return;
         }
@@ -521,12 +552,15 @@ class ImageFolderSource : public ImageSource {
   // no symlink taken as a file resolves to a directory.
   bool Unchanged() const {
     std::atomic<bool> same{true};
-    ParallelFor(executor_, walked_.size(), [&](size_t i) {
-      if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
-        same = false;
-      }
-    });
-    return same;
+    absl::Status checked =
+        ParallelFor(executor_, walked_.size(), [&](size_t i) {
+          if (same.load(std::memory_order_relaxed) && !Unchanged(walked_[i])) {
+            same = false;
+          }
+        });
+    // Not all checked (cancelled): not known to be the same; the listing
+    // that follows stops for the same reason.
+    return checked.ok() && same;
   }
 
   bool Unchanged(const WalkedDir& w) const {
@@ -536,8 +570,8 @@ class ImageFolderSource : public ImageSource {
     bool same = !w.identity.empty() && fstat(dirfd(d), &st) == 0 &&
                 DirIdentity(st) == w.identity;
     for (size_t i = 0; same && i < w.linked_files.size(); ++i) {
-      same = !(fstatat(dirfd(d), w.linked_files[i].c_str(), &st, 0) == 0 &&
-               S_ISDIR(st.st_mode));
+      same = !LinkIsDirectory(root_.get(), dirfd(d), DirPath(w.rel),
+                              w.linked_files[i].c_str());
     }
     closedir(d);
     return same;

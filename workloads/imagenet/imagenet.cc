@@ -391,8 +391,8 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   const std::string& split = config.split;
   // Every file is opened through the server's data root: symlinks may
   // point anywhere inside it, never out (workloads/common/data_file.h).
-  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root = DataRoot::Open(
-      config.data_root.empty() ? root : config.data_root, config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
+      config.OpenDataRoot();
   if (!data_root.ok()) return data_root.status();
   ImageSourceOptions source_options;
   source_options.root = *data_root;
@@ -423,10 +423,14 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   for (const std::string& dir_root : roots) {
     for (const std::string& name : names) {
       const std::string dir = absl::StrCat(dir_root, "/", name);
-      // A restricted reader's tree is one it may reach: what lies beyond
-      // a directory it cannot search reads as missing.
-      if (IsDir(dir) &&
-          (!config.access.restricted() || (*data_root)->Resolve(dir).ok())) {
+      // A restricted reader's tree is one it may reach, looked up with its
+      // rights: what lies beyond a directory it cannot search, or outside
+      // the root, reads as missing.
+      const bool tree = config.access.restricted()
+                            ? (*data_root)->IsDirectory(dir) &&
+                                  (*data_root)->Resolve(dir).ok()
+                            : IsDir(dir);
+      if (tree) {
         absl::StatusOr<std::unique_ptr<ImageSource>> s =
             OpenImageFolder(dir, source_options);
         if (!s.ok()) return s.status();

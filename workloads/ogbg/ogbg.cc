@@ -27,7 +27,12 @@ constexpr char kName[] = "ogbg";
 constexpr char kVersionDir[] = "ogbg_molpcba/0.1.3";
 constexpr uint64_t kTrainShards = 8;
 constexpr uint64_t kDefaultGraphsPerRow = 64;
+// Rows of train splits hold up to 1,024 graph slots (AlgoPerf trains at
+// 512 graphs a step); evaluation rows up to 32,768, AlgoPerf's evaluation
+// batch, so that one rank's batch can be AlgoPerf's whole batch (about
+// 90 MB a row at that size).
 constexpr uint64_t kMaxGraphsPerRow = 1024;
+constexpr uint64_t kMaxEvalGraphsPerRow = 32768;
 constexpr uint64_t kDefaultEvalTrain = 43793;  // AlgoPerf's
 // A molecule's record is a few KB (molpcba's largest, 332 atoms, ~25 KB); a
 // larger one is refused unread. Parsing a record keeps up to tens of bytes
@@ -512,20 +517,19 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateOgbgWorkload(
   absl::StatusOr<WorkloadOptions> opts = WorkloadOptions::Create(
       kName, config.options, {"graphs_per_row", "eval_train_examples"});
   if (!opts.ok()) return opts.status();
-  absl::StatusOr<uint64_t> r =
-      opts->Uint("graphs_per_row", kDefaultGraphsPerRow, 1, kMaxGraphsPerRow);
-  if (!r.ok()) return r.status();
-  absl::StatusOr<uint64_t> eval_train = opts->Uint(
-      "eval_train_examples", kDefaultEvalTrain, 1, uint64_t(1) << 32);
-  if (!eval_train.ok()) return eval_train.status();
   absl::StatusOr<Split> split = ParseSplit(
       kName, config.split,
       {Split::kTrain, Split::kEvalTrain, Split::kValidation, Split::kTest});
   if (!split.ok()) return split.status();
+  absl::StatusOr<uint64_t> r = opts->Uint(
+      "graphs_per_row", kDefaultGraphsPerRow, 1,
+      *split == Split::kTrain ? kMaxGraphsPerRow : kMaxEvalGraphsPerRow);
+  if (!r.ok()) return r.status();
+  absl::StatusOr<uint64_t> eval_train = opts->Uint(
+      "eval_train_examples", kDefaultEvalTrain, 1, uint64_t(1) << 32);
+  if (!eval_train.ok()) return eval_train.status();
 
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();
   absl::StatusOr<std::vector<std::string>> files = SplitFiles(
       **root, config.data_path.empty() ? (*root)->path() : config.data_path,

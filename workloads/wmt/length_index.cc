@@ -74,9 +74,10 @@ bool LengthIndex::Attach() {
   return true;
 }
 
-void LengthIndex::Detach() {
+void LengthIndex::Detach(bool stream_made) {
   absl::MutexLock lock(&mu_);
-  if (--users_ > 0 || outlive_users_) return;
+  stream_made_ = stream_made_ || stream_made;
+  if (--users_ > 0 || (outlive_users_ && stream_made_)) return;
   // Nobody will use what the pass learns: stop it (it stores what it has
   // learnt when there is a cache) and wait for it if it runs, as the
   // workload's end did. A pass still queued behind others is not waited
@@ -169,6 +170,9 @@ void LengthIndex::Start() {
   absl::MutexLock lock(&mu_);
   // The pass holds the index: it may outlive every stream (outlive_users_).
   std::shared_ptr<LengthIndex> self = shared_from_this();
+  // The index's work, not the request's that started it (other streams
+  // join it): never cancelled with that request; Detach stops it.
+  WorkScope pass_work(WorkContext{CurrentWork().owner, nullptr});
   absl::Status queued =
       executor_ == nullptr
           ? absl::FailedPreconditionError("no executor")

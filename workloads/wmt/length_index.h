@@ -9,13 +9,17 @@
 // model's bytes, the options that change lengths), shared by the streams of
 // that data through the daemon's SharedWork, so that a second stream joins
 // the pass that runs instead of starting another. With a cache the pass,
-// once started, runs to its end whether or not its streams are still open
-// (the index lives as long as its pass), so that after any first use a
-// restarted daemon loads every length and token id from the cache; it stops
-// early only when the executor stops (daemon shutdown), and then stores
-// what it learnt, which the next start takes up. Without a cache (nothing
-// would keep the result) or without SharedWork (tools, tests), the pass
-// stops when the last workload using the index lets go. After a daemon's
+// once a stream was made with it, runs to its end whether or not its
+// streams are still open (the index lives as long as its pass), so that
+// after any first use a restarted daemon loads every length and token id
+// from the cache; it stops early only when the executor stops (daemon
+// shutdown), and then stores what it learnt, which the next start takes
+// up. A pass that nobody wants stops when the last workload using the
+// index lets go: without a cache (nothing would keep the result), without
+// SharedWork (tools, tests), or when no stream was ever made with it (its
+// requests were cancelled or refused, or were Plans). It is the index's
+// work, not a request's: it runs under its first user's owner, never
+// under a request's cancellation. After a daemon's
 // pass, the first epochs' row counts of the seeds its streams used are
 // counted and stored too (NoteSeed).
 //
@@ -80,11 +84,13 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
       Executor* executor, bool outlive_users);
   ~LengthIndex();
 
-  // A workload uses the index from Attach to Detach. The last Detach stops
-  // the pass and waits for it, unless it outlives its users; Attach is
-  // false once that happened (the index is then no use: make another).
+  // A workload uses the index from Attach to Detach; `stream_made` says
+  // whether a stream was made with it (its request handed it out). The
+  // last Detach stops the pass and waits for it, unless it outlives its
+  // users (with outlive_users, once any stream was made); Attach is false
+  // once that happened (the index is then no use: make another).
   bool Attach();
-  void Detach();
+  void Detach(bool stream_made);
 
   uint64_t size() const { return n_; }
   const std::string& key() const { return key_; }
@@ -215,6 +221,7 @@ class LengthIndex : public std::enable_shared_from_this<LengthIndex> {
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // ready, failed, or the pass ended
   int users_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stream_made_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> seeds_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool pass_running_ ABSL_GUARDED_BY(mu_) = false;  // started, not ended

@@ -16,9 +16,7 @@ absl::StatusOr<std::shared_ptr<const PairReader>> PairReader::Create(
   // Every file is opened through the server's data root: symlinks may
   // point anywhere inside it, never out (workloads/common/data_file.h),
   // with the reader's permissions.
-  absl::StatusOr<std::shared_ptr<const DataRoot>> root = DataRoot::Open(
-      config.data_root.empty() ? config.data_path : config.data_root,
-      config.access);
+  absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();
   absl::StatusOr<std::string> model_path =
       ModelPath(config.data_path, options.vocab, root->get());

@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "base/coding.h"
 #include "base/format.h"
+#include "base/work_context.h"
 #include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/common/tfrecord_shards.h"
@@ -235,6 +236,11 @@ class LineFile {
     uint64_t offset = 0;
     bool at_line_start = true;
     while (offset < size_) {
+      // Every MiB: a request that no longer wants the index stops it.
+      if (absl::Status s = CheckCancelled(absl::StrCat("indexing ", path_));
+          !s.ok()) {
+        return s;
+      }
       const ssize_t r =
           pread(fd_, buffer.get(),
                 std::min<uint64_t>(kScanBuffer, size_ - offset), off_t(offset));

@@ -147,8 +147,10 @@ class WmtTrainWorkload : public Workload, public RowPacking {
  public:
   WmtTrainWorkload(std::shared_ptr<const PairReader> reader,
                    std::shared_ptr<LengthIndex> index, std::string lengths_key,
-                   std::shared_ptr<const CacheDir> cache)
-      : reader_(std::move(reader)),
+                   std::shared_ptr<const CacheDir> cache,
+                   std::shared_ptr<const Cancellation> request)
+      : request_(std::move(request)),
+        reader_(std::move(reader)),
         options_(reader_->options()),
         source_(*reader_->source()),
         index_(std::move(index)),
@@ -159,7 +161,9 @@ class WmtTrainWorkload : public Workload, public RowPacking {
 
   ~WmtTrainWorkload() override {
     stopping_.store(true);
-    index_->Detach();
+    // Gone while its request still ran, or after it was cancelled: no
+    // stream was made with it (tools and tests have no request).
+    index_->Detach(request_ == nullptr || request_->finished());
   }
 
   std::unique_ptr<Schedule> MakeSchedule(
@@ -255,6 +259,8 @@ class WmtTrainWorkload : public Workload, public RowPacking {
   };
 
   // Constant after construction.
+  // The request that made the workload (null outside a daemon).
+  const std::shared_ptr<const Cancellation> request_;
   const std::shared_ptr<const PairReader> reader_;
   const Options& options_;    // reader_'s
   const PairSource& source_;  // reader_'s
@@ -612,8 +618,9 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateWmtTrainWorkload(
   absl::StatusOr<std::shared_ptr<LengthIndex>> index =
       UseIndex(*reader, config, key, cache);
   if (!index.ok()) return index.status();
-  return std::unique_ptr<Workload>(new WmtTrainWorkload(
-      std::move(reader), *std::move(index), key, std::move(cache)));
+  return std::unique_ptr<Workload>(
+      new WmtTrainWorkload(std::move(reader), *std::move(index), key,
+                           std::move(cache), config.work.cancel));
 }
 
 }  // namespace wmt

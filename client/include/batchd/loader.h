@@ -6,11 +6,21 @@
 //   opts.workload = "synthetic";
 //   opts.global_batch_size = 256;
 //   auto loader = batchd::Loader::Open(opts);
-//   for (;;) {
-//     absl::StatusOr<batchd::Batch> batch = (*loader)->Next();
-//     if (absl::IsOutOfRange(batch.status())) break;   // eval stream ended
-//     ...batch->tensor("inputs")...
-//   }                                                  // slot freed here
+//   for (int epoch = 0; epoch < 10; ++epoch) {
+//     for (bool more = true; more;) {                  // one epoch
+//       absl::StatusOr<batchd::Batch> batch = (*loader)->NextInEpoch();
+//       if (absl::IsOutOfRange(batch.status())) break; // it has ended
+//       more = !batch->last_in_epoch();
+//       ...batch->tensor("inputs")...
+//     }                                                // slot freed here
+//   }
+//
+// Next() runs on across epochs (a train stream never ends), for trainers
+// that count steps; NextInEpoch() stays in the epoch in progress, as
+// torch's DataLoader iterates one epoch per loop. A train epoch drops the
+// examples that do not fill a global batch; an evaluation split is one
+// epoch, its last batch padded. EpochSteps() is an epoch's length (torch's
+// len(loader)).
 //
 // Thread safety: Next() must be called from one thread at a time; Batch
 // objects (and tensors made from them) may be released from any thread.
@@ -171,6 +181,17 @@ class Batch {
   uint64_t batch_cursor_epoch() const { return batch_cursor_[0]; }
   uint64_t batch_cursor_window() const { return batch_cursor_[1]; }
   uint64_t batch_cursor_row() const { return batch_cursor_[2]; }
+  // The batch's epoch in global steps, as the daemon says: its first step
+  // and how many it holds. epoch_steps() is 0 where the daemon did not
+  // know it when it wrote the batch (an epoch of packed rows it was still
+  // counting: wmt train while its lengths are learnt).
+  uint64_t epoch_first_step() const { return epoch_first_step_; }
+  uint64_t epoch_steps() const { return epoch_steps_; }
+  // Whether the batch is known to be its epoch's last (false where
+  // epoch_steps() is 0: Loader::NextInEpoch tells the end then).
+  bool last_in_epoch() const {
+    return epoch_steps_ != 0 && step_ + 1 == epoch_first_step_ + epoch_steps_;
+  }
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
   // The tensor named `name`, or nullptr.
@@ -187,6 +208,7 @@ class Batch {
   uint64_t step_ = 0, epoch_ = 0, position_ = 0;
   uint64_t cursor_[3] = {0, 0, 0};
   uint64_t batch_cursor_[3] = {0, 0, 0};
+  uint64_t epoch_first_step_ = 0, epoch_steps_ = 0;
   uint32_t valid_count_ = 0;
   std::vector<Tensor> tensors_;
   std::shared_ptr<SlotLease> lease_;
@@ -199,7 +221,8 @@ struct StreamInfo {
   uint32_t world_size = 0;
   uint64_t examples_per_epoch = 0;
   // Global batches per epoch; 0 where epochs differ in length (packed rows:
-  // wmt train, whose epochs hold as many batches as their rows allow).
+  // wmt, ogbg and criteo1tb train, whose epochs hold as many batches as
+  // their rows allow: each batch says its epoch's, Batch::epoch_steps).
   uint64_t steps_per_epoch = 0;
   // The step this rank's ring began at.
   uint64_t start_step = 0;
@@ -240,6 +263,25 @@ class Loader {
   // held steps); Aborted when the interrupt check said stop;
   // FailedPrecondition in a forked child.
   absl::StatusOr<Batch> Next();
+  // The next batch of the epoch in progress: that of the last batch
+  // returned, unless that batch was its epoch's last (then the next
+  // epoch begins here, as after a resume at an epoch's edge). OutOfRange
+  // ("epoch N has ended") where the next batch is of a later epoch: the
+  // end of an epoch whose last batch did not know it was the last
+  // (Batch::last_in_epoch false, epoch_steps 0); that batch is kept for
+  // the next call of Next() or NextInEpoch(), which begins its epoch, and
+  // State() stays after the last batch returned. Other errors as Next()'s.
+  absl::StatusOr<Batch> NextInEpoch();
+  // Global steps in an epoch of the stream (torch's len(loader)): train,
+  // the examples over the global batch, rounded down (the remainder is
+  // dropped); an evaluation split, its one pass, rounded up (the last
+  // batch is padded). A stream of packed rows (wmt, ogbg and criteo1tb
+  // train) has epochs of different lengths, which the daemon counts as it
+  // goes: the length of the epoch in progress (that of the last batch
+  // returned unless it ended its epoch, else that of a batch NextInEpoch
+  // kept) where the daemon has said it; FailedPrecondition, saying why,
+  // where it has not (before the epoch's first batch).
+  absl::StatusOr<uint64_t> EpochSteps() const;
 
   // Where this rank resumes: after the last batch Next() returned (or the
   // stream's start, before the first). Any rank's state resumes the job.
@@ -284,6 +326,10 @@ class Loader {
   explicit Loader(std::unique_ptr<Impl> impl);
   absl::StatusOr<Batch> MakeBatch(std::shared_ptr<RingReader> reader,
                                   uint64_t pos);
+  // The next batch of the ring (or the one NextInEpoch kept), not yet
+  // counted as returned (Returned does that).
+  absl::StatusOr<Batch> Take();
+  void Returned(const Batch& b);
   // Reopens this rank's ring at its next step (impl's position).
   absl::Status Reopen(double deadline_seconds);
   // Waits for the daemon to come back (reconnect_seconds) and reopens.

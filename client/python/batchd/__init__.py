@@ -8,9 +8,14 @@ input queues do:
 
     loader = batchd.Loader("job42-train", global_batch_size=256,
                            workload="imagenet", data="imagenet/train")
-    for batch in loader:                      # rank, world from RANK, WORLD_SIZE
-        x = batchd.normalize(batch["inputs"], device="cuda")
-        info = loader.last_batch_info         # step, epoch, position, ...
+    for epoch in range(90):           # rank, world from RANK, WORLD_SIZE
+        for batch in loader:          # one epoch: len(loader) steps
+            x = batchd.normalize(batch["inputs"], device="cuda")
+            info = loader.last_batch_info  # step, epoch, position, ...
+
+A for loop yields one epoch, as torch's DataLoader does, and the next loop
+the next epoch, in its own shuffled order; next(loader) runs on across
+epochs, for trainers that count steps.
 
 format= picks the arrays: "torch" (torch tensors, through DLPack; the
 default when torch is installed), "numpy" (numpy arrays through the array
@@ -80,7 +85,9 @@ class StreamInfo(NamedTuple):
     rank: int
     world_size: int
     examples_per_epoch: int
-    steps_per_epoch: int  # 0 where epochs differ in length (wmt train)
+    # 0 where epochs differ in length (packed rows: wmt, ogbg and criteo1tb
+    # train; each batch says its epoch's, BatchInfo.epoch_steps)
+    steps_per_epoch: int
     start_step: int  # the step this rank's ring began at
     slots: int  # ring slots: keep fewer batches than this alive at once
     slot_bytes: int
@@ -109,6 +116,10 @@ class BatchInfo(NamedTuple):
     position: int  # position in its epoch of this rank's first example
     valid_count: int  # real rows; the rest is padding (last eval batch)
     cursor: Cursor  # where the batch sits (see Cursor)
+    # Global steps in the batch's epoch; 0 where the daemon did not know
+    # them yet (an epoch of packed rows it was still counting).
+    epoch_steps: int = 0
+    last_in_epoch: bool = False  # known to be its epoch's last batch
 
 
 def _default_format():
@@ -185,8 +196,9 @@ class Loader(_batchd.Loader):
         documentation for when JAX copies.
     global_batch_size: examples per global batch, divisible by world_size.
     workload, data, split: what to read; `data` is relative to the server's
-        --data-root. "train" repeats, shuffled, forever; eval splits are one
-        pass in order, after which iteration stops.
+        --data-root. "train" runs epoch after epoch, each in its own
+        shuffled order; eval splits are one pass in order (one epoch),
+        after which iteration stops.
     world_size, rank: default from the environment as torchrun sets it:
         WORLD_SIZE (else 1) and RANK (else LOCAL_RANK, else 0).
     seed, start_step: the global order and where to start (resume).
@@ -226,9 +238,14 @@ class Loader(_batchd.Loader):
         administrators join (others get batchd.Error, code
         "PERMISSION_DENIED").
 
-    Iterating yields dicts {name: array of `format`}; the metadata of the batch
+    Batches are dicts {name: array of `format`}; the metadata of the batch
     last returned is `last_batch_info` (a BatchInfo), and next_batch()
-    returns both at once. state_dict() / load_state_dict() checkpoint the
+    returns both at once. Epochs as torch's DataLoader has them: a for
+    loop (iter(loader)) yields one epoch, the rest of the epoch in
+    progress if one is (after a resume, or a loop left early), else the
+    next; len(loader) is an epoch's steps (see __len__). next(loader) and
+    next_batch() run on across epochs, for trainers that count steps (a
+    train stream never ends). state_dict() / load_state_dict() checkpoint the
     position as torchdata's StatefulDataLoader does. Errors are subclasses
     of batchd.Error (itself a RuntimeError): ServerUnavailableError (also a
     ConnectionError), DeadlineExceededError (a TimeoutError; also when
@@ -264,29 +281,74 @@ class Loader(_batchd.Loader):
             connect_timeout=connect_timeout, owner=owner)
 
     def __iter__(self):
-        return self
+        """One epoch, as torch's DataLoader iterates: the rest of the epoch
+        in progress (after a resume or a loop left early, its remaining
+        batches), else the next epoch, which the daemon shuffles anew (train)
+        or the evaluation pass. An epoch ends at its last batch, which the
+        daemon marks (BatchInfo.last_in_epoch); where it could not (an epoch
+        of packed rows still being counted when the batch was made), the
+        loop ends on seeing the next epoch's first batch, which the next
+        loop (or next()) then begins with."""
+        return self._one_epoch()
+
+    def _one_epoch(self):
+        while True:
+            try:
+                taken = [self._take(in_epoch=True)]
+            except StopIteration:
+                return
+            last = taken[0][1].last_in_epoch
+            # Handed over, not kept: the batch's slot goes back as soon as
+            # the caller drops it, while this generator waits.
+            yield taken.pop()[0]
+            if last:
+                return
+
+    def __bool__(self):
+        """A Loader is true while it exists: `if loader:` asks whether there
+        is one, not whether its epoch has steps (without this, Python would
+        ask __len__, which may not know yet)."""
+        return True
+
+    def __len__(self):
+        """Global steps in one epoch of the stream's split at its global
+        batch, as the daemon counts them: train, examples // batch (the
+        remainder is dropped); an evaluation split, its one pass, its last
+        batch padded (ceil). A stream of packed rows (wmt, ogbg and
+        criteo1tb train) has epochs of different lengths, which the daemon
+        counts as the stream reaches them: len is then the length of the
+        epoch in progress, and TypeError, saying why, where the daemon has
+        not said it (before the epoch's first batch). A loop after a resume
+        mid-epoch yields fewer: the rest of the epoch."""
+        return self._epoch_steps()
 
     def __next__(self):
         return self.next_batch()[0]
 
     def next_batch(self):
-        """Returns (dict of arrays, BatchInfo) of the next batch.
+        """Returns (dict of arrays, BatchInfo) of the next batch, across
+        epochs (a train stream never ends).
 
         Raises StopIteration after the last batch of an eval stream.
         """
-        views, meta = self._next(self._uint64_as_int64)
+        return self._take(in_epoch=False)
+
+    def _take(self, in_epoch):
+        views, meta = self._next(self._uint64_as_int64, in_epoch)
         convert = self._convert
         batch = {name: convert(view) for name, view in views}
-        step, epoch, position, valid_count, cursor = meta
+        step, epoch, position, valid_count, cursor, epoch_steps, last = meta
         self.last_batch_info = BatchInfo(step, epoch, position, valid_count,
-                                         Cursor(*cursor))
+                                         Cursor(*cursor), epoch_steps, last)
         return batch, self.last_batch_info
 
     def state_dict(self):
         """Where this rank resumes: a small JSON-serialisable dict (the spec
-        fields that decide the batches, the next step, and for wmt train
+        fields that decide the batches, the next step, and for packed rows
         the cursor of the last batch). Every rank's state resumes the whole
-        job, at any world size that divides the global batch:
+        job, at any world size that divides the global batch. Taken
+        mid-epoch, the next loop yields the rest of that epoch; taken after
+        an epoch's last batch, the next loop yields the next epoch:
 
             torch.save({"model": ..., "loader": loader.state_dict()}, path)
             ...

@@ -44,7 +44,7 @@ slot is held only until its copy has finished.
 import collections
 import os
 
-from .. import Loader
+from .. import Loader, _batchd
 from . import criteo, fastmri, imagenet, librispeech, lm, ogbg, wmt
 
 _STATE_FORMAT = "batchd.algoperf_queue"
@@ -58,8 +58,10 @@ _opened = collections.Counter()
 # repeat_final_dataset) and convert(host, split, move, torch) (the batch
 # AlgoPerf's queue yields, from the ring's tensors; move(t, dtype) puts a
 # ring tensor on the queue's device), and optionally DEVICE and
-# rows(global_batch_size, opts) (the stream's global batch, where its
-# items are rows of several examples).
+# rows(global_batch_size, opts, world_size, saved_options) (the stream's
+# global batch, where its items are rows of several examples; it may set
+# option defaults from the world size, or from `saved_options`, the
+# options of the state the queue resumes from, else None).
 WORKLOADS = {
     "criteo1tb": criteo,
     "finewebedu_lm": lm,
@@ -139,7 +141,13 @@ class InputQueue:
             stream = f"algoperf-{workload}-{split}-{seed}-{_opened[key]}"
             _opened[key] += 1
         if hasattr(adapter, "rows"):
-            global_batch_size = adapter.rows(global_batch_size, opts)
+            saved = None
+            if state is not None:
+                saved = self._take_state(state)["options"]
+            if world_size is None:
+                world_size = _batchd._default_world_size()
+            global_batch_size = adapter.rows(global_batch_size, opts,
+                                             world_size, saved)
         self._open_args = dict(
             stream=stream, global_batch_size=global_batch_size,
             workload=adapter.WORKLOAD, data=data, split=self.split,

@@ -11,18 +11,25 @@
 - Batching is AlgoPerf's jraph ``dynamically_batch`` + ``pad_with_graphs``
   with the same budget per graph slot (26 nodes, 56 directed edges; edges
   doubled, one padding graph holding the padding nodes and edges, its
-  edges from its first node to itself, then empty graphs), but in ROWS of
-  r = ``graphs_per_row`` graph slots (default 64) that do not depend on the
-  world size: a row holds at most r graphs, 26 r nodes and 56 r edges, and
-  is padded to 26 r + 1 nodes, 56 r edges and r + 1 graphs. A global batch
-  of B graphs is B / r rows, and a rank's slice k = B / (r W) consecutive
-  rows, concatenated here (senders/receivers offset by the nodes of the
-  rows before): N = k (26 r + 1), E = 56 k r, G = k (r + 1). AlgoPerf packs
-  one batch of b = B / W slots per rank (26 b + 1 nodes, 56 b edges, b + 1
-  graphs), so its packing, and which graphs share a batch, change with W;
-  batchd's are the same at every W, and a rank's batch has k - 1 more
-  padding nodes and graphs than AlgoPerf's at W = B / r (equal shapes
-  there). B must be a multiple of r W.
+  edges from its first node to itself, then empty graphs), in ROWS of
+  r = ``graphs_per_row`` graph slots: a row holds at most r graphs, 26 r
+  nodes and 56 r edges, and is padded to 26 r + 1 nodes, 56 r edges and
+  r + 1 graphs. A global batch of B graphs is B / r rows, and a rank's
+  slice k = B / (r W) consecutive rows, concatenated here (senders and
+  receivers offset by the nodes of the rows before): N = k (26 r + 1),
+  E = 56 k r, G = k (r + 1).
+- By default r = B // W (W the world size): every rank's batch is one row
+  of b = B // W slots, AlgoPerf's per-device batch, so the shapes are
+  AlgoPerf's (nodes [26 b + 1, 9], edges [56 b, 3], n_node [b + 1], ...)
+  at every B and W, and so are the rows: AlgoPerf packs one stream into
+  batches of b slots and gives device d the d-th of each W, as batchd
+  gives rank d row d of each global batch. Those rows depend on W, so a
+  state_dict resumes exactly at the same W; resumed at another W the
+  queue keeps the state's r (each rank then gets B / (r W) rows).
+- ``options={"graphs_per_row": r}`` (B a multiple of r W) fixes the rows
+  instead: the same at every W, so a job may resume at another world size
+  with the same batches; a rank's batch then has k - 1 more padding nodes
+  and graphs than AlgoPerf's (equal shapes at W = B / r).
 - train: batchd's global seeded shuffle of the graphs (each epoch), packed
   in that order; AlgoPerf shuffles files and a 2^15 buffer.
 - eval_train: the first num_eval_train_examples (43,793) train graphs in
@@ -41,7 +48,6 @@ import collections
 
 WORKLOAD = "ogbg"
 NUM_EVAL_TRAIN_EXAMPLES = 43793
-DEFAULT_GRAPHS_PER_ROW = 64
 NODES_PER_GRAPH = 26
 
 GraphsTuple = collections.namedtuple(
@@ -50,11 +56,28 @@ GraphsTuple = collections.namedtuple(
 
 
 def options(split, opts):
-    opts.setdefault("graphs_per_row", DEFAULT_GRAPHS_PER_ROW)
+    pass
 
 
-def rows(global_batch_size, opts):
-    """The stream's global batch in rows of graphs_per_row graph slots."""
+def rows(global_batch_size, opts, world_size, saved_options):
+    """The stream's global batch in rows of graphs_per_row graph slots,
+    setting graphs_per_row where the caller did not: the resumed state's
+    (`saved_options`: the options of a state_dict, or None), else
+    AlgoPerf's per-device batch, global_batch_size // world_size."""
+    if "graphs_per_row" not in opts:
+        saved = (saved_options or {}).get("graphs_per_row")
+        if saved is not None:
+            opts["graphs_per_row"] = int(saved)
+        else:
+            per_rank = global_batch_size // world_size
+            if per_rank < 1:
+                raise ValueError(
+                    f"ogbg: global_batch_size {global_batch_size} gives no "
+                    f"graph to each of {world_size} ranks")
+            opts["graphs_per_row"] = per_rank
+            # AlgoPerf's global batch: W per-device batches of B // W slots
+            # (B itself where W divides it).
+            return world_size
     r = int(opts["graphs_per_row"])
     if global_batch_size % r:
         raise ValueError(f"ogbg: global_batch_size {global_batch_size} is not "

@@ -1,0 +1,209 @@
+"""One uid's indexing takes at most its share, and stops when its caller
+goes (issue 35, break C1), with a real daemon and two real uids:
+
+- a sparse Criteo day file of 2 TiB (`truncate -s 2T`) is refused at
+  OpenStream by its size, naming the file, its size, the limit and
+  --max-data-file-bytes, at the cost of an fstat; another uid's OpenStream
+  is answered meanwhile;
+- a sparse giant under a raised limit, whose lines the attacker's
+  OpenStream counts on the shared pool, does not keep another uid's WMT
+  OpenStream from being answered and served; once the attacker's client is
+  killed mid-call, the daemon's threads go back to idle (their CPU stops
+  growing) and no stream of the attacker's is left.
+
+Run as root (setuid to uids of no user):
+
+    BATCHD_BIN=<build>/server/batchd PYTHONPATH=<build>/python \\
+        /usr/bin/python3 -m pytest tests/python/test_shared_pool.py
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+pytest.importorskip("numpy")
+
+from batchd_daemon import Daemon  # noqa: E402
+from helpers import require_python_as, wait_until  # noqa: E402
+
+# Uids of no user on the test machine.
+ATTACKER = 47431
+VICTIM = 47432
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="needs root to become other users")
+
+TIB = 1 << 40
+DEFAULT_LIMIT = 256 << 30  # --max-data-file-bytes' default
+HZ = os.sysconf("SC_CLK_TCK")
+
+# Opens one stream and reads two batches; prints "OK" or "ERR <message>".
+OPEN = r'''
+import sys
+import batchd
+server, workload, data, split, name = sys.argv[1:6]
+try:
+    loader = batchd.Loader(name, 4, workload=workload, data=data,
+                           split=split, world_size=1, rank=0, seed=1,
+                           slots=2, format="numpy", server=server,
+                           connect_timeout=float(sys.argv[6]), timeout=60.0,
+                           options={"index_threads": 1} if workload == "wmt"
+                           else {})
+    next(loader)
+    next(loader)
+    print("OK")
+except batchd.Error as e:
+    print("ERR", " ".join(str(e).split()))
+'''
+
+
+def as_uid(uid):
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return dict(user=uid, group=uid, extra_groups=[], env=env, text=True)
+
+
+def open_as(uid, server, workload, data, split, name, connect_timeout=90.0):
+    """("OK", "") or ("ERR", the error) of a stream `uid` opens and reads
+    (its OpenStream bounded by `connect_timeout`: generous, since a stream
+    starved of the pool would wait for the attacker's hours of counting)."""
+    r = subprocess.run([sys.executable, "-c", OPEN, server, workload, data,
+                        split, name, str(connect_timeout)],
+                       capture_output=True, timeout=180, **as_uid(uid))
+    out = r.stdout.strip()
+    assert out, r.stderr
+    word, _, rest = out.partition(" ")
+    return word, rest
+
+
+def cpu_ticks(pid):
+    """utime + stime of every thread of `pid`, in clock ticks."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def settles(pid, seconds):
+    """True once the process spends under a tenth of a core over a whole
+    second (its threads idle), within `seconds`; the samples are a rate's,
+    not a wait for something to happen."""
+    deadline = time.monotonic() + seconds
+    since, base = time.monotonic(), cpu_ticks(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now, ticks = time.monotonic(), cpu_ticks(pid)
+        if now - since >= 1.0:
+            if ticks - base <= 0.1 * HZ * (now - since):
+                return True
+            since, base = now, ticks
+    return False
+
+
+@pytest.fixture(scope="module")
+def tree(shared_data):
+    """A data root (root's, 0755) with
+    att/     the attacker's, 0755: criteo/day_23_19 a sparse 2 TiB file,
+             big/day_23_19 a sparse 4 TiB one
+    vic/     the victim's, 0700: wmt/ (its own copy)
+    """
+    require_python_as(ATTACKER)
+    require_python_as(VICTIM)
+    root = tempfile.mkdtemp(prefix="batchd-pool-", dir="/tmp")
+    os.chmod(root, 0o755)
+    att = os.path.join(root, "att")
+    for sub, size in (("criteo", 2 * TIB), ("big", 4 * TIB)):
+        os.makedirs(os.path.join(att, sub))
+        with open(os.path.join(att, sub, "day_23_19"), "wb") as f:
+            f.truncate(size)  # holes: nothing on disk
+    for top, dirs, files in os.walk(att):
+        os.chown(top, ATTACKER, ATTACKER)
+        for name in files:
+            os.chown(os.path.join(top, name), ATTACKER, ATTACKER)
+    vic = os.path.join(root, "vic")
+    os.mkdir(vic)
+    shutil.copytree(shared_data / "wmt", os.path.join(vic, "wmt"))
+    for top, dirs, files in os.walk(vic):
+        os.chown(top, VICTIM, VICTIM)
+        for name in files:
+            os.chown(os.path.join(top, name), VICTIM, VICTIM)
+    os.chmod(vic, 0o700)
+    yield root
+    shutil.rmtree(root)
+
+
+def start_daemon(tree, tmp_path, *args):
+    d = Daemon(tree, tmp_path / "batchd.log",
+               args=("--socket-mode", "0666", "--index-threads", "2", *args))
+    os.chmod(d.dir, 0o755)  # other uids may reach the socket
+    return d
+
+
+def test_a_sparse_giant_is_refused_by_its_size(tree, tmp_path):
+    d = start_daemon(tree, tmp_path)
+    try:
+        before = cpu_ticks(d.proc.pid)
+        word, err = open_as(ATTACKER, d.address, "criteo1tb", "att/criteo",
+                            "validation", "giant")
+        assert word == "ERR", "a 2 TiB file was taken"
+        # Refused by its size (fstat), naming what to change: no pass ran.
+        assert (f"att/criteo/day_23_19 is {2 * TIB} bytes, over the limit "
+                f"of {DEFAULT_LIMIT} bytes of one data file (batchd "
+                f"--max-data-file-bytes)") in err, err
+        # Counting 2 TiB would take the daemon hours of CPU; the refusal a
+        # few milliseconds (the bound is generous: a loaded machine).
+        assert cpu_ticks(d.proc.pid) - before < 10 * HZ
+        # The victim's stream is answered and served.
+        assert open_as(VICTIM, d.address, "wmt", "vic/wmt", "train",
+                       "victim") == ("OK", "")
+    finally:
+        d.stop()
+
+
+def test_a_giant_stops_with_its_caller_and_leaves_the_pool_to_others(
+        tree, tmp_path):
+    # 4 TiB under a raised limit: the attacker's OpenStream counts its
+    # lines (4 Mi blocks of 1 MiB) on its gRPC thread and the shared pool,
+    # for far longer than this test runs.
+    d = start_daemon(tree, tmp_path, "--max-data-file-bytes", str(16 * TIB))
+    attacker = None
+    try:
+        before = cpu_ticks(d.proc.pid)
+        attacker = subprocess.Popen(
+            [sys.executable, "-c", OPEN, d.address, "criteo1tb", "att/big",
+             "validation", "giant", "600"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **as_uid(ATTACKER))
+        # Counting: the daemon burns CPU for the attacker's call.
+        wait_until(lambda: cpu_ticks(d.proc.pid) - before > 2 * HZ, 120,
+                   "the daemon counts the attacker's giant")
+        assert attacker.poll() is None, attacker.communicate()
+        # Meanwhile the victim's WMT stream opens and is served (the red
+        # team's victim timed out here: its model load waited for a pool
+        # thread that the attacker's loop held).
+        assert open_as(VICTIM, d.address, "wmt", "vic/wmt", "train",
+                       "victim") == ("OK", "")
+        assert attacker.poll() is None, "the count ended before the victim"
+        # The attacker gives up mid-call: its work stops.
+        attacker.kill()
+        attacker.wait()
+        assert settles(d.proc.pid, 60), (
+            "the daemon's threads still burn CPU after the caller went")
+        names = [s["spec"]["name"] for s in d.status().get("streams", [])]
+        assert "giant" not in names, names
+        # And the daemon serves the victim as before.
+        assert open_as(VICTIM, d.address, "wmt", "vic/wmt", "train",
+                       "victim2") == ("OK", "")
+    finally:
+        if attacker is not None and attacker.poll() is None:
+            attacker.kill()
+            attacker.wait()
+        d.stop()
