@@ -96,12 +96,14 @@ absl::Status ThreadGroup::Start(absl::string_view name, absl::string_view bound,
     absl::MutexLock lock(&state_->mu);
     ++state_->running;
   }
+  const uint64_t id = next_id_++;
   absl::StatusOr<Thread> t = StartThread(
       name, bound,
-      [state = state_, fn = std::move(fn)] {
+      [state = state_, id, fn = std::move(fn)] {
         fn();
         absl::MutexLock lock(&state->mu);
         --state->running;
+        state->returned.push_back(id);
         state->exited.SignalAll();
       },
       stack_bytes);
@@ -110,39 +112,61 @@ absl::Status ThreadGroup::Start(absl::string_view name, absl::string_view bound,
     --state_->running;
     return t.status();
   }
-  threads_.push_back(*std::move(t));
+  threads_.emplace(id, *std::move(t));
   return absl::OkStatus();
 }
 
-int ThreadGroup::JoinUntil(uint64_t deadline_ns) {
-  int stuck;
-  {
-    absl::MutexLock lock(&state_->mu);
-    while (state_->running > 0) {
-      if (deadline_ns == 0) {
-        state_->exited.Wait(&state_->mu);
-        continue;
-      }
-      const uint64_t now = MonotonicNanos();
-      if (now >= deadline_ns) break;
-      state_->exited.WaitWithTimeout(&state_->mu,
-                                     absl::Nanoseconds(deadline_ns - now));
+int ThreadGroup::WaitForThreads(uint64_t deadline_ns) {
+  absl::MutexLock lock(&state_->mu);
+  while (state_->running > 0) {
+    if (deadline_ns == 0) {
+      state_->exited.Wait(&state_->mu);
+      continue;
     }
-    stuck = state_->running;
+    const uint64_t now = MonotonicNanos();
+    if (now >= deadline_ns) break;
+    state_->exited.WaitWithTimeout(&state_->mu,
+                                   absl::Nanoseconds(deadline_ns - now));
   }
+  return state_->running;
+}
+
+int ThreadGroup::JoinUntil(uint64_t deadline_ns) {
+  const int stuck = WaitForThreads(deadline_ns);
   if (stuck == 0) {
-    for (Thread& t : threads_) t.Join();
+    for (auto& [id, t] : threads_) t.Join();
   } else {
     // Which of them returned is not known here: each is detached, and
     // those that returned end at once. The stuck ones keep the old state;
     // the group starts afresh.
-    for (Thread& t : threads_) t.Detach();
+    for (auto& [id, t] : threads_) t.Detach();
     abandoned_ += stuck;
     NoteAbandonedThreads(stuck);
     state_ = std::make_shared<State>();
   }
   threads_.clear();
   return stuck;
+}
+
+bool ThreadGroup::WaitUntil(uint64_t deadline_ns) {
+  const bool none = WaitForThreads(deadline_ns) == 0;
+  JoinReturned();
+  return none;
+}
+
+int ThreadGroup::JoinReturned() {
+  std::vector<uint64_t> returned;
+  {
+    absl::MutexLock lock(&state_->mu);
+    returned.swap(state_->returned);
+  }
+  for (uint64_t id : returned) {
+    auto it = threads_.find(id);
+    if (it == threads_.end()) continue;
+    it->second.Join();
+    threads_.erase(it);
+  }
+  return int(returned.size());
 }
 
 int ThreadGroup::running() const {

@@ -5,15 +5,17 @@
 // that nothing catches.
 //
 // Thread: a started thread, joined or detached by its owner.
-// ThreadGroup: threads that end together, joined with a deadline; those
-// stuck past it (a read of storage that does not answer) are abandoned,
-// counted, and left to end with the process.
+// ThreadGroup: threads joined with a deadline, together or (an elastic
+// pool's, which end one by one) as each returns; those stuck past the
+// deadline (a read of storage that does not answer) are waited for again
+// later, or abandoned, counted, and left to end with the process.
 #ifndef BATCHD_BASE_THREADS_H_
 #define BATCHD_BASE_THREADS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -65,12 +67,15 @@ absl::StatusOr<Thread> StartThread(absl::string_view name,
                                    std::function<void()> fn,
                                    size_t stack_bytes = 0);
 
-// Threads that end together: each runs one function; JoinUntil waits for
-// them to return, up to a deadline, and abandons those that have not.
-// Abandoned threads keep nothing of the group's: they may outlive it (but
-// not whatever their function uses, which the owner must then keep).
+// Threads that each run one function: JoinUntil waits for them to return,
+// up to a deadline, and abandons those that have not; WaitUntil waits the
+// same way and abandons none; JoinReturned joins those that have returned
+// while others run on (a pool that ends its idle threads). Abandoned
+// threads keep nothing of the group's: they may outlive it (but not
+// whatever their function uses, which the owner must then keep).
 //
-// Thread safety: one thread (the owner's) calls every method.
+// Thread safety: not thread-safe; its owner makes one call at a time (from
+// one thread, or under a lock of its own).
 class ThreadGroup {
  public:
   ThreadGroup();
@@ -87,6 +92,13 @@ class ThreadGroup {
   // abandoned() and in AbandonedThreads(). Returns how many were abandoned
   // by this call. The group is empty afterwards: Start may start more.
   int JoinUntil(uint64_t deadline_ns);
+  // Waits as JoinUntil does and joins those that returned; those still
+  // running at the deadline stay in the group, for a later wait. True when
+  // none runs.
+  bool WaitUntil(uint64_t deadline_ns);
+  // Joins the threads that have returned (at once: they are ending) and
+  // returns how many; the others run on.
+  int JoinReturned();
   // Threads started and not yet returned.
   int running() const;
   // Threads this group has abandoned, in all.
@@ -98,11 +110,16 @@ class ThreadGroup {
     absl::Mutex mu;
     absl::CondVar exited;  // running dropped
     int running ABSL_GUARDED_BY(mu) = 0;
+    std::vector<uint64_t> returned ABSL_GUARDED_BY(mu);  // not yet joined
   };
+  // Waits until no thread runs or deadline_ns; returns how many run.
+  int WaitForThreads(uint64_t deadline_ns);
+
   // The owner's alone; a new State once threads are abandoned (they keep
   // the old one).
   std::shared_ptr<State> state_;
-  std::vector<Thread> threads_;
+  std::map<uint64_t, Thread> threads_;  // by the id each was started with
+  uint64_t next_id_ = 0;
   int abandoned_ = 0;
 };
 

@@ -2,8 +2,9 @@
 # ImageNet train, one build against another, on the same files and cores:
 # alternating triples of daemons (A; B; B with --readahead-bytes 0), each
 # measured by one `batchctl bench` (W ranks), so that a machine that slows
-# down slows all three alike. Prints every run's images/s and the medians
-# of the per-triple ratios B/A and B read-ahead on/off.
+# down slows all three alike. Prints every run's images/s and images per
+# daemon CPU-second, and the medians of the per-triple ratios B/A and B
+# read-ahead on/off, by each.
 #
 # Usage: bench/ab.sh BUILD_A BUILD_B
 #   e.g. bench/ab.sh ../old/build-rel build-rel   (both Release builds)
@@ -17,6 +18,8 @@
 #   BENCH_WORLD       ranks (default 2)
 #   BENCH_GLOBAL_BATCH (default 64)
 #   BENCH_STEPS       steps each run reads (default 40)
+#   BENCH_BUSY        processes that spin beside every run, as trainers keep
+#                     a node's cores busy (default 0; e.g. nproc)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,6 +39,7 @@ threads="${BENCH_THREADS:-2}"
 world="${BENCH_WORLD:-2}"
 global_batch="${BENCH_GLOBAL_BATCH:-64}"
 steps="${BENCH_STEPS:-40}"
+busy="${BENCH_BUSY:-0}"
 bench_imagenet_data ab "$data" "${BENCH_CLASSES:-20}" \
   "${BENCH_PER_CLASS:-100}" 5
 # Every run reads the files from the page cache.
@@ -43,13 +47,20 @@ cat "$data"/train/*/* >/dev/null
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/batchd-ab.XXXXXX")"
 daemon_pid=""
+busy_pids=()
 cleanup() {
   bench_kill_daemon
+  for pid in "${busy_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
+for _ in $(seq "$busy"); do
+  sh -c 'while :; do :; done' &
+  busy_pids+=($!)
+done
 
-# run BUILD EXTRA_FLAGS...: one daemon, one bench; prints images/s.
+# run BUILD EXTRA_FLAGS...: one daemon, one bench; prints images/s and
+# images per daemon CPU-second.
 run() {
   local build=$1
   shift
@@ -60,7 +71,9 @@ run() {
   "$build/server/batchctl" bench --server "$socket" --workload imagenet \
     --data . --split train --global-batch-size "$global_batch" \
     --world-size "$world" --steps "$steps" --json |
-    "$py" -c 'import json,sys; print(json.load(sys.stdin)["examples_per_s"])'
+    "$py" -c 'import json,sys; j=json.load(sys.stdin)
+print("%.1f %.1f" % (j["examples_per_s"],
+                     j["examples"] / j["server_cpu_seconds"]))'
   bench_stop_daemon "$build/server/batchctl" "$socket"
 }
 
@@ -70,16 +83,17 @@ for i in $(seq "$triples"); do
   a=$(run "$build_a")
   b=$(run "$build_b")
   b_off=$(run "$build_b" --readahead-bytes 0)
-  echo "triple $i: A $a  B $b  B read-ahead off $b_off images/s" >&2
+  echo "triple $i: A $a  B $b  B read-ahead off $b_off" \
+    "(images/s, images per daemon CPU-s)" >&2
   echo "$a $b $b_off" >>"$results"
 done
 "$py" - "$results" <<'EOF'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-print("B/A                     median %.3f  (%s)" % (
-    statistics.median(b / a for a, b, _ in rows),
-    " ".join("%.3f" % (b / a) for a, b, _ in rows)))
-print("B read-ahead on/off     median %.3f  (%s)" % (
-    statistics.median(b / o for _, b, o in rows),
-    " ".join("%.3f" % (b / o) for _, b, o in rows)))
+for col, what in ((0, "by rate"), (1, "by CPU ")):
+    pairs = (("B/A                ", 2, 0), ("B read-ahead on/off", 2, 4))
+    for name, num, den in pairs:
+        r = [row[num + col] / row[den + col] for row in rows]
+        print("%s %s median %.3f  (%s)" % (name, what, statistics.median(r),
+              " ".join("%.3f" % x for x in r)))
 EOF

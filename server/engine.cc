@@ -442,12 +442,7 @@ bool Engine::RunTask(Task* task, absl::Status* status,
       if (item.valid && schedule.ExamplesOfItem(*items, e, &keys)) {
         // Read (or found read ahead) here; pending: the chunk waits
         // without entering the workload.
-        if (buffers.size() < keys.size()) buffers.resize(keys.size());
-        for (size_t k = 0; k < keys.size() && !t.item->pending(); ++k) {
-          int64_t label = 0;
-          const absl::Status read = t.item->Read(keys[k], &buffers[k], &label);
-          if (!t.item->pending()) ctx.Give(keys[k], read, &buffers[k], label);
-        }
+        t.item->ReadInto(keys, &buffers, &ctx);
       }
       if (!t.item->pending()) st = s.workload->FillItem(ctx, target);
       for (size_t k = 0; k < keys.size(); ++k) ctx.ReturnBuffer(k, &buffers[k]);

@@ -1,41 +1,15 @@
-// The read-ahead stage: its streams and lanes, and the I/O threads that
-// read for them; see readahead.h.
+// The read-ahead stage: its streams and lanes, the reads of workers and of
+// the I/O threads; see readahead.h.
 #include "server/readahead.h"
 
-#include <pthread.h>
+#include <utility>
 
-#include <algorithm>
-
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
-#include "base/log.h"
+#include "server/readahead_clock.h"
 
 namespace batchd {
-
-// ------------------------------------------------------------ ReadAhead
-
-ReadAhead::ReadAhead(const Options& options) : options_(options) {}
-
-ReadAhead::~ReadAhead() { Stop(0); }
-
-int ReadAhead::live_threads() const {
-  absl::MutexLock lock(&mu_);
-  return live_;
-}
-
-std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
-    const std::string& name, std::shared_ptr<const ExampleSource> source) {
-  if (!enabled() || source == nullptr) return nullptr;
-  std::shared_ptr<ReadAheadStream> handle(new ReadAheadStream(this, name));
-  auto state = std::make_unique<StreamState>();
-  state->handle = handle.get();
-  state->source = std::move(source);
-  absl::MutexLock lock(&mu_);
-  streams_[handle.get()] = std::move(state);
-  return handle;
-}
 
 namespace {
 
@@ -59,6 +33,67 @@ class FunctionSource : public ExampleSource {
 
 }  // namespace
 
+// ------------------------------------------------------------ items, streams
+
+absl::Status ReadAheadItem::Read(const ExampleKey& key, std::string* bytes,
+                                 int64_t* label) {
+  return stream_->Read(this, key, bytes, label);
+}
+
+void ReadAheadItem::ReadInto(const std::vector<ExampleKey>& keys,
+                             std::vector<std::string>* buffers,
+                             FillContext* ctx) {
+  stream_->owner_->ReadInto(this, keys, buffers, ctx);
+}
+
+void ReadAheadItem::BeginAttempt() {
+  handed_over_ = false;
+  if (wait_ != nullptr) {
+    waited_ns_ += MonotonicNanos() - pending_since_ns_;
+    wait_.reset();
+    pending_since_ns_ = 0;
+  }
+}
+
+ReadAheadStream::~ReadAheadStream() { owner_->RemoveStream(this); }
+
+absl::Status ReadAheadStream::Read(ReadAheadItem* item, const ExampleKey& key,
+                                   std::string* bytes, int64_t* label) {
+  if (item == nullptr || item->stream_ != this) {
+    return owner_->ReadOutsideItem(this, key, bytes, label);
+  }
+  return owner_->ReadForItem(this, item, key, bytes, label);
+}
+
+ReadAheadStats ReadAheadStream::stats() const { return owner_->Stats(this); }
+
+void ReadAheadStream::Forgo(const ExampleKey& key) { owner_->Forgo(this, key); }
+
+std::string ReadAheadStream::StallReason(const ReadAheadItem& item,
+                                         uint64_t now_ns) const {
+  return owner_->StallReason(this, item, now_ns);
+}
+
+// ------------------------------------------------------------ ReadAhead
+
+ReadAhead::ReadAhead(const Options& options)
+    : options_(options),
+      lanes_(options.budget_bytes),
+      reader_({options.io_threads, options.inline_read_ns}, &lanes_),
+      pool_(options.io_threads, kIdleExitSeconds,
+            [this](std::string* buffer) { return RunOne(buffer); }) {}
+
+ReadAhead::~ReadAhead() { Stop(0); }
+
+std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
+    const std::string& name, std::shared_ptr<const ExampleSource> source) {
+  if (!enabled() || source == nullptr) return nullptr;
+  std::shared_ptr<ReadAheadStream> stream(new ReadAheadStream(this, name));
+  absl::MutexLock lock(&mu_);
+  reader_.AddStream(stream.get(), std::move(source));
+  return stream;
+}
+
 std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
     const std::string& name, ExampleReadFn read, ExampleDescribeFn describe) {
   if (!read) return nullptr;
@@ -68,52 +103,31 @@ std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
 
 absl::Status ReadAhead::EnsureThread() {
   if (!enabled()) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
-  if (live_ > 0 || stop_ || StartIoThread()) return absl::OkStatus();
-  // StartThread's message: which thread, the limit, the flag.
-  return absl::ResourceExhaustedError(thread_error_);
+  return pool_.EnsureThread();
 }
 
-void ReadAhead::RemoveStream(ReadAheadStream* handle) {
-  std::unique_ptr<StreamState> gone;
+void ReadAhead::RemoveStream(ReadAheadStream* stream) {
+  std::shared_ptr<const ExampleSource> gone;
   bool landed = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = streams_.find(handle);
-    if (it == streams_.end()) return;
-    StreamState* s = it->second.get();
-    for (LaneId id : s->lanes) lanes_.erase(id);
-    s->lanes.clear();
-    s->demand.clear();  // nothing more is issued for the stream
+    for (LaneId id : lanes_.LanesOf(stream)) lanes_.Remove(id);
+    reader_.Closing(stream);  // nothing more is issued for the stream
     // Reads of storage that answers are waited for, as their function may
     // use what goes with the stream; a read that has not returned within
     // kRemoveWaitSeconds of its start (a stalled mount) is not.
-    while (!s->read_starts.empty()) {
-      const uint64_t until = *s->read_starts.rbegin() +
-                             uint64_t(kRemoveWaitSeconds * 1e9);
+    for (uint64_t newest; (newest = reader_.NewestReadStart(stream)) != 0;) {
+      const uint64_t until = newest + uint64_t(kRemoveWaitSeconds * 1e9);
       const uint64_t now = MonotonicNanos();
       if (now >= until) break;
       done_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(until - now));
     }
-    it = streams_.find(handle);
-    for (auto& [key, e] : s->entries) landed |= Land(&e);
-    s->entries.clear();
-    s->by_file.clear();
-    s->removed = true;
-    // A read still in flight (stuck in a stalled mount, perhaps) keeps the
-    // state, and the read function, until it returns.
-    if (s->in_flight > 0) {
-      orphaned_ += s->in_flight;
-      removed_.push_back(std::move(it->second));
-    } else {
-      gone = std::move(it->second);
-    }
-    streams_.erase(it);
+    landed = reader_.RemoveStream(stream, &gone);
     done_cv_.SignalAll();
     Wake(true);  // the other streams' shares grew
   }
   if (landed) CallOnLanded();
-  gone.reset();  // the read function (and what it holds) goes here
+  gone.reset();  // the source (and what it holds) goes here
 }
 
 ReadAhead::LaneId ReadAhead::AddLane(
@@ -121,14 +135,7 @@ ReadAhead::LaneId ReadAhead::AddLane(
     uint64_t first_step) {
   if (stream == nullptr) return 0;
   absl::MutexLock lock(&mu_);
-  StreamState* s = StateOf(stream.get());
-  const LaneId id = next_lane_++;
-  Lane& lane = lanes_[id];
-  lane.stream = s;
-  lane.order = std::move(order);
-  lane.first_step = first_step;
-  lane.next_step = first_step;
-  s->lanes.push_back(id);
+  const LaneId id = lanes_.Add(stream.get(), std::move(order), first_step);
   Wake(true);
   return id;
 }
@@ -138,21 +145,11 @@ void ReadAhead::RemoveLane(LaneId id) {
   bool landed = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = lanes_.find(id);
-    if (it == lanes_.end()) return;
-    StreamState* s = it->second.stream;
-    for (auto e = s->entries.begin(); e != s->entries.end();) {
-      if (e->second.lane == id) {
-        landed |= Land(&e->second);
-        e = Erase(s, e);
-      } else {
-        ++e;
-      }
-    }
-    s->lanes.erase(std::remove(s->lanes.begin(), s->lanes.end(), id),
-                   s->lanes.end());
-    lanes_.erase(it);
-    Wake(true);             // the other lanes' shares grew
+    const ReadAheadStream* stream = lanes_.StreamOf(id);
+    if (stream == nullptr) return;
+    landed = reader_.DropLane(stream, id);
+    lanes_.Remove(id);
+    Wake(true);            // the other lanes' shares grew
     done_cv_.SignalAll();  // a waiter may wait for an entry just dropped
   }
   if (landed) CallOnLanded();
@@ -161,40 +158,28 @@ void ReadAhead::RemoveLane(LaneId id) {
 void ReadAhead::Decoding(LaneId id, uint64_t step) {
   if (id == 0) return;
   absl::MutexLock lock(&mu_);
-  auto it = lanes_.find(id);
-  if (it == lanes_.end()) return;
-  Lane& lane = it->second;
-  if (!lane.any_decoding || step > lane.decoding) lane.decoding = step;
-  lane.any_decoding = true;
-  // A step the order did not know may be known now (a packed stream's
-  // epoch counted since).
-  lane.at_end = false;
+  if (!lanes_.Decoding(id, step)) return;
   // While the workers read inline there is nothing to issue: the I/O
   // threads sleep (and end), rather than wake at every step.
-  if (!ReadsInline(*lane.stream, MonotonicNanos())) Wake(true);
+  if (!reader_.ReadsInline(lanes_.StreamOf(id))) Wake(true);
 }
 
 void ReadAhead::FinishItem(ReadAheadItem* item) {
-  if (item->stream_ == nullptr ||
-      (item->taken_.empty() && item->waited_ns_ == 0)) {
-    item->wait_.reset();
-    return;
-  }
-  absl::MutexLock lock(&mu_);
-  auto st = streams_.find(item->stream_);
-  if (st != streams_.end()) {
-    StreamState* s = st->second.get();
-    for (const Key& k : item->taken_) {
-      auto it = s->entries.find(k);
-      if (it != s->entries.end()) Erase(s, it);
-    }
-    s->stats.io_wait_ns += item->waited_ns_;
-    Wake(false);  // budget freed
+  if (item->stream_ != nullptr &&
+      (!item->taken_.empty() || item->waited_ns_ != 0)) {
+    absl::MutexLock lock(&mu_);
+    if (reader_.FinishItem(item)) Wake(false);  // budget freed
   }
   item->taken_.clear();
   item->waited_ns_ = 0;
   item->wait_.reset();
   item->pending_since_ns_ = 0;
+  item->handed_over_ = false;
+}
+
+void ReadAhead::Forgo(ReadAheadStream* stream, const ExampleKey& key) {
+  absl::MutexLock lock(&mu_);
+  if (reader_.Forgo(stream, EntryKeyOf(key))) Wake(false);  // share freed
 }
 
 void ReadAhead::SetOnLanded(std::function<void()> on_landed) {
@@ -207,122 +192,180 @@ void ReadAhead::CallOnLanded() {
   if (on_landed_) on_landed_();
 }
 
-bool ReadAhead::StartIoThread() {
-  const uint64_t id = next_thread_id_++;
-  absl::StatusOr<Thread> t =
-      StartThread("a read-ahead I/O thread", "--readahead-threads",
-                  [this, id] { IoLoop(id); });
-  if (!t.ok()) {
-    thread_error_ = std::string(t.status().message());
-    LogKeyed(LogLevel::kWarn, "readahead_thread_failed", "thread_failed",
-             {{"what", "read-ahead I/O thread"},
-              {"threads", std::to_string(live_)},
-              {"msg", thread_error_}});
-    return false;
-  }
-  threads_.emplace(id, *std::move(t));
-  ++live_;
-  return true;
+uint64_t ReadAhead::max_total_held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return lanes_.max_total_held();
 }
 
-bool ReadAhead::Wake(bool all) {
-  if (stop_) return false;
-  if (idle_ > 0) {
-    if (all) {
-      work_cv_.SignalAll();
-    } else {
-      work_cv_.Signal();
-    }
-    return true;
-  }
-  // Every thread is in a read: one more, up to io_threads that are neither
-  // stuck in streams that went nor beyond their stream's share now (a
-  // stream that had every thread before others came, whose reads then
-  // stalled), and never more than twice io_threads.
-  const int share = PerStreamThreads();
-  int excess = 0;
-  for (const auto& [handle, s] : streams_) {
-    excess += std::max(0, s->in_flight - share);
-  }
-  if (live_ - orphaned_ - excess < options_.io_threads &&
-      live_ < 2 * options_.io_threads) {
-    return StartIoThread() || live_ > 0;
-  }
-  return live_ > 0;
+ReadAheadStats ReadAhead::Stats(const ReadAheadStream* stream) const {
+  absl::MutexLock lock(&mu_);
+  return reader_.Stats(stream);
 }
 
-void ReadAhead::IoLoop(uint64_t thread_id) {
-  // Named, so that ps, top and the tests tell the I/O threads apart (a
-  // thread is otherwise named after whichever thread started it).
-  pthread_setname_np(pthread_self(), "batchd-io");
-  mu_.Lock();
-  std::string bytes;
-  const absl::Duration idle_exit = absl::Seconds(kIdleExitSeconds);
-  while (!stop_) {
-    Pick pick;
-    if (NextRead(&pick)) {
-      RunRead(pick, &bytes);
-      continue;
-    }
-    ++idle_;
-    const bool woken = !work_cv_.WaitWithTimeout(&mu_, idle_exit);
-    --idle_;
-    if (!woken && !stop_ && !NextRead(&pick)) break;  // idle: end
-    if (!woken && !stop_) RunRead(pick, &bytes);
-  }
-  // Join the threads that ended before this one (at most one is left
-  // unjoined at a time: the last to end, joined by Stop or the next).
-  std::vector<Thread> ended;
-  for (uint64_t id : finished_) {
-    ended.push_back(std::move(threads_.at(id)));
-    threads_.erase(id);
-  }
-  finished_.assign(1, thread_id);
-  --live_;
-  done_cv_.SignalAll();
-  mu_.Unlock();
-  for (Thread& t : ended) t.Join();
+std::string ReadAhead::StallReason(const ReadAheadStream* stream,
+                                   const ReadAheadItem& item,
+                                   uint64_t now_ns) const {
+  absl::MutexLock lock(&mu_);
+  return reader_.StallReason(stream, item, now_ns, pool_.live(),
+                             pool_.thread_error());
 }
 
-bool ReadAhead::Stop(uint64_t deadline_ns) {
-  absl::ReleasableMutexLock lock(&mu_);
-  stop_ = true;
-  work_cv_.SignalAll();
-  while (live_ > 0) {
-    if (deadline_ns == 0) {
-      done_cv_.Wait(&mu_);
-      continue;
-    }
-    const uint64_t now = MonotonicNanos();
-    if (now >= deadline_ns) break;
-    done_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
-  }
-  if (live_ > 0) {
-    Log(LogLevel::kWarn, "readahead_threads_abandoned",
-        {{"threads", std::to_string(live_)},
-         {"msg", "I/O threads stuck in reads that have not returned are "
-                 "left to end with the process"}});
-    return false;
-  }
-  std::vector<Thread> ended;
-  for (auto& [id, t] : threads_) ended.push_back(std::move(t));
-  threads_.clear();
-  finished_.clear();
-  lock.Release();
-  for (Thread& t : ended) t.Join();
-  return true;
-}
+void ReadAhead::Wake(bool all) { pool_.Wake(all, reader_.StuckThreads()); }
+
+bool ReadAhead::Stop(uint64_t deadline_ns) { return pool_.Stop(deadline_ns); }
 
 void ReadAhead::WaitIdleForTest() {
   absl::MutexLock lock(&mu_);
   while (true) {
-    bool demand = false;
-    for (const auto& [handle, s] : streams_) demand |= !s->demand.empty();
     Pick pick;
-    if (in_flight_ == 0 && !demand && !NextRead(&pick)) return;
+    if (reader_.Idle() && !NextRead(&pick)) return;
     Wake(true);
     done_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(5));
   }
+}
+
+// ------------------------------------------------------------ a worker's reads
+
+absl::Status ReadAhead::ReadSelf(ReadAheadReader::SelfRead* read,
+                                 const ExampleKey& key, std::string* bytes,
+                                 int64_t* label) {
+  if (!read->begun) reader_.BeginSelfRead(read);
+  const ThreadClock& clock = ThreadClock::Self();
+  mu_.Unlock();
+  absl::Status status = read->source->Read(key, bytes, label);
+  const ThreadSample end = clock.Sample();
+  mu_.Lock();
+  if (reader_.EndSelfRead(*read, clock.BlockedNs(read->start, end))) {
+    Wake(true);
+  }
+  return status;
+}
+
+absl::Status ReadAhead::ReadForItem(ReadAheadStream* stream,
+                                    ReadAheadItem* item, const ExampleKey& key,
+                                    std::string* bytes, int64_t* label) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    WorkerRead r = reader_.ForItem(stream, item, EntryKeyOf(key), bytes, label,
+                                   MonotonicNanos());
+    switch (r.kind) {
+      case WorkerRead::kGiven:
+        return r.status;
+      case WorkerRead::kPending:
+        if (r.queued) Wake(false);
+        return ReadPendingError();
+      case WorkerRead::kSelf:
+        return ReadSelf(&r.self, key, bytes, label);
+      case WorkerRead::kWait:
+        // A substitute in flight for an item that holds bytes handed over.
+        done_cv_.Wait(&mu_);
+        break;
+    }
+  }
+}
+
+void ReadAhead::ReadInto(ReadAheadItem* item,
+                         const std::vector<ExampleKey>& keys,
+                         std::vector<std::string>* buffers, FillContext* ctx) {
+  if (buffers->size() < keys.size()) buffers->resize(keys.size());
+  ReadAheadReader::WorkerReads reads;
+  ReadAheadReader::Labels labels;
+  {
+    absl::MutexLock lock(&mu_);
+    const WorkerRead all = reader_.ForItemAll(
+        item->stream_, item, keys, buffers, &reads, &labels, MonotonicNanos());
+    if (all.kind == WorkerRead::kPending) {
+      if (all.queued) Wake(false);
+      return;
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (reads[i].kind != WorkerRead::kSelf) continue;
+      reads[i].status =
+          ReadSelf(&reads[i].self, keys[i], &(*buffers)[i], &labels[i]);
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ctx->Give(keys[i], reads[i].status, &(*buffers)[i], labels[i]);
+  }
+}
+
+absl::Status ReadAhead::ReadOutsideItem(ReadAheadStream* stream,
+                                        const ExampleKey& k, std::string* bytes,
+                                        int64_t* label) {
+  const uint64_t start = MonotonicNanos();
+  const ReadAheadEntryKey key = EntryKeyOf(k);
+  absl::MutexLock lock(&mu_);
+  if (reader_.InFlight(stream, key, /*count_wait=*/true)) {
+    while (reader_.InFlight(stream, key, false)) done_cv_.Wait(&mu_);
+  }
+  bool dropped;
+  const bool taken =
+      reader_.TakeOutsideItem(stream, key, bytes, label, &dropped);
+  if (dropped) Wake(false);  // budget freed
+  if (taken) {
+    reader_.AddIoWait(stream, MonotonicNanos() - start);
+    return absl::OkStatus();
+  }
+  // Not read ahead, or the read ahead failed: read now, as without
+  // read-ahead, so that the error is the source's own.
+  const ExampleSource* source = reader_.SyncRead(stream);
+  mu_.Unlock();
+  absl::Status status = source->Read(k, bytes, label);
+  mu_.Lock();
+  reader_.AddIoWait(stream, MonotonicNanos() - start);
+  return status;
+}
+
+// ------------------------------------------------------------ I/O threads
+
+bool ReadAhead::NextRead(Pick* pick) {
+  if (reader_.NextDemand(pick)) return true;
+  ReadAheadLanes::Pick ahead;
+  if (!lanes_.Next(reader_, &ahead)) return false;
+  pick->stream = ahead.stream;
+  pick->key = ahead.key;
+  pick->lane = ahead.lane;
+  pick->step = ahead.step;
+  pick->steps_ahead = ahead.steps_ahead;
+  pick->demand = false;
+  return true;
+}
+
+bool ReadAhead::RunOne(std::string* buffer) {
+  absl::MutexLock lock(&mu_);
+  Pick pick;
+  if (!NextRead(&pick)) return false;
+  if (!pick.demand) {
+    lanes_.Issued(
+        {pick.stream, pick.key, pick.lane, pick.step, pick.steps_ahead});
+  }
+  ReadAheadReader::Job job;
+  if (!reader_.Start(pick, &job)) return true;  // a twin's bytes copied
+  // This thread may not come back (a stalled mount): whatever else waits
+  // must find another, idle or new.
+  Pick next;
+  if (pool_.idle() == 0 && NextRead(&next)) Wake(false);
+  reader_.LendSpare(buffer);
+  const ThreadClock& clock = ThreadClock::Self();
+  mu_.Unlock();
+  const ThreadSample start = clock.Sample();
+  int64_t label = 0;
+  absl::Status status = job.source->Read(ExampleKeyOf(job.key), buffer, &label);
+  const ThreadSample end = clock.Sample();
+  mu_.Lock();
+  bool landed, wake_all;
+  std::shared_ptr<const ExampleSource> gone;
+  reader_.Finish(job, std::move(status), buffer, label,
+                 clock.BlockedNs(start, end), &landed, &wake_all, &gone);
+  done_cv_.SignalAll();
+  if (wake_all) Wake(true);
+  if (landed || gone != nullptr) {
+    mu_.Unlock();
+    gone.reset();  // a stream that went: its source goes with its last read
+    if (landed) CallOnLanded();
+    mu_.Lock();
+  }
+  return true;
 }
 
 }  // namespace batchd

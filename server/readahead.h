@@ -5,20 +5,21 @@
 // io_uring would hand the blocking to kernel workers anyway), so storage
 // latency hides behind decode work.
 //
-// Shape (one file per job):
-//   - readahead.h/.cc: one ReadAhead per server: the streams, their lanes,
-//     the I/O threads (started and ended as reads wait, via base/threads.h);
-//   - readahead_item.h: one ReadAheadItem per item a worker fills, across
-//     its attempts: the reads it holds, what it waits for; it is the
-//     ExampleReader behind the item's FillContext (workloads/fill_context.h);
-//   - readahead_state.h, readahead_order.cc: lanes and their order, the
-//     byte budget and its shares;
-//   - readahead_reader.cc: the reads themselves (ahead, on demand, inline),
-//     the pending rule, stall reasons and stats.
-// One ReadAheadStream per stream: the buffer of examples read ahead, keyed
-// by ExampleKey (unique within a stream), and the stream's ExampleSource;
-// one lane per (stream, rank) producer: the order of that rank's examples
-// (step by step) and the step its workers decode now.
+// ReadAhead composes three parts, one job each, and reads for them:
+//   - ReadAheadLanes (readahead_lanes.h): one lane per (stream, rank)
+//     producer, the order of that rank's examples (step by step) and the
+//     step its workers decode now; which read ahead comes next; the byte
+//     budget and each lane's share;
+//   - ReadAheadReader (readahead_reader.h): each stream's entries (read
+//     ahead, on demand, in flight), what a worker's read gets (bytes,
+//     pending, or a read of its own, inline), when reads return at once,
+//     the figures and stall reasons;
+//   - ReadAheadIoPool (readahead_pool.h): the I/O threads, started as
+//     reads wait and ended when idle, on base/threads.h's ThreadGroup.
+// ReadAheadItem (readahead_item.h) is one item a worker fills, across its
+// attempts; ReadAheadStream (here) one stream's handle. ReadAhead holds the
+// lock that guards the lanes and the reader, and calls the sources without
+// it: on an I/O thread, or on the worker (inline).
 //
 // Reads ahead are issued only for steps after the latest step the engine
 // handed to the workers of a lane. What a worker needs and finds neither
@@ -33,20 +34,22 @@
 // stays with the item until it completes (FinishItem), so the next attempt
 // finds them. A read that stays pending longer than the engine's deadline
 // fails the stream with StallReason. Outside an item (tests, tools) Read
-// waits, and reads synchronously what was not read ahead.
+// waits, and reads synchronously what was not read ahead. Once an item was
+// handed its bytes (ReadAheadItem::ReadInto), it runs to its end: a
+// substitute it then reads is read by the worker (see readahead_item.h).
 //
 // Read-ahead costs nothing where it buys nothing. While a stream's reads
-// return at once (the last kFastReadsForInline reads made ahead each
-// either never waited - the reading thread did not give up the CPU, as in a
-// read of the page cache, however long a busy machine kept it from running
-// - or waited at most Options::inline_read_ns, a brief lock; and no
-// reads since waited longer, more than a few), nothing is read ahead for it and a worker reads what it needs
-// itself, inline, without the hop to an I/O thread and back; slow reads
-// (six close together, or one in four for a while; any inline read in
-// flight kInlineStallFactor times inline_read_ns) turn reading ahead back
-// on. A stream whose storage answered at once and then
-// stalls may thus hold the workers that were in a read at that moment, one
-// read each, as it would without read-ahead; the next reads go ahead.
+// return at once (the last kFastReadsForInline reads made ahead each were
+// blocked at most Options::inline_read_ns: a read of the page cache runs on
+// a CPU, or waits for one on a busy machine, however long; a brief lock;
+// readahead_clock.h tells them apart; and no reads since were blocked
+// longer, more than a few), nothing is read ahead for it and a worker reads
+// what it needs itself, inline, without the hop to an I/O thread and back;
+// slow reads (six close together, or one in four for a while; a worker's
+// read blocked kInlineStallFactor times inline_read_ns while in flight)
+// turn reading ahead back on. A stream whose storage answered at once and
+// then stalls may thus hold the workers that were in a read at that moment,
+// one read each, as it would without read-ahead; the next reads go ahead.
 //
 // A stream whose epoch fits its budget many times reads each file once: a
 // read ahead of an example whose bytes are buffered under another key (the
@@ -79,25 +82,24 @@
 #ifndef BATCHD_SERVER_READAHEAD_H_
 #define BATCHD_SERVER_READAHEAD_H_
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "base/threads.h"
 #include "server/readahead_item.h"
-#include "server/readahead_state.h"
+#include "server/readahead_lanes.h"
+#include "server/readahead_pool.h"
+#include "server/readahead_reader.h"
+#include "server/readahead_types.h"
 #include "workloads/fill_context.h"
 
 namespace batchd {
+
+class ReadAhead;
 
 // A stream's read-ahead. As an ExampleReader (outside any item: tests,
 // tools) Read waits for a read in flight and reads synchronously what was
@@ -130,10 +132,9 @@ class ReadAheadStream : public ExampleReader {
 
  private:
   friend class ReadAhead;
+  friend class ReadAheadItem;
   ReadAheadStream(ReadAhead* owner, std::string name)
       : owner_(owner), name_(std::move(name)) {}
-  absl::Status ReadBlocking(const ExampleKey& key, std::string* bytes,
-                            int64_t* label);
 
   ReadAhead* const owner_;
   const std::string name_;
@@ -148,27 +149,27 @@ class ReadAhead {
     // I/O threads; blocking reads in flight at most (besides the reads
     // stuck in streams that went). Default: 32.
     int io_threads = 32;
-    // A read that returns within this long returns "at once": while a
+    // A read blocked at most this long returns "at once": while a
     // stream's reads do, workers read inline and nothing is read ahead for
     // it. 0 (the default here): always read ahead. The daemon sets
     // kDefaultInlineReadNs.
     uint64_t inline_read_ns = 0;
   };
-  // The daemon's inline_read_ns: a read of the page cache never waits (or
-  // waits for a lock, briefly); a FUSE or network mount's round trip, and
+  // The daemon's inline_read_ns: a read of the page cache is not blocked
+  // (or is, for a lock, briefly); a FUSE or network mount's round trip, and
   // a disk's seek, take longer and are better hidden behind decoding.
   static constexpr uint64_t kDefaultInlineReadNs = 50 * 1000;
-  // Reads ahead in a row that return at once before workers read inline;
-  // what a read that does not costs; below which workers read ahead again:
-  // six slow reads close together, or more than one read in four slow for
-  // a while (a few, on a busy machine, are noise: a thread that waited for
-  // a lock and then for a CPU).
-  static constexpr uint64_t kFastReadsForInline = 32;
-  static constexpr uint64_t kSlowReadCost = 3;
-  static constexpr uint64_t kLeaveInlineScore = 16;
-  // An inline read in flight this many times inline_read_ns: the next
-  // reads go ahead.
-  static constexpr uint64_t kInlineStallFactor = 20;
+  // See ReadAheadReader: reads in a row that return at once before workers
+  // read inline; the cost of a slow read; the score below which workers
+  // read ahead again; a worker's read blocked this many times
+  // inline_read_ns while in flight sends the next reads ahead.
+  static constexpr uint64_t kFastReadsForInline =
+      ReadAheadReader::kFastReadsForInline;
+  static constexpr uint64_t kSlowReadCost = ReadAheadReader::kSlowReadCost;
+  static constexpr uint64_t kLeaveInlineScore =
+      ReadAheadReader::kLeaveInlineScore;
+  static constexpr uint64_t kInlineStallFactor =
+      ReadAheadReader::kInlineStallFactor;
   // An idle I/O thread ends after this long without work.
   static constexpr double kIdleExitSeconds = 2.0;
   // A stream that goes waits for its reads in flight, except those that
@@ -184,7 +185,7 @@ class ReadAhead {
   // The most I/O threads (0: off).
   int io_threads() const { return enabled() ? options_.io_threads : 0; }
   // I/O threads running now.
-  int live_threads() const;
+  int live_threads() const { return pool_.live(); }
 
   // A stream's read-ahead over `source`, or null when read-ahead is off or
   // the workload reads nothing (`source` null). When the ReadAheadStream
@@ -205,18 +206,22 @@ class ReadAhead {
   // than left without reads.
   absl::Status EnsureThread();
 
-  using LaneId = uint64_t;
+  using LaneId = ReadAheadLanes::LaneId;
   // A rank's order; reads start after `first_step` - 1 (the engine reports
   // the steps its workers take with Decoding). Returns 0 for a null stream.
   LaneId AddLane(const std::shared_ptr<ReadAheadStream>& stream,
-                 LaneOrderFn order, uint64_t first_step);
+                 LaneOrderFn order, uint64_t first_step)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops what the lane read ahead; reads in flight finish and are dropped.
-  void RemoveLane(LaneId lane);
+  void RemoveLane(LaneId lane) ABSL_LOCKS_EXCLUDED(mu_);
   // The lane's workers decode `step` from now on: read ahead after it.
-  void Decoding(LaneId lane, uint64_t step);
+  void Decoding(LaneId lane, uint64_t step) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The item is done (filled, or failed for good): what it read is freed.
-  void FinishItem(ReadAheadItem* item);
+  void FinishItem(ReadAheadItem* item) ABSL_LOCKS_EXCLUDED(mu_);
+  // ReadAheadStream::Forgo.
+  void Forgo(ReadAheadStream* stream, const ExampleKey& key)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Called, without any lock of the read-ahead held, after a read that an
   // item waits for lands (the engine wakes a worker). Set once, before
   // any item waits; null: none.
@@ -230,99 +235,61 @@ class ReadAhead {
 
   // The most bytes all lanes held at once (buffered and in flight): at most
   // the budget.
-  uint64_t max_total_held_bytes() const;
+  uint64_t max_total_held_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Test hook: waits until no read is in flight and none can be issued
   // (every lane is full or at its end, no read on demand waits).
-  void WaitIdleForTest();
+  void WaitIdleForTest() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class ReadAheadStream;
   friend class ReadAheadItem;
-  using Key = readahead_internal::Key;
-  using Entry = readahead_internal::Entry;
-  using StreamState = readahead_internal::StreamState;
-  using Lane = readahead_internal::Lane;
-  using Pick = readahead_internal::Pick;
+  using Pick = ReadAheadReader::Pick;
+  using WorkerRead = ReadAheadReader::WorkerRead;
 
-  void IoLoop(uint64_t thread_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs one picked read (mu_ is released while reading).
-  void RunRead(const Pick& pick, std::string* bytes)
+  // A worker's read of `key` for `item` (ReadAheadStream::Read).
+  absl::Status ReadForItem(ReadAheadStream* stream, ReadAheadItem* item,
+                           const ExampleKey& key, std::string* bytes,
+                           int64_t* label) ABSL_LOCKS_EXCLUDED(mu_);
+  // ReadAheadItem::ReadInto.
+  void ReadInto(ReadAheadItem* item, const std::vector<ExampleKey>& keys,
+                std::vector<std::string>* buffers, FillContext* ctx)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A read outside any item: waits for one in flight; reads synchronously
+  // what was not read ahead.
+  absl::Status ReadOutsideItem(ReadAheadStream* stream, const ExampleKey& key,
+                               std::string* bytes, int64_t* label)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A worker's own read (mu_ is released while reading).
+  absl::Status ReadSelf(ReadAheadReader::SelfRead* read, const ExampleKey& key,
+                        std::string* bytes, int64_t* label)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Picks the next read to issue: on demand first, then ahead, round-robin
-  // over lanes.
+  // An I/O thread's turn: picks and makes one read (false: none waits).
+  bool RunOne(std::string* buffer) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next read to issue: on demand first, then ahead, round-robin over
+  // lanes.
   bool NextRead(Pick* pick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool NextDemandRead(Pick* pick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool NextLaneRead(Pick* pick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int PerStreamThreads() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  uint64_t LaneShare(const Lane& lane) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  uint64_t MeanBytes(const StreamState& s) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void Release(Lane* lane, Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops an entry (its bytes, its share, its waiters).
-  std::map<Key, Entry>::iterator Erase(StreamState* s,
-                                       std::map<Key, Entry>::iterator it)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The entry's waiters may run again; true if there were any.
-  bool Land(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps a buffer that is no longer needed for a later read, or drops it.
-  void KeepSpare(std::string* buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteTotal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes one idle I/O thread (all of them with `all`), or starts one when
-  // every thread is busy. False when no thread runs.
-  bool Wake(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool StartIoThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `s`'s reads return at once now (workers read inline).
-  bool ReadsInline(const StreamState& s, uint64_t now_ns) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Notes how a read of `s` went: one that waited (its thread gave up the
-  // CPU during it: `waited`) longer than inline_read_ns turns reading
-  // ahead on; one that did not wait, or not long, returned at once. Only
-  // reads made ahead (`ahead`) count towards reading inline, so that a
-  // stream reads ahead before it stops.
-  void NoteReadTime(StreamState* s, uint64_t ns, bool waited, bool ahead)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds an entry (indexed by its file).
-  Entry& Insert(StreamState* s, const Key& key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A buffered twin of `key` (the same file under another key), or null;
-  // `*in_flight` (may be null) says whether a twin is being read.
-  const Entry* Twin(const StreamState& s, const Key& key,
-                    bool* in_flight = nullptr) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // every thread is busy.
+  void Wake(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CallOnLanded() ABSL_LOCKS_EXCLUDED(mu_, landed_mu_);
-  void RemoveStream(ReadAheadStream* handle) ABSL_LOCKS_EXCLUDED(mu_);
-  StreamState* StateOf(const ReadAheadStream* handle) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void RemoveStream(ReadAheadStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  ReadAheadStats Stats(const ReadAheadStream* stream) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::string StallReason(const ReadAheadStream* stream,
+                          const ReadAheadItem& item, uint64_t now_ns) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Constant after construction.
   const Options options_;
+
   mutable absl::Mutex mu_;
-  absl::CondVar work_cv_;  // I/O threads: a read may be issued
-  absl::CondVar done_cv_;  // waiters: a read landed, a thread ended
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<const ReadAheadStream*, std::unique_ptr<StreamState>> streams_
-      ABSL_GUARDED_BY(mu_);
-  // Removed streams whose reads are still in flight.
-  std::vector<std::unique_ptr<StreamState>> removed_ ABSL_GUARDED_BY(mu_);
-  std::map<LaneId, Lane> lanes_ ABSL_GUARDED_BY(mu_);
-  LaneId next_lane_ ABSL_GUARDED_BY(mu_) = 1;
-  LaneId round_robin_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t demand_round_robin_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  int orphaned_ ABSL_GUARDED_BY(mu_) = 0;  // reads in flight of removed streams
-  int live_ ABSL_GUARDED_BY(mu_) = 0;      // I/O threads running
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;      // ... of which waiting for work
-  uint64_t next_thread_id_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, Thread> threads_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> finished_ ABSL_GUARDED_BY(mu_);  // ended, to join
-  uint64_t max_total_held_ ABSL_GUARDED_BY(mu_) = 0;
-  // Buffers of entries that went, for the next reads: a read into a buffer
-  // of the right size neither allocates, nor faults pages in, nor zeroes
-  // them (a volume's slice can be 2.3 MB). At most kSpareBuffers, each at
-  // most kMaxSpareBytes.
-  std::vector<std::string> spare_ ABSL_GUARDED_BY(mu_);
-  std::string thread_error_ ABSL_GUARDED_BY(mu_);  // why the last failed
+  absl::CondVar done_cv_;  // a read landed or returned, entries dropped
+  ReadAheadLanes lanes_ ABSL_GUARDED_BY(mu_);
+  ReadAheadReader reader_ ABSL_GUARDED_BY(mu_);
+  // Thread-safe; its lock is taken after mu_.
+  ReadAheadIoPool pool_;
+
   absl::Mutex landed_mu_;  // held while on_landed_ runs
   std::function<void()> on_landed_ ABSL_GUARDED_BY(landed_mu_);
 };

@@ -4,6 +4,13 @@
 // the ExampleReader behind the item's FillContext: a workload's reads go
 // through it to its stream (server/readahead.h).
 //
+// Bytes read ahead are copied into the worker's buffer while the item may
+// still run again, and handed over (no copy) once it may not: the engine's
+// ReadInto hands over every example of the item when none is missing, and
+// from then on, until the attempt ends, a read the item makes is never
+// pending (a substitute for a corrupt file is read by the worker itself,
+// or waited for when in flight), so the item never needs those bytes again.
+//
 // Thread safety: owned by the engine, used by one thread at a time.
 #ifndef BATCHD_SERVER_READAHEAD_ITEM_H_
 #define BATCHD_SERVER_READAHEAD_ITEM_H_
@@ -12,25 +19,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "server/readahead_types.h"
 #include "workloads/fill_context.h"
 
 namespace batchd {
-
-class ReadAhead;
-class ReadAheadStream;
-
-// An ExampleKey as the read-ahead orders its entries.
-using ReadAheadEntryKey = std::tuple<uint64_t, uint64_t, uint64_t, int>;
-inline ReadAheadEntryKey EntryKeyOf(const ExampleKey& k) {
-  return {k.epoch, k.position, k.id, int(k.kind)};
-}
-inline ExampleKey ExampleKeyOf(const ReadAheadEntryKey& k) {
-  return {std::get<0>(k), std::get<1>(k), std::get<2>(k),
-          ExampleKey::Kind(std::get<3>(k))};
-}
 
 class ReadAheadItem : public ExampleReader {
  public:
@@ -44,6 +38,12 @@ class ReadAheadItem : public ExampleReader {
   // The item's read of `key` (ReadAheadStream::Read for this item).
   absl::Status Read(const ExampleKey& key, std::string* bytes,
                     int64_t* label) override;
+  // The engine, before FillItem: reads the examples the item reads
+  // (Schedule::ExamplesOfItem), into `buffers` (grown to keys.size()), and
+  // gives each to `ctx`; or, when one is not there yet, gives nothing and
+  // the item is pending().
+  void ReadInto(const std::vector<ExampleKey>& keys,
+                std::vector<std::string>* buffers, FillContext* ctx);
 
   // The engine, before each attempt: what the last one waited for landed.
   void BeginAttempt();
@@ -65,6 +65,7 @@ class ReadAheadItem : public ExampleReader {
 
  private:
   friend class ReadAhead;
+  friend class ReadAheadReader;
   friend class ReadAheadStream;
   using Key = ReadAheadEntryKey;
 
@@ -76,6 +77,8 @@ class ReadAheadItem : public ExampleReader {
   std::shared_ptr<Wait> wait_;  // null: nothing pending
   uint64_t pending_since_ns_ = 0;
   uint64_t waited_ns_ = 0;  // over the earlier attempts
+  // Bytes were handed over in this attempt: it must not be pending.
+  bool handed_over_ = false;
 };
 
 }  // namespace batchd

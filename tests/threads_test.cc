@@ -2,7 +2,9 @@
 // cannot start (RLIMIT_NPROC, in a forked child) is a status with the one
 // message that names the thread, the limits and the flag; a group's join
 // with a deadline abandons, and counts, the threads stuck past it, and
-// never waits for them again.
+// never waits for them again; its wait with a deadline abandons none and
+// waits for them again later; an elastic pool joins each thread that
+// returned while the others run on.
 #include "base/threads.h"
 
 #include <sys/resource.h>
@@ -13,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "base/clock.h"
@@ -108,6 +111,50 @@ TEST(ThreadGroup, ThreadsStuckPastTheDeadlineAreAbandonedAndCounted) {
   EXPECT_TRUE(ran.load());
   EXPECT_EQ(group.abandoned(), 1);
   release->Notify();
+}
+
+TEST(ThreadGroup, WaitUntilKeepsAThreadStuckPastTheDeadlineForALaterWait) {
+  const int before = AbandonedThreads();
+  absl::Notification release;
+  std::atomic<bool> returned{false};
+  ThreadGroup group;
+  ASSERT_TRUE(group.Start("a returning thread", "", [] {}).ok());
+  ASSERT_TRUE(group
+                  .Start("a stuck thread", "",
+                         [&] {
+                           release.WaitForNotification();
+                           returned = true;
+                         })
+                  .ok());
+  EXPECT_FALSE(group.WaitUntil(MonotonicNanos() + uint64_t(50e6)));
+  EXPECT_EQ(group.running(), 1);
+  EXPECT_EQ(group.abandoned(), 0);
+  EXPECT_EQ(AbandonedThreads(), before);
+  // The thread is still the group's: a wait without bound waits for it.
+  release.Notify();
+  EXPECT_TRUE(group.WaitUntil(0));
+  EXPECT_TRUE(returned.load());
+  EXPECT_EQ(group.running(), 0);
+}
+
+TEST(ThreadGroup, JoinReturnedJoinsTheThreadsThatEndedWhileOthersRun) {
+  absl::Notification release, first_done;
+  ThreadGroup group;
+  ASSERT_TRUE(
+      group.Start("an ending thread", "", [&] { first_done.Notify(); }).ok());
+  ASSERT_TRUE(
+      group
+          .Start("a running thread", "", [&] { release.WaitForNotification(); })
+          .ok());
+  first_done.WaitForNotification();
+  // Returned, or about to: the join waits for its last instructions only.
+  while (group.running() > 1) std::this_thread::yield();
+  EXPECT_EQ(group.JoinReturned(), 1);
+  EXPECT_EQ(group.JoinReturned(), 0);  // each is joined once
+  EXPECT_EQ(group.running(), 1);
+  release.Notify();
+  EXPECT_EQ(group.JoinUntil(0), 0);
+  EXPECT_EQ(group.running(), 0);
 }
 
 TEST(ThreadGroup, AThreadThatCannotStartLeavesTheGroupAsItWas) {
