@@ -14,23 +14,7 @@
 # readdir (a fresh mount per run, so no kernel metadata cache carries over),
 # standing in for network storage. Prints seconds and peak RSS per run.
 #
-# Measured (2 shared cores, 23 GiB, ext4 on virtio; BENCH_POOL=500;
-# the shards are 4.8 GB, 3.8 KB a record; seconds, peak RSS in MB):
-#
-#   where      source       uncached      cache_cold    cache_warm
-#   local      imagefolder  3.2-3.5  95   4.5  97       0.60  109
-#   local      tfrecord     4.2      34   3.2  33       0.23   25
-#   fuse 2 ms  imagefolder  4.1      93   6.5  93       2.9   109
-#   fuse 2 ms  tfrecord     13.4     34   17.4 32       2.7    25
-#
-# (uncached_dropped and cache_warm_dropped, after drop_caches: 3.4 and 0.53
-# s for the tree, 4.0 and 0.17 s for the shards; the VM's host still
-# caches the disk.) Cache on disk: 24 MB for the listing, 4.2 MB for the
-# 1024 offset entries. Before indexing ran on 16 threads (one thread, and a
-# busier machine): the tree took 10.4-13.1 s locally and 45.7 s through
-# latency_fs, 1.3 s and 15.2 s cached; the shards 12.3 s locally, 0.6 s
-# cached, and through latency_fs fewer than 100 of the 1024 shards were
-# scanned in 8 minutes.
+# Figures: bench/README.md.
 #
 # Usage: bench/index_bench.sh [BUILD_DIR]        (default: ./build)
 #

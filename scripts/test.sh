@@ -20,7 +20,7 @@
 #         suites and torchrun under PyPI's torch (scripts/test-torch.sh) and
 #         builds against its CUDA libtorch (scripts/build-cuda.sh, alongside
 #         the container stages): what .ci/run does; docs/testing.md says
-#         what each stage costs. ThreadSanitizer stays in scripts/sanitize.sh tsan.
+#         what each stage runs and the CI budget. ThreadSanitizer stays in scripts/sanitize.sh tsan.
 # BATCHD_SOAK_SECONDS changes the soaks' length (0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
