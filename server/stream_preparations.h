@@ -78,8 +78,8 @@ class StreamPreparations {
     // "still preparing" answer. Default: 5 s.
     uint64_t grace_ns = 5'000'000'000;
     // A call with a deadline is answered after this long at most, so that
-    // its client sees the progress. Default: 2 s.
-    uint64_t answer_ns = 2'000'000'000;
+    // its client sees the progress. Default: 10 s.
+    uint64_t answer_ns = 10'000'000'000;
   };
 
   class Preparation;
