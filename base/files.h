@@ -1,6 +1,6 @@
 // Reading small trusted files whole (TLS keys and certificates, models,
 // tools' inputs), and whole ranges of a file already open. Data files of a
-// data set are opened through workloads/common/data_file.h, which confines
+// data set are opened through storage/data_file.h, which confines
 // and caps them.
 //
 // Thread safety: pure functions.

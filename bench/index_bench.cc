@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/data_file.h"
+#include "storage/cache_dir.h"
+#include "storage/data_file.h"
 #include "workloads/imagenet/image_source.h"
 
 namespace {

@@ -23,8 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "workloads/common/data_file.h"
-#include "workloads/common/read_access.h"
+#include "storage/data_file.h"
+#include "storage/read_access.h"
 
 namespace {
 

@@ -40,8 +40,8 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/process.h"
-#include "client/ring.h"
-#include "client/shm_layout.h"
+#include "ring/ring.h"
+#include "ring/shm_layout.h"
 
 namespace batchd {
 namespace {

@@ -26,8 +26,8 @@
 #include "batchd/version.h"
 #include "client/cuda_host.h"
 #include "client/preparing.h"
-#include "client/ring.h"
 #include "client/stream_open.h"
+#include "ring/ring.h"
 
 namespace batchd {
 

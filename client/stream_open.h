@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.pb.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 
 namespace batchd {
 

@@ -13,11 +13,17 @@ if grep -q "not found" <<< "$deps"; then
   exit 1
 fi
 libs=$(awk '$2 == "=>" && $3 ~ /^\// {print $3}' <<< "$deps" | sort -u)
+# Debian 12 merges /lib into /usr/lib; dpkg knows each file by the path
+# its package ships, so ask for every spelling, in one call (each call reads
+# dpkg's whole file list).
+query=()
+for lib in $libs; do query+=("$lib" "/usr$lib" "${lib#/usr}"); done
+known=$(dpkg -S "${query[@]}" 2>/dev/null | grep -v '^diversion by ') || true
 for lib in $libs; do
-  # Debian 12 merges /lib into /usr/lib; dpkg knows each file by the path
-  # its package ships, so try both spellings.
-  owner=$({ dpkg -S "$lib" || dpkg -S "/usr$lib" || dpkg -S "${lib#/usr}"; } \
-            2>/dev/null | head -n 1 | cut -d: -f1) || true
+  owner=$(awk -v a="$lib" -v b="/usr$lib" -v c="${lib#/usr}" '
+    { path = $NF; pkg = $0; sub(/: [^:]*$/, "", pkg) }
+    path == a || path == b || path == c { split(pkg, p, /[:,]/); print p[1]; exit }
+  ' <<< "$known")
   if [ -z "$owner" ]; then
     echo "runtime-packages: no package holds $lib" >&2
     exit 1

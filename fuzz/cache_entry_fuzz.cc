@@ -1,5 +1,5 @@
 // libFuzzer target for the persistent cache's entry and blob files
-// (workloads/common/cache_dir.h), as a damaged or hostile --cache-dir hands
+// (storage/cache_dir.h), as a damaged or hostile --cache-dir hands
 // them to the daemon: any bytes where an entry or a blob should be give its
 // value or NotFound (the file discarded), never a crash or a read past the
 // file, and what is accepted is exactly the value the file's framing holds.
@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "base/coding.h"
+#include "base/crc32c.h"
 #include "fuzz/fuzz_util.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/crc32c.h"
+#include "storage/cache_dir.h"
 
 namespace {
 

@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,7 +27,7 @@
 #include "base/coding.h"
 #include "base/files.h"
 #include "fuzz/fuzz_util.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "fuzz/fuzz_util.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/criteo1tb/criteo_blocks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

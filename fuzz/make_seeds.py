@@ -211,7 +211,7 @@ def models():
             model(words)[:-5], b"\x0a\xff", b""]
 
 
-# --- the cache's entry and blob files (workloads/common/cache_dir.h) ------
+# --- the cache's entry and blob files (storage/cache_dir.h) ------
 
 CACHE_KIND, CACHE_KEY = b"fuzz-entry", b"a fuzzed key"  # cache_entry_fuzz.cc
 

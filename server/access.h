@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/caller.h"
-#include "workloads/common/read_access.h"
+#include "storage/read_access.h"
 
 namespace batchd {
 

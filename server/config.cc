@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/groups.h"
-#include "client/shm_layout.h"
+#include "ring/shm_layout.h"
 #include "server/config_check.h"
 #include "workloads/registry.h"
 

@@ -24,7 +24,7 @@ std::string DefaultCacheDir();
 struct DaemonConfig {
   CoreOptions core;
   // --cache-dir: indexes and token lengths persisted across restarts
-  // (workloads/common/cache_dir.h); "" turns the cache off.
+  // (storage/cache_dir.h); "" turns the cache off.
   std::string cache_dir = DefaultCacheDir();
   // Whether cache_dir was given (flag or file): an unusable cache directory
   // is then an error at start; the default one only a warning.

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/executor.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 namespace {

@@ -18,7 +18,7 @@
 
 namespace batchd {
 
-class CacheDir;  // workloads/common/cache_dir.h
+class CacheDir;  // storage/cache_dir.h
 
 struct CoreOptions {
   // Data paths of specs are confined to this directory. Default: cwd.
@@ -39,7 +39,7 @@ struct CoreOptions {
   int index_threads = 0;
   // No data file larger than this is opened for any stream: refused at
   // OpenStream, naming the file, its size and --max-data-file-bytes,
-  // before any pass over it (workloads/common/data_file.h). Default:
+  // before any pass over it (storage/data_file.h). Default:
   // kDefaultMaxDataFileBytes (256 GiB).
   uint64_t max_data_file_bytes = uint64_t(256) << 30;
   // Bytes of SentencePiece models loaded at once over all streams (a model

@@ -48,7 +48,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/threads.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/fill_share.h"
 #include "server/readahead.h"
 #include "workloads/sampler.h"

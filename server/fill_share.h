@@ -47,11 +47,11 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "workloads/schedule.h"
+#include "workloads/workload_counters.h"
 
 namespace batchd {
 
-class RankProducer;       // server/engine.h
-struct WorkloadCounters;  // workloads/workload.h
+class RankProducer;  // server/engine.h
 
 namespace fill_share_internal {
 struct Window;

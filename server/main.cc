@@ -40,14 +40,14 @@
 #include "base/log.h"
 #include "base/threads.h"
 #include "batchd/version.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/config.h"
 #include "server/core.h"
 #include "server/grpc_service.h"
 #include "server/library_log.h"
 #include "server/metrics.h"
 #include "server/peer.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 
 namespace {
 
@@ -317,7 +317,7 @@ absl::StatusOr<int> ClaimSocket(const std::string& listen,
   const int lock_fd = *lock;
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     char buf[32] = {0};
-    if (pread(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
+    if (batchd::PreadFull(lock_fd, buf, sizeof(buf) - 1, 0) < 0) buf[0] = '\0';
     return absl::FailedPreconditionError(absl::StrCat(
         "another batchd (pid ", atoi(buf), ") already serves ", listen));
   }

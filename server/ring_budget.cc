@@ -2,7 +2,7 @@
 #include "server/ring_budget.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/core_options.h"
 
 namespace batchd {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <map>
 #include <vector>
 
@@ -26,12 +25,13 @@ void Field(std::string* out, const char* name, const std::string& value) {
 
 }  // namespace
 
-std::string DataIdentity(const std::string& resolved_path) {
+std::string DataIdentity(const DataRoot& root,
+                         const std::string& resolved_path) {
   if (resolved_path.empty()) return "";
   struct stat st;
-  if (stat(resolved_path.c_str(), &st) != 0) {
+  if (!root.Stat(resolved_path, &st).ok()) {
     static std::atomic<uint64_t> unknown{0};
-    return absl::StrCat("unknown ", unknown.fetch_add(1), " errno ", errno);
+    return absl::StrCat("unknown ", unknown.fetch_add(1));
   }
   return absl::StrCat("dev=", st.st_dev, " ino=", st.st_ino,
                       " size=", st.st_size, " mtime_ns=", Nanos(st.st_mtim),

@@ -27,14 +27,19 @@
 #include "server/caller.h"
 #include "server/engine.h"
 #include "server/fill_share.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 
 // "dev=.. ino=.. size=.. mtime_ns=.. ctime_ns=.." of `resolved_path` (a
-// path confined to the data root, links resolved); "" for no path; a
-// string no other call returns when it cannot be read, so that such a
-// stream shares with none.
-std::string DataIdentity(const std::string& resolved_path);
+// path confined to the data root, links resolved), reached from `root` with
+// its reader's rights, never stat(2) by name as the daemon: the path's
+// owner may have swapped a link into it since it was resolved, and what
+// the daemon alone may reach must not decide whether two of its streams
+// share (status shows it); "" for no path; a string no other call returns
+// when it cannot be reached, so that such a stream shares with none.
+std::string DataIdentity(const DataRoot& root,
+                         const std::string& resolved_path);
 
 // The key of `spec`'s stream, opened by `owner`, as made in `setup` (its
 // data_identity, sampler and layout).

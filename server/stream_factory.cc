@@ -13,10 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "base/paths.h"
 #include "base/work_context.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/core_options.h"
 #include "server/share_key.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/registry.h"
 
 namespace batchd {
@@ -263,7 +263,13 @@ absl::StatusOr<std::shared_ptr<StreamSetup>> StreamFactory::Make(
   auto setup = std::make_shared<StreamSetup>(
       spec.name(), std::move(*workload), std::move(*sampler),
       std::move(*layout));
-  setup->data_identity = DataIdentity(*path);  // what fills it may share
+  if (!path->empty()) {
+    // What fills it may share: the data's identity, reached as the caller.
+    absl::StatusOr<std::shared_ptr<const DataRoot>> root =
+        DataRoot::Open(options_.data_root, access);
+    if (!root.ok()) return root.status();
+    setup->data_identity = DataIdentity(**root, *path);
+  }
   if (absl::Status s = engine_->Prepare(setup.get()); !s.ok()) {
     return s;  // read-ahead
   }

@@ -18,7 +18,7 @@
 #include "base/executor.h"
 #include "batchd/v1/batchd.pb.h"
 #include "server/engine.h"
-#include "workloads/common/read_access.h"
+#include "storage/read_access.h"
 #include "workloads/shared_work.h"
 
 namespace batchd {

@@ -55,7 +55,7 @@
 #include "server/access.h"
 #include "server/caller.h"
 #include "server/prepare_turns.h"
-#include "workloads/common/read_access.h"
+#include "storage/read_access.h"
 
 namespace batchd {
 

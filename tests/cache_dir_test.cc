@@ -3,7 +3,7 @@
 // warning and never returned, concurrent writers in real processes leave
 // one whole entry, LockEntry excludes other processes and threads, and
 // directories other users could write into are refused.
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -23,7 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "batchd/loader.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "tests/test_server.h"
 #include "workloads/sampler.h"
 

@@ -32,7 +32,7 @@
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "tests/testutil.h"
 
 // posix_fallocate, the slow step of a ring's creation (it reserves every

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/process.h"
 #include "batchd/version.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 
 namespace batchd {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "gtest/gtest.h"
 #include "server/engine.h"
 #include "server/readahead.h"

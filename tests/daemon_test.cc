@@ -25,7 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "base/address.h"
 #include "batchd/loader.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "tests/test_server.h"
 
 namespace batchd {

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "base/crc32c.h"
+#include "storage/data_file.h"
+#include "storage/read_access.h"
 #include "tests/test_images.h"
 #include "tests/testutil.h"
-#include "workloads/common/crc32c.h"
-#include "workloads/common/data_file.h"
-#include "workloads/common/read_access.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/registry.h"
 #include "workloads/wmt/pair_source.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/synthetic.h"
 

@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/engine.h"
 #include "server/readahead.h"
 

@@ -28,11 +28,11 @@
 
 #include "base/address.h"
 #include "batchd/loader.h"
-#include "client/ring.h"
-#include "client/shm_layout.h"
+#include "ring/ring.h"
+#include "ring/shm_layout.h"
 #include "server/config.h"
-#include "tests/test_server.h"
 #include "tests/test_images.h"
+#include "tests/test_server.h"
 #include "tests/testutil.h"
 
 namespace batchd {

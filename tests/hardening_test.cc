@@ -27,7 +27,7 @@
 #include "base/address.h"
 #include "base/process.h"
 #include "batchd/loader.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 

@@ -1,5 +1,5 @@
 // Tests of the persistent index cache of the image sources: ImageFolder
-// listings and TFRecord offset indexes (workloads/common/cache_dir.h).
+// listings and TFRecord offset indexes (storage/cache_dir.h).
 // Every test compares against an uncached Open of the same files.
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "storage/cache_dir.h"
+#include "storage/data_file.h"
 #include "tests/testutil.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/data_file.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/imagenet/image_source.h"
 #include "workloads/registry.h"

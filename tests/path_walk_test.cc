@@ -1,11 +1,11 @@
-// The data root's own walk (workloads/common/path_walk.h), through
+// The data root's own walk (storage/path_walk.h), through
 // DataRoot with openat2 and without it: link loops and the link limit, `..`
 // at the root, absolute links and the root's names, a tree changed in the
 // middle of a walk (a link swapped, a directory swapped for a link, a
 // directory moved out under `..`), the descriptors a deep path holds, and
 // the rights of readers checked through every link. Every tree is real
 // (links, modes, other uids' files: setfsuid to uids of no user, as root).
-#include "workloads/common/path_walk.h"
+#include "storage/path_walk.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "storage/data_file.h"
+#include "storage/read_access.h"
 #include "tests/testutil.h"
-#include "workloads/common/data_file.h"
-#include "workloads/common/read_access.h"
 
 namespace batchd {
 namespace {

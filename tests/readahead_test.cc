@@ -22,7 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/engine.h"
 #include "tests/testutil.h"
 #include "workloads/imagenet/image_source.h"

@@ -1,7 +1,7 @@
 // The ring protocol on its own: layout offsets, wrap-around, back-pressure,
 // out-of-order release, version check, reservation, liveness across real
 // processes.
-#include "client/ring.h"
+#include "ring/ring.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
-#include "workloads/common/crc32c.h"
 #include "workloads/common/tf_example.h"
 
 namespace batchd {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "tests/test_server.h"
 
 namespace batchd {

@@ -19,14 +19,14 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/files.h"
 #include "tests/testutil.h"
 #ifdef BATCHD_TEST_WITH_PROTOBUF
 #include "google/protobuf/stubs/common.h"
 #endif
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/common/tf_example.h"
 #include "workloads/common/tfrecord.h"
 #include "workloads/packed_schedule.h"

@@ -20,14 +20,14 @@
 #include <random>
 #include <thread>
 
+#include "base/crc32c.h"
 #include "base/executor.h"
 #include "base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/cache_dir.h"
 #include "tests/testutil.h"
 #include "tests/wmt_fixture.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/crc32c.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
 #include "workloads/wmt/length_cache.h"

@@ -11,7 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "client/ring.h"
+#include "ring/ring.h"
 #include "server/engine.h"
 #include "workloads/counter_rng.h"
 #include "workloads/options.h"

@@ -27,10 +27,9 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "workloads/schedule.h"
+#include "workloads/workload_counters.h"
 
 namespace batchd {
-
-struct WorkloadCounters;  // workloads/workload.h
 
 // Where a workload's examples are stored: one read per example, of the bytes
 // the workload decodes (a file, a record). Every rule of the storage (how

@@ -26,8 +26,8 @@
 #include "base/executor.h"
 #include "base/work_context.h"
 #include "client/include/batchd/dtype.h"
-#include "workloads/common/data_file.h"
-#include "workloads/common/read_access.h"
+#include "storage/data_file.h"
+#include "storage/read_access.h"
 #include "workloads/fill_context.h"
 #include "workloads/options.h"
 #include "workloads/sampler.h"
@@ -36,7 +36,7 @@
 
 namespace batchd {
 
-class CacheDir;    // workloads/common/cache_dir.h
+class CacheDir;    // storage/cache_dir.h
 class SharedWork;  // workloads/shared_work.h
 
 // One tensor of a batch; the batch shape is [B] + example_shape.
@@ -55,7 +55,7 @@ struct TensorLayout {
 struct WorkloadConfig {
   std::string data_path;  // absolute, already confined to --data-root
   // The server's --data-root (resolved): workloads open every file through
-  // it (workloads/common/data_file.h). Empty: data_path is the root.
+  // it (storage/data_file.h). Empty: data_path is the root.
   std::string data_root;
   // Whose permissions every file is opened with: the caller's, so that a
   // stream reads only what its owner could read (workloads/common/
@@ -104,16 +104,6 @@ struct WorkloadConfig {
     return DataRoot::Open(data_root.empty() ? data_path : data_root, access,
                           max_data_file_bytes);
   }
-};
-
-// Counters a workload keeps while filling (decode errors, skips).
-struct WorkloadCounters {
-  std::atomic<uint64_t> decode_errors{0};
-  std::atomic<uint64_t> skipped_examples{0};
-  // Reads a FillItem made back into the server's read-ahead (the engine's,
-  // FillContext::reader_reads): 0 while the engine hands each item's
-  // examples in its context.
-  std::atomic<uint64_t> reader_reads{0};
 };
 
 // What a workload is indexing while a stream prepares (WMT's length pass):

@@ -86,7 +86,7 @@ def read_batches(server, stream, format, steps=STEPS, **kwargs):
 
 def ring_released(loader):
     """How many batches the client has given back (RingHeader `released`,
-    offset 192, client/shm_layout.h): each one's slot is free for the
+    offset 192, ring/shm_layout.h): each one's slot is free for the
     server to write again."""
     with open("/dev/shm" + loader.info.segment, "rb") as f:
         with mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ) as m:

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
-#include "client/shm_layout.h"
+#include "ring/shm_layout.h"
 #include "tools/batchctl/commands.h"
 #include "tools/batchctl/control.h"
 #include "tools/batchctl/output.h"

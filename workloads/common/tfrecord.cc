@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/coding.h"
+#include "base/crc32c.h"
 #include "base/files.h"
 #include "base/work_context.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/crc32c.h"
+#include "storage/cache_dir.h"
 #include "workloads/common/tfrecord_index.h"
 
 namespace batchd {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 

@@ -7,7 +7,7 @@
 #include "base/clock.h"
 #include "base/coding.h"
 #include "base/log.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/common/tfrecord.h"
 
 namespace batchd {

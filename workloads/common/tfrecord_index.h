@@ -1,5 +1,5 @@
 // The offset index of a TFRecord file, persisted in the cache directory
-// (workloads/common/cache_dir.h) so that opening a data set's shards again
+// (storage/cache_dir.h) so that opening a data set's shards again
 // does not scan every record header.
 //
 // The offset index may be persisted (TFRecordOptions::cache): an entry of
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 

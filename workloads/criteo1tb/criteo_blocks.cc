@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "base/log.h"
 
 namespace batchd {
@@ -65,27 +66,20 @@ absl::Status BlockTable::ReadRange(size_t file, uint64_t begin, uint64_t end,
   out->resize(end - begin);
   absl::StatusOr<int> fd = root_->OpenFile(files_[file].path);
   if (!fd.ok()) return fd.status();
-  uint64_t done = 0;
-  while (done < end - begin) {
-    const ssize_t r =
-        pread(*fd, out->data() + done, end - begin - done, off_t(begin + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int err = errno;
-      close(*fd);
-      if (r == 0) {  // shrank since it was listed
-        return absl::DataLossError(
-            absl::StrCat("criteo1tb: ", files_[file].path, " ends at byte ",
-                         begin + done, ", before ", end, " (it was ",
-                         files_[file].size, " bytes when listed)"));
-      }
-      return absl::InternalError(
-          absl::StrCat("criteo1tb: reading ", files_[file].path, " at byte ",
-                       begin + done, ": ", strerror(err)));
-    }
-    done += uint64_t(r);
-  }
+  const ssize_t done = PreadFull(*fd, out->data(), end - begin, begin);
+  const int err = errno;
   close(*fd);
+  if (done < 0) {
+    return absl::InternalError(absl::StrCat("criteo1tb: reading ",
+                                            files_[file].path, " at byte ",
+                                            begin, ": ", strerror(err)));
+  }
+  if (uint64_t(done) != end - begin) {  // shrank since it was listed
+    return absl::DataLossError(
+        absl::StrCat("criteo1tb: ", files_[file].path, " ends at byte ",
+                     begin + uint64_t(done), ", before ", end, " (it was ",
+                     files_[file].size, " bytes when listed)"));
+  }
   return absl::OkStatus();
 }
 

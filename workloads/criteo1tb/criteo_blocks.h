@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <list>
 #include <map>
-#include <unordered_map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/data_file.h"
+#include "storage/cache_dir.h"
+#include "storage/data_file.h"
 #include "workloads/criteo1tb/criteo_line.h"
 
 namespace batchd {

@@ -12,7 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/format.h"
-#include "workloads/common/data_file.h"
+#include "base/work_context.h"
+#include "storage/data_file.h"
 #include "workloads/fastmri/kspace.h"
 #include "workloads/fastmri/volume.h"
 #include "workloads/options.h"
@@ -262,6 +263,13 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFastMriWorkload(
   std::vector<FastMriVolume> volumes;
   uint64_t slices = 0;
   for (const std::string& f : *files) {
+    // One call to the owner's helper a volume, up to 2^20 of them: a
+    // request that no longer wants the stream (its caller gone, timed out
+    // or refused) stops here, not after the last volume.
+    if (absl::Status s = CheckCancelled(absl::StrCat("indexing ", f));
+        !s.ok()) {
+      return s;
+    }
     absl::StatusOr<FastMriVolume> v = IndexVolume(**root, f);
     if (!v.ok()) return v.status();
     slices += v->slices;

@@ -52,7 +52,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "workloads/common/read_access.h"
+#include "storage/read_access.h"
 #include "workloads/fastmri/helper_sandbox.h"
 #include "workloads/fastmri/volume.h"
 

@@ -28,7 +28,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 

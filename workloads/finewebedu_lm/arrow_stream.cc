@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 
 namespace batchd {
 namespace arrow {
@@ -211,20 +212,15 @@ struct ColumnPlace {
 // pread of exactly n bytes at `offset` into p.
 absl::Status ReadInto(int fd, const std::string& path, uint64_t offset,
                       uint8_t* p, uint64_t n) {
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t r = pread(fd, p + done, n - done, off_t(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      return absl::InternalError(absl::StrCat(
-          path, ": reading at byte ", offset + done, ": ", strerror(errno)));
-    }
-    if (r == 0) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": ends at byte ", offset + done, ", reading ", n,
-                       " bytes at byte ", offset, " (truncated?)"));
-    }
-    done += uint64_t(r);
+  const ssize_t done = PreadFull(fd, p, n, offset);
+  if (done < 0) {
+    return absl::InternalError(absl::StrCat(path, ": reading at byte ", offset,
+                                            ": ", strerror(errno)));
+  }
+  if (uint64_t(done) != n) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": ends at byte ", offset + uint64_t(done), ", reading ", n,
+        " bytes at byte ", offset, " (truncated?)"));
   }
   return absl::OkStatus();
 }

@@ -10,7 +10,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "workloads/common/data_file.h"
+#include "base/files.h"
+#include "storage/data_file.h"
 #include "workloads/finewebedu_lm/arrow_stream.h"
 
 namespace batchd {
@@ -69,23 +70,17 @@ class TokenStream : public ExampleSource {
       std::string part;
       part.swap(*bytes);
       // Read straight into the caller's buffer at its place.
-      uint64_t got = 0;
-      while (got < n * eb) {
-        const ssize_t r =
-            pread(fds_[piece.file], part.data() + done * eb + got, n * eb - got,
-                  off_t(piece.offset + from * eb + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-          part.swap(*bytes);
-          return absl::DataLossError(absl::StrCat(
-              kName, ": ", paths_[piece.file], ": cannot read ", n * eb - got,
-              " bytes at byte ", piece.offset + from * eb + got,
-              r == 0 ? " (the file is shorter than when opened)"
-                     : absl::StrCat(": ", strerror(errno))));
-        }
-        got += uint64_t(r);
-      }
+      const ssize_t got = PreadFull(fds_[piece.file], part.data() + done * eb,
+                                    n * eb, piece.offset + from * eb);
       part.swap(*bytes);
+      if (got < 0 || uint64_t(got) != n * eb) {
+        const uint64_t read = got < 0 ? 0 : uint64_t(got);
+        return absl::DataLossError(absl::StrCat(
+            kName, ": ", paths_[piece.file], ": cannot read ", n * eb - read,
+            " bytes at byte ", piece.offset + from * eb + read,
+            got >= 0 ? " (the file is shorter than when opened)"
+                     : absl::StrCat(": ", strerror(errno))));
+      }
       done += n;
       t += n;
     }

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 
@@ -38,7 +38,7 @@ struct ImageIndexStats {
 // Where and how a source reads its files.
 struct ImageSourceOptions {
   // Every file and directory is opened through it: confined to the data
-  // root, regular files only, non-blocking (workloads/common/data_file.h).
+  // root, regular files only, non-blocking (storage/data_file.h).
   // Unset: the directory opened (or each shard's directory) is the root.
   std::shared_ptr<const DataRoot> root;
   // A larger image file is an error of that example (a decode error),
@@ -47,7 +47,7 @@ struct ImageSourceOptions {
   uint64_t max_file_bytes = kDefaultMaxFileBytes;
   // Report indexing progress on stderr every couple of seconds.
   bool progress = false;
-  // The persistent index cache (workloads/common/cache_dir.h): ImageFolder
+  // The persistent index cache (storage/cache_dir.h): ImageFolder
   // listings (kind "imagefolder") and TFRecord offsets ("tfrecord-offsets",
   // see workloads/common/tfrecord.h). Unset or disabled: indexed each Open.
   std::shared_ptr<const CacheDir> cache;

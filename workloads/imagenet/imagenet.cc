@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "base/executor.h"
 #include "base/log.h"
+#include "base/test_hooks.h"
 #include "workloads/counter_rng.h"
 #include "workloads/imagenet/image_decoder.h"
 #include "workloads/imagenet/image_source.h"
@@ -136,8 +137,7 @@ absl::StatusOr<Options> ParseOptions(const WorkloadConfig& config) {
   if (!choice.ok()) return choice.status();
   opt.substitute = *choice == "substitute";
   if (auto it = o.find("debug_fixed_crop"); it != o.end()) {
-    const char* hooks = getenv("BATCHD_TEST_HOOKS");
-    if (hooks == nullptr || strcmp(hooks, "1") != 0) {
+    if (!TestHooksEnabled()) {
       return absl::PermissionDeniedError(
           "imagenet: debug_fixed_crop is a test hook; the server must run "
           "with BATCHD_TEST_HOOKS=1");
@@ -390,7 +390,7 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateImageNetWorkload(
   const std::string& root = config.data_path;
   const std::string& split = config.split;
   // Every file is opened through the server's data root: symlinks may
-  // point anywhere inside it, never out (workloads/common/data_file.h).
+  // point anywhere inside it, never out (storage/data_file.h).
   absl::StatusOr<std::shared_ptr<const DataRoot>> data_root =
       config.OpenDataRoot();
   if (!data_root.ok()) return data_root.status();

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/format.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/imagenet/python_random.h"
 #include "workloads/librispeech/npy.h"
 #include "workloads/options.h"

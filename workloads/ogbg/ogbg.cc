@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/executor.h"
 #include "base/log.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/common/tfrecord_shards.h"
 #include "workloads/ogbg/graph.h"
 #include "workloads/packed_schedule.h"

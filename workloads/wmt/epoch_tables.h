@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/executor.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/sampler.h"
 #include "workloads/wmt/length_index.h"
 #include "workloads/wmt/packing.h"

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 
 namespace batchd {
 namespace wmt {

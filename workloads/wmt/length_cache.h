@@ -1,5 +1,5 @@
 // The WMT train split's per-pair packed lengths, persisted in the cache
-// (workloads/common/cache_dir.h, kind "wmt-lengths") so that the one-time
+// (storage/cache_dir.h, kind "wmt-lengths") so that the one-time
 // length pass, which tokenizes every pair, runs once per data set and not
 // once per daemon start.
 //

@@ -47,7 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/executor.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/wmt/length_cache.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/pair_source.h"

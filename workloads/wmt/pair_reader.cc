@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 namespace wmt {
@@ -14,7 +14,7 @@ absl::StatusOr<std::shared_ptr<const PairReader>> PairReader::Create(
     const WorkloadConfig& config, const Options& options,
     absl::string_view files) {
   // Every file is opened through the server's data root: symlinks may
-  // point anywhere inside it, never out (workloads/common/data_file.h),
+  // point anywhere inside it, never out (storage/data_file.h),
   // with the reader's permissions.
   absl::StatusOr<std::shared_ptr<const DataRoot>> root = config.OpenDataRoot();
   if (!root.ok()) return root.status();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "base/coding.h"
+#include "base/files.h"
 #include "base/format.h"
 #include "base/work_context.h"
 #include "workloads/common/tf_example.h"
@@ -193,22 +194,16 @@ class LineFile {
                        " bytes, over the limit of ", max_line_bytes_));
     }
     std::string line(end - begin, '\0');
-    uint64_t got = 0;
-    while (got < line.size()) {
-      const ssize_t r =
-          pread(fd_, &line[got], line.size() - got, off_t(begin + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        const int err = errno;
-        return absl::UnavailableError(absl::StrCat(
-            "cannot read ", path_, " at ", begin + got, ": ", strerror(err)));
-      }
-      if (r == 0) {
-        return absl::DataLossError(absl::StrCat(
-            path_, ": line ", i + 1, " ends past the end of the file (",
-            "the file shrank since it was indexed)"));
-      }
-      got += uint64_t(r);
+    const ssize_t got = PreadFull(fd_, line.data(), line.size(), begin);
+    if (got < 0) {
+      const int err = errno;
+      return absl::UnavailableError(absl::StrCat("cannot read ", path_, " at ",
+                                                 begin, ": ", strerror(err)));
+    }
+    if (size_t(got) != line.size()) {
+      return absl::DataLossError(absl::StrCat(
+          path_, ": line ", i + 1, " ends past the end of the file (",
+          "the file shrank since it was indexed)"));
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.size() > max_line_bytes_) {
@@ -242,9 +237,8 @@ class LineFile {
         return s;
       }
       const ssize_t r =
-          pread(fd_, buffer.get(),
-                std::min<uint64_t>(kScanBuffer, size_ - offset), off_t(offset));
-      if (r < 0 && errno == EINTR) continue;
+          PreadFull(fd_, buffer.get(),
+                    std::min<uint64_t>(kScanBuffer, size_ - offset), offset);
       if (r < 0) {
         const int err = errno;
         return absl::UnavailableError(absl::StrCat(

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "workloads/common/cache_dir.h"
-#include "workloads/common/data_file.h"
+#include "storage/cache_dir.h"
+#include "storage/data_file.h"
 
 namespace batchd {
 

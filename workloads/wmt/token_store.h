@@ -21,7 +21,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/tokenizer.h"
 

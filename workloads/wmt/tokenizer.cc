@@ -70,7 +70,7 @@
 #include "absl/strings/str_format.h"
 #include "base/executor.h"
 #include "base/files.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/shared_work.h"
 #include "workloads/wmt/sentencepiece_model.h"
 #include "workloads/wmt/sentencepiece_vocab.h"

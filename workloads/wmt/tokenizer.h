@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/wmt/packing.h"
 #include "workloads/wmt/wmt_constants.h"
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/paths.h"
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 #include "workloads/options.h"
 #include "workloads/wmt/wmt_constants.h"
 

@@ -11,12 +11,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "workloads/workload.h"
 #include "workloads/wmt/tokenizer.h"
+#include "workloads/workload.h"
 
 namespace batchd {
 
-class DataRoot;  // workloads/common/data_file.h
+class DataRoot;  // storage/data_file.h
 namespace wmt {
 
 // The largest index_threads asked (more means all the daemon's threads),

@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/test_hooks.h"
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 #include "workloads/packed_schedule.h"
 #include "workloads/shared_work.h"
 #include "workloads/wmt/epoch_tables.h"

@@ -1,5 +1,5 @@
 // The element types of batch tensors, defined once: the codes the
-// shared-memory protocol writes in each TensorDesc (client/shm_layout.h),
+// shared-memory protocol writes in each TensorDesc (ring/shm_layout.h),
 // the client's API and the server's names all come from this table. The
 // torch and Python bindings map DType to their own types and read names and
 // sizes here.

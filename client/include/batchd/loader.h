@@ -157,7 +157,7 @@ struct Tensor {
 };
 
 class SlotLease;  // owns one ring slot; released when the last owner drops it
-class RingReader;  // client/ring.h
+class RingReader;  // ring/ring.h
 
 // One rank's slice of one global batch. Move-only; its destructor gives the
 // slot back to the server. lease() lets tensor deleters share ownership.

@@ -16,8 +16,8 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/process.h"
-#include "client/ring.h"
-#include "client/ring_internal.h"
+#include "ring/ring.h"
+#include "ring/ring_internal.h"
 
 namespace batchd {
 

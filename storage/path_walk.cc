@@ -1,5 +1,5 @@
 // The user-space walk beneath a root; see path_walk.h.
-#include "workloads/common/path_walk.h"
+#include "storage/path_walk.h"
 
 #include <errno.h>
 #include <fcntl.h>

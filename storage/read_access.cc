@@ -1,5 +1,5 @@
 // Readers' permissions, by the kernel or by bits; see read_access.h.
-#include "workloads/common/read_access.h"
+#include "storage/read_access.h"
 
 #include <sys/fsuid.h>
 #include <sys/syscall.h>

@@ -3,8 +3,8 @@
 // masked_crc32c(x) = ((crc >> 15) | (crc << 17)) + 0xa282ead8.
 //
 // Thread safety: functions only.
-#ifndef BATCHD_WORKLOADS_COMMON_CRC32C_H_
-#define BATCHD_WORKLOADS_COMMON_CRC32C_H_
+#ifndef BATCHD_BASE_CRC32C_H_
+#define BATCHD_BASE_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -17,4 +17,4 @@ uint32_t MaskedCrc32c(const void* data, size_t n);
 
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_COMMON_CRC32C_H_
+#endif  // BATCHD_BASE_CRC32C_H_

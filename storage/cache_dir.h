@@ -40,8 +40,8 @@
 //
 // Thread safety: a CacheDir is immutable after Open; any number of threads
 // (and processes) may call Get, Put and LockEntry at once.
-#ifndef BATCHD_WORKLOADS_COMMON_CACHE_DIR_H_
-#define BATCHD_WORKLOADS_COMMON_CACHE_DIR_H_
+#ifndef BATCHD_STORAGE_CACHE_DIR_H_
+#define BATCHD_STORAGE_CACHE_DIR_H_
 
 #include <sys/stat.h>
 
@@ -223,4 +223,4 @@ std::string FileIdentity(const std::string& rel_path, const struct stat& st);
 
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_COMMON_CACHE_DIR_H_
+#endif  // BATCHD_STORAGE_CACHE_DIR_H_

@@ -1,5 +1,5 @@
 // CRC32C, slicing by 8; see crc32c.h.
-#include "workloads/common/crc32c.h"
+#include "base/crc32c.h"
 
 #include <array>
 

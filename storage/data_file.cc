@@ -1,5 +1,5 @@
 // Confined, non-blocking, capped opens of data files; see data_file.h.
-#include "workloads/common/data_file.h"
+#include "storage/data_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,8 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "base/files.h"
 #include "base/paths.h"
-#include "workloads/common/path_walk.h"
+#include "storage/path_walk.h"
 
 namespace batchd {
 
@@ -328,6 +329,17 @@ absl::StatusOr<std::string> DataRoot::Resolve(const std::string& path) const {
   return std::string(real);
 }
 
+absl::Status DataRoot::Stat(const std::string& path, struct stat* st) const {
+  absl::StatusOr<int> fd = OpenChecked(path, O_PATH | O_CLOEXEC, 0);
+  if (!fd.ok()) return fd.status();
+  const bool stated = fstat(*fd, st) == 0;
+  close(*fd);
+  if (!stated) {
+    return absl::UnavailableError(absl::StrCat("cannot stat ", path));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckFileSize(const std::string& path, const struct stat& st,
                            uint64_t max_file_bytes) {
   if (uint64_t(st.st_size) <= max_file_bytes) return absl::OkStatus();
@@ -349,21 +361,12 @@ absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,
         max_bytes, " bytes per file (max_file_bytes)"));
   }
   bytes->resize(size_t(st.st_size));
-  size_t done = 0;
-  while (done < bytes->size()) {
-    const ssize_t n =
-        pread(*fd, &(*bytes)[done], bytes->size() - done, off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(*fd);
-      return ErrnoStatus(absl::StrCat("cannot read ", path), err);
-    }
-    if (n == 0) break;  // the file shrank
-    done += size_t(n);
-  }
-  bytes->resize(done);
+  // Shorter than its size: the file shrank; what is there is read.
+  const ssize_t done = PreadFull(*fd, bytes->data(), bytes->size(), 0);
+  const int err = errno;
   close(*fd);
+  if (done < 0) return ErrnoStatus(absl::StrCat("cannot read ", path), err);
+  bytes->resize(size_t(done));
   return absl::OkStatus();
 }
 

@@ -1,8 +1,8 @@
 // What ring.cc and ring_reader.cc share and nobody else needs: the owner of
 // a segment's mapping, the segment name as Boost.Interprocess takes it, and
 // the POSIX ACL that gives a ring to its client's uid alone.
-#ifndef BATCHD_CLIENT_RING_INTERNAL_H_
-#define BATCHD_CLIENT_RING_INTERNAL_H_
+#ifndef BATCHD_RING_RING_INTERNAL_H_
+#define BATCHD_RING_RING_INTERNAL_H_
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <cstdint>
@@ -43,4 +43,4 @@ inline constexpr uint32_t kAclUndefinedId = 0xFFFFFFFFu;
 
 }  // namespace batchd
 
-#endif  // BATCHD_CLIENT_RING_INTERNAL_H_
+#endif  // BATCHD_RING_RING_INTERNAL_H_

@@ -17,8 +17,8 @@
 //
 // Thread safety: ReadAccess is a value; FsCredsScope changes its own
 // thread's credentials only.
-#ifndef BATCHD_WORKLOADS_COMMON_READ_ACCESS_H_
-#define BATCHD_WORKLOADS_COMMON_READ_ACCESS_H_
+#ifndef BATCHD_STORAGE_READ_ACCESS_H_
+#define BATCHD_STORAGE_READ_ACCESS_H_
 
 #include <sys/stat.h>
 
@@ -94,4 +94,4 @@ class FsCredsScope {
 
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_COMMON_READ_ACCESS_H_
+#endif  // BATCHD_STORAGE_READ_ACCESS_H_

@@ -1,7 +1,7 @@
 // Resolving a path beneath a directory in user space, one component at a
 // time, where openat2(RESOLVE_BENEATH) cannot (kernels without openat2, and
 // absolute links, which RESOLVE_BENEATH refuses even when they name the
-// root): the data root's walk (workloads/common/data_file.h).
+// root): the data root's walk (storage/data_file.h).
 //
 // Every lookup is one openat(O_PATH | O_NOFOLLOW) or readlinkat of one name
 // relative to the descriptor the walk holds, starting at the root's, so no
@@ -26,15 +26,15 @@
 //
 // Thread safety: WalkBeneath is reentrant; the root's descriptor is only
 // read.
-#ifndef BATCHD_WORKLOADS_COMMON_PATH_WALK_H_
-#define BATCHD_WORKLOADS_COMMON_PATH_WALK_H_
+#ifndef BATCHD_STORAGE_PATH_WALK_H_
+#define BATCHD_STORAGE_PATH_WALK_H_
 
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
 
-#include "workloads/common/read_access.h"
+#include "storage/read_access.h"
 
 namespace batchd {
 
@@ -95,4 +95,4 @@ void SetWalkStepHookForTesting(WalkStepHook hook);
 
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_COMMON_PATH_WALK_H_
+#endif  // BATCHD_STORAGE_PATH_WALK_H_

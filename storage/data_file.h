@@ -11,7 +11,7 @@
 // from a descriptor of the root; where it cannot (an absolute link, which
 // RESOLVE_BENEATH refuses even when it names the root; no openat2) we walk
 // it ourselves, one component at a time from the root's descriptor
-// (workloads/common/path_walk.h): links read and followed at most 40 deep,
+// (storage/path_walk.h): links read and followed at most 40 deep,
 // `..` never above the root, an absolute target taken only when it begins
 // with a name of the root (its resolved path, the path it was opened by,
 // the operator's --data-root as given: AddOperatorName). A link swapped
@@ -19,7 +19,7 @@
 // may go.
 //
 // Whose permissions: a DataRoot opened for a ReadAccess other than the
-// daemon's (workloads/common/read_access.h) opens only what that reader
+// daemon's (storage/read_access.h) opens only what that reader
 // could open itself, from the root down (the root's own directory
 // included; its parents are the operator's). Where the daemon can take the
 // reader's credentials (it runs as root), every lookup of the walk, the
@@ -34,8 +34,8 @@
 //
 // Thread safety: a DataRoot is immutable after Open; any number of threads
 // may open files through it at once.
-#ifndef BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
-#define BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
+#ifndef BATCHD_STORAGE_DATA_FILE_H_
+#define BATCHD_STORAGE_DATA_FILE_H_
 
 #include <sys/stat.h>
 
@@ -45,8 +45,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "workloads/common/path_walk.h"
-#include "workloads/common/read_access.h"
+#include "storage/path_walk.h"
+#include "storage/read_access.h"
 
 namespace batchd {
 
@@ -84,6 +84,12 @@ class DataRoot {
   // or leading outside the root); PermissionDenied when it leads outside
   // the root (unrestricted readers).
   absl::StatusOr<std::string> Resolve(const std::string& path) const;
+
+  // The fstat of what `path` (as Resolve takes it) leads to, reached as the
+  // reader reaches it: no name is looked up with rights the reader lacks,
+  // so a link swapped in after Resolve stats nothing beyond its reach.
+  // Resolve's errors otherwise.
+  absl::Status Stat(const std::string& path, struct stat* st) const;
 
   // Opens `path` (absolute and beneath path(), or relative to it) read-only,
   // close-on-exec and non-blocking, and returns the descriptor, which the
@@ -151,4 +157,4 @@ absl::Status ReadFileCapped(const DataRoot& root, const std::string& path,
 
 }  // namespace batchd
 
-#endif  // BATCHD_WORKLOADS_COMMON_DATA_FILE_H_
+#endif  // BATCHD_STORAGE_DATA_FILE_H_

@@ -4,8 +4,8 @@
 // Thread safety: a RingWriter is used by the server under its own locking
 // (claims and publishes must be serialised by the caller). RingReader: see
 // its class comment.
-#ifndef BATCHD_CLIENT_RING_H_
-#define BATCHD_CLIENT_RING_H_
+#ifndef BATCHD_RING_RING_H_
+#define BATCHD_RING_RING_H_
 
 #include <sys/types.h>
 
@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "client/shm_layout.h"
+#include "ring/shm_layout.h"
 
 namespace batchd {
 
@@ -268,4 +268,4 @@ std::vector<std::string> RemoveOwnSegments(const std::string& prefix);
 
 }  // namespace batchd
 
-#endif  // BATCHD_CLIENT_RING_H_
+#endif  // BATCHD_RING_RING_H_

@@ -99,8 +99,8 @@
 // full rings (the client has no doorbell to ring, so a release costs two
 // stores). No lock lives in this memory: a process killed at any
 // instruction leaves the other side able to go on or to notice.
-#ifndef BATCHD_CLIENT_SHM_LAYOUT_H_
-#define BATCHD_CLIENT_SHM_LAYOUT_H_
+#ifndef BATCHD_RING_SHM_LAYOUT_H_
+#define BATCHD_RING_SHM_LAYOUT_H_
 
 #include <atomic>
 #include <cstddef>
@@ -322,4 +322,4 @@ inline bool CheckedAlignUp(uint64_t n, uint64_t a, uint64_t* out) {
 }  // namespace shm
 }  // namespace batchd
 
-#endif  // BATCHD_CLIENT_SHM_LAYOUT_H_
+#endif  // BATCHD_RING_SHM_LAYOUT_H_

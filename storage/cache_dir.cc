@@ -1,5 +1,5 @@
 // The persistent cache directory; see cache_dir.h.
-#include "workloads/common/cache_dir.h"
+#include "storage/cache_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,8 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/crc32c.h"
+#include "base/files.h"
 #include "base/format.h"
-#include "workloads/common/crc32c.h"
 
 namespace batchd {
 namespace {
@@ -311,20 +312,14 @@ absl::StatusOr<std::string> CacheDir::Get(absl::string_view kind,
     return discard(absl::StrCat("truncated: ", size, " bytes"));
   }
   std::string bytes(size, '\0');
-  uint64_t got = 0;
-  while (got < size) {
-    const ssize_t r = pread(fd, &bytes[got], size - got, off_t(got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::UnavailableError(absl::StrCat("cache: cannot read ", path_,
-                                                 "/", name, ": ", Errno(err)));
-    }
-    if (r == 0) break;
-    got += uint64_t(r);
+  const ssize_t got = PreadFull(fd, bytes.data(), size, 0);
+  if (got < 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cache: cannot read ", path_,
+                                               "/", name, ": ", Errno(err)));
   }
-  if (got != size) return discard("shorter than its size");
+  if (uint64_t(got) != size) return discard("shorter than its size");
   const char* p = bytes.data();
   if (memcmp(p, kMagic, sizeof(kMagic)) != 0) return discard("bad magic");
   if (LoadLE32(p + 8) != kEntryFormatVersion) {
@@ -543,18 +538,11 @@ absl::Status CacheDir::Blob::Read(uint64_t offset, size_t n, void* out) const {
         "cache: bytes [", offset, ", ", offset + n, ") of ", what_,
         ", whose value holds ", size_));
   }
-  char* p = static_cast<char*>(out);
-  while (n > 0) {
-    const ssize_t r = pread(fd_, p, n, off_t(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int err = r < 0 ? errno : EIO;
-      return absl::UnavailableError(
-          absl::StrCat("cache: cannot read ", what_, ": ", Errno(err)));
-    }
-    p += r;
-    n -= size_t(r);
-    offset += uint64_t(r);
+  const ssize_t got = PreadFull(fd_, out, n, offset);
+  if (got < 0 || size_t(got) != n) {
+    const int err = got < 0 ? errno : EIO;
+    return absl::UnavailableError(
+        absl::StrCat("cache: cannot read ", what_, ": ", Errno(err)));
   }
   return absl::OkStatus();
 }
@@ -585,19 +573,14 @@ absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
     // A whole chunk at a time (short reads are read on), so that the pieces
     // given to `check` start at multiples of the chunk.
     const size_t n = size_t(std::min<uint64_t>(chunk.size(), covered - at));
-    size_t got = 0;
-    while (got < n) {
-      const ssize_t r = pread(fd, &chunk[got], n - got, off_t(at + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        const int err = errno;
-        close(fd);
-        return absl::UnavailableError(absl::StrCat(
-            "cache: cannot read ", path_, "/", name, ": ", Errno(err)));
-      }
-      if (r == 0) return discard("shorter than its size");
-      got += size_t(r);
+    const ssize_t got = PreadFull(fd, chunk.data(), n, at);
+    if (got < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::UnavailableError(absl::StrCat(
+          "cache: cannot read ", path_, "/", name, ": ", Errno(err)));
     }
+    if (size_t(got) != n) return discard("shorter than its size");
     crc = Crc32c(chunk.data(), n, crc);
     if (check && at < value_end) {
       const std::string wrong = check(
@@ -610,7 +593,7 @@ absl::StatusOr<std::shared_ptr<const CacheDir::Blob>> CacheDir::OpenBlob(
   }
   const uint64_t tail_bytes = kBlobTrailerBytes + kind.size() + key.size();
   std::string tail(tail_bytes, '\0');
-  if (pread(fd, &tail[0], tail_bytes, off_t(size - tail_bytes)) !=
+  if (PreadFull(fd, tail.data(), tail_bytes, size - tail_bytes) !=
       ssize_t(tail_bytes)) {
     return discard("shorter than its size");
   }

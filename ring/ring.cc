@@ -1,7 +1,7 @@
 // Ring geometry, segment creation and the server's side of the protocol
 // (claim, publish, close), and stale-segment removal; the client's side is
 // ring_reader.cc. See shm_layout.h for why each memory order is what it is.
-#include "client/ring.h"
+#include "ring/ring.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,9 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
+#include "base/files.h"
 #include "base/format.h"
 #include "base/process.h"
-#include "client/ring_internal.h"
+#include "ring/ring_internal.h"
 
 namespace batchd {
 
@@ -472,7 +473,7 @@ std::vector<std::string> RemoveSegmentsIf(const std::string& prefix,
     }
     // Only plain fields are read, from a byte copy of the header.
     alignas(shm::RingHeader) unsigned char raw[sizeof(shm::RingHeader)] = {};
-    const ssize_t got = pread(fd, raw, sizeof(raw), 0);
+    const ssize_t got = PreadFull(fd, raw, sizeof(raw), 0);
     const auto& h = *reinterpret_cast<const shm::RingHeader*>(raw);
     close(fd);
     if (remove(h, got, st) && unlinkat(dir_fd, n.c_str(), 0) == 0) {
