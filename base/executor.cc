@@ -255,7 +255,8 @@ struct LoopState {
   const std::function<absl::Status(uint64_t)>* fn;
   Executor* executor;
   Priority priority;
-  std::shared_ptr<Cancellation> cancel;  // the caller's work's
+  std::shared_ptr<Cancellation> cancel;    // the caller's work's
+  std::shared_ptr<WorkProgress> progress;  // the caller's work's
   uint64_t n, chunk;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
@@ -290,6 +291,7 @@ struct LoopState {
           return false;
         }
       }
+      if (progress != nullptr) progress->Step();
       if (helper && next.load(std::memory_order_relaxed) < n &&
           executor->OthersWaiting(priority)) {
         return true;
@@ -333,6 +335,7 @@ absl::Status ParallelFor(Executor* executor, Priority priority, uint64_t n,
   state->executor = executor;
   state->priority = priority;
   state->cancel = CurrentWork().cancel;
+  state->progress = CurrentWork().progress;
   state->n = n;
   // Chunks small enough for every thread to get some.
   state->chunk =

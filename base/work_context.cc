@@ -70,9 +70,38 @@ void Cancellation::Finish() {
   }
 }
 
+void WorkProgress::Set(const std::string& what, uint64_t done, uint64_t total,
+                       const std::string& unit) {
+  Step();
+  absl::MutexLock lock(&mu_);
+  what_ = what;
+  unit_ = unit;
+  done_ = done;
+  total_ = total;
+}
+
+WorkProgress::Snapshot WorkProgress::Get() const {
+  Snapshot s;
+  s.steps = steps_.load(std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  s.what = what_;
+  s.unit = unit_;
+  s.done = done_;
+  s.total = total_;
+  return s;
+}
+
 const WorkContext& CurrentWork() { return tls_work; }
 
+void ReportProgress(const std::string& what, uint64_t done, uint64_t total,
+                    const std::string& unit) {
+  if (tls_work.progress != nullptr) {
+    tls_work.progress->Set(what, done, total, unit);
+  }
+}
+
 absl::Status CheckCancelled(const std::string& what) {
+  if (tls_work.progress != nullptr) tls_work.progress->Step();
   const std::shared_ptr<Cancellation>& cancel = tls_work.cancel;
   if (cancel == nullptr || !cancel->cancelled()) return absl::OkStatus();
   return absl::CancelledError(

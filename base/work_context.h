@@ -19,8 +19,16 @@
 // shared pass) runs under its owner alone, never under a request's
 // cancellation: it stops when what it is for goes.
 //
-// Thread safety: Cancellation is thread-safe; CurrentWork and WorkScope
-// are the calling thread's own.
+// Progress: what the work is doing, for a caller that waits for it (an
+// OpenStream whose stream is being prepared, server/stream_preparations.h):
+// what is done (e.g. "listing imagenet/train"), done of total units, and a
+// count of steps that grows while the work goes on (every CheckCancelled
+// and every chunk of a ParallelFor counts one), so that a caller can tell
+// work that progresses from work that is stuck even where nothing reports
+// what it does.
+//
+// Thread safety: Cancellation and WorkProgress are thread-safe;
+// CurrentWork and WorkScope are the calling thread's own.
 #ifndef BATCHD_BASE_WORK_CONTEXT_H_
 #define BATCHD_BASE_WORK_CONTEXT_H_
 
@@ -66,6 +74,8 @@ class Cancellation {
   bool finished() const {
     return state_.load(std::memory_order_acquire) == kFinished;
   }
+  // When the caller stops waiting (MonotonicNanos); 0: no deadline.
+  uint64_t deadline_ns() const { return deadline_ns_; }
   // Nobody wants the work any more; `why` (kept when it is the first
   // reason) says why, e.g. the request's own error.
   void Cancel(const absl::Status& why);
@@ -89,10 +99,38 @@ class Cancellation {
   mutable absl::Status why_ ABSL_GUARDED_BY(mu_);
 };
 
+class WorkProgress {
+ public:
+  struct Snapshot {
+    std::string what;  // "" until the work says
+    std::string unit;  // what done/total count, e.g. "folders"
+    uint64_t done = 0;
+    uint64_t total = 0;  // 0: not known
+    uint64_t steps = 0;
+  };
+
+  // What the work does now: `done` of `total` `unit`s of `what`.
+  void Set(const std::string& what, uint64_t done, uint64_t total,
+           const std::string& unit);
+  // One more step of work done (cheap: an atomic add).
+  void Step() { steps_.fetch_add(1, std::memory_order_relaxed); }
+  Snapshot Get() const;
+
+ private:
+  std::atomic<uint64_t> steps_{0};
+  mutable absl::Mutex mu_;
+  std::string what_ ABSL_GUARDED_BY(mu_);
+  std::string unit_ ABSL_GUARDED_BY(mu_);
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 struct WorkContext {
   uint64_t owner = kNoOwner;
   // Null: never cancelled.
   std::shared_ptr<Cancellation> cancel;
+  // Null: nobody watches the work's progress.
+  std::shared_ptr<WorkProgress> progress{};
 
   bool cancelled() const { return cancel != nullptr && cancel->cancelled(); }
 };
@@ -102,8 +140,14 @@ struct WorkContext {
 const WorkContext& CurrentWork();
 
 // OK, or CANCELLED (naming `what` was stopped, and why) when the current
-// work's request no longer wants it.
+// work's request no longer wants it. Counts a step of the current work's
+// progress.
 absl::Status CheckCancelled(const std::string& what);
+
+// The current work does `done` of `total` `unit`s of `what` (nothing when
+// nobody watches its progress).
+void ReportProgress(const std::string& what, uint64_t done, uint64_t total,
+                    const std::string& unit);
 
 // Makes `context` the calling thread's current work until it ends; scopes
 // nest. The executor opens one around every task, with the context the

@@ -62,7 +62,18 @@ absl::Status Core::Start(std::unique_ptr<Executor> executor) {
                                              shared_work_.get(), engine_.get());
   heartbeat_ = std::make_unique<Heartbeat>();
   registry_ = std::make_unique<StreamRegistry>(options_, access_, budget_,
-                                               *factory_, *engine_, *heartbeat_);
+                                               *engine_, *heartbeat_);
+  StreamPreparations::Options po;
+  po.grace_ns = uint64_t(options_.prepare_grace_seconds * 1e9);
+  preparations_ = std::make_unique<StreamPreparations>(
+      po, turns_,
+      [registry = registry_.get()](const StreamKey& key) {
+        return registry->Has(key);
+      },
+      [factory = factory_.get()](const v1::StreamSpec& spec,
+                                 const ReadAccess& access) {
+        return factory->Make(spec, access);
+      });
   status_ = std::make_unique<StatusReporter>(options_, *registry_, *engine_,
                                              *readahead_, start_ns_);
   supervisor_ = std::make_unique<Supervisor>(options_, *registry_, *status_);
@@ -71,13 +82,23 @@ absl::Status Core::Start(std::unique_ptr<Executor> executor) {
 }
 
 Core::~Core() {
-  if (supervisor_ != nullptr) supervisor_->Stop();
-  if (heartbeat_ != nullptr) heartbeat_->Stop();
-  // Workers and I/O threads stuck in storage that does not answer are not
-  // waited for past the bound: they are left (with what they use) to end
-  // with the process.
+  // Workers, I/O and preparation threads stuck in storage that does not
+  // answer are not waited for past the bound: they are left (with what
+  // they use) to end with the process.
   const uint64_t deadline =
       MonotonicNanos() + uint64_t(options_.stop_wait_seconds * 1e9) + 1;
+  if (preparations_ != nullptr) {
+    if (const int stuck = preparations_->Stop(deadline); stuck > 0) {
+      NoteAbandonedThreads(stuck);
+      // Never destroyed: the stuck threads use them.
+      preparations_.release();
+      factory_.release();
+      shared_work_.release();
+      executor_.release();
+    }
+  }
+  if (supervisor_ != nullptr) supervisor_->Stop();
+  if (heartbeat_ != nullptr) heartbeat_->Stop();
   const bool workers_stopped = engine_->Stop(deadline);
   CloseAll();
   if (!workers_stopped) {
@@ -120,18 +141,24 @@ absl::StatusOr<v1::OpenStreamResponse> Core::OpenStreamSteps(
       req.has_owner_uid() ? std::optional<uint32_t>(req.owner_uid())
                           : std::nullopt);
   if (!key.ok()) return key.status();
-  // Whatever the stream needs made is its owner's work, and a stream to
-  // make (its data read on this thread) waits for a turn of its owner.
+  // Whatever the call does is its stream's owner's work. A stream to make
+  // is prepared beyond the call, taking its owner's turns, and waited for.
   WorkScope work(WorkContext{key->first, cancel});
-  PrepareTurns::Turn turn;
-  if (!registry_->Has(*key)) {
-    absl::StatusOr<PrepareTurns::Turn> taken =
-        turns_.Take(key->first, cancel.get());
-    if (!taken.ok()) return taken.status();
-    turn = *std::move(taken);
-  }
-  return registry_->Open(*key, *spec, req.rank(), caller,
-                        req.has_resume() ? &req.resume() : nullptr);
+  StreamPreparations::Ticket ticket;
+  bool made = false;
+  absl::StatusOr<v1::OpenStreamResponse> opened = registry_->Open(
+      *key, *spec, req.rank(), caller,
+      req.has_resume() ? &req.resume() : nullptr,
+      [&]() -> absl::StatusOr<std::shared_ptr<StreamSetup>> {
+        absl::StatusOr<StreamPreparations::Ticket> ready = preparations_->Await(
+            *key, *spec, access_.ReadAccessOf(caller), caller, *cancel);
+        if (!ready.ok()) return ready.status();
+        ticket = *std::move(ready);
+        return ticket.setup();
+      },
+      &made);
+  ticket.Taken(made);
+  return opened;
 }
 
 absl::Status Core::CloseStream(const v1::CloseStreamRequest& req,
@@ -189,7 +216,11 @@ void Core::SetOnDrained(std::function<void()> on_drained) {
 
 v1::GetStatusResponse Core::GetStatus(
     std::vector<ReadAheadStats>* readahead) const {
-  return status_->Status(readahead);
+  v1::GetStatusResponse out = status_->Status(readahead);
+  for (v1::Preparing& p : preparations_->List()) {
+    *out.add_preparations() = std::move(p);
+  }
+  return out;
 }
 
 std::vector<std::string> Core::ReapDeadClients() {

@@ -11,6 +11,7 @@
 //   ring_budget.h      the limits and quotas a stream and its rings fit
 //   stream_factory.h   specs checked and made into streams
 //   stream_registry.h  the streams and their ranks' seats; OpenStream's steps
+//   stream_preparations.h  streams being made, joined by their callers
 //   prepare_turns.h    how many streams one owner makes at once
 //   heartbeat.h        the server's heartbeat in every ring
 //   supervisor.h       reaping dead clients, idle streams, progress logs
@@ -41,6 +42,7 @@
 #include "server/ring_budget.h"
 #include "server/status.h"
 #include "server/stream_factory.h"
+#include "server/stream_preparations.h"
 #include "server/stream_registry.h"
 #include "server/supervisor.h"
 #include "workloads/shared_work.h"
@@ -70,10 +72,13 @@ class Core : public ControlPlane {
   // only (PermissionDenied naming the owner otherwise). req.resume() set:
   // this rank begins there instead of at the spec's start_step. A client
   // of another protocol is refused first. req.client_pid() is never read:
-  // anyone could name another job's pid. The work of making the stream is
-  // its owner's (base/work_context.h) and stops with CANCELLED once
-  // `cancel` is cancelled; a call that fails cancels it, so that what it
-  // started stops too.
+  // anyone could name another job's pid. A stream that does not exist yet
+  // is prepared as its owner's work, beyond this call
+  // (server/stream_preparations.h): this call waits for it while `cancel`
+  // is not cancelled, and answers UNAVAILABLE with a v1::Preparing payload
+  // (client/preparing.h) before its deadline when it is not ready; an
+  // OpenStream of the same stream joins it. A call that fails cancels
+  // `cancel`, so that what it started itself stops too.
   absl::StatusOr<v1::OpenStreamResponse> OpenStream(
       const v1::OpenStreamRequest& req, const Caller& caller,
       const std::shared_ptr<Cancellation>& cancel) override;
@@ -141,7 +146,7 @@ class Core : public ControlPlane {
   const uint64_t start_ns_;
   const Access access_;
   const RingBudget budget_;
-  // Streams each owner makes at once (OpenStream, Plan).
+  // Streams each owner makes at once (preparations, Plan).
   mutable PrepareTurns turns_;
   // What workloads borrow (their indexing and counting work, the models
   // and passes they share); before the streams, which use them until they
@@ -158,6 +163,8 @@ class Core : public ControlPlane {
   std::unique_ptr<StreamFactory> factory_;
   std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<StreamRegistry> registry_;
+  // Stopped first of all: its threads use the factory and the registry.
+  std::unique_ptr<StreamPreparations> preparations_;
   std::unique_ptr<StatusReporter> status_;
   std::unique_ptr<Supervisor> supervisor_;
 };

@@ -120,6 +120,10 @@ struct CoreOptions {
   // before it leaves those stuck in the kernel to end with the process.
   // Default: 3 s.
   double stop_wait_seconds = 3;
+  // How long a stream being prepared (server/stream_preparations.h) waits
+  // for its caller to ask again after an answer of "still preparing",
+  // before it is cancelled. Default: 5 s.
+  double prepare_grace_seconds = 5;
 };
 
 // `options` with data_root made absolute (realpath; InvalidArgument when it

@@ -1,14 +1,19 @@
 // gRPC handlers: one line each, into the core, which takes and returns the
-// messages; only the status is converted, here, and a call's cancellation
-// made from its context.
+// messages; only the status is converted, here (with the "still preparing"
+// answer's message, client/preparing.h), and a call's cancellation made
+// from its context.
 #include "server/grpc_service.h"
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "absl/strings/cord.h"
 #include "base/clock.h"
 #include "base/work_context.h"
+#include "client/preparing.h"
 
 namespace batchd {
 
@@ -53,10 +58,20 @@ grpc::Status ToGrpc(const absl::Status& s) {
                       std::string(s.message()));
 }
 
+// The same; a "still preparing" answer's v1::Preparing goes into the
+// call's trailing metadata (client/preparing.h).
+grpc::Status ToGrpc(const absl::Status& s, grpc::ServerContext* ctx) {
+  if (const auto preparing = s.GetPayload(kPreparingPayload)) {
+    ctx->AddTrailingMetadata(kPreparingMetadata, std::string(*preparing));
+  }
+  return ToGrpc(s);
+}
+
 template <typename T>
-grpc::Status Reply(absl::StatusOr<T> result, T* proto) {
+grpc::Status Reply(absl::StatusOr<T> result, T* proto,
+                   grpc::ServerContext* ctx) {
   if (result.ok()) *proto = *std::move(result);
-  return ToGrpc(result.status());
+  return ToGrpc(result.status(), ctx);
 }
 
 }  // namespace
@@ -65,7 +80,8 @@ grpc::Status BatchdService::OpenStream(grpc::ServerContext* ctx,
                                        const v1::OpenStreamRequest* req,
                                        v1::OpenStreamResponse* resp) {
   return Reply(
-      core_.OpenStream(*req, CallerOf(ctx), CallCancellation(ctx).get()), resp);
+      core_.OpenStream(*req, CallerOf(ctx), CallCancellation(ctx).get()), resp,
+      ctx);
 }
 
 grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
@@ -91,14 +107,14 @@ grpc::Status BatchdService::Shutdown(grpc::ServerContext* ctx,
 grpc::Status BatchdService::Drain(grpc::ServerContext* ctx,
                                   const v1::DrainRequest* req,
                                   v1::DrainResponse* resp) {
-  return Reply(core_.Drain(*req, CallerOf(ctx)), resp);
+  return Reply(core_.Drain(*req, CallerOf(ctx)), resp, ctx);
 }
 
 grpc::Status BatchdService::Plan(grpc::ServerContext* ctx,
                                  const v1::PlanRequest* req,
                                  v1::PlanResponse* resp) {
   return Reply(core_.Plan(*req, CallerOf(ctx), CallCancellation(ctx).get()),
-               resp);
+               resp, ctx);
 }
 
 }  // namespace batchd

@@ -41,6 +41,18 @@ absl::StatusOr<PrepareTurns::Turn> PrepareTurns::Take(
   return Turn(this, owner);
 }
 
+PrepareTurns::Turn PrepareTurns::TryTake(uint64_t owner) {
+  absl::MutexLock lock(&mu_);
+  int& taken = taken_[owner];
+  if (taken >= per_owner_) return Turn();
+  ++taken;
+  return Turn(this, owner);
+}
+
+void PrepareTurns::SetOnGiven(std::function<void(uint64_t owner)> on_given) {
+  on_given_ = std::move(on_given);
+}
+
 int PrepareTurns::taken(uint64_t owner) const {
   absl::MutexLock lock(&mu_);
   auto it = taken_.find(owner);
@@ -48,10 +60,13 @@ int PrepareTurns::taken(uint64_t owner) const {
 }
 
 void PrepareTurns::Give(uint64_t owner) {
-  absl::MutexLock lock(&mu_);
-  auto it = taken_.find(owner);
-  if (--it->second == 0) taken_.erase(it);
-  given_.SignalAll();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = taken_.find(owner);
+    if (--it->second == 0) taken_.erase(it);
+    given_.SignalAll();
+  }
+  if (on_given_) on_given_(owner);
 }
 
 }  // namespace batchd

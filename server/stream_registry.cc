@@ -65,7 +65,9 @@ std::string StreamRegistry::SegmentName(uint32_t owner_uid,
 
 absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::Open(
     const StreamKey& key, const v1::StreamSpec& spec, uint32_t rank,
-    const Caller& caller, const v1::Resume* resume) {
+    const Caller& caller, const v1::Resume* resume, const MakeSetup& make,
+    bool* made) {
+  if (made != nullptr) *made = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = streams_.find(key);
@@ -77,13 +79,22 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::Open(
   }
   // Made without the lock: opening a data set reads storage (a model, an
   // index, a listing), and no other caller's request waits for that.
-  absl::StatusOr<std::shared_ptr<StreamSetup>> setup =
-      factory_.Make(spec, access_.ReadAccessOf(caller));
+  absl::StatusOr<std::shared_ptr<StreamSetup>> setup = make();
   if (!setup.ok()) return setup.status();
   // Declared before the lock: what is not kept goes after it is released
   // (a schedule waits for its counting task when it goes).
   std::unique_ptr<Stream> dropped;
   absl::MutexLock lock(&mu_);
+  if (*setup == nullptr) {
+    // Made by another call meanwhile.
+    auto it = streams_.find(key);
+    if (it == streams_.end()) {
+      return absl::UnavailableError(absl::StrCat(
+          "stream '", key.second,
+          "' was closed while this rank joined it; open it again"));
+    }
+    return OpenRank(key, *it->second, spec, rank, caller, resume);
+  }
   bool created = false;
   absl::StatusOr<Stream*> stream =
       FindOrCreateStream(key, spec, caller, *setup, &created);
@@ -95,6 +106,7 @@ absl::StatusOr<v1::OpenStreamResponse> StreamRegistry::Open(
     dropped = std::move(it->second);
     streams_.erase(it);
   }
+  if (made != nullptr) *made = created && opened.ok();
   return opened;
 }
 

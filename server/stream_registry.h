@@ -80,29 +80,33 @@ class StreamRegistry {
  public:
   // Everything given must outlive the registry.
   StreamRegistry(const CoreOptions& options, const Access& access,
-                 const RingBudget& budget, const StreamFactory& factory,
-                 Engine& engine, Heartbeat& heartbeat)
+                 const RingBudget& budget, Engine& engine, Heartbeat& heartbeat)
       : options_(options),
         access_(access),
         budget_(budget),
-        factory_(factory),
         engine_(engine),
         heartbeat_(heartbeat) {}
+
+  // What a new stream is made from: its setup (made, or waited for:
+  // server/stream_preparations.h), or null when the stream was made by
+  // another call meanwhile; or why there is none (yet).
+  using MakeSetup =
+      std::function<absl::StatusOr<std::shared_ptr<StreamSetup>>()>;
 
   // OpenStream once the spec is checked and `key` authorized: the stream
   // of `key`, created for `caller` (within the limits) when it is the
   // caller's own and does not exist, then the rank's ring for `caller`.
   // `resume` (may be null): the rank begins there instead of at the
   // spec's start_step. A stream this call created and could not open a
-  // rank of is not kept. A new stream is made (StreamFactory::Make)
-  // without the lock, and nothing here learns data: a resume at a cursor
-  // is anchored by its schedule's counting task, so a far cursor holds no
-  // other caller.
-  absl::StatusOr<v1::OpenStreamResponse> Open(const StreamKey& key,
-                                              const v1::StreamSpec& spec,
-                                              uint32_t rank,
-                                              const Caller& caller,
-                                              const v1::Resume* resume);
+  // rank of is not kept. A new stream's setup comes from `make`, called
+  // without the lock once the stream may be created, and nothing here
+  // learns data: a resume at a cursor is anchored by its schedule's
+  // counting task, so a far cursor holds no other caller. `made` (may be
+  // null) says whether this call made the stream from make's setup.
+  absl::StatusOr<v1::OpenStreamResponse> Open(
+      const StreamKey& key, const v1::StreamSpec& spec, uint32_t rank,
+      const Caller& caller, const v1::Resume* resume, const MakeSetup& make,
+      bool* made = nullptr);
   // Detaches every rank of the stream `key` and forgets it.
   absl::Status Close(const StreamKey& key);
   // The owners of streams named key.second when `key` has none; empty when
@@ -182,7 +186,6 @@ class StreamRegistry {
   const CoreOptions& options_;
   const Access& access_;
   const RingBudget& budget_;
-  const StreamFactory& factory_;
   Engine& engine_;
   Heartbeat& heartbeat_;
 

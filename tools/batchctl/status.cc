@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/preparing.h"
 #include "tools/batchctl/commands.h"
 #include "tools/batchctl/control.h"
 #include "tools/batchctl/interrupt.h"
@@ -430,6 +431,11 @@ std::string FormatStatus(const v1::GetStatusResponse& st, const Rates* rates) {
                       "attached)"
                     : "");
   out += FormatOwners(st);
+  for (const v1::Preparing& p : st.preparations()) {
+    out += absl::StrFormat("  preparing stream '%s' of uid %u: %s\n",
+                           Printable(p.stream()), p.owner_uid(),
+                           Printable(DescribePreparing(p)));
+  }
   for (const v1::StreamStatus& s : st.streams()) {
     out += FormatStream(st, s, rates);
   }

@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/executor.h"
+#include "base/work_context.h"
 
 namespace batchd {
 
@@ -37,6 +38,8 @@ absl::StatusOr<TFRecordShards> TFRecordShards::Open(
           errors[f] = file.status();
         }
         if (on_shard) on_shard(progress.done, progress.records);
+        ReportProgress("indexing TFRecord shards", progress.done, paths.size(),
+                       "shards");
         return absl::OkStatus();
       },
       /*max_chunk=*/1);

@@ -24,6 +24,7 @@
 #include "base/clock.h"
 #include "base/executor.h"
 #include "base/log.h"
+#include "base/test_hooks.h"
 #include "base/work_context.h"
 #include "storage/cache_dir.h"
 #include "storage/data_file.h"
@@ -152,6 +153,29 @@ std::string RootRelative(const DataRoot& root, const std::string& path) {
   const std::string prefix = absl::StrCat(root.path(), "/");
   if (absl::StartsWith(path, prefix)) return path.substr(prefix.size());
   return path == root.path() ? "." : path;
+}
+
+// Test hook ($BATCHD_TEST_IMAGEFOLDER_HOLD=PATH, with test hooks on): while
+// PATH exists, listing an ImageFolder tree goes on slowly (on the thread
+// that lists it, before its class folders), as on storage that
+// answers a listing in minutes: it waits, having created PATH.held once,
+// so that a test can act while a stream is being prepared (ask again, kill
+// its caller, open another stream). The wait counts steps of progress
+// (CheckCancelled); it ends when PATH goes, or with CANCELLED when the
+// work is no longer wanted.
+absl::Status HoldListingForTest(const std::string& what) {
+  const char* path = TestHook("BATCHD_TEST_IMAGEFOLDER_HOLD");
+  if (path == nullptr) return absl::OkStatus();
+  const std::string held = absl::StrCat(path, ".held");
+  while (access(path, F_OK) == 0) {
+    if (access(held.c_str(), F_OK) != 0) {
+      const int fd = open(held.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) close(fd);
+    }
+    if (absl::Status s = CheckCancelled(what); !s.ok()) return s;
+    usleep(10000);
+  }
+  return absl::OkStatus();
 }
 
 // An index-cache line of the daemon's log (event index_cache).
@@ -342,6 +366,13 @@ class ImageFolderSource : public ImageSource {
     }
     classes_ = top.dirs;
     Progress report(progress);
+    // What the request that waits for the listing is told.
+    const std::string listing =
+        absl::StrCat("listing ", RootRelative(*root_, dir_));
+    ReportProgress(listing, 0, classes_.size(), "class folders");
+    if (absl::Status held = HoldListingForTest(listing); !held.ok()) {
+      return held;
+    }
     std::vector<std::string> empty;
     // Classes are listed by several threads (on network storage each
     // listing waits for round trips), a batch at a time to bound memory.
@@ -361,6 +392,7 @@ class ImageFolderSource : public ImageSource {
         if (labels_.size() == before) empty.push_back(classes_[c]);
         report.Maybe("indexed ", labels_.size(), " files in ", c + 1, " of ",
                      classes_.size(), " classes of ", dir_);
+        ReportProgress(listing, c + 1, classes_.size(), "class folders");
       }
     }
     if (!empty.empty()) {
@@ -551,6 +583,9 @@ class ImageFolderSource : public ImageSource {
   // Every walked directory has its identity (or is still unlistable), and
   // no symlink taken as a file resolves to a directory.
   bool Unchanged() const {
+    ReportProgress(absl::StrCat("checking the cached listing of ",
+                                RootRelative(*root_, dir_)),
+                   0, 0, "");
     std::atomic<bool> same{true};
     absl::Status checked =
         ParallelFor(executor_, walked_.size(), [&](size_t i) {

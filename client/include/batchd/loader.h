@@ -139,7 +139,10 @@ struct LoaderOptions {
   double server_stale_seconds = 3.0;
   // How long Open() tries to open the stream: a daemon that is not there
   // yet, is exiting, or stops during the call (a restart) is tried again
-  // until then. Default: 30 s.
+  // until then. A stream the daemon is still preparing (a first open that
+  // lists, indexes or counts its data) is waited for beyond it, while the
+  // preparation progresses within stall_timeout_seconds; what is being
+  // prepared is written to stderr. Default: 30 s.
   double connect_timeout_seconds = 30.0;
 };
 

@@ -232,7 +232,10 @@ class Loader(_batchd.Loader):
     server_stale_seconds: a server heartbeat older than this means stopped.
     connect_timeout: how long opening the stream is tried: a daemon that is
         not there yet, is exiting, or stops meanwhile (a restart) is tried
-        again until then.
+        again until then. A stream the daemon is still preparing (a first
+        open that lists, indexes or counts its data) is waited for beyond
+        it, while the preparation progresses (within stall_timeout); what
+        is being prepared is written to stderr.
     owner: None, your own stream named `stream` (opened when missing); a
         uid, that uid's existing stream, which the server lets only its
         administrators join (others get batchd.Error, code

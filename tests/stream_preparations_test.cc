@@ -1,0 +1,212 @@
+// Streams being prepared (server/stream_preparations.h): a call with a
+// deadline is answered "still preparing" with its progress while the
+// preparation goes on, the next call joins it (one preparation, never
+// restarted), a preparation nobody asks for any more is cancelled after
+// its grace, a caller that goes stops waiting at once, another spec is
+// refused, and an owner past its turns waits in its queue.
+#include "server/stream_preparations.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "client/preparing.h"
+#include "gtest/gtest.h"
+
+namespace batchd {
+namespace {
+
+// A preparation whose work goes on, counting steps, until released; then
+// it fails with "prepared <name>" (a setup is not needed to tell what the
+// callers got). CANCELLED once it is no longer wanted.
+class SlowMake {
+ public:
+  StreamPreparations::MakeFn Fn() {
+    return [this](const v1::StreamSpec& spec, const ReadAccess&)
+               -> absl::StatusOr<std::shared_ptr<StreamSetup>> {
+      calls.fetch_add(1);
+      absl::Status s;
+      while (!released.HasBeenNotified()) {
+        s = CheckCancelled("preparing " + spec.name());
+        if (!s.ok()) break;
+        ReportProgress("listing " + spec.name(), 1, 4, "folders");
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (s.ok()) s = absl::NotFoundError("prepared " + spec.name());
+      if (!s.ok() && absl::IsCancelled(s)) cancelled.fetch_add(1);
+      returned.fetch_add(1);
+      return s;
+    };
+  }
+
+  std::atomic<int> calls{0}, cancelled{0}, returned{0};
+  absl::Notification released;
+};
+
+v1::StreamSpec Spec(const std::string& name, uint64_t seed = 1) {
+  v1::StreamSpec spec;
+  spec.set_name(name);
+  spec.set_workload("synthetic");
+  spec.set_global_batch_size(4);
+  spec.set_world_size(1);
+  spec.set_seed(seed);
+  return spec;
+}
+
+Caller CallerPid(uint32_t pid) {
+  Caller c;
+  c.known = true;
+  c.pid = pid;
+  c.uid = 1000;
+  return c;
+}
+
+// A call that waits `seconds` at most.
+std::shared_ptr<Cancellation> Call(double seconds) {
+  return std::make_shared<Cancellation>(
+      nullptr, MonotonicNanos() + uint64_t(seconds * 1e9));
+}
+
+// Waits (bounded) until `done` says so.
+template <typename F>
+bool Eventually(F done) {
+  const uint64_t until = MonotonicNanos() + 30'000'000'000ull;
+  while (!done()) {
+    if (MonotonicNanos() > until) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+StreamPreparations::Options Fast(uint64_t grace_ms) {
+  StreamPreparations::Options o;
+  o.grace_ns = grace_ms * 1'000'000;
+  o.answer_ns = 20'000'000;
+  return o;
+}
+
+TEST(StreamPreparations, AWaitingCallerIsToldItsProgressAndJoinsTheSameWork) {
+  PrepareTurns turns(2);
+  SlowMake make;
+  StreamPreparations preps(
+      Fast(5000), turns, [](const StreamKey&) { return false; }, make.Fn());
+  const StreamKey key{1000, "s"};
+  absl::StatusOr<StreamPreparations::Ticket> first = preps.Await(
+      key, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  ASSERT_TRUE(absl::IsUnavailable(first.status())) << first.status();
+  std::optional<v1::Preparing> p = PreparingOf(first.status());
+  ASSERT_TRUE(p.has_value()) << first.status();
+  EXPECT_EQ(p->stream(), "s");
+  EXPECT_EQ(p->owner_uid(), 1000u);
+  EXPECT_EQ(p->grace_seconds(), 5.0);
+  // Asked again, it goes on: its steps grow, and it says what it does.
+  uint64_t steps = p->steps();
+  ASSERT_TRUE(Eventually([&] {
+    absl::StatusOr<StreamPreparations::Ticket> again = preps.Await(
+        key, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+    p = PreparingOf(again.status());
+    return p.has_value() && p->steps() > steps && p->what() == "listing s";
+  }));
+  EXPECT_EQ(p->done(), 1u);
+  EXPECT_EQ(p->total(), 4u);
+  EXPECT_EQ(preps.List().size(), 1u);
+  // Done: the next call (and another rank's) gets its result; it was made
+  // once.
+  make.released.Notify();
+  Cancellation no_deadline;
+  absl::StatusOr<StreamPreparations::Ticket> done = preps.Await(
+      key, Spec("s"), ReadAccess::Daemon(), CallerPid(2), no_deadline);
+  EXPECT_EQ(done.status(), absl::NotFoundError("prepared s"));
+  EXPECT_EQ(make.calls.load(), 1);
+  EXPECT_EQ(make.cancelled.load(), 0);
+  EXPECT_TRUE(Eventually([&] { return preps.size() == 0; }));
+}
+
+TEST(StreamPreparations, OneNobodyAsksForAnyMoreIsCancelledAfterTheGrace) {
+  PrepareTurns turns(2);
+  SlowMake make;
+  StreamPreparations preps(
+      Fast(100), turns, [](const StreamKey&) { return false; }, make.Fn());
+  absl::StatusOr<StreamPreparations::Ticket> first = preps.Await(
+      {1000, "s"}, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  ASSERT_TRUE(PreparingOf(first.status()).has_value()) << first.status();
+  // Nobody asks again: its work stops (never released), and it is gone.
+  ASSERT_TRUE(Eventually([&] { return make.returned.load() == 1; }));
+  EXPECT_EQ(make.cancelled.load(), 1);
+  EXPECT_TRUE(Eventually([&] { return preps.size() == 0; }));
+  EXPECT_EQ(turns.taken(1000), 0);
+}
+
+TEST(StreamPreparations, ACallerThatGoesStopsWaitingAtOnce) {
+  PrepareTurns turns(2);
+  SlowMake make;
+  StreamPreparations preps(
+      Fast(100), turns, [](const StreamKey&) { return false; }, make.Fn());
+  auto gone = std::make_shared<Cancellation>();  // no deadline
+  std::thread cancel([&] {
+    EXPECT_TRUE(Eventually([&] { return make.calls.load() == 1; }));
+    gone->Cancel(absl::CancelledError("the client went"));
+  });
+  absl::StatusOr<StreamPreparations::Ticket> r = preps.Await(
+      {1000, "s"}, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *gone);
+  cancel.join();
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  // And its preparation stops after the grace.
+  EXPECT_TRUE(Eventually([&] { return make.cancelled.load() == 1; }));
+}
+
+TEST(StreamPreparations, AnotherSpecIsRefusedWhileOneIsPrepared) {
+  PrepareTurns turns(2);
+  SlowMake make;
+  StreamPreparations preps(
+      Fast(5000), turns, [](const StreamKey&) { return false; }, make.Fn());
+  absl::StatusOr<StreamPreparations::Ticket> first = preps.Await(
+      {1000, "s"}, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  ASSERT_TRUE(PreparingOf(first.status()).has_value()) << first.status();
+  absl::StatusOr<StreamPreparations::Ticket> other =
+      preps.Await({1000, "s"}, Spec("s", /*seed=*/2), ReadAccess::Daemon(),
+                  CallerPid(2), *Call(10));
+  EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
+  make.released.Notify();
+}
+
+TEST(StreamPreparations, AnOwnerPastItsTurnsWaitsInItsQueue) {
+  PrepareTurns turns(1);
+  SlowMake make;
+  StreamPreparations preps(
+      Fast(5000), turns, [](const StreamKey&) { return false; }, make.Fn());
+  absl::StatusOr<StreamPreparations::Ticket> a = preps.Await(
+      {1000, "a"}, Spec("a"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  ASSERT_TRUE(PreparingOf(a.status()).has_value()) << a.status();
+  absl::StatusOr<StreamPreparations::Ticket> b = preps.Await(
+      {1000, "b"}, Spec("b"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  std::optional<v1::Preparing> pb = PreparingOf(b.status());
+  ASSERT_TRUE(pb.has_value()) << b.status();
+  EXPECT_TRUE(pb->queued());
+  EXPECT_EQ(make.calls.load(), 1);
+  // Another owner is not held by it.
+  absl::StatusOr<StreamPreparations::Ticket> c = preps.Await(
+      {2000, "c"}, Spec("c"), ReadAccess::Daemon(), CallerPid(3), *Call(10));
+  ASSERT_TRUE(PreparingOf(c.status()).has_value()) << c.status();
+  EXPECT_TRUE(Eventually([&] { return make.calls.load() == 2; }));
+  // a ends (its result taken): b starts on a's turn.
+  make.released.Notify();
+  Cancellation no_deadline;
+  EXPECT_EQ(preps
+                .Await({1000, "a"}, Spec("a"), ReadAccess::Daemon(),
+                       CallerPid(1), no_deadline)
+                .status(),
+            absl::NotFoundError("prepared a"));
+  absl::StatusOr<StreamPreparations::Ticket> b2 = preps.Await(
+      {1000, "b"}, Spec("b"), ReadAccess::Daemon(), CallerPid(1), no_deadline);
+  EXPECT_EQ(b2.status(), absl::NotFoundError("prepared b"));
+  EXPECT_EQ(make.calls.load(), 3);
+  EXPECT_EQ(make.cancelled.load(), 0);
+}
+
+}  // namespace
+}  // namespace batchd
