@@ -130,7 +130,7 @@ class ShareMember {
                uint8_t* const* out, const WorkloadCounters& counted);
 
   // Figures, since the stream began: items its workers filled themselves,
-  // and items copied from another stream's fill.
+  // and items taken over from the fill another stream made.
   uint64_t fills_made() const { return made_.load(std::memory_order_relaxed); }
   uint64_t fills_shared() const {
     return shared_.load(std::memory_order_relaxed);

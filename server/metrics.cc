@@ -213,8 +213,8 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
            double(st.fills_made()));
   }
   family({"batchd_fills_shared_total", "counter",
-          "Items copied from another stream's fill of them (streams of "
-          "the same content share fills)."});
+          "Items taken over from the fill another stream made of them "
+          "(streams of the same content share fills)."});
   for (const v1::StreamStatus& st : s.streams()) {
     sample("batchd_fills_shared_total", StreamLabels(st),
            double(st.fills_shared()));

@@ -63,7 +63,7 @@ std::string FormatOwners(const v1::GetStatusResponse& st);
 
 // A stream's fills, when it is in a group of streams that share them
 // (StreamStatus.share_group): the items its workers filled and those it
-// copied from another's fill, and the other streams of its group in `st`
+// took over from another's fill, and the other streams of its group in `st`
 // that have a rank attached; "" when it shares none.
 std::string FormatSharing(const v1::GetStatusResponse& st,
                           const v1::StreamStatus& s);
