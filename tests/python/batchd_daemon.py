@@ -51,9 +51,14 @@ class Daemon:
     directory of its own unless `args` names one."""
 
     def __init__(self, data_root, log_path, threads=2, hooks=False, args=(),
-                 preexec=None):
+                 preexec=None, open_to_all=False):
+        """open_to_all: every uid may call it (its socket 0666, in a 0755
+        directory), as the tests of other users' reach want it."""
         # Not under pytest's tmp_path: a socket path must fit in 108 bytes.
         self.dir = tempfile.mkdtemp(prefix="batchd-test-", dir="/tmp")
+        if open_to_all:
+            os.chmod(self.dir, 0o755)
+            args = ("--socket-mode", "0666", *args)
         self.address = f"unix://{self.dir}/sock"
         self.prefix = f"batchdtest{uuid.uuid4().hex[:12]}"
         self.log_path = log_path
@@ -115,6 +120,25 @@ class Daemon:
                 pytest.fail(f"batchd does not accept on {path}: "
                             f"{open(self.log_path).read()}")
             time.sleep(0.02)
+
+    def hdf5_helpers(self, live=False):
+        """{pid: uid} of the daemon's HDF5 helpers (live=True: zombies
+        left out)."""
+        out = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    status = dict(line.split(":", 1) for line in f
+                                  if ":" in line)
+            except OSError:
+                continue
+            if (status.get("Name", "").strip() == "batchd-hdf5" and
+                    int(status["PPid"]) == self.proc.pid and
+                    not (live and status["State"].strip().startswith("Z"))):
+                out[int(pid)] = int(status["Uid"].split()[0])
+        return out
 
     def segments(self):
         return sorted(glob.glob(f"/dev/shm/{self.prefix}.*"))

@@ -86,25 +86,6 @@ def first_line(proc):
     return line
 
 
-def helpers_of(daemon_pid, uid):
-    """Pids of the daemon's live HDF5 helpers running as uid."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        if (status.get("Name", "").strip() == "batchd-hdf5" and
-                int(status["PPid"]) == daemon_pid and
-                not status["State"].strip().startswith("Z") and
-                int(status["Uid"].split()[0]) == uid):
-            out.append(int(pid))
-    return out
-
-
 def requests_served(pid):
     """Times the helper's main thread has blocked (it blocks once a request,
     in recvmsg; its watchdog is another thread)."""
@@ -161,9 +142,7 @@ def tree():
 
 @pytest.fixture
 def daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log",
-               args=("--socket-mode", "0666"))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
+    d = Daemon(tree, tmp_path / "batchd.log", open_to_all=True)
     yield d
     d.stop()
 
@@ -173,7 +152,8 @@ def attacker_helper(daemon):
     warm = client(daemon.address, "warm-" + uuid.uuid4().hex[:8],
                   "attacker/ds")
     assert first_line(warm) == "OPENED"
-    pids = helpers_of(daemon.proc.pid, ATTACKER)
+    pids = [pid for pid, uid in daemon.hdf5_helpers(live=True).items()
+            if uid == ATTACKER]
     assert len(pids) == 1, pids
     return warm, pids[0]
 

@@ -113,9 +113,8 @@ def hold(tmp_path, monkeypatch):
 
 
 def start_daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log", hooks=True,
-               args=("--socket-mode", "0666", "--index-threads", "2"))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
+    d = Daemon(tree, tmp_path / "batchd.log", hooks=True, open_to_all=True,
+               args=("--index-threads", "2"))
     return d
 
 

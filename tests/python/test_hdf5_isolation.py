@@ -175,28 +175,9 @@ def vds_layout(source):
 
 @pytest.fixture
 def daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log", hooks=True,
-               args=("--socket-mode", "0666"))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
+    d = Daemon(tree, tmp_path / "batchd.log", hooks=True, open_to_all=True)
     yield d
     d.stop()
-
-
-def helpers_of(daemon_pid):
-    """{pid: uid} of the daemon's HDF5 helpers."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        if (status.get("Name", "").strip() == "batchd-hdf5" and
-                int(status["PPid"]) == daemon_pid):
-            out[int(pid)] = int(status["Uid"].split()[0])
-    return out
 
 
 def zombies_of(daemon_pid):
@@ -246,7 +227,7 @@ def test_the_helper_reads_nothing_the_checks_would_refuse(daemon):
                                      "attacker/unchecked", batches=-1))
     assert (word, n) == ("ERR", 0), message
     assert "batchd-test-hdf5-unchecked.h5" in message, message
-    helpers = helpers_of(daemon.proc.pid)
+    helpers = daemon.hdf5_helpers()
     assert helpers and set(helpers.values()) == {ATTACKER}, helpers
 
 
@@ -266,14 +247,14 @@ def test_a_hung_volume_stalls_only_its_owner(daemon):
 
     try:
         victim_batches(2)
-        victims = set(helpers_of(daemon.proc.pid))
+        victims = set(daemon.hdf5_helpers())
         attacker = client(ATTACKER, daemon.address, "attacker/hang")
         # The attacker's OpenStream is inside its helper, which hangs.
         hung = []
 
         def attacker_hangs():
             hung[:] = [pid for pid, uid in
-                       helpers_of(daemon.proc.pid).items()
+                       daemon.hdf5_helpers().items()
                        if uid == ATTACKER and in_pause(pid)]
             return bool(hung)
         wait_until(attacker_hangs, 60, "the attacker's helper hangs")
@@ -294,5 +275,5 @@ def test_a_hung_volume_stalls_only_its_owner(daemon):
         victim.kill()
         victim.communicate()
     # The hung helper was killed and reaped; none is a zombie.
-    assert hung[0] not in helpers_of(daemon.proc.pid)
+    assert hung[0] not in daemon.hdf5_helpers()
     assert not zombies_of(daemon.proc.pid)

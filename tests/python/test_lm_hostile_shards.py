@@ -172,10 +172,9 @@ def test_hostile_shards_are_refused_and_leave_the_daemon_as_it_was(
     # Read-ahead within 16 MiB: the victim's stream would otherwise fill
     # the default 256 MiB with its windows while the attacks run, and the
     # peak RSS would measure that.
-    d = Daemon(tree, tmp_path / "batchd.log",
-               args=("--socket-mode", "0666", "--index-threads", "2",
+    d = Daemon(tree, tmp_path / "batchd.log", open_to_all=True,
+               args=("--index-threads", "2",
                      "--readahead-bytes", str(16 << 20)))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
     try:
         pid = d.proc.pid
         # The victim's stream runs through the attacks.

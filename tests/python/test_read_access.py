@@ -178,9 +178,7 @@ def plan_as(uid, server, workload, data):
 
 @pytest.fixture
 def daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log",
-               args=("--socket-mode", "0666"))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
+    d = Daemon(tree, tmp_path / "batchd.log", open_to_all=True)
     yield d
     d.stop()
 

@@ -148,9 +148,8 @@ def tree(shared_data):
 
 
 def start_daemon(tree, tmp_path, *args):
-    d = Daemon(tree[0], tmp_path / "batchd.log",
-               args=("--socket-mode", "0666", "--index-threads", "2", *args))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
+    d = Daemon(tree[0], tmp_path / "batchd.log", open_to_all=True,
+               args=("--index-threads", "2", *args))
     return d
 
 
