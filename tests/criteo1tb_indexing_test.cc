@@ -17,25 +17,17 @@
 #include "absl/strings/str_cat.h"
 #include "base/work_context.h"
 #include "gtest/gtest.h"
-#include "tests/testutil.h"
 #include "storage/cache_dir.h"
 #include "storage/data_file.h"
+#include "tests/testutil.h"
 #include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/criteo1tb/criteo_blocks.h"
 
 namespace batchd {
 namespace {
 
+using testutil::GoneAfter;
 using testutil::TempDir;
-
-// A request whose caller goes once it has been asked `polls` times whether
-// it is there (every check of a loop asks: no clock involved).
-std::shared_ptr<Cancellation> GoneAfter(int polls) {
-  auto asked = std::make_shared<std::atomic<int>>(0);
-  return std::make_shared<Cancellation>(
-      [asked, polls] { return ++*asked > polls; }, /*deadline_ns=*/0,
-      /*poll_ns=*/0);
-}
 
 // A sparse file of `bytes` (holes: nothing on disk).
 void Sparse(const std::string& path, off_t bytes) {

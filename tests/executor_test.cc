@@ -259,12 +259,7 @@ bool PastBound(std::chrono::steady_clock::time_point start) {
 
 // Polls `done` until it holds; false once kBound has passed.
 bool WaitUntil(const std::function<bool()>& done) {
-  const auto start = std::chrono::steady_clock::now();
-  while (!done()) {
-    if (PastBound(start)) return false;
-    std::this_thread::yield();
-  }
-  return true;
+  return testutil::WaitFor(done, kBound.count(), /*poll_ms=*/1);
 }
 
 // The owners of the tasks that ran, in the order they started.

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -391,14 +392,8 @@ std::string StatusField(pid_t pid, const std::string& key) {
 
 // Polls until `done` (a condition another process or thread makes true),
 // failing after a minute: a wait for an event, not a timing.
-template <typename F>
-bool WaitFor(F done) {
-  const uint64_t deadline = MonotonicNanos() + uint64_t(60) * 1000000000;
-  while (!done()) {
-    if (MonotonicNanos() > deadline) return false;
-    usleep(10000);
-  }
-  return true;
+bool WaitFor(const std::function<bool()>& done) {
+  return testutil::WaitFor(done, 60);
 }
 
 // The system call the thread `tid` of `pid` is blocked in (-1: running or

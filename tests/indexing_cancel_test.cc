@@ -23,16 +23,8 @@
 namespace batchd {
 namespace {
 
+using testutil::GoneAfter;
 using testutil::TempDir;
-
-// A request whose caller goes once it has been asked `polls` times whether
-// it is there (every check of a loop asks: no clock involved).
-std::shared_ptr<Cancellation> GoneAfter(int polls) {
-  auto asked = std::make_shared<std::atomic<int>>(0);
-  return std::make_shared<Cancellation>(
-      [asked, polls] { return ++*asked > polls; }, /*deadline_ns=*/0,
-      /*poll_ns=*/0);
-}
 
 TEST(IndexingCancel, AnImageFolderListingStopsWhenItsCallerGoes) {
   TempDir dir("cancel");

@@ -7,6 +7,7 @@
 #include "server/stream_preparations.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "base/clock.h"
 #include "client/preparing.h"
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -72,14 +74,8 @@ std::shared_ptr<Cancellation> Call(double seconds) {
 }
 
 // Waits (bounded) until `done` says so.
-template <typename F>
-bool Eventually(F done) {
-  const uint64_t until = MonotonicNanos() + 30'000'000'000ull;
-  while (!done()) {
-    if (MonotonicNanos() > until) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return true;
+bool Eventually(const std::function<bool()>& done) {
+  return testutil::WaitFor(done, 30, /*poll_ms=*/2);
 }
 
 StreamPreparations::Options Fast(uint64_t grace_ms) {

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/work_context.h"
 #include "gtest/gtest.h"
 #include "ring/ring.h"
 #include "server/engine.h"
@@ -99,6 +100,13 @@ std::string RunInChild(const std::function<std::string()>& fn, int* status) {
   if (waitpid(child, &got, 0) != child) got = -1;
   if (status != nullptr) *status = got;
   return report;
+}
+
+std::shared_ptr<Cancellation> GoneAfter(int polls) {
+  auto asked = std::make_shared<std::atomic<int>>(0);
+  return std::make_shared<Cancellation>(
+      [asked, polls] { return ++*asked > polls; }, /*deadline_ns=*/0,
+      /*poll_ns=*/0);
 }
 
 bool WaitFor(const std::function<bool()>& cond, double seconds, int poll_ms) {

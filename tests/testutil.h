@@ -32,6 +32,7 @@
 
 namespace batchd {
 
+class Cancellation;  // base/work_context.h
 class Engine;        // server/engine.h
 class RankProducer;  // server/engine.h
 class RingReader;    // ring/ring.h
@@ -52,8 +53,7 @@ void RemoveTree(const std::string& path);
 // goes.
 class TempDir {
  public:
-  explicit TempDir(absl::string_view tag = "test")
-      : path_(MakeTempDir(tag)) {}
+  explicit TempDir(absl::string_view tag = "test") : path_(MakeTempDir(tag)) {}
   ~TempDir() { RemoveTree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -81,6 +81,10 @@ std::string ReadLine(int fd, int timeout_ms);
 // failed" when it cannot start the child.
 std::string RunInChild(const std::function<std::string()>& fn,
                        int* status = nullptr);
+
+// A request whose caller goes once it has been asked `polls` times whether
+// it is there (every check of a loop asks: no clock involved).
+std::shared_ptr<Cancellation> GoneAfter(int polls);
 
 // Polls `cond` every `poll_ms` until it holds or `seconds` have passed;
 // then its last answer.
