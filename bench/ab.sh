@@ -68,7 +68,9 @@ run() {
   bench_start_daemon "$build/server/batchd" "$build/server/batchctl" \
     "$socket" "$work/batchd.log" --data-root "$data" --cache-dir '' \
     --shm-prefix "ab-$$" --threads "$threads" "$@"
-  "$build/server/batchctl" bench --server "$socket" --workload imagenet \
+  # One client measures both daemons: B's batchctl (an older one may not
+  # read the daemon's CPU).
+  "$build_b/server/batchctl" bench --server "$socket" --workload imagenet \
     --data . --split train --global-batch-size "$global_batch" \
     --world-size "$world" --steps "$steps" --json |
     "$py" -c 'import json,sys; j=json.load(sys.stdin)
