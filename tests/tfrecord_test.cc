@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -276,6 +277,42 @@ TEST(Example, MalformedBytesAreInvalidArgument) {
     EXPECT_EQ(ex.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(ex.status().message(), HasSubstr("tf.train.Example"));
   }
+}
+
+// A value takes a byte or two of a record, and many times that once parsed
+// (a std::string per bytes value, 8 bytes per int64, map nodes per entry):
+// a record made of tiny values is refused as it is parsed, before it keeps
+// more than kMaxExampleOverheadBytes; an Example of a million int64s (a large
+// graph's) still parses.
+TEST(Example, ValuesThatWouldKeepManyTimesTheirBytesAreRefused) {
+  const auto refused = [](const ExampleFeatures& f, const char* what) {
+    const std::string wire = SerializeExample(f);
+    auto ex = ParseExample(wire);
+    EXPECT_EQ(ex.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(ex.status().message(),
+                HasSubstr(absl::StrCat("more than ", kMaxExampleOverheadBytes,
+                                       " bytes beyond their own bytes")))
+        << what;
+  };
+  // 2 MiB of empty bytes values: 32 MiB of std::strings.
+  ExampleFeatures empty_strings;
+  empty_strings.bytes["image"].resize(1 << 20);
+  refused(empty_strings, "empty bytes values");
+  // 3 MiB of one-byte int64s: 24 MiB of int64_t.
+  ExampleFeatures small_ints;
+  small_ints.int64s["label"].assign(3 << 20, 1);
+  refused(small_ints, "packed int64s");
+  // 2.4 MiB of distinct empty features: 160,000 entries' map nodes.
+  ExampleFeatures entries;
+  for (int i = 0; i < 160'000; ++i) entries.int64s[absl::StrCat(i)] = {};
+  refused(entries, "feature entries");
+
+  ExampleFeatures graph;
+  graph.int64s["edge_index"].assign(1 << 20, 7);
+  graph.floats["labels"].assign(128, 1.0f);
+  auto ex = ParseExample(SerializeExample(graph));
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ(ex->int64s.at("edge_index").size(), size_t(1) << 20);
 }
 
 TEST(Example, RandomBytesNeverCrash) {

@@ -25,7 +25,39 @@ absl::Status Malformed(const char* what) {
       absl::StrCat("malformed tf.train.Example: bad ", what));
 }
 
-bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out) {
+// What a parse keeps beyond the values' own bytes (kMaxExampleOverheadBytes):
+// an object per value, a map node per feature entry (in the parse's map and
+// in the result's). Counted as each is added, so that a record of a few
+// bytes per value is refused before it keeps many times its size.
+class Overhead {
+ public:
+  // Counts `bytes` more; false once the total is past the bound.
+  bool Take(uint64_t bytes) {
+    used_ += bytes;
+    return !exceeded();
+  }
+  bool exceeded() const { return used_ > kMaxExampleOverheadBytes; }
+
+ private:
+  uint64_t used_ = 0;
+};
+
+absl::Status TooMany() {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "malformed tf.train.Example: its values and features would take more "
+      "than ",
+      kMaxExampleOverheadBytes,
+      " bytes beyond their own bytes (a real Example holds a few of them)"));
+}
+
+// A feature entry's nodes: one in the parse's map, one in the result's.
+constexpr uint64_t kEntryBytes =
+    sizeof(std::pair<const std::string, ParsedFeature>) +
+    sizeof(std::pair<const std::string, std::vector<std::string>>) +
+    8 * sizeof(void*);  // the nodes' links and colours, and malloc's headers
+
+bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out,
+                    Overhead* kept) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
@@ -33,7 +65,9 @@ bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out) {
     if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
       size_t len;
-      if (!r.ReadBytes(&d, &len)) return false;
+      if (!r.ReadBytes(&d, &len) || !kept->Take(sizeof(std::string))) {
+        return false;
+      }
       out->emplace_back(d, len);
     } else if (!r.Skip(wire)) {
       return false;
@@ -42,14 +76,15 @@ bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out) {
   return true;
 }
 
-bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out) {
+bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out,
+                    Overhead* kept) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return false;
     if (field == 1 && wire == kWireVarint) {
       uint64_t v;
-      if (!r.ReadVarint(&v)) return false;
+      if (!r.ReadVarint(&v) || !kept->Take(sizeof(int64_t))) return false;
       out->push_back(int64_t(v));
     } else if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
@@ -58,7 +93,9 @@ bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out) {
       WireReader packed(d, len);
       while (!packed.done()) {
         uint64_t v;
-        if (!packed.ReadVarint(&v)) return false;
+        if (!packed.ReadVarint(&v) || !kept->Take(sizeof(int64_t))) {
+          return false;
+        }
         out->push_back(int64_t(v));
       }
     } else if (!r.Skip(wire)) {
@@ -69,7 +106,8 @@ bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out) {
 }
 
 // A FloatList, packed (one length-delimited run) or not (fixed32 each).
-bool ParseFloatList(const char* p, size_t n, std::vector<float>* out) {
+bool ParseFloatList(const char* p, size_t n, std::vector<float>* out,
+                    Overhead* kept) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
@@ -77,14 +115,16 @@ bool ParseFloatList(const char* p, size_t n, std::vector<float>* out) {
     if (field == 1 && wire == kWireLengthDelimited) {
       const char* d;
       size_t len;
-      if (!r.ReadBytes(&d, &len) || len % 4 != 0) return false;
+      if (!r.ReadBytes(&d, &len) || len % 4 != 0 || !kept->Take(len)) {
+        return false;
+      }
       if (len == 0) continue;  // an empty run: no bytes (memcpy of null)
       const size_t at = out->size();
       out->resize(at + len / 4);
       memcpy(out->data() + at, d, len);  // little endian, as the wire
     } else if (field == 1 && wire == kWireFixed32) {
       uint32_t v;
-      if (!r.ReadFixed32(&v)) return false;
+      if (!r.ReadFixed32(&v) || !kept->Take(sizeof(float))) return false;
       float f;
       memcpy(&f, &v, 4);
       out->push_back(f);
@@ -95,7 +135,8 @@ bool ParseFloatList(const char* p, size_t n, std::vector<float>* out) {
   return true;
 }
 
-absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f) {
+absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f,
+                          Overhead* kept) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
@@ -109,9 +150,16 @@ absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f) {
                                             : FeatureKind::kInt64;
       if (kind != f->kind) *f = ParsedFeature{kind, {}, {}, {}};
       bool ok = true;
-      if (kind == FeatureKind::kBytes) ok = ParseBytesList(d, len, &f->bytes);
-      if (kind == FeatureKind::kFloat) ok = ParseFloatList(d, len, &f->floats);
-      if (kind == FeatureKind::kInt64) ok = ParseInt64List(d, len, &f->int64s);
+      if (kind == FeatureKind::kBytes) {
+        ok = ParseBytesList(d, len, &f->bytes, kept);
+      }
+      if (kind == FeatureKind::kFloat) {
+        ok = ParseFloatList(d, len, &f->floats, kept);
+      }
+      if (kind == FeatureKind::kInt64) {
+        ok = ParseInt64List(d, len, &f->int64s, kept);
+      }
+      if (kept->exceeded()) return TooMany();
       if (!ok) return Malformed("feature value list");
     } else if (!r.Skip(wire)) {
       return Malformed("Feature field");
@@ -121,7 +169,8 @@ absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f) {
 }
 
 absl::Status ParseFeatures(const char* p, size_t n,
-                           std::map<std::string, ParsedFeature>* out) {
+                           std::map<std::string, ParsedFeature>* out,
+                           Overhead* kept) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
@@ -130,6 +179,7 @@ absl::Status ParseFeatures(const char* p, size_t n,
       const char* entry;
       size_t entry_len;
       if (!r.ReadBytes(&entry, &entry_len)) return Malformed("map entry");
+      if (!kept->Take(kEntryBytes)) return TooMany();
       WireReader er(entry, entry_len);
       std::string key;
       ParsedFeature value;
@@ -143,7 +193,7 @@ absl::Status ParseFeatures(const char* p, size_t n,
           key.assign(d, len);
         } else if (ef == 2 && ew == kWireLengthDelimited) {
           if (!er.ReadBytes(&d, &len)) return Malformed("feature length");
-          absl::Status s = ParseFeature(d, len, &value);
+          absl::Status s = ParseFeature(d, len, &value, kept);
           if (!s.ok()) return s;
         } else if (!er.Skip(ew)) {
           return Malformed("map entry field");
@@ -176,6 +226,7 @@ void PutMapEntry(const std::string& key, const std::string& feature,
 
 absl::StatusOr<ExampleFeatures> ParseExample(absl::string_view serialized) {
   std::map<std::string, ParsedFeature> parsed;
+  Overhead kept;
   WireReader r(serialized.data(), serialized.size());
   while (!r.done()) {
     uint32_t field, wire;
@@ -184,7 +235,7 @@ absl::StatusOr<ExampleFeatures> ParseExample(absl::string_view serialized) {
       const char* d;
       size_t len;
       if (!r.ReadBytes(&d, &len)) return Malformed("Features length");
-      absl::Status s = ParseFeatures(d, len, &parsed);
+      absl::Status s = ParseFeatures(d, len, &parsed, &kept);
       if (!s.ok()) return s;
     } else if (!r.Skip(wire)) {
       return Malformed("Example field");

@@ -35,10 +35,22 @@ struct ExampleFeatures {
   std::map<std::string, std::vector<int64_t>> int64s;
   std::map<std::string, std::vector<float>> floats;
 };
+// The most a parse keeps beyond the bytes of the values themselves: an
+// object per value (a std::string per bytes value, 8 bytes per int64, 4 per
+// float) and the map nodes of each feature entry. A value takes as little as
+// one byte of a record (two for an empty bytes value, a few for an entry),
+// so without a bound a record of 64 MiB of empty values would keep 1 GiB of
+// std::strings, on each thread that reads one. 16 MiB: half a million bytes
+// values or two million int64s, far beyond a real Example (an image and its
+// label; a molecule's graph of a few thousand values).
+inline constexpr uint64_t kMaxExampleOverheadBytes = uint64_t(16) << 20;
+
 // Parses the serialized tf.train.Example wire format (field numbers from
 // tensorflow/core/example/{example,feature}.proto), reading only the bytes
-// `serialized` views. InvalidArgument on malformed input; never crashes on
-// any input.
+// `serialized` views. InvalidArgument on malformed input, and on one whose
+// values would keep more than kMaxExampleOverheadBytes beyond their bytes
+// (refused as it is parsed, before it keeps more); never crashes on any
+// input.
 absl::StatusOr<ExampleFeatures> ParseExample(absl::string_view serialized);
 // The inverse, for generators and tests.
 std::string SerializeExample(const ExampleFeatures& features);
