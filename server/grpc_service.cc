@@ -90,10 +90,23 @@ grpc::Status BatchdService::CloseStream(grpc::ServerContext* ctx,
   return ToGrpc(core_.CloseStream(*req, CallerOf(ctx)));
 }
 
-grpc::Status BatchdService::GetStatus(grpc::ServerContext*,
+grpc::Status BatchdService::GetStatus(grpc::ServerContext* ctx,
                                       const v1::GetStatusRequest*,
                                       v1::GetStatusResponse* resp) {
   *resp = core_.GetStatus(nullptr);
+  // What another owner's preparation lists or counts (class folders of a
+  // directory the caller may not read) is its owner's and the
+  // administrators' to see: others get the stream, owner and time only.
+  const Caller caller = CallerOf(ctx);
+  if (!core_.CheckAdmin(caller, "GetStatus").ok()) {
+    for (v1::Preparing& p : *resp->mutable_preparations()) {
+      if (p.owner_uid() == OwnerOf(caller)) continue;
+      p.clear_what();
+      p.clear_unit();
+      p.clear_done();
+      p.clear_total();
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -19,6 +19,7 @@ progress, while a file exists). Run as root (setuid to a uid of no user):
         /usr/bin/python3 -m pytest tests/python/test_first_open.py
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ import pytest
 
 pytest.importorskip("numpy")
 
-from batchd_daemon import Daemon  # noqa: E402
+from batchd_daemon import Daemon, binary  # noqa: E402
 from helpers import require_python_as, wait_until  # noqa: E402
 
 # Uids of no user on the test machine.
@@ -142,6 +143,15 @@ def test_a_first_open_longer_than_the_connect_timeout_opens(
         preps = d.status().get("preparations", [])
         assert [p["stream"] for p in preps] == ["slow"], preps
         assert "listing imagenet/train" in preps[0]["what"], preps
+        # Another uid sees that root prepares a stream, not what it lists
+        # (the folders of a directory it may not read).
+        seen = json.loads(subprocess.run(
+            [binary("batchctl"), "status", "--json", "--server", d.address],
+            check=True, capture_output=True, **as_uid(OTHER)).stdout)
+        others = seen.get("preparations", [])
+        assert [p["stream"] for p in others] == ["slow"], others
+        assert [others[0][k] for k in ("what", "unit", "done", "total")] \
+            == ["", "", 0, 0], others
         # The listing ends: the client's open succeeds.
         hold.unlink()
         out, _ = client.communicate(timeout=120)
