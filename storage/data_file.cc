@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "base/files.h"
 #include "base/paths.h"
@@ -150,6 +151,27 @@ absl::StatusOr<int> DataRoot::OpenFile(const std::string& path,
 
 absl::StatusOr<int> DataRoot::OpenDirectory(const std::string& path) const {
   return OpenBeneath(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY, true, nullptr);
+}
+
+absl::Status DataRoot::ForEachEntry(
+    const std::string& path,
+    absl::FunctionRef<bool(const struct dirent&)> visit) const {
+  absl::StatusOr<int> fd = OpenDirectory(path);
+  if (!fd.ok()) return fd.status();
+  DIR* d = fdopendir(*fd);
+  if (d == nullptr) {
+    const int err = errno;
+    close(*fd);
+    return absl::InternalError(
+        absl::StrCat("cannot list ", path, ": ", strerror(err)));
+  }
+  while (const dirent* e = readdir(d)) {
+    const absl::string_view name(e->d_name);
+    if (name == "." || name == "..") continue;
+    if (!visit(*e)) break;
+  }
+  closedir(d);
+  return absl::OkStatus();
 }
 
 bool DataRoot::IsDirectory(const std::string& path) const {

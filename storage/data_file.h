@@ -37,12 +37,14 @@
 #ifndef BATCHD_STORAGE_DATA_FILE_H_
 #define BATCHD_STORAGE_DATA_FILE_H_
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "storage/path_walk.h"
@@ -104,6 +106,12 @@ class DataRoot {
                                struct stat* st = nullptr) const;
   // The same for a directory (to list it with fdopendir).
   absl::StatusOr<int> OpenDirectory(const std::string& path) const;
+  // Lists directory `path` (opened as OpenDirectory does): calls `visit`
+  // with each entry but "." and "..", in readdir's order, until it returns
+  // false. OpenDirectory's errors, or Internal when it cannot be read.
+  absl::Status ForEachEntry(
+      const std::string& path,
+      absl::FunctionRef<bool(const struct dirent&)> visit) const;
   // Whether `path` leads to a directory inside the root that the reader
   // reaches (stat(2) as the reader would, confined): how a listing tells a
   // link to a directory from any other entry.

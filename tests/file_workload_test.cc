@@ -108,18 +108,12 @@ class FileBytesWorkload : public Workload {
 // The regular files of `dir` (beneath the root), sorted.
 absl::StatusOr<std::vector<std::string>> ListFiles(const DataRoot& root,
                                                    const std::string& dir) {
-  absl::StatusOr<int> fd = root.OpenDirectory(dir);
-  if (!fd.ok()) return fd.status();
-  DIR* d = fdopendir(*fd);
-  if (d == nullptr) {
-    close(*fd);
-    return absl::InternalError(absl::StrCat("filebytes: cannot list ", dir));
-  }
   std::vector<std::string> paths;
-  while (const dirent* e = readdir(d)) {
-    if (e->d_type == DT_REG) paths.push_back(dir + "/" + e->d_name);
-  }
-  closedir(d);
+  absl::Status listed = root.ForEachEntry(dir, [&](const dirent& e) {
+    if (e.d_type == DT_REG) paths.push_back(dir + "/" + e.d_name);
+    return true;
+  });
+  if (!listed.ok()) return listed;
   std::sort(paths.begin(), paths.end());
   if (paths.empty()) {
     return absl::FailedPreconditionError(
@@ -144,9 +138,9 @@ absl::StatusOr<std::unique_ptr<Workload>> CreateFileBytes(
 constexpr OptionSpec kFileBytesOptions[] = {MaxFileBytes()};
 constexpr Split kFileBytesSplits[] = {Split::kTrain, Split::kValidation};
 const WorkloadEntry kFileBytesWorkload = {
-    "filebytes",          "the first bytes of each file, for the file test",
-    kFileBytesSplits,     kFileBytesOptions,
-    /*reads_files=*/true, CreateFileBytes,
+    "filebytes",      "the first bytes of each file, for the file test",
+    kFileBytesSplits, kFileBytesOptions,
+    CreateFileBytes,
 };
 
 // The daemon's table and one line more.

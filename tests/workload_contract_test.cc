@@ -82,8 +82,8 @@ const WorkloadEntry kCountingWorkload = {
     "ids and counter-based noise, for the contract test",
     kCountingSplits,
     kCountingOptions,
-    /*reads_files=*/false,
     CreateCounting,
+    /*reads_files=*/false,
 };
 
 // The daemon's table and one line more.

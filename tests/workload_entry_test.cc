@@ -114,10 +114,10 @@ absl::StatusOr<std::unique_ptr<Workload>> Record(const WorkloadContext& c) {
 }
 
 constexpr Split kSplits[] = {Split::kTrain, Split::kValidation};
-const WorkloadEntry kFiles = {"files",  "reads files", kSplits,
-                              kOptions, true,          Record};
+const WorkloadEntry kFiles = {"files", "reads files", kSplits, kOptions,
+                              Record};
 const WorkloadEntry kNone = {"none",   "reads nothing", kSplits,
-                             kOptions, false,           Record};
+                             kOptions, Record,          /*reads_files=*/false};
 
 TEST(CreateWorkload, ParsesOptionsThenTheSplitThenOpensTheRootOnce) {
   testutil::TempDir dir("entry");

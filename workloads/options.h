@@ -55,12 +55,18 @@ struct OptionSpec {
   absl::Span<const char* const> choices;               // kChoice
 };
 
-constexpr OptionSpec UintOption(const char* key, uint64_t def, uint64_t lo,
-                                uint64_t hi, const char* help) {
+// The fields every kind of option has; the constructors below add theirs.
+constexpr OptionSpec OptionOf(const char* key, OptionType type,
+                              const char* help) {
   OptionSpec o{};
   o.key = key;
-  o.type = OptionType::kUint;
+  o.type = type;
   o.help = help;
+  return o;
+}
+constexpr OptionSpec UintOption(const char* key, uint64_t def, uint64_t lo,
+                                uint64_t hi, const char* help) {
+  OptionSpec o = OptionOf(key, OptionType::kUint, help);
   o.uint_default = def;
   o.lo = lo;
   o.hi = hi;
@@ -68,10 +74,7 @@ constexpr OptionSpec UintOption(const char* key, uint64_t def, uint64_t lo,
 }
 constexpr OptionSpec NumberOption(const char* key, double def, double min,
                                   double max, const char* help) {
-  OptionSpec o{};
-  o.key = key;
-  o.type = OptionType::kNumber;
-  o.help = help;
+  OptionSpec o = OptionOf(key, OptionType::kNumber, help);
   o.number_default = def;
   o.min = min;
   o.max = max;
@@ -81,20 +84,14 @@ constexpr OptionSpec NumberOption(const char* key, double def, double min,
 constexpr OptionSpec ChoiceOption(const char* key, const char* def,
                                   absl::Span<const char* const> choices,
                                   const char* help) {
-  OptionSpec o{};
-  o.key = key;
-  o.type = OptionType::kChoice;
-  o.help = help;
+  OptionSpec o = OptionOf(key, OptionType::kChoice, help);
   o.text_default = def;
   o.choices = choices;
   return o;
 }
 constexpr OptionSpec TextOption(const char* key, const char* def,
                                 const char* help) {
-  OptionSpec o{};
-  o.key = key;
-  o.type = OptionType::kText;
-  o.help = help;
+  OptionSpec o = OptionOf(key, OptionType::kText, help);
   o.text_default = def;
   return o;
 }

@@ -21,6 +21,10 @@ namespace batchd {
 
 enum class Split { kTrain, kEvalTrain, kValidation, kTest };
 
+// Every kind, train first: the splits of a workload that serves them all.
+inline constexpr Split kEverySplit[] = {Split::kTrain, Split::kEvalTrain,
+                                        Split::kValidation, Split::kTest};
+
 // The canonical name: "train", "eval_train", "validation", "test".
 absl::string_view SplitName(Split split);
 

@@ -92,8 +92,8 @@ const WorkloadEntry kSyntheticWorkload = {
     "examples that carry their id, epoch and position (tests, benches)",
     kSplits,
     kOptions,
-    /*reads_files=*/false,
     Create,
+    /*reads_files=*/false,
 };
 
 }  // namespace batchd

@@ -62,10 +62,10 @@ struct WorkloadEntry {
   const char* help;                // what it serves, in one line of ~66 chars
   absl::Span<const Split> splits;  // those it serves, train first
   absl::Span<const OptionSpec> options;  // every option it takes
+  WorkloadFactory factory;               // builds one stream's workload
   // Whether it reads a data set (files under the data path): the
-  // prologue then opens the data root.
-  bool reads_files;
-  WorkloadFactory factory;  // builds one stream's workload
+  // prologue then opens the data root. Only a generator says false.
+  bool reads_files = true;
 };
 
 // `entry`'s workload for `config`: the prologue, then the factory, both

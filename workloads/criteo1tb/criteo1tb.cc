@@ -131,17 +131,10 @@ bool DayFile(const char* name, int* day, int* index) {
 absl::StatusOr<std::vector<std::string>> SplitFiles(const DataRoot& root,
                                                     const std::string& dir,
                                                     Split split) {
-  absl::StatusOr<int> fd = root.OpenDirectory(dir);
-  if (!fd.ok()) return fd.status();
-  DIR* d = fdopendir(*fd);
-  if (d == nullptr) {
-    close(*fd);
-    return absl::InternalError(absl::StrCat(kName, ": cannot list ", dir));
-  }
   std::vector<std::tuple<int, int, std::string>> found;
-  while (dirent* e = readdir(d)) {
+  absl::Status listed = root.ForEachEntry(dir, [&](const dirent& e) {
     int day = 0, index = 0;
-    if (!DayFile(e->d_name, &day, &index)) continue;
+    if (!DayFile(e.d_name, &day, &index)) return true;
     const bool train = day <= 22;
     bool take = false;
     switch (split) {
@@ -156,9 +149,10 @@ absl::StatusOr<std::vector<std::string>> SplitFiles(const DataRoot& root,
         take = day == 23 && index <= 18;
         break;
     }
-    if (take) found.emplace_back(day, index, e->d_name);
-  }
-  closedir(d);
+    if (take) found.emplace_back(day, index, e.d_name);
+    return true;
+  });
+  if (!listed.ok()) return listed;
   std::sort(found.begin(), found.end());
   std::vector<std::string> files;
   for (auto& [day, index, name] : found) {
@@ -361,17 +355,14 @@ constexpr OptionSpec kOptions[] = {
                "longer lines are damaged"),
     EvalTrainExamples(kAlgoPerfEvalTrain),
 };
-constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
-                             Split::kValidation, Split::kTest};
 
 }  // namespace
 
 const WorkloadEntry kCriteo1TbWorkload = {
     "criteo1tb",
     "Criteo 1TB TSV day files, AlgoPerf's hashing and log transform",
-    kSplits,
+    kEverySplit,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 

@@ -37,28 +37,21 @@ constexpr int kPixels = kFastMriCrop * kFastMriCrop;
 // The `*.h5` files of `dir` (glob's rule: no leading dot), sorted.
 absl::StatusOr<std::vector<std::string>> VolumeFiles(const DataRoot& root,
                                                      const std::string& dir) {
-  absl::StatusOr<int> fd = root.OpenDirectory(dir);
-  if (!fd.ok()) {
-    return absl::Status(
-        fd.status().code(),
-        absl::StrCat(
-            kName, ": the split needs the directory ", Printable(dir),
-            " (fastMRI's knee single-coil volumes): ", fd.status().message()));
-  }
-  DIR* d = fdopendir(*fd);
-  if (d == nullptr) {
-    close(*fd);
-    return absl::InternalError(absl::StrCat(kName, ": cannot list ", dir));
-  }
   std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    const absl::string_view name(e->d_name);
+  absl::Status listed = root.ForEachEntry(dir, [&](const dirent& e) {
+    const absl::string_view name(e.d_name);
     if (name.size() > 3 && name[0] != '.' && absl::EndsWith(name, ".h5")) {
       names.emplace_back(name);
     }
-    if (names.size() > kMaxVolumes) break;
+    return names.size() <= kMaxVolumes;
+  });
+  if (!listed.ok()) {
+    return absl::Status(
+        listed.code(),
+        absl::StrCat(
+            kName, ": the split needs the directory ", Printable(dir),
+            " (fastMRI's knee single-coil volumes): ", listed.message()));
   }
-  closedir(d);
   if (names.size() > kMaxVolumes) {
     return absl::InvalidArgumentError(absl::StrCat(
         kName, ": more than ", kMaxVolumes, " volumes in ", Printable(dir)));
@@ -279,17 +272,14 @@ constexpr OptionSpec kOptions[] = {
                "sorted val volumes of the validation split (AlgoPerf's); "
                "test has the rest"),
 };
-constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
-                             Split::kValidation, Split::kTest};
 
 }  // namespace
 
 const WorkloadEntry kFastMriWorkload = {
     "fastmri",
     "fastMRI knee single-coil HDF5 volumes, AlgoPerf's k-space transform",
-    kSplits,
+    kEverySplit,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 

@@ -112,24 +112,18 @@ bool ShardName(const char* name, uint64_t* index, uint64_t* count) {
 absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
                                                        const std::string& dir,
                                                        Executor* pool) {
-  absl::StatusOr<int> dfd = root.OpenDirectory(dir);
-  if (!dfd.ok()) return dfd.status();
-  DIR* d = fdopendir(*dfd);
-  if (d == nullptr) {
-    close(*dfd);
-    return absl::InternalError(absl::StrCat(kName, ": cannot list ", dir));
-  }
   std::vector<std::pair<uint64_t, std::string>> found;
   uint64_t count = 0;
   bool mixed = false;
-  while (dirent* e = readdir(d)) {
+  absl::Status listed = root.ForEachEntry(dir, [&](const dirent& e) {
     uint64_t i = 0, n = 0;
-    if (!ShardName(e->d_name, &i, &n)) continue;
+    if (!ShardName(e.d_name, &i, &n)) return true;
     if (count != 0 && n != count) mixed = true;
     count = n;
-    found.emplace_back(i, e->d_name);
-  }
-  closedir(d);
+    found.emplace_back(i, e.d_name);
+    return true;
+  });
+  if (!listed.ok()) return listed;
   std::sort(found.begin(), found.end());
   if (found.empty()) {
     return absl::NotFoundError(
@@ -289,7 +283,6 @@ const WorkloadEntry kFineWebEduLmWorkload = {
     "Hugging Face save_to_disk Arrow token rows, AlgoPerf's LM windows",
     kSplits,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 

@@ -457,17 +457,14 @@ absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
       std::move(source), kind == Split::kTrain, *opt, std::move(subset)));
 }
 
-constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
-                             Split::kValidation, Split::kTest};
 
 }  // namespace
 
 const WorkloadEntry kImageNetWorkload = {
     "imagenet",
     "ImageFolder or TFDS imagenet2012, AlgoPerf's transforms",
-    kSplits,
+    kEverySplit,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 

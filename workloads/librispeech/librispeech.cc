@@ -387,17 +387,14 @@ absl::StatusOr<std::unique_ptr<Workload>> Create(const WorkloadContext& c) {
 constexpr OptionSpec kOptions[] = {
     EvalTrainExamples(kAlgoPerfEvalTrainExamples),
 };
-constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
-                             Split::kValidation, Split::kTest};
 
 }  // namespace
 
 const WorkloadEntry kLibriSpeechWorkload = {
     "librispeech",
     "AlgoPerf's pre-processed LibriSpeech (.npy utterances, CSV indexes)",
-    kSplits,
+    kEverySplit,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 

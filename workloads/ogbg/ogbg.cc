@@ -549,17 +549,14 @@ constexpr OptionSpec kOptions[] = {
                "1024 on train)"),
     EvalTrainExamples(ogbg::kDefaultEvalTrain),
 };
-constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
-                             Split::kValidation, Split::kTest};
 
 }  // namespace
 
 const WorkloadEntry kOgbgWorkload = {
     "ogbg",
     "TFDS ogbg_molpcba, AlgoPerf's jraph graph batching in fixed rows",
-    kSplits,
+    kEverySplit,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 

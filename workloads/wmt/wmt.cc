@@ -47,17 +47,14 @@ constexpr OptionSpec kOptions[] = {
                  "a pair with bytes that are not UTF-8: tokenized as "
                  "AlgoPerf's op does, or dropped as a decode error"),
 };
-constexpr Split kSplits[] = {Split::kTrain, Split::kEvalTrain,
-                             Split::kValidation, Split::kTest};
 
 }  // namespace
 
 const WorkloadEntry kWmtWorkload = {
     "wmt",
     "TFDS wmt17/wmt14 de-en or text, SentencePiece, AlgoPerf's packing",
-    kSplits,
+    kEverySplit,
     kOptions,
-    /*reads_files=*/true,
     Create,
 };
 
