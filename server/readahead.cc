@@ -234,6 +234,9 @@ absl::Status ReadAhead::ReadSelf(ReadAheadReader::SelfRead* read,
   mu_.Unlock();
   absl::Status status = read->source->Read(key, bytes, label);
   const ThreadSample end = clock.Sample();
+  // Returned: however long this thread now waits for the lock, no other
+  // worker takes it for stalled storage.
+  read->in_flight->returned.store(true, std::memory_order_release);
   mu_.Lock();
   if (reader_.EndSelfRead(*read, clock.BlockedNs(read->start, end))) {
     Wake(true);

@@ -155,10 +155,13 @@ class ReadAhead {
     // kDefaultInlineReadNs.
     uint64_t inline_read_ns = 0;
   };
-  // The daemon's inline_read_ns: a read of the page cache is not blocked
-  // (or is, for a lock, briefly); a FUSE or network mount's round trip, and
-  // a disk's seek, take longer and are better hidden behind decoding.
-  static constexpr uint64_t kDefaultInlineReadNs = 50 * 1000;
+  // The daemon's inline_read_ns: a read of the page cache is not blocked,
+  // or is briefly: for a lock whose holder a busy node keeps from its CPU,
+  // or the file system's journal under heavy writes (reads blocked 0.05 to
+  // 0.4 ms are common then, and reading them ahead costs more than it
+  // hides); a FUSE or network mount's round trip, and a disk's seek, take
+  // longer and are better hidden behind decoding.
+  static constexpr uint64_t kDefaultInlineReadNs = 500 * 1000;
   // See ReadAheadReader: reads in a row that return at once before workers
   // read inline; the cost of a slow read; the score below which workers
   // read ahead again; a worker's read blocked this many times

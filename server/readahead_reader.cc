@@ -171,7 +171,7 @@ bool ReadAheadReader::ReadsInline(const StreamState& s) const {
 
 bool ReadAheadReader::WorkerReadsInline(StreamState& s, uint64_t now_ns) {
   if (!ReadsInline(s)) return false;
-  // A worker's read blocked many times the bound (1 ms for the daemon's):
+  // A worker's read blocked many times the bound (50 ms for the daemon's):
   // the storage may have stopped answering, and the next reads go to the
   // I/O threads rather than hold another worker. A read merely kept from a
   // CPU on a busy machine is not blocked, however long it takes. Its
@@ -179,6 +179,7 @@ bool ReadAheadReader::WorkerReadsInline(StreamState& s, uint64_t now_ns) {
   // its age doubles.
   const uint64_t bound = kInlineStallFactor * options_.inline_read_ns;
   for (WorkerReadInFlight& r : s.worker_reads) {
+    if (r.returned.load(std::memory_order_acquire)) continue;
     const uint64_t age = now_ns - std::min(now_ns, r.start.wall_ns);
     if (age <= bound) continue;
     if (now_ns >= r.next_check_ns) {
@@ -337,7 +338,9 @@ void ReadAheadReader::BeginSelfRead(SelfRead* read) {
   StreamState* s = State(read->stream);
   const ThreadClock& clock = ThreadClock::Self();
   read->start = clock.Sample();
-  s->worker_reads.push_back({read->start, &clock, 0, false});
+  WorkerReadInFlight& r = s->worker_reads.emplace_back();
+  r.start = read->start;
+  r.clock = &clock;
   read->in_flight = std::prev(s->worker_reads.end());
   read->begun = true;
 }

@@ -15,6 +15,7 @@
 #ifndef BATCHD_SERVER_READAHEAD_READER_H_
 #define BATCHD_SERVER_READAHEAD_READER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -51,9 +52,10 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
   static constexpr uint64_t kFastReadsForInline = 32;
   static constexpr uint64_t kSlowReadCost = 3;
   static constexpr uint64_t kLeaveInlineScore = 16;
-  // A read by a worker blocked this many times inline_read_ns: the next
-  // reads go ahead.
-  static constexpr uint64_t kInlineStallFactor = 20;
+  // A read by a worker blocked this many times inline_read_ns (50 ms for
+  // the daemon's: a busy node keeps a lock's holder from its CPU for a
+  // few ms, stalled storage stalls for longer): the next reads go ahead.
+  static constexpr uint64_t kInlineStallFactor = 100;
 
   struct Options {
     // A stream keeps at most its even share of these busy.
@@ -228,6 +230,10 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
     const ThreadClock* clock = nullptr;
     uint64_t next_check_ns = 0;  // when its thread is looked at next
     bool stalled = false;        // ... found blocked too long last time
+    // Set by the reading thread, without the lock, once its read returned:
+    // it may then wait for the lock (on a busy machine, for a holder kept
+    // from its CPU), and that wait is no storage's.
+    std::atomic<bool> returned{false};
   };
   struct StreamState {
     std::shared_ptr<const ExampleSource> source;

@@ -94,7 +94,7 @@ TEST(ThreadClock, AnotherThreadSeesWhetherTheClocksThreadIsBlockedNow) {
 // until the test lets it go; `past` is set once it has been in its read
 // longer than the stall bound.
 struct InlineStream {
-  static constexpr uint64_t kInlineNs = 1 * kMs;  // bound: 20 ms
+  static constexpr uint64_t kInlineNs = 1 * kMs;  // bound: 100 ms
   static constexpr uint64_t kBoundNs =
       ReadAhead::kInlineStallFactor * kInlineNs;
   enum class Slow { kSpin, kBlock };
