@@ -59,8 +59,12 @@ for _ in $(seq "$busy"); do
   busy_pids+=($!)
 done
 
-# run BUILD EXTRA_FLAGS...: one daemon, one bench; prints images/s and
-# images per daemon CPU-second.
+# run BUILD EXTRA_FLAGS...: one daemon, one bench by the build's own
+# batchctl (an older daemon may speak an older protocol); prints images/s
+# and images per daemon CPU-second, the daemon's CPU read from /proc around
+# the bench (its stream's open and ring fill included, alike for every
+# build; no warm-up steps, so every image it decodes in the timed pass
+# counts).
 run() {
   local build=$1
   shift
@@ -68,14 +72,17 @@ run() {
   bench_start_daemon "$build/server/batchd" "$build/server/batchctl" \
     "$socket" "$work/batchd.log" --data-root "$data" --cache-dir '' \
     --shm-prefix "ab-$$" --threads "$threads" "$@"
-  # One client measures both daemons: B's batchctl (an older one may not
-  # read the daemon's CPU).
-  "$build_b/server/batchctl" bench --server "$socket" --workload imagenet \
+  local cpu0 cpu1
+  cpu0=$(bench_cpu_ticks "$daemon_pid")
+  "$build/server/batchctl" bench --server "$socket" --workload imagenet \
     --data . --split train --global-batch-size "$global_batch" \
-    --world-size "$world" --steps "$steps" --json |
-    "$py" -c 'import json,sys; j=json.load(sys.stdin)
-print("%.1f %.1f" % (j["examples_per_s"],
-                     j["examples"] / j["server_cpu_seconds"]))'
+    --world-size "$world" --steps "$steps" --warmup-steps 0 --json \
+    >"$work/bench.json"
+  cpu1=$(bench_cpu_ticks "$daemon_pid")
+  "$py" -c 'import json,os,sys; j=json.load(open(sys.argv[1]))
+cpu = (int(sys.argv[3]) - int(sys.argv[2])) / os.sysconf("SC_CLK_TCK")
+print("%.1f %.1f" % (j["examples_per_s"], j["examples"] / cpu))' \
+    "$work/bench.json" "$cpu0" "$cpu1"
   bench_stop_daemon "$build/server/batchctl" "$socket"
 }
 

@@ -47,6 +47,17 @@ bench_start_daemon() {
   done
 }
 
+# bench_cpu_ticks PID: the user + system CPU time process PID has used, in
+# clock ticks (getconf CLK_TCK a second), from /proc/PID/stat.
+bench_cpu_ticks() {
+  local stat
+  stat=$(<"/proc/$1/stat")
+  stat=${stat##*) }  # the fields after the command name, from state on
+  # shellcheck disable=SC2086
+  set -- $stat
+  echo $((${12} + ${13}))
+}
+
 # bench_stop_daemon BATCHCTL SOCKET: shuts the daemon down and waits for it.
 bench_stop_daemon() {
   "$1" shutdown --server "$2" >/dev/null 2>&1 || true
