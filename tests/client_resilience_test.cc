@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "batchd/loader.h"
 #include "ring/ring.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 #include "workloads/sampler.h"
@@ -37,16 +38,10 @@ constexpr uint64_t kExamples = 1000;
 
 LoaderOptions Options(const TestServer& server, const std::string& stream,
                       int w, int rank, uint32_t slots = 2) {
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = stream;
-  o.global_batch_size = 8;
-  o.world_size = w;
-  o.rank = rank;
+  LoaderOptions o = testutil::SyntheticStream(server.address(), stream, 8, w,
+                                              rank, kExamples, 40);
   o.seed = 3;
   o.slots = slots;
-  o.options = {{"examples", std::to_string(kExamples)},
-               {"payload_bytes", "40"}};
   o.timeout_seconds = 60;
   return o;
 }
@@ -389,12 +384,8 @@ class ImpostorDaemon {
 TEST(ClientResilienceTest, ADaemonOfAnotherUserInASharedDirectoryIsRefused) {
   ImpostorDaemon impostor;
   ASSERT_TRUE(impostor.Ready());
-  LoaderOptions o;
-  o.server = impostor.address();
-  o.stream = "train";
-  o.global_batch_size = 8;
-  o.world_size = 1;
-  o.rank = 0;
+  LoaderOptions o =
+      testutil::SyntheticStream(impostor.address(), "train", 8, 1, 0);
   o.connect_timeout_seconds = 10;
   auto loader = Loader::Open(o);
   ASSERT_FALSE(loader.ok());
@@ -410,12 +401,10 @@ TEST(ClientResilienceTest, ADaemonOfAnotherUserInASharedDirectoryIsRefused) {
 }
 
 TEST(ClientResilienceTest, ARingOfAnotherOwnerIsRefused) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 64;
-  const std::string name = "/bdowner" + std::to_string(getpid());
-  auto w = RingWriter::Create(name, g);
-  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string name = testutil::SegmentName("owner");
+  const std::unique_ptr<RingWriter> w =
+      testutil::MakeRingWriter(name, testutil::RingGeometryOf(2, 64));
+  ASSERT_NE(w, nullptr);
   RingReader::Options ro;
   ro.owner_uid = geteuid() + 1;
   auto r = RingReader::Attach(name, ro);
@@ -445,12 +434,10 @@ bool SetAcl(const std::string& name, int64_t uid, uint16_t group_perm) {
 }
 
 TEST(ClientResilienceTest, ARingOthersMayWriteIsRefusedNamingWho) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 64;
-  const std::string name = "/bdwriters" + std::to_string(getpid());
-  auto w = RingWriter::Create(name, g);
-  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string name = testutil::SegmentName("writers");
+  const std::unique_ptr<RingWriter> w =
+      testutil::MakeRingWriter(name, testutil::RingGeometryOf(2, 64));
+  ASSERT_NE(w, nullptr);
   const std::string path = "/dev/shm" + name;
   RingReader::Options ro;
   ro.owner_uid = geteuid();

@@ -26,6 +26,7 @@
 #include "base/address.h"
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 
@@ -43,89 +44,25 @@ constexpr int kOk = 0, kNotFound = 5, kPermissionDenied = 7,
 // nobody's group among its groups so that it may map rings the daemon
 // shares with that group. Its stdout is read line by line, its stderr (the
 // server's error message) once it has exited.
-class Call {
+class Call : public testutil::Child {
  public:
-  Call(const std::string& server, std::vector<std::string> args, uid_t uid) {
-    std::vector<std::string> argv = {BATCHD_RPC_CALLER_PATH, server};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    int in[2], out[2], err[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
-        pipe2(err, O_CLOEXEC) != 0) {
-      abort();
-    }
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      if (uid != geteuid()) {
-        const gid_t groups[] = {gid_t(kNobody)};
-        if (setgroups(1, groups) != 0 || setgid(uid) != 0 || setuid(uid) != 0) {
-          _exit(90);
-        }
-      }
-      execv(cargv[0], cargv.data());
-      _exit(94);
-    }
-    close(in[0]);
-    close(out[1]);
-    close(err[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
-    stderr_ = err[0];
-  }
-  ~Call() {
-    CloseStdin();
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(stdout_);
-    close(stderr_);
-  }
+  Call(const std::string& server, std::vector<std::string> args, uid_t uid)
+      : Child({BATCHD_RPC_CALLER_PATH, server}, args, [uid] {
+          if (uid != geteuid() &&
+              !testutil::BecomeUser(uid, uid, {gid_t(kNobody)})) {
+            _exit(90);
+          }
+        }) {}
 
   // The next line it prints, or "" at its end or after 60 s.
-  std::string Line() { return testutil::ReadLine(stdout_, 60000); }
-  void CloseStdin() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-  }
+  std::string Line() { return Child::Line(60000); }
   // Its exit status (the call's gRPC code), or -1 after 60 s. Closes its
   // stdin first: an open that succeeded then returns (--hold: after one
   // more batch).
   int Wait() {
     CloseStdin();
-    for (int i = 0; i < 6000; ++i) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
+    return Child::Wait();
   }
-  // What it wrote to stderr; after Wait().
-  std::string Err() {
-    std::string text;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(stderr_, buf, sizeof(buf))) > 0) text.append(buf, n);
-    return text;
-  }
-  void Kill9() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1, stdout_ = -1, stderr_ = -1;
 };
 
 // The segment named by an "opened /seg" line.
@@ -133,13 +70,8 @@ std::string OpenedSegment(const std::string& line) {
   return line.rfind("opened ", 0) == 0 ? line.substr(7) : std::string();
 }
 
-// A daemon every user may reach: the socket 0666 in a directory they may
-// enter, the rings shared with nobody's group.
 bool StartShared(TestServer& server, std::vector<std::string> extra = {}) {
-  chmod(server.dir().c_str(), 0755);
-  extra.insert(extra.end(), {"--socket-mode", "0666", "--shm-group",
-                             std::to_string(kNobody)});
-  return server.Start(extra);
+  return server.Start(testutil::SharedDaemonFlags(server.dir(), extra));
 }
 
 v1::GetStatusResponse Status(const TestServer& server) {
@@ -171,15 +103,7 @@ std::vector<std::string> Streams(const v1::GetStatusResponse& st,
 // The spec test_rpc_caller opens, for this process's own Loader.
 LoaderOptions CallerSpec(const TestServer& s, const std::string& stream,
                          int rank) {
-  LoaderOptions o;
-  o.server = s.address();
-  o.stream = stream;
-  o.global_batch_size = 8;
-  o.world_size = 2;
-  o.rank = rank;
-  o.slots = 2;
-  o.options = {{"examples", "1000"}, {"payload_bytes", "64"}};
-  o.timeout_seconds = 20;
+  LoaderOptions o = testutil::SyntheticStream(s.address(), stream, 8, 2, rank);
   o.connect_timeout_seconds = 20;
   return o;
 }

@@ -1,10 +1,10 @@
 // The libtorch adapter: tensors view the slot without copying, and the slot
 // is released only when the last tensor is gone.
-#include "batchd/torch.h"
-
 #include <gtest/gtest.h>
 
+#include "batchd/torch.h"
 #include "ring/ring.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 
 namespace batchd {
@@ -15,16 +15,8 @@ using testing::TestServer;
 TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
   TestServer server("torch");
   ASSERT_TRUE(server.Start());
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = "t";
-  o.global_batch_size = 8;
-  o.world_size = 2;
-  o.rank = 1;
-  o.slots = 2;
-  o.options = {{"examples", "100"}, {"payload_bytes", "16"}};
-  o.timeout_seconds = 20;
-  auto loader = Loader::Open(o);
+  auto loader = Loader::Open(
+      testutil::SyntheticStream(server.address(), "t", 8, 2, 1, 100, 16));
   ASSERT_TRUE(loader.ok()) << loader.status();
   // A second mapping of the same ring to watch the releases.
   auto watch = RingReader::Attach((*loader)->info().segment);
@@ -53,15 +45,8 @@ TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
 TEST(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
   TestServer server("feeder");
   ASSERT_TRUE(server.Start());
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = "f";
-  o.global_batch_size = 4;
-  o.world_size = 1;
-  o.rank = 0;
-  o.options = {{"examples", "100"}, {"payload_bytes", "16"}};
-  o.timeout_seconds = 20;
-  auto loader = Loader::Open(o);
+  auto loader = Loader::Open(
+      testutil::SyntheticStream(server.address(), "f", 4, 1, 0, 100, 16));
   ASSERT_TRUE(loader.ok()) << loader.status();
   DeviceFeeder feeder(**loader, torch::kCPU);
   EXPECT_FALSE(feeder.pinned());
