@@ -113,15 +113,25 @@ TEST(ClientResilienceTest, ADaemonKilledAndRestartedIsAPauseNotAnError) {
   EXPECT_NE((*r0)->info().server_pid, 0u);
 }
 
+// The one rank of stream "job" on `server`, steps [0, steps) read and
+// checked; null (and a test failure) when it cannot be opened.
+std::unique_ptr<Loader> OpenAndRead(const TestServer& server, uint64_t steps) {
+  absl::StatusOr<std::unique_ptr<Loader>> r0 =
+      Loader::Open(Options(server, "job", 1, 0));
+  EXPECT_TRUE(r0.ok()) << r0.status();
+  if (!r0.ok()) return nullptr;
+  for (uint64_t s = 0; s < steps; ++s) ExpectStep(**r0, s, 1, 0);
+  return *std::move(r0);
+}
+
 TEST(ClientResilienceTest, AWaitingClientRidesOutARestart) {
   TestServer server("waiting");
   ASSERT_TRUE(server.Start());
-  auto r0 = Loader::Open(Options(server, "job", 1, 0));
-  ASSERT_TRUE(r0.ok()) << r0.status();
-  for (uint64_t s = 0; s < 3; ++s) ExpectStep(**r0, s, 1, 0);
+  const std::unique_ptr<Loader> r0 = OpenAndRead(server, 3);
+  ASSERT_NE(r0, nullptr);
   // Kept, so that no batch is published ahead: the consumer below waits.
-  absl::StatusOr<Batch> a = (*r0)->Next();
-  absl::StatusOr<Batch> b = (*r0)->Next();
+  absl::StatusOr<Batch> a = r0->Next();
+  absl::StatusOr<Batch> b = r0->Next();
   ASSERT_TRUE(a.ok() && b.ok());
   server.Kill9();
   a->Release();
@@ -129,7 +139,7 @@ TEST(ClientResilienceTest, AWaitingClientRidesOutARestart) {
   std::vector<uint64_t> steps;
   std::thread consumer([&] {
     for (int i = 0; i < 4; ++i) {
-      absl::StatusOr<Batch> n = (*r0)->Next();
+      absl::StatusOr<Batch> n = r0->Next();
       if (!n.ok()) {
         ADD_FAILURE() << n.status();
         return;
@@ -148,13 +158,12 @@ TEST(ClientResilienceTest, AWaitingClientRidesOutARestart) {
 TEST(ClientResilienceTest, ADaemonStoppedWithSigtermAndRestartedIsAPause) {
   TestServer server("sigterm");
   ASSERT_TRUE(server.Start());
-  auto r0 = Loader::Open(Options(server, "job", 1, 0));
-  ASSERT_TRUE(r0.ok()) << r0.status();
-  for (uint64_t s = 0; s < 4; ++s) ExpectStep(**r0, s, 1, 0);
+  const std::unique_ptr<Loader> r0 = OpenAndRead(server, 4);
+  ASSERT_NE(r0, nullptr);
   EXPECT_EQ(server.Stop(), 0);  // an upgrade: systemctl restart
   ASSERT_TRUE(server.Start());
-  for (uint64_t s = 4; s < 9; ++s) ExpectStep(**r0, s, 1, 0);
-  EXPECT_EQ((*r0)->reconnects(), 1u);
+  for (uint64_t s = 4; s < 9; ++s) ExpectStep(*r0, s, 1, 0);
+  EXPECT_EQ(r0->reconnects(), 1u);
 }
 
 TEST(ClientResilienceTest, ADaemonThatDoesNotComeBackIsNamedAfterTheWindow) {

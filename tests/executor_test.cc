@@ -316,18 +316,31 @@ class OwnerLog {
   std::vector<uint64_t> order_ ABSL_GUARDED_BY(mu_);
 };
 
+// Queues `n` tasks of owner `flood`, then one of owner `other`, then runs
+// `release` (which frees the pool's threads); the owners of the n + 1
+// tasks in the order they started, or none when not all were queued or
+// ran.
+std::vector<uint64_t> OrderAfterAFlood(Executor& ex, uint64_t flood, int n,
+                                       uint64_t other,
+                                       const std::function<void()>& release) {
+  OwnerLog log;
+  const std::function<void()> record = log.Recorder();
+  const bool queued = SubmitAs(ex, flood, n, record).ok() &&
+                      SubmitAs(ex, other, 1, record).ok();
+  release();
+  // Waited for also when one was refused: the others run, and record.
+  std::vector<uint64_t> order = log.WaitFor(size_t(n) + 1);
+  return queued ? order : std::vector<uint64_t>();
+}
+
 TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
   auto ex = Make(1, 1);
   Busy busy(*ex);
   ASSERT_TRUE(busy.started());
   // Owner 1 floods the class while its one thread is busy; owner 2 then
   // queues one task.
-  OwnerLog log;
-  const std::function<void()> record = log.Recorder();
-  ASSERT_TRUE(SubmitAs(*ex, 1, 50, record).ok());
-  ASSERT_TRUE(SubmitAs(*ex, 2, 1, record).ok());
-  busy.Release();
-  const std::vector<uint64_t> order = log.WaitFor(51);
+  const std::vector<uint64_t> order =
+      OrderAfterAFlood(*ex, 1, 50, 2, [&] { busy.Release(); });
   // Turns alternate: owner 1's first task (its turn came first), then
   // owner 2's, then the rest of the flood.
   ASSERT_EQ(order.size(), 51u);
@@ -351,12 +364,8 @@ TEST(Executor, AnOwnerWithFewerTasksRunningGoesFirst) {
                   }).ok());
   }
   ASSERT_TRUE(WaitUntil([&] { return running.load() == 2; }));
-  OwnerLog log;
-  const std::function<void()> record = log.Recorder();
-  ASSERT_TRUE(SubmitAs(*ex, 1, 10, record).ok());
-  ASSERT_TRUE(SubmitAs(*ex, 3, 1, record).ok());
-  release.Notify();
-  const std::vector<uint64_t> order = log.WaitFor(11);
+  const std::vector<uint64_t> order =
+      OrderAfterAFlood(*ex, 1, 10, 3, [&] { release.Notify(); });
   ASSERT_EQ(order.size(), 11u);
   // Both threads free up at about the same time: owner 3's task is among
   // the first two to start.

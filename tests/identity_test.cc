@@ -118,23 +118,31 @@ bool Eventually(const std::function<bool()>& cond, double seconds) {
 
 // ------------------------------------------------- break 9: one namespace
 
-TEST(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
-  REQUIRE_ROOT();
-  TestServer server("names");
-  ASSERT_TRUE(StartShared(server));
-  Call user(server.address(), {"open", "train", "0", "--hold"}, kNobody);
+// A daemon every user may reach, run as root to become them.
+class StreamOwnership : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_ROOT();
+    ASSERT_TRUE(StartShared(server_));
+  }
+
+  TestServer server_{"own"};
+};
+
+TEST_F(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
+  Call user(server_.address(), {"open", "train", "0", "--hold"}, kNobody);
   ASSERT_EQ(user.Line(), "attached");
   // Root's trainer asks for `train` too: a stream of its own, not a join.
-  auto mine = Loader::Open(CallerSpec(server, "train", 0));
+  auto mine = Loader::Open(CallerSpec(server_, "train", 0));
   ASSERT_TRUE(mine.ok()) << mine.status();
   ASSERT_TRUE((*mine)->Next().ok());
   const std::string own = std::to_string(geteuid());
-  EXPECT_EQ(Streams(Status(server), "train"),
+  EXPECT_EQ(Streams(Status(server_), "train"),
             (std::vector<std::string>{own + ":1", "65534:1"}));
   // Each ring is named for its owner: prefix.<daemon uid>.<owner>.train.0.
-  const std::string base = server.prefix() + "." + own + ".";
+  const std::string base = server_.prefix() + "." + own + ".";
   int ours = 0, theirs = 0;
-  for (const std::string& seg : server.Segments()) {
+  for (const std::string& seg : server_.Segments()) {
     ours += seg.rfind(base + own + ".train.0.", 0) == 0;
     theirs += seg.rfind(base + "65534.train.0.", 0) == 0;
   }
@@ -142,53 +150,50 @@ TEST(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
   EXPECT_EQ(theirs, 1);
 
   // The user cannot close root's stream, not even by naming its owner.
-  Call named(server.address(), {"close", "train", "--owner", own}, kNobody);
+  Call named(server_.address(), {"close", "train", "--owner", own}, kNobody);
   EXPECT_EQ(named.Wait(), kPermissionDenied);
   EXPECT_NE(named.Err().find("uid " + own), std::string::npos);
   // Closing `train` closes the user's own; root's trainer reads on.
-  Call closes(server.address(), {"close", "train"}, kNobody);
+  Call closes(server_.address(), {"close", "train"}, kNobody);
   EXPECT_EQ(closes.Wait(), kOk) << closes.Err();
   // Its ring is gone; root's stays.
-  const std::vector<std::string> left = server.Segments();
+  const std::vector<std::string> left = server_.Segments();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].rfind(base + own + ".train.0.", 0), 0u) << left[0];
   for (int i = 0; i < 8; ++i) {
     absl::StatusOr<Batch> b = (*mine)->Next();
     ASSERT_TRUE(b.ok()) << b.status();
   }
-  EXPECT_EQ(Streams(Status(server), "train"),
+  EXPECT_EQ(Streams(Status(server_), "train"),
             (std::vector<std::string>{own + ":1"}));
 }
 
-TEST(StreamOwnership, OnlyAnAdministratorJoinsAnotherUidsStreamByNamingIt) {
-  REQUIRE_ROOT();
-  TestServer server("join");
-  ASSERT_TRUE(StartShared(server));
-  Call user(server.address(), {"open", "job", "0", "--hold"}, kNobody);
+TEST_F(StreamOwnership, OnlyAnAdministratorJoinsAnotherUidsStreamByNamingIt) {
+  Call user(server_.address(), {"open", "job", "0", "--hold"}, kNobody);
   ASSERT_EQ(user.Line(), "attached");
   // Another plain user may not join it, naming the owner or not.
-  Call other(server.address(), {"open", "job", "1", "--owner", "65534"},
+  Call other(server_.address(), {"open", "job", "1", "--owner", "65534"},
              kOther);
   EXPECT_EQ(other.Wait(), kPermissionDenied);
   EXPECT_NE(other.Err().find("uid 65534"), std::string::npos);
   // Root without owner_uid opens a stream of its own ...
-  auto own_job = Loader::Open(CallerSpec(server, "job", 1));
+  auto own_job = Loader::Open(CallerSpec(server_, "job", 1));
   ASSERT_TRUE(own_job.ok()) << own_job.status();
   const std::string own = std::to_string(geteuid());
-  EXPECT_EQ(Streams(Status(server), "job"),
+  EXPECT_EQ(Streams(Status(server_), "job"),
             (std::vector<std::string>{own + ":1", "65534:1"}));
   // ... and with it joins the user's: rank 1 of the user's `job`.
-  LoaderOptions join = CallerSpec(server, "job", 1);
+  LoaderOptions join = CallerSpec(server_, "job", 1);
   join.owner_uid = kNobody;
   auto joined = Loader::Open(join);
   ASSERT_TRUE(joined.ok()) << joined.status();
   absl::StatusOr<Batch> b = (*joined)->Next();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->position() % 8, 4u) << "rank 1's half of the global batch";
-  EXPECT_EQ(Streams(Status(server), "job"),
+  EXPECT_EQ(Streams(Status(server_), "job"),
             (std::vector<std::string>{own + ":1", "65534:2"}));
   // A stream the named owner does not have is not created for it.
-  LoaderOptions missing = CallerSpec(server, "nosuch", 0);
+  LoaderOptions missing = CallerSpec(server_, "nosuch", 0);
   missing.owner_uid = kNobody;
   EXPECT_EQ(Loader::Open(missing).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(user.Wait(), kOk);
