@@ -103,6 +103,16 @@ struct Preparations {
     return preps.Await(key, Spec(key.second, seed), ReadAccess::Daemon(),
                        CallerPid(pid), call);
   }
+  // Asks for `key` as pid `pid` in a call of 10 s: success when the answer
+  // is that it is being prepared, else a failure that says the answer.
+  ::testing::AssertionResult AskPreparing(const StreamKey& key, uint32_t pid) {
+    const absl::StatusOr<StreamPreparations::Ticket> r =
+        Ask(key, pid, *Call(10));
+    if (PreparingOf(r.status()).has_value()) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << r.status();
+  }
 
   PrepareTurns turns;
   SlowMake make;
@@ -142,9 +152,7 @@ TEST(StreamPreparations, AWaitingCallerIsToldItsProgressAndJoinsTheSameWork) {
 
 TEST(StreamPreparations, OneNobodyAsksForAnyMoreIsCancelledAfterTheGrace) {
   Preparations t(2, 100);
-  absl::StatusOr<StreamPreparations::Ticket> first =
-      t.Ask({1000, "s"}, 1, *Call(10));
-  ASSERT_TRUE(PreparingOf(first.status()).has_value()) << first.status();
+  ASSERT_TRUE(t.AskPreparing({1000, "s"}, 1));
   // Nobody asks again: its work stops (never released), and it is gone.
   ASSERT_TRUE(Eventually([&] { return t.make.returned.load() == 1; }));
   EXPECT_EQ(t.make.cancelled.load(), 1);
@@ -168,9 +176,7 @@ TEST(StreamPreparations, ACallerThatGoesStopsWaitingAtOnce) {
 
 TEST(StreamPreparations, AnotherSpecIsRefusedWhileOneIsPrepared) {
   Preparations t(2, 5000);
-  absl::StatusOr<StreamPreparations::Ticket> first =
-      t.Ask({1000, "s"}, 1, *Call(10));
-  ASSERT_TRUE(PreparingOf(first.status()).has_value()) << first.status();
+  ASSERT_TRUE(t.AskPreparing({1000, "s"}, 1));
   absl::StatusOr<StreamPreparations::Ticket> other =
       t.Ask({1000, "s"}, 2, *Call(10), /*seed=*/2);
   EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
@@ -179,9 +185,7 @@ TEST(StreamPreparations, AnotherSpecIsRefusedWhileOneIsPrepared) {
 
 TEST(StreamPreparations, AnOwnerPastItsTurnsWaitsInItsQueue) {
   Preparations t(1, 5000);
-  absl::StatusOr<StreamPreparations::Ticket> a =
-      t.Ask({1000, "a"}, 1, *Call(10));
-  ASSERT_TRUE(PreparingOf(a.status()).has_value()) << a.status();
+  ASSERT_TRUE(t.AskPreparing({1000, "a"}, 1));
   absl::StatusOr<StreamPreparations::Ticket> b =
       t.Ask({1000, "b"}, 1, *Call(10));
   std::optional<v1::Preparing> pb = PreparingOf(b.status());
@@ -189,9 +193,7 @@ TEST(StreamPreparations, AnOwnerPastItsTurnsWaitsInItsQueue) {
   EXPECT_TRUE(pb->queued());
   EXPECT_EQ(t.make.calls.load(), 1);
   // Another owner is not held by it.
-  absl::StatusOr<StreamPreparations::Ticket> c =
-      t.Ask({2000, "c"}, 3, *Call(10));
-  ASSERT_TRUE(PreparingOf(c.status()).has_value()) << c.status();
+  ASSERT_TRUE(t.AskPreparing({2000, "c"}, 3));
   EXPECT_TRUE(Eventually([&] { return t.make.calls.load() == 2; }));
   // a ends (its result taken): b starts on a's turn.
   t.make.released.Notify();

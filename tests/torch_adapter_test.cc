@@ -12,11 +12,24 @@ namespace {
 
 using testing::TestServer;
 
-TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
-  TestServer server("torch");
-  ASSERT_TRUE(server.Start());
-  auto loader = Loader::Open(
-      testutil::SyntheticStream(server.address(), "t", 8, 2, 1, 100, 16));
+// Tests of the adapter on batches of a daemon of the test's own.
+class TorchAdapterTest : public ::testing::Test {
+ protected:
+  // Starts the daemon and opens rank `rank` of `world` of the synthetic
+  // stream `stream`: global batch `g` of 100 examples of 16 bytes.
+  absl::StatusOr<std::unique_ptr<Loader>> Open(const std::string& stream,
+                                               uint64_t g, int world,
+                                               int rank) {
+    if (!server_.Start()) return absl::UnavailableError("no daemon");
+    return Loader::Open(testutil::SyntheticStream(server_.address(), stream, g,
+                                                  world, rank, 100, 16));
+  }
+
+  TestServer server_{"torch"};
+};
+
+TEST_F(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
+  auto loader = Open("t", 8, 2, 1);
   ASSERT_TRUE(loader.ok()) << loader.status();
   // A second mapping of the same ring to watch the releases.
   auto watch = RingReader::Attach((*loader)->info().segment);
@@ -42,11 +55,8 @@ TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
   EXPECT_EQ(read_pos(), 1u) << "not released when the last tensor died";
 }
 
-TEST(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
-  TestServer server("feeder");
-  ASSERT_TRUE(server.Start());
-  auto loader = Loader::Open(
-      testutil::SyntheticStream(server.address(), "f", 4, 1, 0, 100, 16));
+TEST_F(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
+  auto loader = Open("f", 4, 1, 0);
   ASSERT_TRUE(loader.ok()) << loader.status();
   DeviceFeeder feeder(**loader, torch::kCPU);
   EXPECT_FALSE(feeder.pinned());
@@ -63,7 +73,7 @@ TEST(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
   }
 }
 
-TEST(TorchAdapterTest, NormalizesImagesLikeTorchvision) {
+TEST_F(TorchAdapterTest, NormalizesImagesLikeTorchvision) {
   torch::Tensor img = torch::full({1, 2, 2, 3}, 128, torch::kUInt8);
   torch::Tensor x = NormalizeImages(img);
   EXPECT_EQ(x.dtype(), torch::kFloat32);
