@@ -1,13 +1,9 @@
 // Faults with real processes: kill -9 a trainer, kill -9 the server, restart
 // it. Nothing may hang, and nothing may be left behind.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <sstream>
 #include <string>
 #include <thread>

@@ -6,8 +6,6 @@
 // forked and, where the attack needs it, turned into user nobody or put in
 // a new pid namespace before they exec.
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sched.h>

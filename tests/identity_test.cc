@@ -6,13 +6,9 @@
 // uid cannot take every stream slot or ring byte from another; rings asked
 // for and never mapped give their stream's slot back. Needs root to become
 // other users (the tests skip otherwise).
-#include <fcntl.h>
-#include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/address.h"
