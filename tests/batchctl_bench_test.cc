@@ -1,7 +1,5 @@
 // batchctl bench: its arguments, what a rank reads of a tensor, and the
 // figures and reports of a run from the ranks' messages.
-#include "tools/batchctl/bench.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -11,6 +9,7 @@
 
 #include "tests/batchctl_test_argv.h"
 #include "tests/testutil.h"
+#include "tools/batchctl/bench.h"
 
 namespace batchd::batchctl {
 namespace {
@@ -91,30 +90,18 @@ TEST_F(BenchArgsTest, TakesTheSpecAndTheRun) {
 }
 
 TEST_F(BenchArgsTest, RefusesBadRunsBeforeForkingAnything) {
-  EXPECT_THAT(Parse({"bench"}).status().message(),
-              HasSubstr("--global-batch-size G is required"));
-  EXPECT_THAT(
-      Parse({"bench", "--global-batch-size", "8", "--world-size", "1025"})
-          .status()
-          .message(),
-      HasSubstr("--world-size must be 1..1024"));
-  EXPECT_THAT(Parse({"bench", "--global-batch-size", "9", "--world-size", "2"})
-                  .status()
-                  .message(),
-              HasSubstr("not divisible"));
-  EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--steps", "0"})
-                  .status()
-                  .message(),
-              HasSubstr("--steps must be >= 1"));
-  EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--touch", "some"})
-                  .status()
-                  .message(),
-              HasSubstr("--touch wants page or all, not 'some'"));
-  EXPECT_THAT(
-      Parse({"bench", "--global-batch-size", "8", "--warmup-steps", "-1"})
-          .status()
-          .message(),
-      HasSubstr("--warmup-steps wants a number"));
+  ExpectRefusals(
+      Parse, {{{"bench"}, "--global-batch-size G is required"},
+              {{"bench", "--global-batch-size", "8", "--world-size", "1025"},
+               "--world-size must be 1..1024"},
+              {{"bench", "--global-batch-size", "9", "--world-size", "2"},
+               "not divisible"},
+              {{"bench", "--global-batch-size", "8", "--steps", "0"},
+               "--steps must be >= 1"},
+              {{"bench", "--global-batch-size", "8", "--touch", "some"},
+               "--touch wants page or all, not 'some'"},
+              {{"bench", "--global-batch-size", "8", "--warmup-steps", "-1"},
+               "--warmup-steps wants a number"}});
 }
 
 TEST_F(BenchArgsTest, JobsTakeOneWorldSizeForAllOrOneEach) {
@@ -137,26 +124,18 @@ TEST_F(BenchArgsTest, JobsTakeOneWorldSizeForAllOrOneEach) {
   EXPECT_EQ(JobCount(*c), 1u);
   EXPECT_EQ(JobConfig(*c, 0).loader.stream, "s");
 
-  EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--jobs", "3",
-                     "--world-size", "2,1"})
-                  .status()
-                  .message(),
-              HasSubstr("names 2 world sizes for --jobs 3"));
-  EXPECT_THAT(
-      Parse({"bench", "--global-batch-size", "8", "--world-size", "2,1"})
-          .status()
-          .message(),
-      HasSubstr("give --jobs too"));
-  EXPECT_THAT(Parse({"bench", "--global-batch-size", "8", "--jobs", "2",
-                     "--world-size", "2,3"})
-                  .status()
-                  .message(),
-              HasSubstr("not divisible by job 1's world size 3"));
-  EXPECT_THAT(Parse({"bench", "--global-batch-size", "1024", "--jobs", "2",
-                     "--world-size", "1024"})
-                  .status()
-                  .message(),
-              HasSubstr("2048 ranks in all; the limit is 1024"));
+  ExpectRefusals(Parse,
+                 {{{"bench", "--global-batch-size", "8", "--jobs", "3",
+                    "--world-size", "2,1"},
+                   "names 2 world sizes for --jobs 3"},
+                  {{"bench", "--global-batch-size", "8", "--world-size", "2,1"},
+                   "give --jobs too"},
+                  {{"bench", "--global-batch-size", "8", "--jobs", "2",
+                    "--world-size", "2,3"},
+                   "not divisible by job 1's world size 3"},
+                  {{"bench", "--global-batch-size", "1024", "--jobs", "2",
+                    "--world-size", "1024"},
+                   "2048 ranks in all; the limit is 1024"}});
 }
 
 TEST_F(BenchArgsTest, RefusesTls) {

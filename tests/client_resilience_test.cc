@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "batchd/loader.h"
 #include "ring/ring.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 #include "workloads/sampler.h"
@@ -37,16 +38,10 @@ constexpr uint64_t kExamples = 1000;
 
 LoaderOptions Options(const TestServer& server, const std::string& stream,
                       int w, int rank, uint32_t slots = 2) {
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = stream;
-  o.global_batch_size = 8;
-  o.world_size = w;
-  o.rank = rank;
+  LoaderOptions o = testutil::SyntheticStream(server.address(), stream, 8, w,
+                                              rank, kExamples, 40);
   o.seed = 3;
   o.slots = slots;
-  o.options = {{"examples", std::to_string(kExamples)},
-               {"payload_bytes", "40"}};
   o.timeout_seconds = 60;
   return o;
 }
@@ -118,15 +113,25 @@ TEST(ClientResilienceTest, ADaemonKilledAndRestartedIsAPauseNotAnError) {
   EXPECT_NE((*r0)->info().server_pid, 0u);
 }
 
+// The one rank of stream "job" on `server`, steps [0, steps) read and
+// checked; null (and a test failure) when it cannot be opened.
+std::unique_ptr<Loader> OpenAndRead(const TestServer& server, uint64_t steps) {
+  absl::StatusOr<std::unique_ptr<Loader>> r0 =
+      Loader::Open(Options(server, "job", 1, 0));
+  EXPECT_TRUE(r0.ok()) << r0.status();
+  if (!r0.ok()) return nullptr;
+  for (uint64_t s = 0; s < steps; ++s) ExpectStep(**r0, s, 1, 0);
+  return *std::move(r0);
+}
+
 TEST(ClientResilienceTest, AWaitingClientRidesOutARestart) {
   TestServer server("waiting");
   ASSERT_TRUE(server.Start());
-  auto r0 = Loader::Open(Options(server, "job", 1, 0));
-  ASSERT_TRUE(r0.ok()) << r0.status();
-  for (uint64_t s = 0; s < 3; ++s) ExpectStep(**r0, s, 1, 0);
+  const std::unique_ptr<Loader> r0 = OpenAndRead(server, 3);
+  ASSERT_NE(r0, nullptr);
   // Kept, so that no batch is published ahead: the consumer below waits.
-  absl::StatusOr<Batch> a = (*r0)->Next();
-  absl::StatusOr<Batch> b = (*r0)->Next();
+  absl::StatusOr<Batch> a = r0->Next();
+  absl::StatusOr<Batch> b = r0->Next();
   ASSERT_TRUE(a.ok() && b.ok());
   server.Kill9();
   a->Release();
@@ -134,7 +139,7 @@ TEST(ClientResilienceTest, AWaitingClientRidesOutARestart) {
   std::vector<uint64_t> steps;
   std::thread consumer([&] {
     for (int i = 0; i < 4; ++i) {
-      absl::StatusOr<Batch> n = (*r0)->Next();
+      absl::StatusOr<Batch> n = r0->Next();
       if (!n.ok()) {
         ADD_FAILURE() << n.status();
         return;
@@ -153,13 +158,12 @@ TEST(ClientResilienceTest, AWaitingClientRidesOutARestart) {
 TEST(ClientResilienceTest, ADaemonStoppedWithSigtermAndRestartedIsAPause) {
   TestServer server("sigterm");
   ASSERT_TRUE(server.Start());
-  auto r0 = Loader::Open(Options(server, "job", 1, 0));
-  ASSERT_TRUE(r0.ok()) << r0.status();
-  for (uint64_t s = 0; s < 4; ++s) ExpectStep(**r0, s, 1, 0);
+  const std::unique_ptr<Loader> r0 = OpenAndRead(server, 4);
+  ASSERT_NE(r0, nullptr);
   EXPECT_EQ(server.Stop(), 0);  // an upgrade: systemctl restart
   ASSERT_TRUE(server.Start());
-  for (uint64_t s = 4; s < 9; ++s) ExpectStep(**r0, s, 1, 0);
-  EXPECT_EQ((*r0)->reconnects(), 1u);
+  for (uint64_t s = 4; s < 9; ++s) ExpectStep(*r0, s, 1, 0);
+  EXPECT_EQ(r0->reconnects(), 1u);
 }
 
 TEST(ClientResilienceTest, ADaemonThatDoesNotComeBackIsNamedAfterTheWindow) {
@@ -389,12 +393,8 @@ class ImpostorDaemon {
 TEST(ClientResilienceTest, ADaemonOfAnotherUserInASharedDirectoryIsRefused) {
   ImpostorDaemon impostor;
   ASSERT_TRUE(impostor.Ready());
-  LoaderOptions o;
-  o.server = impostor.address();
-  o.stream = "train";
-  o.global_batch_size = 8;
-  o.world_size = 1;
-  o.rank = 0;
+  LoaderOptions o =
+      testutil::SyntheticStream(impostor.address(), "train", 8, 1, 0);
   o.connect_timeout_seconds = 10;
   auto loader = Loader::Open(o);
   ASSERT_FALSE(loader.ok());
@@ -410,12 +410,10 @@ TEST(ClientResilienceTest, ADaemonOfAnotherUserInASharedDirectoryIsRefused) {
 }
 
 TEST(ClientResilienceTest, ARingOfAnotherOwnerIsRefused) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 64;
-  const std::string name = "/bdowner" + std::to_string(getpid());
-  auto w = RingWriter::Create(name, g);
-  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string name = testutil::SegmentName("owner");
+  const std::unique_ptr<RingWriter> w =
+      testutil::MakeRingWriter(name, testutil::RingGeometryOf(2, 64));
+  ASSERT_NE(w, nullptr);
   RingReader::Options ro;
   ro.owner_uid = geteuid() + 1;
   auto r = RingReader::Attach(name, ro);
@@ -445,12 +443,10 @@ bool SetAcl(const std::string& name, int64_t uid, uint16_t group_perm) {
 }
 
 TEST(ClientResilienceTest, ARingOthersMayWriteIsRefusedNamingWho) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 64;
-  const std::string name = "/bdwriters" + std::to_string(getpid());
-  auto w = RingWriter::Create(name, g);
-  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string name = testutil::SegmentName("writers");
+  const std::unique_ptr<RingWriter> w =
+      testutil::MakeRingWriter(name, testutil::RingGeometryOf(2, 64));
+  ASSERT_NE(w, nullptr);
   const std::string path = "/dev/shm" + name;
   RingReader::Options ro;
   ro.owner_uid = geteuid();

@@ -193,45 +193,40 @@ LoaderOptions Options(const std::string& socket) {
   return o;
 }
 
-TEST(ClientRestartTest, AnOpenRefusedByAnExitingDaemonWaitsForTheNextOne) {
+// Opens the stream against a scripted daemon whose first OpenStream is
+// answered by `first` (a ring named for `tag` answers the next): the open
+// waits for the next answer and succeeds.
+void ExpectOpenedByTheSecondAnswer(
+    const std::string& tag,
+    const std::function<grpc::Status(v1::OpenStreamResponse*)>& first) {
   const testutil::TempDir tmp("restart");
-  const std::string& dir = tmp.path();
-  Ring ring("exiting");
+  Ring ring(tag);
   ASSERT_TRUE(ring.ok());
-  ScriptedDaemon daemon(dir + "/sock", [&](int call,
-                                           v1::OpenStreamResponse* resp) {
-    if (call == 0) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "batchd is exiting (SIGTERM)");
-    }
-    return ring.Fill(resp);
-  });
+  ScriptedDaemon daemon(tmp.Path("sock"),
+                        [&](int call, v1::OpenStreamResponse* resp) {
+                          return call == 0 ? first(resp) : ring.Fill(resp);
+                        });
   ASSERT_TRUE(daemon.ok());
-  auto loader = Loader::Open(Options(dir + "/sock"));
+  auto loader = Loader::Open(Options(tmp.Path("sock")));
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ(daemon.calls(), 2);
+}
+
+TEST(ClientRestartTest, AnOpenRefusedByAnExitingDaemonWaitsForTheNextOne) {
+  ExpectOpenedByTheSecondAnswer("exiting", [](v1::OpenStreamResponse*) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "batchd is exiting (SIGTERM)");
+  });
 }
 
 TEST(ClientRestartTest, ARingGoneBeforeItWasMappedIsOpenedAgain) {
   // The daemon answered, then stopped; the one that followed removed the
   // dead one's ring before this rank mapped it.
-  const testutil::TempDir tmp("restart");
-  const std::string& dir = tmp.path();
-  Ring ring("again");
-  ASSERT_TRUE(ring.ok());
-  ScriptedDaemon daemon(dir + "/sock", [&](int call,
-                                           v1::OpenStreamResponse* resp) {
-    if (call == 0) {
-      resp->set_segment("/bdrst" + std::to_string(getpid()) + "gone");
-      resp->set_slots(2);
-      return grpc::Status::OK;
-    }
-    return ring.Fill(resp);
+  ExpectOpenedByTheSecondAnswer("again", [](v1::OpenStreamResponse* resp) {
+    resp->set_segment("/bdrst" + std::to_string(getpid()) + "gone");
+    resp->set_slots(2);
+    return grpc::Status::OK;
   });
-  ASSERT_TRUE(daemon.ok());
-  auto loader = Loader::Open(Options(dir + "/sock"));
-  ASSERT_TRUE(loader.ok()) << loader.status();
-  EXPECT_EQ(daemon.calls(), 2);
 }
 
 TEST(ClientRestartTest, AnOpenTheDaemonCancelsWaitsForTheNextOne) {
@@ -239,19 +234,9 @@ TEST(ClientRestartTest, AnOpenTheDaemonCancelsWaitsForTheNextOne) {
   // calls it has not answered (the soak saw "OpenStream wmt-train rank 0:
   // CANCELLED"). The rank took it for its stream closed and raised it to
   // the trainer; the client never cancels the call itself.
-  const testutil::TempDir tmp("restart");
-  const std::string& dir = tmp.path();
-  Ring ring("cancelled");
-  ASSERT_TRUE(ring.ok());
-  ScriptedDaemon daemon(dir + "/sock", [&](int call,
-                                           v1::OpenStreamResponse* resp) {
-    if (call == 0) return grpc::Status(grpc::StatusCode::CANCELLED, "");
-    return ring.Fill(resp);
+  ExpectOpenedByTheSecondAnswer("cancelled", [](v1::OpenStreamResponse*) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "");
   });
-  ASSERT_TRUE(daemon.ok());
-  auto loader = Loader::Open(Options(dir + "/sock"));
-  ASSERT_TRUE(loader.ok()) << loader.status();
-  EXPECT_EQ(daemon.calls(), 2);
 }
 
 TEST(ClientRestartTest, ASocketThatDropsConnectionsIsTriedAgainAtOnce) {

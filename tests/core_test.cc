@@ -63,19 +63,30 @@ absl::Status Close(Core& core, const std::string& name, const Caller& caller,
   return core.CloseStream(req, caller);
 }
 
-TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
+// A core of one worker thread (unless `tune` says otherwise) on data root
+// /tmp, its rings under a prefix of its own; null when it cannot start.
+std::unique_ptr<Core> MakeCore(const std::string& tag,
+                               std::function<void(CoreOptions*)> tune = {}) {
   CoreOptions o;
   o.data_root = "/tmp";
-  o.shm_prefix = "bdcore" + std::to_string(getpid());
-  o.threads = 3;
+  o.shm_prefix = "bdcore" + tag + std::to_string(getpid());
+  o.threads = 1;
+  if (tune) tune(&o);
   auto core = Core::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status();
+  EXPECT_TRUE(core.ok()) << core.status();
+  return core.ok() ? std::move(*core) : nullptr;
+}
+
+TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
+  std::unique_ptr<Core> core =
+      MakeCore("many", [](CoreOptions* o) { o->threads = 3; });
+  ASSERT_NE(core, nullptr);
   const int steps = 200;
   std::vector<std::thread> readers;
   std::atomic<int> failures{0};
   for (const char* stream : {"a", "b"}) {
     for (uint32_t r = 0; r < 4; ++r) {
-      auto opened = Open(**core, Spec(stream, 4), r, getpid());
+      auto opened = Open(*core, Spec(stream, 4), r, getpid());
       ASSERT_TRUE(opened.ok()) << opened.status();
       readers.emplace_back([seg = opened->segment(), r, &failures] {
         auto reader = RingReader::Attach(seg);
@@ -97,14 +108,14 @@ TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
   }
   // Status is read while the workers fill.
   for (int i = 0; i < 20; ++i) {
-    v1::GetStatusResponse st = (*core)->GetStatus();
+    v1::GetStatusResponse st = core->GetStatus();
     EXPECT_EQ(st.streams_size(), 2);
     EXPECT_EQ(st.worker_threads(), 3u);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(failures.load(), 0);
-  v1::GetStatusResponse st = (*core)->GetStatus();
+  v1::GetStatusResponse st = core->GetStatus();
   for (const v1::StreamStatus& s : st.streams()) {
     for (const v1::RankStatus& r : s.ranks()) {
       // Counted across the ring's life, even once the reader let go.
@@ -114,27 +125,23 @@ TEST(CoreTest, ManyRanksOfTwoStreamsReadConcurrently) {
 }
 
 TEST(CoreTest, DeadRankIsReapedAndCanReattach) {
-  CoreOptions o;
-  o.data_root = "/tmp";
-  o.shm_prefix = "bdcorer" + std::to_string(getpid());
-  o.threads = 1;
-  auto core = Core::Create(o);
-  ASSERT_TRUE(core.ok());
-  auto opened = Open(**core, Spec("s", 1), 0, getpid());
+  std::unique_ptr<Core> core = MakeCore("reap");
+  ASSERT_NE(core, nullptr);
+  auto opened = Open(*core, Spec("s", 1), 0, getpid());
   ASSERT_TRUE(opened.ok());
   {
     auto reader = RingReader::Attach(opened->segment());
     ASSERT_TRUE(reader.ok());
   }  // let go
-  std::vector<std::string> freed = (*core)->ReapDeadClients();
+  std::vector<std::string> freed = core->ReapDeadClients();
   // The supervisor thread may have got there first.
   EXPECT_TRUE(freed.empty() || freed[0] == opened->segment());
-  v1::GetStatusResponse st = (*core)->GetStatus();
+  v1::GetStatusResponse st = core->GetStatus();
   ASSERT_EQ(st.streams_size(), 1);
   EXPECT_FALSE(st.streams(0).ranks(0).attached());
   v1::StreamSpec again = Spec("s", 1);
   again.set_start_step(9);  // a re-attaching rank may resume elsewhere
-  auto reopened = Open(**core, again, 0, getpid());
+  auto reopened = Open(*core, again, 0, getpid());
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   auto reader = RingReader::Attach(reopened->segment());
   ASSERT_TRUE(reader.ok());
@@ -154,18 +161,6 @@ Caller As(uint32_t uid) {
 }
 
 constexpr uint32_t kUserA = 65534, kUserB = 4242;
-
-std::unique_ptr<Core> MakeCore(const std::string& tag,
-                               std::function<void(CoreOptions*)> tune = {}) {
-  CoreOptions o;
-  o.data_root = "/tmp";
-  o.shm_prefix = "bdown" + tag + std::to_string(getpid());
-  o.threads = 1;
-  if (tune) tune(&o);
-  auto core = Core::Create(o);
-  EXPECT_TRUE(core.ok()) << core.status();
-  return core.ok() ? std::move(*core) : nullptr;
-}
 
 // "owner:name" of every stream listed.
 std::vector<std::string> Listed(Core& core) {
@@ -392,35 +387,31 @@ TEST(CoreQuotas, AutoStreamsPerUidIsAQuarterOfMaxStreams) {
 // names; ranks that attach one after another keep at most 64 idle seats,
 // and status lists at most 64 rows a stream with totals over all.
 TEST(CoreTest, SeatsAreMadeAsRanksAttachAndIdleOnesAreBounded) {
-  CoreOptions o;
-  o.data_root = "/tmp";
-  o.shm_prefix = "bdcoreseat" + std::to_string(getpid());
-  o.threads = 1;
-  o.client_stale_seconds = 3600;
-  auto core = Core::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status();
+  std::unique_ptr<Core> core =
+      MakeCore("seat", [](CoreOptions* o) { o->client_stale_seconds = 3600; });
+  ASSERT_NE(core, nullptr);
   v1::StreamSpec wide = Spec("wide", 65536);
   wide.set_global_batch_size(65536);
   wide.set_slots(1);
   (*wide.mutable_options())["examples"] = "100000";
   (*wide.mutable_options())["payload_bytes"] = "8";
-  auto first = Open(**core, wide, 0, getpid());
+  auto first = Open(*core, wide, 0, getpid());
   ASSERT_TRUE(first.ok()) << first.status();
   auto held = RingReader::Attach(first->segment());
   ASSERT_TRUE(held.ok());
-  v1::GetStatusResponse st = (*core)->GetStatus();
+  v1::GetStatusResponse st = core->GetStatus();
   ASSERT_EQ(st.streams_size(), 1);
   EXPECT_EQ(st.streams(0).ranks_size(), 1);
   EXPECT_EQ(st.streams(0).attached_ranks(), 1u);
   EXPECT_EQ(st.streams(0).ranks_not_listed(), 0u);
   // 100 more ranks, each mapped and let go in turn.
   for (uint32_t r = 1; r <= 100; ++r) {
-    auto opened = Open(**core, wide, r, getpid());
+    auto opened = Open(*core, wide, r, getpid());
     ASSERT_TRUE(opened.ok()) << opened.status();
     { ASSERT_TRUE(RingReader::Attach(opened->segment()).ok()); }
-    (*core)->ReapDeadClients();
+    core->ReapDeadClients();
   }
-  st = (*core)->GetStatus();
+  st = core->GetStatus();
   const v1::StreamStatus& s = st.streams(0);
   EXPECT_EQ(s.attached_ranks(), 1u);
   ASSERT_EQ(s.ranks_size(), 64);
@@ -431,7 +422,7 @@ TEST(CoreTest, SeatsAreMadeAsRanksAttachAndIdleOnesAreBounded) {
   // before: it may resume at another step.
   v1::StreamSpec later = wide;
   later.set_start_step(5);
-  auto again = Open(**core, later, 1, getpid());
+  auto again = Open(*core, later, 1, getpid());
   EXPECT_TRUE(again.ok()) << again.status();
 }
 

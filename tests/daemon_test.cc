@@ -26,6 +26,7 @@
 #include "base/address.h"
 #include "batchd/loader.h"
 #include "ring/ring.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 
 namespace batchd {
@@ -45,16 +46,8 @@ int RunDaemon(const std::string& args, std::string* out) {
 
 LoaderOptions Options(const TestServer& s, const std::string& stream,
                       int world = 1, int rank = 0) {
-  LoaderOptions o;
-  o.server = s.address();
-  o.stream = stream;
-  o.global_batch_size = 8;
-  o.world_size = world;
-  o.rank = rank;
-  o.slots = 2;
-  o.options = {{"examples", "1000"}, {"payload_bytes", "1024"}};
-  o.timeout_seconds = 20;
-  return o;
+  return testutil::SyntheticStream(s.address(), stream, 8, world, rank, 1000,
+                                   1024);
 }
 
 

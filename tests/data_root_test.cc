@@ -60,19 +60,6 @@ uint64_t StatusKiB(const char* field) {
   return 0;
 }
 
-// Runs fn in a forked child killed by SIGALRM after `seconds`; returns its
-// exit code, or 128 + signal.
-int InChild(int seconds, const std::function<int()>& fn) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(unsigned(seconds));
-    _exit(fn());
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 // ---------------------------------------------------------------- DataRoot
 
 class DataRootTest : public ::testing::TestWithParam<bool> {
@@ -140,17 +127,17 @@ TEST_P(DataRootTest, LinksOutOfTheRootAreRefused) {
 }
 
 TEST_P(DataRootTest, FifosAndDirectoriesAreNotRegularFiles) {
-  EXPECT_EQ(
-      InChild(10,
-              [&] {
-                std::string bytes;
-                absl::Status s = Read("a/fifo", &bytes);
-                return s.code() == absl::StatusCode::kFailedPrecondition &&
-                               s.message().find("FIFO") != std::string::npos
-                           ? 0
-                           : 1;
-              }),
-      0);
+  EXPECT_EQ(testutil::ExitCodeInChild(
+                [&] {
+                  std::string bytes;
+                  absl::Status s = Read("a/fifo", &bytes);
+                  return s.code() == absl::StatusCode::kFailedPrecondition &&
+                                 s.message().find("FIFO") != std::string::npos
+                             ? 0
+                             : 1;
+                },
+                10),
+            0);
   std::string bytes;
   EXPECT_EQ(Read("b", &bytes).code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -377,6 +364,22 @@ class ImageTreeTest : public ::testing::Test {
     return w.FillItem(ex, out.out(), counters);
   }
 
+  // Runs `fn` on a fresh workload (decode errors: `on_error`) and counters
+  // of its own in a forked child killed after `seconds`; the child's exit
+  // code: fn's, 2 when the workload cannot be made, 128 + a signal.
+  int FillsInChild(
+      unsigned seconds, const std::string& on_error,
+      const std::function<int(const Workload&, WorkloadCounters&)>& fn) {
+    return testutil::ExitCodeInChild(
+        [&] {
+          auto w = Make(on_error);
+          if (!w.ok()) return 2;
+          WorkloadCounters counters;
+          return fn(**w, counters);
+        },
+        seconds);
+  }
+
   std::string root_, outside_;
 };
 
@@ -396,34 +399,28 @@ TEST_F(ImageTreeTest, LinkOutOfTheRootIsRefusedAndCounted) {
 }
 
 TEST_F(ImageTreeTest, FifoNamedJpegDoesNotBlockAndIsADecodeError) {
-  EXPECT_EQ(InChild(20,
-                    [&] {
-                      auto w = Make("substitute");
-                      if (!w.ok()) return 2;
-                      WorkloadCounters counters;
-                      // The stream goes on: a substitute fills the slot.
-                      if (!Fill(**w, "fifo.JPEG", &counters).ok()) return 3;
-                      return counters.decode_errors.load() >= 1 ? 0 : 4;
-                    }),
+  EXPECT_EQ(FillsInChild(20, "substitute",
+                         [&](const Workload& w, WorkloadCounters& counters) {
+                           // The stream goes on: a substitute fills the slot.
+                           if (!Fill(w, "fifo.JPEG", &counters).ok()) return 3;
+                           return counters.decode_errors.load() >= 1 ? 0 : 4;
+                         }),
             0)
       << "128 + 14 = 142 means the worker blocked on the FIFO";
 }
 
 TEST_F(ImageTreeTest, SparseGiantIsCappedWithoutReadingIt) {
-  EXPECT_EQ(InChild(60,
-                    [&] {
-                      auto w = Make("fail");
-                      if (!w.ok()) return 2;
-                      WorkloadCounters counters;
-                      absl::Status s = Fill(**w, "sparse.JPEG", &counters);
-                      if (s.ok() || s.message().find("over the limit") ==
-                                        std::string::npos) {
-                        return 3;
-                      }
-                      if (counters.decode_errors.load() != 1) return 4;
-                      // Never more than a fraction of the GiB resident.
-                      return StatusKiB("VmHWM:") < 256 * 1024 ? 0 : 5;
-                    }),
+  EXPECT_EQ(FillsInChild(60, "fail",
+                         [&](const Workload& w, WorkloadCounters& counters) {
+                           absl::Status s = Fill(w, "sparse.JPEG", &counters);
+                           if (s.ok() || s.message().find("over the limit") ==
+                                             std::string::npos) {
+                             return 3;
+                           }
+                           if (counters.decode_errors.load() != 1) return 4;
+                           // Never more than a fraction of the GiB resident.
+                           return StatusKiB("VmHWM:") < 256 * 1024 ? 0 : 5;
+                         }),
             0);
 }
 
@@ -432,18 +429,17 @@ TEST_F(ImageTreeTest, WorkerDoesNotKeepABufferOfTheLargestFile) {
   // AddressSanitizer quarantines freed memory, so RSS cannot show a release.
   GTEST_SKIP() << "RSS is not observable under AddressSanitizer";
 #endif
-  EXPECT_EQ(InChild(60,
-                    [&] {
-                      auto w = Make("fail");
-                      if (!w.ok()) return 2;
-                      WorkloadCounters counters;
-                      if (!Fill(**w, "good.JPEG", &counters).ok()) return 3;
-                      const uint64_t before = StatusKiB("VmRSS:");
-                      if (!Fill(**w, "padded.JPEG", &counters).ok()) return 4;
-                      const uint64_t after = StatusKiB("VmRSS:");
-                      // The 40 MiB buffer is gone once the image is done.
-                      return after < before + 16 * 1024 ? 0 : 5;
-                    }),
+  EXPECT_EQ(FillsInChild(60, "fail",
+                         [&](const Workload& w, WorkloadCounters& counters) {
+                           if (!Fill(w, "good.JPEG", &counters).ok()) return 3;
+                           const uint64_t before = StatusKiB("VmRSS:");
+                           if (!Fill(w, "padded.JPEG", &counters).ok()) {
+                             return 4;
+                           }
+                           const uint64_t after = StatusKiB("VmRSS:");
+                           // The 40 MiB buffer is gone once the image is done.
+                           return after < before + 16 * 1024 ? 0 : 5;
+                         }),
             0);
 }
 
@@ -476,28 +472,29 @@ TEST(TFRecordCap, SparseGiantRecordCostsNoMemory) {
   for (int i = 0; i < 4; ++i) header[8 + i] = uint8_t(crc >> (8 * i));
   WriteFile(path, std::string(reinterpret_cast<char*>(header), 12));
   ASSERT_EQ(truncate(path.c_str(), off_t(12 + length + 4)), 0);
-  EXPECT_EQ(InChild(60,
-                    [&] {
-                      auto f = TFRecordFile::Open(path);  // default cap
-                      if (!f.ok() || (*f)->size() != 1) return 2;
-                      if ((*f)->Read(0).ok()) return 3;
-                      return StatusKiB("VmHWM:") < 256 * 1024 ? 0 : 4;
-                    }),
+  EXPECT_EQ(testutil::ExitCodeInChild(
+                [&] {
+                  auto f = TFRecordFile::Open(path);  // default cap
+                  if (!f.ok() || (*f)->size() != 1) return 2;
+                  if ((*f)->Read(0).ok()) return 3;
+                  return StatusKiB("VmHWM:") < 256 * 1024 ? 0 : 4;
+                },
+                60),
             0);
 }
 
 TEST(TFRecordCap, FifoNamedLikeAShardDoesNotBlock) {
   const std::string dir = MakeTempDir("root");
   ASSERT_EQ(mkfifo((dir + "/s.tfrecord").c_str(), 0644), 0);
-  EXPECT_EQ(InChild(10,
-                    [&] {
-                      auto f = TFRecordFile::Open(dir + "/s.tfrecord");
-                      return !f.ok() &&
-                                     f.status().code() ==
-                                         absl::StatusCode::kFailedPrecondition
-                                 ? 0
-                                 : 1;
-                    }),
+  EXPECT_EQ(testutil::ExitCodeInChild(
+                [&] {
+                  auto f = TFRecordFile::Open(dir + "/s.tfrecord");
+                  return !f.ok() && f.status().code() ==
+                                        absl::StatusCode::kFailedPrecondition
+                             ? 0
+                             : 1;
+                },
+                10),
             0);
 }
 
@@ -508,15 +505,15 @@ TEST(WmtText, FifoAndLinkOutOfTheRootAreRefused) {
   const std::string outside = MakeTempDir("root");
   ASSERT_EQ(mkfifo((dir + "/train.de").c_str(), 0644), 0);
   WriteFile(dir + "/train.en", "hello\n");
-  EXPECT_EQ(InChild(10,
-                    [&] {
-                      auto s = wmt::OpenPairSource(dir, "train", "text");
-                      return !s.ok() &&
-                                     s.status().code() ==
-                                         absl::StatusCode::kFailedPrecondition
-                                 ? 0
-                                 : 1;
-                    }),
+  EXPECT_EQ(testutil::ExitCodeInChild(
+                [&] {
+                  auto s = wmt::OpenPairSource(dir, "train", "text");
+                  return !s.ok() && s.status().code() ==
+                                        absl::StatusCode::kFailedPrecondition
+                             ? 0
+                             : 1;
+                },
+                10),
             0);
   WriteFile(outside + "/secret", "geheim\n");
   WriteFile(dir + "/test.en", "hello\n");

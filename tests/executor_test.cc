@@ -56,6 +56,40 @@ std::unique_ptr<Executor> Make(int serving, int background,
   return e.ok() ? *std::move(e) : nullptr;
 }
 
+// A task that holds one thread of `priority` from the time it starts until
+// Release() (or the Busy's end): made, it has started (started() says
+// whether it was queued).
+class Busy {
+ public:
+  explicit Busy(Executor& ex, Priority priority = Priority::kServing) {
+    queued_ = ex.Submit(priority, [this] {
+      running_.Notify();
+      release_.WaitForNotification();
+    });
+    if (queued_.ok()) running_.WaitForNotification();
+  }
+  ~Busy() { Release(); }
+  bool started() const { return queued_.ok(); }
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
+ private:
+  absl::Status queued_;
+  absl::Notification running_, release_;
+};
+
+// Submits `n` copies of `task` as owner `owner`; the first refusal.
+absl::Status SubmitAs(Executor& ex, uint64_t owner, int n,
+                      const std::function<void()>& task) {
+  WorkScope scope(WorkContext{owner, nullptr});
+  for (int i = 0; i < n; ++i) {
+    absl::Status s = ex.Submit(Priority::kServing, task);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 TEST(Executor, ThreadCountIsFixedWhateverParallelForAsks) {
   auto ex = Make(2, 2);
   const int before = ThreadsOfThisProcess();
@@ -110,12 +144,8 @@ TEST(Executor, FirstErrorOfParallelForIsReturned) {
 
 TEST(Executor, AFullQueueIsAnErrorNotATerminate) {
   auto ex = Make(1, 1, /*max_queued=*/2);
-  absl::Notification release, running;
-  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
-                  running.Notify();
-                  release.WaitForNotification();
-                }).ok());
-  running.WaitForNotification();
+  Busy busy(*ex);
+  ASSERT_TRUE(busy.started());
   EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
   EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
   absl::Status full = ex->Submit(Priority::kServing, [] {});
@@ -133,7 +163,7 @@ TEST(Executor, AFullQueueIsAnErrorNotATerminate) {
                 return absl::OkStatus();
               }).ok());
   EXPECT_EQ(items.load(), 100);
-  release.Notify();
+  busy.Release();
 }
 
 TEST(Executor, BackgroundWorkRunsAtALowerPriority) {
@@ -180,14 +210,10 @@ TEST(Executor, RunUsesAThreadWithTheStackAsked) {
 
 TEST(Executor, ShutdownRunsWhatIsQueuedAndRefusesMore) {
   auto ex = Make(1, 1);
-  absl::Notification release, running;
   std::atomic<int> ran{0};
   std::atomic<bool> saw_stopping{false};
-  ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
-                  running.Notify();
-                  release.WaitForNotification();
-                }).ok());
-  running.WaitForNotification();
+  Busy busy(*ex, Priority::kBackground);
+  ASSERT_TRUE(busy.started());
   ASSERT_TRUE(ex->Submit(Priority::kBackground, [&] {
                   saw_stopping = ex->stopping();
                   ++ran;
@@ -196,7 +222,7 @@ TEST(Executor, ShutdownRunsWhatIsQueuedAndRefusesMore) {
   while (!ex->stopping()) std::this_thread::yield();
   EXPECT_EQ(ex->Submit(Priority::kServing, [] {}).code(),
             absl::StatusCode::kFailedPrecondition);
-  release.Notify();
+  busy.Release();
   stopper.join();
   EXPECT_EQ(ran.load(), 1);
   EXPECT_TRUE(saw_stopping.load());
@@ -290,30 +316,31 @@ class OwnerLog {
   std::vector<uint64_t> order_ ABSL_GUARDED_BY(mu_);
 };
 
-TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
-  auto ex = Make(1, 1);
-  absl::Notification release, running;
-  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
-                  running.Notify();
-                  release.WaitForNotification();
-                }).ok());
-  running.WaitForNotification();
-  // Owner 1 floods the class while its one thread is busy; owner 2 then
-  // queues one task.
+// Queues `n` tasks of owner `flood`, then one of owner `other`, then runs
+// `release` (which frees the pool's threads); the owners of the n + 1
+// tasks in the order they started, or none when not all were queued or
+// ran.
+std::vector<uint64_t> OrderAfterAFlood(Executor& ex, uint64_t flood, int n,
+                                       uint64_t other,
+                                       const std::function<void()>& release) {
   OwnerLog log;
   const std::function<void()> record = log.Recorder();
-  {
-    WorkScope flood(WorkContext{1, nullptr});
-    for (int i = 0; i < 50; ++i) {
-      ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
-    }
-  }
-  {
-    WorkScope other(WorkContext{2, nullptr});
-    ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
-  }
-  release.Notify();
-  const std::vector<uint64_t> order = log.WaitFor(51);
+  const bool queued = SubmitAs(ex, flood, n, record).ok() &&
+                      SubmitAs(ex, other, 1, record).ok();
+  release();
+  // Waited for also when one was refused: the others run, and record.
+  std::vector<uint64_t> order = log.WaitFor(size_t(n) + 1);
+  return queued ? order : std::vector<uint64_t>();
+}
+
+TEST(Executor, AnotherOwnersTaskStartsBeforeAFloodsBacklog) {
+  auto ex = Make(1, 1);
+  Busy busy(*ex);
+  ASSERT_TRUE(busy.started());
+  // Owner 1 floods the class while its one thread is busy; owner 2 then
+  // queues one task.
+  const std::vector<uint64_t> order =
+      OrderAfterAFlood(*ex, 1, 50, 2, [&] { busy.Release(); });
   // Turns alternate: owner 1's first task (its turn came first), then
   // owner 2's, then the rest of the flood.
   ASSERT_EQ(order.size(), 51u);
@@ -337,17 +364,8 @@ TEST(Executor, AnOwnerWithFewerTasksRunningGoesFirst) {
                   }).ok());
   }
   ASSERT_TRUE(WaitUntil([&] { return running.load() == 2; }));
-  OwnerLog log;
-  const std::function<void()> record = log.Recorder();
-  for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
-  }
-  {
-    WorkScope other(WorkContext{3, nullptr});
-    ASSERT_TRUE(ex->Submit(Priority::kServing, record).ok());
-  }
-  release.Notify();
-  const std::vector<uint64_t> order = log.WaitFor(11);
+  const std::vector<uint64_t> order =
+      OrderAfterAFlood(*ex, 1, 10, 3, [&] { release.Notify(); });
   ASSERT_EQ(order.size(), 11u);
   // Both threads free up at about the same time: owner 3's task is among
   // the first two to start.
@@ -470,12 +488,8 @@ TEST(Executor, ACancelledLoopStopsWithCancelled) {
 
 TEST(Executor, RunStopsWaitingForATaskThatHasNotStarted) {
   auto ex = Make(1, 1);
-  absl::Notification release, running;
-  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
-                  running.Notify();
-                  release.WaitForNotification();
-                }).ok());
-  running.WaitForNotification();
+  Busy busy(*ex);
+  ASSERT_TRUE(busy.started());
   std::atomic<bool> ran{false};
   auto cancel = std::make_shared<Cancellation>();
   absl::Status run;
@@ -489,7 +503,7 @@ TEST(Executor, RunStopsWaitingForATaskThatHasNotStarted) {
   cancel->Cancel(absl::OkStatus());
   waiter.join();  // returns although the only thread is still busy
   EXPECT_EQ(run.code(), absl::StatusCode::kCancelled) << run;
-  release.Notify();
+  busy.Release();
   absl::Notification drained;
   ASSERT_TRUE(ex->Submit(Priority::kServing, [&] { drained.Notify(); }).ok());
   ASSERT_TRUE(drained.WaitForNotificationWithTimeout(absl::Seconds(60)));
@@ -498,12 +512,8 @@ TEST(Executor, RunStopsWaitingForATaskThatHasNotStarted) {
 
 TEST(Executor, EachOwnerHasItsOwnQueueLimit) {
   auto ex = Make(1, 1, /*max_queued=*/2);
-  absl::Notification release, running;
-  ASSERT_TRUE(ex->Submit(Priority::kServing, [&] {
-                  running.Notify();
-                  release.WaitForNotification();
-                }).ok());
-  running.WaitForNotification();
+  Busy busy(*ex);
+  ASSERT_TRUE(busy.started());
   {
     WorkScope flood(WorkContext{1, nullptr});
     EXPECT_TRUE(ex->Submit(Priority::kServing, [] {}).ok());
@@ -514,7 +524,7 @@ TEST(Executor, EachOwnerHasItsOwnQueueLimit) {
   WorkScope other(WorkContext{2, nullptr});
   absl::Notification ran;
   EXPECT_TRUE(ex->Submit(Priority::kServing, [&] { ran.Notify(); }).ok());
-  release.Notify();
+  busy.Release();
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(60)));
 }
 

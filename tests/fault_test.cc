@@ -1,19 +1,16 @@
 // Faults with real processes: kill -9 a trainer, kill -9 the server, restart
 // it. Nothing may hang, and nothing may be left behind.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "batchd/loader.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 #include "workloads/sampler.h"
@@ -27,41 +24,17 @@ using testing::TestServer;
 class Consumer {
  public:
   Consumer(const TestServer& server, const std::string& stream, int g, int w,
-           int rank, int start, int steps, int sleep_ms) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      close(fds[0]);
-      const std::string args[] = {server.address(),      stream,
-                                  std::to_string(g),     std::to_string(w),
-                                  std::to_string(rank),  std::to_string(start),
-                                  std::to_string(steps), std::to_string(sleep_ms)};
-      execl(BATCHD_CONSUMER_PATH, BATCHD_CONSUMER_PATH, args[0].c_str(),
-            args[1].c_str(), args[2].c_str(), args[3].c_str(),
-            args[4].c_str(), args[5].c_str(), args[6].c_str(),
-            args[7].c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
-  }
-  ~Consumer() {
-    Kill9();
-    if (out_ != nullptr) fclose(out_);
-  }
-  // The next "step N ids ..." line, parsed; false at EOF.
+           int rank, int start, int steps, int sleep_ms)
+      : child_({BATCHD_CONSUMER_PATH},
+               {server.address(), stream, std::to_string(g), std::to_string(w),
+                std::to_string(rank), std::to_string(start),
+                std::to_string(steps), std::to_string(sleep_ms)}) {}
+  // The next "step N ids ..." line, parsed; false at EOF (or when none
+  // comes for 60 s).
   bool NextLine(uint64_t* step, std::vector<uint64_t>* ids) {
-    char* line = nullptr;
-    size_t cap = 0;
-    const ssize_t n = getline(&line, &cap, out_);
-    if (n <= 0) {
-      free(line);
-      return false;
-    }
+    const std::string line = child_.Line(60000);
+    if (line.empty()) return false;
     std::istringstream in(line);
-    free(line);
     std::string word;
     in >> word >> *step >> word;
     ids->clear();
@@ -69,33 +42,19 @@ class Consumer {
     while (in >> v) ids->push_back(v);
     return true;
   }
-  void Kill9() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
-  pid_t pid() const { return pid_; }
+  void Kill9() { child_.Kill9(); }
+  pid_t pid() const { return child_.pid(); }
 
  private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
+  testutil::Child child_;
 };
 
 LoaderOptions Options(const TestServer& server, const std::string& stream,
                       int g, int w, int rank, uint64_t start = 0) {
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = stream;
-  o.global_batch_size = uint64_t(g);
-  o.world_size = w;
-  o.rank = rank;
+  LoaderOptions o = testutil::SyntheticStream(server.address(), stream,
+                                              uint64_t(g), w, rank, 1000, 40);
   o.start_step = start;
   o.seed = 1;
-  o.slots = 2;
-  o.options = {{"examples", "1000"}, {"payload_bytes", "40"}};
-  o.timeout_seconds = 20;
   return o;
 }
 

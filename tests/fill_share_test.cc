@@ -187,20 +187,36 @@ bool WindowHolds(const FillShare& share, uint64_t bytes) {
   return true;
 }
 
+// Jobs that share their fills through one window of `budget_bytes`, their
+// ranks served by one engine of `threads` workers.
+struct SharingNode {
+  explicit SharingNode(uint64_t budget_bytes, int threads = 2)
+      : share(budget_bytes),
+        engine(threads, nullptr, Engine::kDefaultReadStallSeconds, &share) {}
+  // A job of this window (see MakeJob); Start adds it to the engine.
+  std::unique_ptr<Job> Add(uint32_t w, uint64_t start, bool train,
+                           const std::string& key = "same content",
+                           int64_t fail_position = -1) {
+    return MakeJob(&log, w, start, train, &share, key, fail_position);
+  }
+
+  FillLog log;
+  FillShare share;
+  Engine engine;
+};
+
 TEST(FillShareTest, JobsAtOtherWorldSizesAndStartsGetTheirLoneBytes) {
   const std::vector<std::string> lone = LoneRun(true, 24);
   ASSERT_EQ(lone.size(), 24u);
-  FillLog log;
-  FillShare share(uint64_t(64) << 20);
-  Engine engine(3, nullptr, Engine::kDefaultReadStallSeconds, &share);
-  std::unique_ptr<Job> a = MakeJob(&log, 2, 0, true, &share);
-  std::unique_ptr<Job> b = MakeJob(&log, 1, 0, true, &share);
-  std::unique_ptr<Job> c = MakeJob(&log, 4, 3, true, &share);  // resumed
+  SharingNode node(uint64_t(64) << 20, 3);
+  std::unique_ptr<Job> a = node.Add(2, 0, true);
+  std::unique_ptr<Job> b = node.Add(1, 0, true);
+  std::unique_ptr<Job> c = node.Add(4, 3, true);  // resumed
   // Each ring fills its slots (3 steps) at once; every later step is made
   // while all three run.
-  Start(engine, *a);
-  Start(engine, *b);
-  Start(engine, *c);
+  Start(node.engine, *a);
+  Start(node.engine, *b);
+  Start(node.engine, *c);
   for (int s = 0; s < 18; ++s) {
     EXPECT_EQ(ReadStep(*a), lone[s]) << "a, step " << s;
     EXPECT_EQ(ReadStep(*b), lone[s]) << "b, step " << s;
@@ -213,7 +229,7 @@ TEST(FillShareTest, JobsAtOtherWorldSizesAndStartsGetTheirLoneBytes) {
     for (uint64_t i = 0; i < kGlobalBatch; ++i) {
       const uint64_t epoch = step / per_epoch;
       const uint64_t position = (step % per_epoch) * kGlobalBatch + i;
-      EXPECT_EQ(log.Count(epoch, position), 1)
+      EXPECT_EQ(node.log.Count(epoch, position), 1)
           << "step " << step << " item " << i;
     }
   }
@@ -223,10 +239,10 @@ TEST(FillShareTest, JobsAtOtherWorldSizesAndStartsGetTheirLoneBytes) {
             2 * 15 * kGlobalBatch);
   EXPECT_EQ(a->stream->share->group_id(), c->stream->share->group_id());
   EXPECT_EQ(a->stream->share->group_streams(), 3u);
-  Stop(engine, *a);
-  Stop(engine, *b);
-  Stop(engine, *c);
-  engine.Stop();
+  Stop(node.engine, *a);
+  Stop(node.engine, *b);
+  Stop(node.engine, *c);
+  node.engine.Stop();
 }
 
 TEST(FillShareTest, EvalPassesShareAndCountTheirLoneRunsErrors) {
@@ -235,14 +251,12 @@ TEST(FillShareTest, EvalPassesShareAndCountTheirLoneRunsErrors) {
   FillLog lone_log;
   uint64_t lone_errors = 0;
   for (uint64_t id = 0; id < kExamples; ++id) lone_errors += id % 5 == 0;
-  FillLog log;
-  FillShare share(uint64_t(64) << 20);
-  Engine engine(2, nullptr, Engine::kDefaultReadStallSeconds, &share);
+  SharingNode node(uint64_t(64) << 20);
   std::vector<std::unique_ptr<Job>> jobs;
   for (uint32_t w : {2u, 4u, 1u}) {
-    jobs.push_back(MakeJob(&log, w, 0, false, &share));
+    jobs.push_back(node.Add(w, 0, false));
   }
-  for (auto& j : jobs) Start(engine, *j);
+  for (auto& j : jobs) Start(node.engine, *j);
   for (int s = 0; s < 5; ++s) {
     for (auto& j : jobs) EXPECT_EQ(ReadStep(*j), lone[s]) << "step " << s;
   }
@@ -259,28 +273,26 @@ TEST(FillShareTest, EvalPassesShareAndCountTheirLoneRunsErrors) {
   for (auto& j : jobs) shared += j->stream->share->fills_shared();
   EXPECT_GE(shared, 2u * 13);
   for (uint64_t position = 24; position < kExamples; ++position) {
-    EXPECT_EQ(log.Count(0, position), 1) << "position " << position;
+    EXPECT_EQ(node.log.Count(0, position), 1) << "position " << position;
   }
-  for (auto& j : jobs) Stop(engine, *j);
-  engine.Stop();
+  for (auto& j : jobs) Stop(node.engine, *j);
+  node.engine.Stop();
 }
 
 TEST(FillShareTest, AJobThatDoesNotReadHoldsNobodyAndGetsItsBytesLater) {
   const std::vector<std::string> lone = LoneRun(true, 60);
   ASSERT_EQ(lone.size(), 60u);
-  FillLog log;
   // Room for 5 items: far less than how far the reader runs ahead.
   uint64_t item_bytes = FillShare::kEntryOverheadBytes;
   for (uint64_t n : {uint64_t(8), uint64_t(kPayload)}) {
     item_bytes += (n + 63) / 64 * 64;
   }
   const uint64_t budget = 5 * item_bytes;
-  FillShare share(budget);
-  Engine engine(2, nullptr, Engine::kDefaultReadStallSeconds, &share);
-  std::unique_ptr<Job> reader = MakeJob(&log, 1, 0, true, &share);
-  std::unique_ptr<Job> paused = MakeJob(&log, 2, 0, true, &share);
-  Start(engine, *reader);
-  Start(engine, *paused);
+  SharingNode node(budget);
+  std::unique_ptr<Job> reader = node.Add(1, 0, true);
+  std::unique_ptr<Job> paused = node.Add(2, 0, true);
+  Start(node.engine, *reader);
+  Start(node.engine, *paused);
   EXPECT_EQ(ReadStep(*paused), lone[0]);
   // The paused job's ring is full; the reader goes on without it (a
   // lockstep would leave it waiting here, and the read's deadline fail).
@@ -288,51 +300,46 @@ TEST(FillShareTest, AJobThatDoesNotReadHoldsNobodyAndGetsItsBytesLater) {
   for (int s = 1; s < 45; ++s) {
     EXPECT_EQ(ReadStep(*paused), lone[s]) << "paused, step " << s;
   }
-  const FillShare::Stats stats = share.stats();
+  const FillShare::Stats stats = node.share.stats();
   EXPECT_LE(stats.max_held_bytes, budget);
   EXPECT_GT(stats.max_held_bytes, 0u);
   // Far behind the window, the paused job filled for itself.
   EXPECT_GT(paused->stream->share->fills_made(), 20 * kGlobalBatch);
-  Stop(engine, *reader);
-  Stop(engine, *paused);
-  engine.Stop();
+  Stop(node.engine, *reader);
+  Stop(node.engine, *paused);
+  node.engine.Stop();
 }
 
 TEST(FillShareTest, AJobThatGoesFreesWhatOnlyItWanted) {
-  FillLog log;
-  FillShare share(uint64_t(64) << 20);
-  Engine engine(2, nullptr, Engine::kDefaultReadStallSeconds, &share);
-  std::unique_ptr<Job> reader = MakeJob(&log, 1, 0, true, &share);
-  std::unique_ptr<Job> idle = MakeJob(&log, 1, 0, true, &share);
-  Start(engine, *reader);
-  Start(engine, *idle);
+  SharingNode node(uint64_t(64) << 20);
+  std::unique_ptr<Job> reader = node.Add(1, 0, true);
+  std::unique_ptr<Job> idle = node.Add(1, 0, true);
+  Start(node.engine, *reader);
+  Start(node.engine, *idle);
   for (int s = 0; s < 20; ++s) ReadStep(*reader);
   // What the reader filled since is kept for the idle job, which is
   // behind it.
-  EXPECT_GT(share.stats().held_bytes, 0u);
-  EXPECT_EQ(share.stats().groups_sharing, 1u);
-  Stop(engine, *idle);  // as when its client is killed
-  EXPECT_TRUE(WindowHolds(share, 0)) << share.stats().held_bytes;
+  EXPECT_GT(node.share.stats().held_bytes, 0u);
+  EXPECT_EQ(node.share.stats().groups_sharing, 1u);
+  Stop(node.engine, *idle);  // as when its client is killed
+  EXPECT_TRUE(WindowHolds(node.share, 0)) << node.share.stats().held_bytes;
   // Alone again, the reader keeps nothing.
   for (int s = 0; s < 10; ++s) ReadStep(*reader);
-  EXPECT_TRUE(WindowHolds(share, 0)) << share.stats().held_bytes;
-  EXPECT_EQ(share.stats().groups_sharing, 0u);
-  Stop(engine, *reader);
-  engine.Stop();
+  EXPECT_TRUE(WindowHolds(node.share, 0)) << node.share.stats().held_bytes;
+  EXPECT_EQ(node.share.stats().groups_sharing, 0u);
+  Stop(node.engine, *reader);
+  node.engine.Stop();
 }
 
 TEST(FillShareTest, AFillThatFailsIsNeverSharedAndHoldsNobody) {
   const std::vector<std::string> lone = LoneRun(true, 12);
-  FillLog log;
-  FillShare share(uint64_t(64) << 20);
-  Engine engine(2, nullptr, Engine::kDefaultReadStallSeconds, &share);
+  SharingNode node(uint64_t(64) << 20);
   // The failing job's workload cannot fill position 20 of epoch 0 (step
   // 2); the other's can. Same key: they share everything else.
-  std::unique_ptr<Job> failing =
-      MakeJob(&log, 1, 0, true, &share, "same content", 20);
-  std::unique_ptr<Job> good = MakeJob(&log, 2, 0, true, &share);
-  Start(engine, *failing);
-  Start(engine, *good);
+  std::unique_ptr<Job> failing = node.Add(1, 0, true, "same content", 20);
+  std::unique_ptr<Job> good = node.Add(2, 0, true);
+  Start(node.engine, *failing);
+  Start(node.engine, *good);
   for (int s = 0; s < 12; ++s) EXPECT_EQ(ReadStep(*good), lone[s]);
   // The failing job copied that item from the other, or failed on it:
   // what it delivers is its lone bytes either way.
@@ -345,9 +352,9 @@ TEST(FillShareTest, AFillThatFailsIsNeverSharedAndHoldsNobody) {
     }
     EXPECT_EQ(b, lone[s]) << "step " << s;
   }
-  Stop(engine, *failing);
-  Stop(engine, *good);
-  engine.Stop();
+  Stop(node.engine, *failing);
+  Stop(node.engine, *good);
+  node.engine.Stop();
 }
 
 // The claim protocol itself, one call at a time: a worker that finds an
@@ -414,24 +421,22 @@ TEST(FillShareTest, AGivenUpClaimLetsItsWaiterFillTheItem) {
 
 TEST(FillShareTest, StreamsOfOtherKeysOrAloneShareNothing) {
   const std::vector<std::string> lone = LoneRun(true, 10);
-  FillLog log;
-  FillShare share(uint64_t(64) << 20);
-  Engine engine(2, nullptr, Engine::kDefaultReadStallSeconds, &share);
-  std::unique_ptr<Job> a = MakeJob(&log, 1, 0, true, &share, "one owner");
-  std::unique_ptr<Job> b = MakeJob(&log, 1, 0, true, &share, "another");
+  SharingNode node(uint64_t(64) << 20);
+  std::unique_ptr<Job> a = node.Add(1, 0, true, "one owner");
+  std::unique_ptr<Job> b = node.Add(1, 0, true, "another");
   EXPECT_NE(a->stream->share->group_id(), b->stream->share->group_id());
-  Start(engine, *a);
-  Start(engine, *b);
+  Start(node.engine, *a);
+  Start(node.engine, *b);
   for (int s = 0; s < 10; ++s) {
     EXPECT_EQ(ReadStep(*a), lone[s]);
     EXPECT_EQ(ReadStep(*b), lone[s]);
   }
   EXPECT_EQ(a->stream->share->fills_shared(), 0u);
   EXPECT_EQ(b->stream->share->fills_shared(), 0u);
-  EXPECT_EQ(share.stats().max_held_bytes, 0u);  // the window was not used
-  Stop(engine, *a);
-  Stop(engine, *b);
-  engine.Stop();
+  EXPECT_EQ(node.share.stats().max_held_bytes, 0u);  // the window was not used
+  Stop(node.engine, *a);
+  Stop(node.engine, *b);
+  node.engine.Stop();
   // No budget: nobody joins.
   FillShare off(0);
   EXPECT_EQ(off.Join("k", {8}), nullptr);

@@ -31,6 +31,7 @@
 #include "ring/ring.h"
 #include "ring/shm_layout.h"
 #include "server/config.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_images.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
@@ -48,15 +49,9 @@ uid_t NobodyUid() {
 // Runs `fn` in a forked child as user nobody; returns its exit status
 // (fn's return value), or -1 when the child could not become nobody.
 int AsNobody(const std::function<int()>& fn) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (setgid(65534) != 0 || setuid(NobodyUid()) != 0) _exit(99);
-    _exit(fn());
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) == 99) return -1;
-  return WEXITSTATUS(status);
+  const int code = testutil::ExitCodeInChild(
+      [&] { return testutil::BecomeUser(NobodyUid(), 65534) ? fn() : 99; });
+  return code == 99 || code >= 128 ? -1 : code;
 }
 
 // Runs the daemon with `args`; returns its wait status and its output. A
@@ -101,6 +96,21 @@ bool Exited(int status, int code) {
   return WIFEXITED(status) && WEXITSTATUS(status) == code;
 }
 
+// A fresh directory of mode `mode`, for a daemon's socket.
+std::string DirectoryOfMode(mode_t mode) {
+  const std::string dir = testing::MakeTempDir();
+  EXPECT_EQ(chmod(dir.c_str(), mode), 0) << dir << ": " << strerror(errno);
+  return dir;
+}
+
+// Runs `server` (with `extra` flags), which must refuse to start (exit 1);
+// what it said.
+std::string Refusal(TestServer& server, std::vector<std::string> extra = {}) {
+  std::string err;
+  EXPECT_TRUE(Exited(server.RunExpectingExit(&err, extra), 1)) << err;
+  return err;
+}
+
 // ------------------------------------------------------------ break 3
 
 TEST(ShmEntries, FifoNamedLikeASegmentDoesNotHangTheStaleScan) {
@@ -108,23 +118,20 @@ TEST(ShmEntries, FifoNamedLikeASegmentDoesNotHangTheStaleScan) {
                              std::to_string(getuid()) + ".";
   const std::string fifo = "/dev/shm/" + prefix + "job.0";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0666), 0) << strerror(errno);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(10);  // the scan used to block in open() for ever
-    std::vector<std::string> skipped;
-    const std::vector<std::string> removed =
-        RemoveStaleSegments(prefix, &skipped);
-    const bool reported =
-        skipped.size() == 1 &&
-        skipped[0].find("not a regular file") != std::string::npos;
-    _exit(removed.empty() && reported ? 0 : 3);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int code = testutil::ExitCodeInChild(
+      [&] {
+        std::vector<std::string> skipped;
+        const std::vector<std::string> removed =
+            RemoveStaleSegments(prefix, &skipped);
+        const bool reported =
+            skipped.size() == 1 &&
+            skipped[0].find("not a regular file") != std::string::npos;
+        return removed.empty() && reported ? 0 : 3;
+      },
+      /*alarm_seconds=*/10);  // the scan used to block in open() for ever
   unlink(fifo.c_str());
-  EXPECT_TRUE(Exited(status, 0))
-      << (WIFSIGNALED(status) ? "the scan hung (killed by SIGALRM)"
-                              : "the FIFO was not reported as skipped");
+  EXPECT_EQ(code, 0) << (code >= 128 ? "the scan hung (killed by SIGALRM)"
+                                     : "the FIFO was not reported as skipped");
 }
 
 TEST(ShmEntries, DaemonStartsDespiteAFifoAndALinkUnderItsPrefix) {
@@ -166,16 +173,8 @@ TEST(ShmEntries, AnotherUsersFilesCannotDenyOrPoisonAStream) {
   ASSERT_EQ(planted, 0);
   std::vector<std::unique_ptr<Loader>> loaders;
   for (uint32_t rank = 0; rank < 2; ++rank) {
-    LoaderOptions o;
-    o.server = server.address();
-    o.stream = "job";
-    o.global_batch_size = 8;
-    o.world_size = 2;
-    o.rank = rank;
-    o.slots = 2;
-    o.options = {{"examples", "64"}, {"payload_bytes", "64"}};
-    o.timeout_seconds = 20;
-    absl::StatusOr<std::unique_ptr<Loader>> l = Loader::Open(o);
+    absl::StatusOr<std::unique_ptr<Loader>> l = Loader::Open(
+        testutil::SyntheticStream(server.address(), "job", 8, 2, rank, 64));
     ASSERT_TRUE(l.ok()) << "rank " << rank << ": " << l.status();
     const std::string seg = (*l)->info().segment;
     EXPECT_NE("/dev/shm" + seg, base + std::to_string(rank));
@@ -240,8 +239,7 @@ TEST(ShmEntries, ForgedRingOfAnotherUserWithADeadServerIsNotRemoved) {
 TEST(SocketDirectory, LockFileLinkPlantedByAnotherUserIsNotFollowed) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as nobody";
   // A shared sticky directory, as /tmp is.
-  const std::string dir = testing::MakeTempDir();
-  ASSERT_EQ(chmod(dir.c_str(), 01777), 0);
+  const std::string dir = DirectoryOfMode(01777);
   const std::string victim = testing::MakeTempDir() + "/victim";
   { std::ofstream(victim) << "precious"; }
   TestServer server("lk", dir);
@@ -250,11 +248,8 @@ TEST(SocketDirectory, LockFileLinkPlantedByAnotherUserIsNotFollowed) {
               return symlink(victim.c_str(), lock.c_str()) == 0 ? 0 : 1;
             }),
             0);
-  std::string err;
   // Past the directory's own refusal, to the lock file.
-  const int status =
-      server.RunExpectingExit(&err, {"--allow-shared-socket-dir"});
-  EXPECT_TRUE(Exited(status, 1)) << err;
+  const std::string err = Refusal(server, {"--allow-shared-socket-dir"});
   EXPECT_NE(err.find("symbolic link"), std::string::npos) << err;
   EXPECT_EQ(testutil::ReadFile(victim), "precious")
       << "truncated through the link";
@@ -268,8 +263,7 @@ TEST(SocketDirectory, LockFileLinkIsNotFollowedWhateverTheSysctls) {
   TestServer server("lr");
   ASSERT_EQ(symlink(victim.c_str(), (server.socket_path() + ".lock").c_str()),
             0);
-  std::string err;
-  EXPECT_TRUE(Exited(server.RunExpectingExit(&err), 1)) << err;
+  const std::string err = Refusal(server);
   EXPECT_NE(err.find("symbolic link"), std::string::npos) << err;
   EXPECT_EQ(testutil::ReadFile(victim), "precious")
       << "truncated through the link";
@@ -277,8 +271,7 @@ TEST(SocketDirectory, LockFileLinkIsNotFollowedWhateverTheSysctls) {
 
 TEST(SocketDirectory, LockFileOfAnotherUserIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as nobody";
-  const std::string dir = testing::MakeTempDir();
-  ASSERT_EQ(chmod(dir.c_str(), 01777), 0);
+  const std::string dir = DirectoryOfMode(01777);
   TestServer server("lo", dir);
   const std::string lock = server.socket_path() + ".lock";
   ASSERT_EQ(AsNobody([&] {
@@ -286,10 +279,7 @@ TEST(SocketDirectory, LockFileOfAnotherUserIsRefused) {
               return fd >= 0 ? 0 : 1;
             }),
             0);
-  std::string err;
-  EXPECT_TRUE(
-      Exited(server.RunExpectingExit(&err, {"--allow-shared-socket-dir"}), 1))
-      << err;
+  const std::string err = Refusal(server, {"--allow-shared-socket-dir"});
   EXPECT_NE(err.find("not a regular file of uid"), std::string::npos) << err;
 }
 
@@ -299,8 +289,7 @@ TEST(SocketDirectory, DirectoryOwnedByAnotherUserIsRefused) {
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   ASSERT_EQ(chown(dir.c_str(), NobodyUid(), 65534), 0);
   TestServer server("own", dir);
-  std::string err;
-  EXPECT_TRUE(Exited(server.RunExpectingExit(&err), 1)) << err;
+  const std::string err = Refusal(server);
   EXPECT_NE(err.find("owned by uid " + std::to_string(NobodyUid())),
             std::string::npos)
       << err;
@@ -308,37 +297,29 @@ TEST(SocketDirectory, DirectoryOwnedByAnotherUserIsRefused) {
 }
 
 TEST(SocketDirectory, WorldWritableDirectoryWithoutStickyBitIsRefused) {
-  const std::string dir = testing::MakeTempDir();
-  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  const std::string dir = DirectoryOfMode(0777);
   TestServer server("ww", dir);
-  std::string err;
-  EXPECT_TRUE(Exited(server.RunExpectingExit(&err), 1)) << err;
+  const std::string err = Refusal(server);
   EXPECT_NE(err.find("mode 0777"), std::string::npos) << err;
 }
 
 TEST(SocketDirectory, OwnDirectoryIsAcceptedAndStickySharedOneOnlyWhenAllowed) {
   TestServer own("ok");
   ASSERT_TRUE(own.Start());
-  const std::string shared = testing::MakeTempDir();
-  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  const std::string shared = DirectoryOfMode(01777);
   // Anyone may bind a name in /tmp before the daemon does: refused, saying
   // why and what to do.
   TestServer sticky("st", shared);
-  std::string err;
-  EXPECT_TRUE(Exited(sticky.RunExpectingExit(&err), 1)) << err;
+  std::string err = Refusal(sticky);
   EXPECT_NE(err.find("mode 1777"), std::string::npos) << err;
   EXPECT_NE(err.find("pass for batchd"), std::string::npos) << err;
   EXPECT_NE(err.find("--allow-shared-socket-dir"), std::string::npos) << err;
   EXPECT_FALSE(testing::UnixSocketAccepts(sticky.socket_path()));
   EXPECT_TRUE(sticky.Start({"--allow-shared-socket-dir"}));
   // Without the sticky bit nothing allows it.
-  const std::string open = testing::MakeTempDir();
-  ASSERT_EQ(chmod(open.c_str(), 0777), 0);
+  const std::string open = DirectoryOfMode(0777);
   TestServer ww("wa", open);
-  err.clear();
-  EXPECT_TRUE(
-      Exited(ww.RunExpectingExit(&err, {"--allow-shared-socket-dir"}), 1))
-      << err;
+  err = Refusal(ww, {"--allow-shared-socket-dir"});
   EXPECT_NE(err.find("without the sticky bit"), std::string::npos) << err;
 }
 

@@ -6,8 +6,6 @@
 // forked and, where the attack needs it, turned into user nobody or put in
 // a new pid namespace before they exec.
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -28,6 +26,7 @@
 #include "base/process.h"
 #include "batchd/loader.h"
 #include "ring/ring.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 
@@ -38,88 +37,41 @@ using testing::TestServer;
 
 constexpr uid_t kNobody = 65534;
 
-// A test_rpc_caller process. `prepare` runs in the child between fork and
-// exec (become another user, enter a new pid namespace).
-class Caller {
+// A test_rpc_caller process, run as this process's user, as nobody (with
+// `extra_group` among its groups when given) or as pid 1 of a new pid
+// namespace.
+class Caller : public testutil::Child {
  public:
   enum class As { kSelf, kNobody, kPidOne };
   Caller(const std::string& server, std::vector<std::string> args,
-         As as = As::kSelf, gid_t extra_group = gid_t(-1)) {
-    std::vector<std::string> argv = {BATCHD_RPC_CALLER_PATH, server};
-    argv.insert(argv.end(), args.begin(), args.end());
-    int in[2], out[2];
-    // Close-on-exec: a later caller must not hold this one's stdin open.
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) abort();
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      close(in[1]);
-      close(out[0]);
-      if (as == As::kNobody) {
-        std::vector<gid_t> groups;
-        if (extra_group != gid_t(-1)) groups.push_back(extra_group);
-        if (setgroups(groups.size(), groups.data()) != 0 ||
-            setgid(kNobody) != 0 || setuid(kNobody) != 0) {
-          _exit(90);
-        }
-      }
-      if (as == As::kPidOne) {
-        // The exec'd caller is pid 1 of a new pid namespace, as a
-        // container's trainer is.
-        if (unshare(CLONE_NEWPID) != 0) _exit(91);
-        const pid_t inner = fork();
-        if (inner < 0) _exit(92);
-        if (inner == 0) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (inner > 0) {
-          int status;
-          waitpid(inner, &status, 0);
-          _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 93);
-        }
-      }
-      execv(cargv[0], cargv.data());
-      _exit(94);
-    }
-    close(in[0]);
-    close(out[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
-  }
-  ~Caller() {
-    CloseStdin();
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(stdout_);
-  }
+         As as = As::kSelf, gid_t extra_group = gid_t(-1))
+      : Child({BATCHD_RPC_CALLER_PATH, server}, args, [as, extra_group] {
+          if (as == As::kNobody) {
+            std::vector<gid_t> groups;
+            if (extra_group != gid_t(-1)) groups.push_back(extra_group);
+            if (!testutil::BecomeUser(kNobody, kNobody, groups)) _exit(90);
+          }
+          if (as == As::kPidOne) EnterPidNamespace();
+        }) {}
 
   // The next line it prints, or "" at its end or after 30 s.
-  std::string Line() { return testutil::ReadLine(stdout_, 30000); }
-  void CloseStdin() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-  }
-  // Its exit status (the call's gRPC code), or -1 after 60 s.
-  int Wait() {
-    for (int i = 0; i < 6000; ++i) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-  pid_t pid() const { return pid_; }
+  std::string Line() { return Child::Line(30000); }
 
  private:
-  pid_t pid_ = -1;
-  int stdin_ = -1, stdout_ = -1;
+  // Makes what is exec'd next pid 1 of a new pid namespace, as a
+  // container's trainer is: this process forks it and exits with its code.
+  static void EnterPidNamespace() {
+    if (unshare(CLONE_NEWPID) != 0) _exit(91);
+    const pid_t inner = fork();
+    if (inner < 0) _exit(92);
+    if (inner == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      return;
+    }
+    int status;
+    waitpid(inner, &status, 0);
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 93);
+  }
 };
 
 constexpr int kOk = 0, kInvalidArgument = 3, kAlreadyExists = 6,
@@ -140,27 +92,13 @@ bool StillRunning(pid_t pid) {
 }
 
 LoaderOptions Options(const TestServer& s, const std::string& stream) {
-  LoaderOptions o;
-  o.server = s.address();
-  o.stream = stream;
-  o.global_batch_size = 8;
-  o.world_size = 1;
-  o.rank = 0;
-  o.slots = 2;
-  o.options = {{"examples", "1000"}, {"payload_bytes", "64"}};
-  o.timeout_seconds = 20;
+  LoaderOptions o = testutil::SyntheticStream(s.address(), stream, 8, 1, 0);
   o.connect_timeout_seconds = 10;
   return o;
 }
 
-// A daemon other users may reach: the socket 0666 in a directory they can
-// enter.
 bool StartShared(TestServer& server, std::vector<std::string> extra = {}) {
-  chmod(server.dir().c_str(), 0755);
-  // Rings of nobody's streams are mapped through nobody's group.
-  extra.insert(extra.end(), {"--socket-mode", "0666", "--shm-group",
-                             std::to_string(kNobody)});
-  return server.Start(extra);
+  return server.Start(testutil::SharedDaemonFlags(server.dir(), extra));
 }
 
 // ------------------------------------------------------------ 1: overflow
@@ -405,18 +343,12 @@ TEST(HardeningTest, NulBytesAndFarStartStepsAreRefused) {
 
 // ----------------------------------------- 11: forged shared memory
 
-std::string SegName(const std::string& tag) {
-  return "/bdharden" + std::to_string(getpid()) + "." + tag;
-}
-
 TEST(HardeningTest, AForgedSlotIsACleanErrorNotAnOutOfBoundsRead) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 4096;
-  auto writer = RingWriter::Create(SegName("slot"), g);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  auto reader = RingReader::Attach(SegName("slot"));
-  ASSERT_TRUE(reader.ok()) << reader.status();
+  testutil::TestRing ring = testutil::MakeRing(
+      testutil::SegmentName("harden"), testutil::RingGeometryOf(2, 4096));
+  ASSERT_TRUE(ring.ok());
+  RingWriter& writer = *ring.writer;
+  RingReader& reader = *ring.reader;
   struct Forgery {
     const char* what;
     std::vector<int64_t> shape;
@@ -436,8 +368,8 @@ TEST(HardeningTest, AForgedSlotIsACleanErrorNotAnOutOfBoundsRead) {
   };
   for (const Forgery& f : forgeries) {
     uint64_t pos;
-    ASSERT_TRUE((*writer)->TryClaim(&pos));
-    shm::SlotHeader* h = (*writer)->Slot(pos);
+    ASSERT_TRUE(writer.TryClaim(&pos));
+    shm::SlotHeader* h = writer.Slot(pos);
     memset(h, 0, sizeof(*h));
     h->num_tensors = 1;
     shm::TensorDesc& d = h->tensors[0];
@@ -447,24 +379,23 @@ TEST(HardeningTest, AForgedSlotIsACleanErrorNotAnOutOfBoundsRead) {
     for (size_t i = 0; i < f.shape.size(); ++i) d.shape[i] = f.shape[i];
     d.offset = f.offset;
     d.nbytes = f.nbytes;
-    (*writer)->Publish(pos);
-    absl::StatusOr<uint64_t> got = (*reader)->Acquire(5.0);
+    writer.Publish(pos);
+    absl::StatusOr<uint64_t> got = reader.Acquire(5.0);
     ASSERT_TRUE(got.ok()) << got.status();
-    absl::StatusOr<std::vector<SlotTensor>> t = (*reader)->Tensors(*got);
+    absl::StatusOr<std::vector<SlotTensor>> t = reader.Tensors(*got);
     EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss) << f.what;
-    (*reader)->Release(*got);
+    reader.Release(*got);
   }
 }
 
 TEST(HardeningTest, AForgedHeaderWhoseSlotsWrapIsRefused) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 4096;
-  auto writer = RingWriter::Create(SegName("header"), g);
-  ASSERT_TRUE(writer.ok()) << writer.status();
+  const std::string name = testutil::SegmentName("harden");
+  const std::unique_ptr<RingWriter> writer =
+      testutil::MakeRingWriter(name, testutil::RingGeometryOf(2, 4096));
+  ASSERT_NE(writer, nullptr);
   // 2 * 2^63 wraps to 0: every slot would pass a sum that wraps.
-  (*writer)->header()->slot_bytes = uint64_t(1) << 63;
-  auto reader = RingReader::Attach(SegName("header"));
+  writer->header()->slot_bytes = uint64_t(1) << 63;
+  auto reader = RingReader::Attach(name);
   ASSERT_FALSE(reader.ok());
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -485,15 +416,11 @@ TEST(HardeningTest, GeometryProductsSaturateAndAreRefused) {
 }
 
 TEST(HardeningTest, AClosedRingTellsItsClientWhy) {
-  RingGeometry g;
-  g.slot_count = 2;
-  g.payload_bytes = 64;
-  auto writer = RingWriter::Create(SegName("why"), g);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  auto reader = RingReader::Attach(SegName("why"));
-  ASSERT_TRUE(reader.ok()) << reader.status();
-  (*writer)->Close("step 7 failed: cannot read shard 3");
-  absl::StatusOr<uint64_t> got = (*reader)->Acquire(5.0);
+  testutil::TestRing ring = testutil::MakeRing(testutil::SegmentName("harden"),
+                                               testutil::RingGeometryOf(2, 64));
+  ASSERT_TRUE(ring.ok());
+  ring.writer->Close("step 7 failed: cannot read shard 3");
+  absl::StatusOr<uint64_t> got = ring.reader->Acquire(5.0);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled);
   EXPECT_NE(got.status().message().find("cannot read shard 3"),

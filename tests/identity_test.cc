@@ -6,13 +6,9 @@
 // uid cannot take every stream slot or ring byte from another; rings asked
 // for and never mapped give their stream's slot back. Needs root to become
 // other users (the tests skip otherwise).
-#include <fcntl.h>
-#include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,12 +16,12 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/address.h"
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "tests/testutil.h"
 
@@ -43,89 +39,25 @@ constexpr int kOk = 0, kNotFound = 5, kPermissionDenied = 7,
 // nobody's group among its groups so that it may map rings the daemon
 // shares with that group. Its stdout is read line by line, its stderr (the
 // server's error message) once it has exited.
-class Call {
+class Call : public testutil::Child {
  public:
-  Call(const std::string& server, std::vector<std::string> args, uid_t uid) {
-    std::vector<std::string> argv = {BATCHD_RPC_CALLER_PATH, server};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    int in[2], out[2], err[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
-        pipe2(err, O_CLOEXEC) != 0) {
-      abort();
-    }
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      if (uid != geteuid()) {
-        const gid_t groups[] = {gid_t(kNobody)};
-        if (setgroups(1, groups) != 0 || setgid(uid) != 0 || setuid(uid) != 0) {
-          _exit(90);
-        }
-      }
-      execv(cargv[0], cargv.data());
-      _exit(94);
-    }
-    close(in[0]);
-    close(out[1]);
-    close(err[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
-    stderr_ = err[0];
-  }
-  ~Call() {
-    CloseStdin();
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(stdout_);
-    close(stderr_);
-  }
+  Call(const std::string& server, std::vector<std::string> args, uid_t uid)
+      : Child({BATCHD_RPC_CALLER_PATH, server}, args, [uid] {
+          if (uid != geteuid() &&
+              !testutil::BecomeUser(uid, uid, {gid_t(kNobody)})) {
+            _exit(90);
+          }
+        }) {}
 
   // The next line it prints, or "" at its end or after 60 s.
-  std::string Line() { return testutil::ReadLine(stdout_, 60000); }
-  void CloseStdin() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-  }
+  std::string Line() { return Child::Line(60000); }
   // Its exit status (the call's gRPC code), or -1 after 60 s. Closes its
   // stdin first: an open that succeeded then returns (--hold: after one
   // more batch).
   int Wait() {
     CloseStdin();
-    for (int i = 0; i < 6000; ++i) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
+    return Child::Wait();
   }
-  // What it wrote to stderr; after Wait().
-  std::string Err() {
-    std::string text;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(stderr_, buf, sizeof(buf))) > 0) text.append(buf, n);
-    return text;
-  }
-  void Kill9() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1, stdout_ = -1, stderr_ = -1;
 };
 
 // The segment named by an "opened /seg" line.
@@ -133,13 +65,8 @@ std::string OpenedSegment(const std::string& line) {
   return line.rfind("opened ", 0) == 0 ? line.substr(7) : std::string();
 }
 
-// A daemon every user may reach: the socket 0666 in a directory they may
-// enter, the rings shared with nobody's group.
 bool StartShared(TestServer& server, std::vector<std::string> extra = {}) {
-  chmod(server.dir().c_str(), 0755);
-  extra.insert(extra.end(), {"--socket-mode", "0666", "--shm-group",
-                             std::to_string(kNobody)});
-  return server.Start(extra);
+  return server.Start(testutil::SharedDaemonFlags(server.dir(), extra));
 }
 
 v1::GetStatusResponse Status(const TestServer& server) {
@@ -171,15 +98,7 @@ std::vector<std::string> Streams(const v1::GetStatusResponse& st,
 // The spec test_rpc_caller opens, for this process's own Loader.
 LoaderOptions CallerSpec(const TestServer& s, const std::string& stream,
                          int rank) {
-  LoaderOptions o;
-  o.server = s.address();
-  o.stream = stream;
-  o.global_batch_size = 8;
-  o.world_size = 2;
-  o.rank = rank;
-  o.slots = 2;
-  o.options = {{"examples", "1000"}, {"payload_bytes", "64"}};
-  o.timeout_seconds = 20;
+  LoaderOptions o = testutil::SyntheticStream(s.address(), stream, 8, 2, rank);
   o.connect_timeout_seconds = 20;
   return o;
 }
@@ -194,23 +113,31 @@ bool Eventually(const std::function<bool()>& cond, double seconds) {
 
 // ------------------------------------------------- break 9: one namespace
 
-TEST(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
-  REQUIRE_ROOT();
-  TestServer server("names");
-  ASSERT_TRUE(StartShared(server));
-  Call user(server.address(), {"open", "train", "0", "--hold"}, kNobody);
+// A daemon every user may reach, run as root to become them.
+class StreamOwnership : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_ROOT();
+    ASSERT_TRUE(StartShared(server_));
+  }
+
+  TestServer server_{"own"};
+};
+
+TEST_F(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
+  Call user(server_.address(), {"open", "train", "0", "--hold"}, kNobody);
   ASSERT_EQ(user.Line(), "attached");
   // Root's trainer asks for `train` too: a stream of its own, not a join.
-  auto mine = Loader::Open(CallerSpec(server, "train", 0));
+  auto mine = Loader::Open(CallerSpec(server_, "train", 0));
   ASSERT_TRUE(mine.ok()) << mine.status();
   ASSERT_TRUE((*mine)->Next().ok());
   const std::string own = std::to_string(geteuid());
-  EXPECT_EQ(Streams(Status(server), "train"),
+  EXPECT_EQ(Streams(Status(server_), "train"),
             (std::vector<std::string>{own + ":1", "65534:1"}));
   // Each ring is named for its owner: prefix.<daemon uid>.<owner>.train.0.
-  const std::string base = server.prefix() + "." + own + ".";
+  const std::string base = server_.prefix() + "." + own + ".";
   int ours = 0, theirs = 0;
-  for (const std::string& seg : server.Segments()) {
+  for (const std::string& seg : server_.Segments()) {
     ours += seg.rfind(base + own + ".train.0.", 0) == 0;
     theirs += seg.rfind(base + "65534.train.0.", 0) == 0;
   }
@@ -218,53 +145,50 @@ TEST(StreamOwnership, AnotherUidsStreamOfTheSameNameIsAnotherStream) {
   EXPECT_EQ(theirs, 1);
 
   // The user cannot close root's stream, not even by naming its owner.
-  Call named(server.address(), {"close", "train", "--owner", own}, kNobody);
+  Call named(server_.address(), {"close", "train", "--owner", own}, kNobody);
   EXPECT_EQ(named.Wait(), kPermissionDenied);
   EXPECT_NE(named.Err().find("uid " + own), std::string::npos);
   // Closing `train` closes the user's own; root's trainer reads on.
-  Call closes(server.address(), {"close", "train"}, kNobody);
+  Call closes(server_.address(), {"close", "train"}, kNobody);
   EXPECT_EQ(closes.Wait(), kOk) << closes.Err();
   // Its ring is gone; root's stays.
-  const std::vector<std::string> left = server.Segments();
+  const std::vector<std::string> left = server_.Segments();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].rfind(base + own + ".train.0.", 0), 0u) << left[0];
   for (int i = 0; i < 8; ++i) {
     absl::StatusOr<Batch> b = (*mine)->Next();
     ASSERT_TRUE(b.ok()) << b.status();
   }
-  EXPECT_EQ(Streams(Status(server), "train"),
+  EXPECT_EQ(Streams(Status(server_), "train"),
             (std::vector<std::string>{own + ":1"}));
 }
 
-TEST(StreamOwnership, OnlyAnAdministratorJoinsAnotherUidsStreamByNamingIt) {
-  REQUIRE_ROOT();
-  TestServer server("join");
-  ASSERT_TRUE(StartShared(server));
-  Call user(server.address(), {"open", "job", "0", "--hold"}, kNobody);
+TEST_F(StreamOwnership, OnlyAnAdministratorJoinsAnotherUidsStreamByNamingIt) {
+  Call user(server_.address(), {"open", "job", "0", "--hold"}, kNobody);
   ASSERT_EQ(user.Line(), "attached");
   // Another plain user may not join it, naming the owner or not.
-  Call other(server.address(), {"open", "job", "1", "--owner", "65534"},
+  Call other(server_.address(), {"open", "job", "1", "--owner", "65534"},
              kOther);
   EXPECT_EQ(other.Wait(), kPermissionDenied);
   EXPECT_NE(other.Err().find("uid 65534"), std::string::npos);
   // Root without owner_uid opens a stream of its own ...
-  auto own_job = Loader::Open(CallerSpec(server, "job", 1));
+  auto own_job = Loader::Open(CallerSpec(server_, "job", 1));
   ASSERT_TRUE(own_job.ok()) << own_job.status();
   const std::string own = std::to_string(geteuid());
-  EXPECT_EQ(Streams(Status(server), "job"),
+  EXPECT_EQ(Streams(Status(server_), "job"),
             (std::vector<std::string>{own + ":1", "65534:1"}));
   // ... and with it joins the user's: rank 1 of the user's `job`.
-  LoaderOptions join = CallerSpec(server, "job", 1);
+  LoaderOptions join = CallerSpec(server_, "job", 1);
   join.owner_uid = kNobody;
   auto joined = Loader::Open(join);
   ASSERT_TRUE(joined.ok()) << joined.status();
   absl::StatusOr<Batch> b = (*joined)->Next();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->position() % 8, 4u) << "rank 1's half of the global batch";
-  EXPECT_EQ(Streams(Status(server), "job"),
+  EXPECT_EQ(Streams(Status(server_), "job"),
             (std::vector<std::string>{own + ":1", "65534:2"}));
   // A stream the named owner does not have is not created for it.
-  LoaderOptions missing = CallerSpec(server, "nosuch", 0);
+  LoaderOptions missing = CallerSpec(server_, "nosuch", 0);
   missing.owner_uid = kNobody;
   EXPECT_EQ(Loader::Open(missing).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(user.Wait(), kOk);

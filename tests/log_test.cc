@@ -35,16 +35,24 @@ std::vector<std::string> CaptureStderr(F f) {
   return lines;
 }
 
-TEST(LogTest, WritesKeyValueFieldsWithQuoting) {
+// The one line `f` logs at level info; a test failure (and "") when it
+// logs another number of lines.
+template <typename F>
+std::string OneLineLogged(F f) {
   SetLogLevel("info");
-  auto lines = CaptureStderr([] {
+  const std::vector<std::string> lines = CaptureStderr(f);
+  EXPECT_EQ(lines.size(), 1u);
+  return lines.size() == 1 ? lines[0] : "";
+}
+
+TEST(LogTest, WritesKeyValueFieldsWithQuoting) {
+  const std::string line = OneLineLogged([] {
     Log(LogLevel::kInfo, "ready", {{"pid", "12"}, {"msg", "two words"}});
   });
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0].rfind("batchd: ts=", 0), 0u) << lines[0];
-  EXPECT_NE(lines[0].find(" level=info event=ready pid=12 msg=\"two words\""),
+  EXPECT_EQ(line.rfind("batchd: ts=", 0), 0u) << line;
+  EXPECT_NE(line.find(" level=info event=ready pid=12 msg=\"two words\""),
             std::string::npos)
-      << lines[0];
+      << line;
 }
 
 TEST(LogTest, RepeatedWarningsAreFoldedOthersPass) {
@@ -101,23 +109,20 @@ TEST(LogTest, KeyedWarningsAreFoldedPerKeyWhateverTheirFields) {
 // written raw: a terminal tailing the log acted on them, and shippers that
 // split at CR made two events of one.
 TEST(LogTest, ValuesAreEscapedSoThatALineIsOneEventAndInert) {
-  SetLogLevel("info");
-  auto lines = CaptureStderr([] {
+  const std::string line = OneLineLogged([] {
     Log(LogLevel::kInfo, "decode_error",
         {{"file", "a\x1b]52;c;eA==\x07\rlevel=error event=forged\n.JPEG"},
          {"msg", "say \"hi\" \\ \xff"}});
   });
-  ASSERT_EQ(lines.size(), 1u);
-  for (char c : lines[0]) {
+  for (char c : line) {
     EXPECT_TRUE(uint8_t(c) >= 0x20 && c != 0x7f) << int(uint8_t(c));
   }
-  EXPECT_NE(lines[0].find(" file=\"a\\x1b]52;c;eA==\\x07\\rlevel=error "
-                          "event=forged\\n.JPEG\""),
+  EXPECT_NE(line.find(" file=\"a\\x1b]52;c;eA==\\x07\\rlevel=error "
+                      "event=forged\\n.JPEG\""),
             std::string::npos)
-      << lines[0];
-  EXPECT_NE(lines[0].find(" msg=\"say \\\"hi\\\" \\\\ \\xff\""),
-            std::string::npos)
-      << lines[0];
+      << line;
+  EXPECT_NE(line.find(" msg=\"say \\\"hi\\\" \\\\ \\xff\""), std::string::npos)
+      << line;
 }
 
 TEST(LogTest, LevelThresholdDropsLowerLevels) {

@@ -248,38 +248,41 @@ class ChangedMidWalkTest : public PathWalkTest {
     g_swap = Swap();
     SetWalkStepHookForTesting(&SwapStep);
   }
+
+  // Reads `path` while, just before the walk looks `before` up, `rel` is
+  // moved aside and a link to `link_target` takes its place: refused, and
+  // nothing read from outside.
+  void ExpectRefusedWhenSwappedForALink(const std::string& path,
+                                        const std::string& before,
+                                        const std::string& rel,
+                                        const std::string& link_target) {
+    g_swap.before = before;
+    g_swap.from = root_.Path(rel);
+    g_swap.to = root_.Path(rel + ".old");
+    g_swap.link_target = link_target;
+    std::string bytes;
+    const absl::Status s = Read(path, &bytes);
+    ASSERT_TRUE(g_swap.done);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_NE(bytes, "outside");
+  }
 };
 
 TEST_P(ChangedMidWalkTest, ALinkSwappedForOneLeadingOutIsRefused) {
   // a/l -> ../b while the walk starts; just before it looks l up, l is
   // replaced by a link out of the root (relative or absolute).
   Link("../b", "a/l");
-  const std::string target =
-      GetParam() ? outside_.path() : "../../" + BaseName(outside_.path());
-  g_swap.before = "l";
-  g_swap.from = root_.Path("a/l");
-  g_swap.to = root_.Path("a/l.old");
-  g_swap.link_target = target;
-  std::string bytes;
-  const absl::Status s = Read("a/l/file", &bytes);
-  ASSERT_TRUE(g_swap.done);
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-  EXPECT_NE(bytes, "outside");
+  ExpectRefusedWhenSwappedForALink(
+      "a/l/file", "l", "a/l",
+      GetParam() ? outside_.path() : "../../" + BaseName(outside_.path()));
 }
 
 TEST_P(ChangedMidWalkTest, ADirectorySwappedForALinkIsReadAsTheLink) {
   // b/ is a directory while the walk starts; just before it is looked up
   // it becomes a link out of the root.
-  g_swap.before = "b";
-  g_swap.from = root_.Path("b");
-  g_swap.to = root_.Path("b.old");
-  g_swap.link_target =
-      GetParam() ? outside_.path() : "../" + BaseName(outside_.path());
-  std::string bytes;
-  const absl::Status s = Read("b/file", &bytes);
-  ASSERT_TRUE(g_swap.done);
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-  EXPECT_NE(bytes, "outside");
+  ExpectRefusedWhenSwappedForALink(
+      "b/file", "b", "b",
+      GetParam() ? outside_.path() : "../" + BaseName(outside_.path()));
 }
 
 TEST_P(ChangedMidWalkTest, ADirectoryMovedOutUnderDotDotEndsTheWalk) {

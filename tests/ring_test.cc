@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
 #include "tests/test_server.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -48,6 +49,21 @@ uint64_t Value(RingReader& r, uint64_t pos) {
   return v;
 }
 
+// Tests of one ring, its writer w() and a reader r() attached to it.
+class RingTest : public ::testing::Test {
+ protected:
+  // Makes ring `what` of `slots` slots of 64 bytes; false when it could not.
+  bool Make(const std::string& what, uint32_t slots) {
+    ring_ = testutil::MakeRing(UniqueName(what), Geometry(slots, 64));
+    return ring_.ok();
+  }
+  RingWriter& w() { return *ring_.writer; }
+  RingReader& r() { return *ring_.reader; }
+
+ private:
+  testutil::TestRing ring_;
+};
+
 TEST(ShmLayoutTest, OffsetsArePinned) {
   // The same numbers as the diagram in shm_layout.h; the static_asserts
   // there pin them at compile time, this pins them for readers of tests.
@@ -75,135 +91,113 @@ TEST(ShmLayoutTest, OffsetsArePinned) {
             64u);
 }
 
-TEST(RingTest, WrapsAroundInOrder) {
-  const std::string name = UniqueName("wrap");
-  auto w = RingWriter::Create(name, Geometry(3, 64));
-  ASSERT_TRUE(w.ok()) << w.status();
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(r.ok()) << r.status();
+TEST_F(RingTest, WrapsAroundInOrder) {
+  ASSERT_TRUE(Make("wrap", 3));
   for (uint64_t i = 0; i < 20; ++i) {
-    Produce(**w, 1000 + i);
-    absl::StatusOr<uint64_t> pos = (*r)->Acquire(1.0);
+    Produce(w(), 1000 + i);
+    absl::StatusOr<uint64_t> pos = r().Acquire(1.0);
     ASSERT_TRUE(pos.ok()) << pos.status();
     EXPECT_EQ(*pos, i);
-    EXPECT_EQ(Value(**r, *pos), 1000 + i);
-    (*r)->Release(*pos);
+    EXPECT_EQ(Value(r(), *pos), 1000 + i);
+    r().Release(*pos);
   }
-  EXPECT_EQ((*w)->released(), 20u);
+  EXPECT_EQ(w().released(), 20u);
 }
 
-TEST(RingTest, FullRingPushesBack) {
-  const std::string name = UniqueName("full");
-  auto w = RingWriter::Create(name, Geometry(2, 64));
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(w.ok() && r.ok());
-  Produce(**w, 1);
-  Produce(**w, 2);
+TEST_F(RingTest, FullRingPushesBack) {
+  ASSERT_TRUE(Make("full", 2));
+  Produce(w(), 1);
+  Produce(w(), 2);
   uint64_t pos;
-  EXPECT_FALSE((*w)->TryClaim(&pos)) << "claimed a slot the client holds";
-  absl::StatusOr<uint64_t> a = (*r)->Acquire(1.0);
+  EXPECT_FALSE(w().TryClaim(&pos)) << "claimed a slot the client holds";
+  absl::StatusOr<uint64_t> a = r().Acquire(1.0);
   ASSERT_TRUE(a.ok());
-  EXPECT_FALSE((*w)->TryClaim(&pos)) << "acquired is not released";
-  (*r)->Release(*a);
-  EXPECT_TRUE((*w)->TryClaim(&pos));
+  EXPECT_FALSE(w().TryClaim(&pos)) << "acquired is not released";
+  r().Release(*a);
+  EXPECT_TRUE(w().TryClaim(&pos));
   EXPECT_EQ(pos, 2u);
 }
 
-TEST(RingTest, OutOfOrderReleaseFreesEachSlotAtOnce) {
-  const std::string name = UniqueName("ooo");
-  auto w = RingWriter::Create(name, Geometry(4, 64));
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(w.ok() && r.ok());
-  for (uint64_t i = 0; i < 4; ++i) Produce(**w, i);
+TEST_F(RingTest, OutOfOrderReleaseFreesEachSlotAtOnce) {
+  ASSERT_TRUE(Make("ooo", 4));
+  for (uint64_t i = 0; i < 4; ++i) Produce(w(), i);
   std::vector<uint64_t> held;
-  for (int i = 0; i < 4; ++i) held.push_back(*(*r)->Acquire(1.0));
+  for (int i = 0; i < 4; ++i) held.push_back(*r().Acquire(1.0));
   uint64_t pos;
-  EXPECT_FALSE((*w)->TryClaim(&pos)) << "every slot is held";
-  (*r)->Release(held[2]);
-  EXPECT_EQ((*w)->released(), 1u);
-  (*r)->Release(held[2]);  // twice is harmless
-  EXPECT_EQ((*w)->released(), 1u);
+  EXPECT_FALSE(w().TryClaim(&pos)) << "every slot is held";
+  r().Release(held[2]);
+  EXPECT_EQ(w().released(), 1u);
+  r().Release(held[2]);  // twice is harmless
+  EXPECT_EQ(w().released(), 1u);
   // Position 2's slot takes the next batch, though 0 and 1 are still held.
-  Produce(**w, 4);
-  absl::StatusOr<uint64_t> next = (*r)->Acquire(1.0);
+  Produce(w(), 4);
+  absl::StatusOr<uint64_t> next = r().Acquire(1.0);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, 4u);
-  EXPECT_EQ(Value(**r, *next), 4u);
-  EXPECT_EQ(Value(**r, held[0]), 0u);
-  EXPECT_EQ(Value(**r, held[1]), 1u);
-  EXPECT_EQ((*r)->HeldSteps(), (std::vector<uint64_t>{0, 1, 3, 4}));
-  EXPECT_EQ((*r)->SlotBase(held[2]), nullptr) << "released: not ours";
+  EXPECT_EQ(Value(r(), *next), 4u);
+  EXPECT_EQ(Value(r(), held[0]), 0u);
+  EXPECT_EQ(Value(r(), held[1]), 1u);
+  EXPECT_EQ(r().HeldSteps(), (std::vector<uint64_t>{0, 1, 3, 4}));
+  EXPECT_EQ(r().SlotBase(held[2]), nullptr) << "released: not ours";
 }
 
-TEST(RingTest, AKeptBatchNeverStallsTheStream) {
+TEST_F(RingTest, AKeptBatchNeverStallsTheStream) {
   // Keep slot_count - 1 batches for the whole run: the stream flows through
   // the one slot left, and the kept batches' bytes stay as they were.
-  const std::string name = UniqueName("kept");
-  auto w = RingWriter::Create(name, Geometry(4, 64));
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(w.ok() && r.ok());
+  ASSERT_TRUE(Make("kept", 4));
   std::vector<uint64_t> kept;
   for (uint64_t i = 0; i < 3; ++i) {
-    Produce(**w, 100 + i);
-    kept.push_back(*(*r)->Acquire(1.0));
+    Produce(w(), 100 + i);
+    kept.push_back(*r().Acquire(1.0));
   }
   for (uint64_t i = 3; i < 200; ++i) {
-    Produce(**w, 100 + i);
-    absl::StatusOr<uint64_t> pos = (*r)->Acquire(1.0);
+    Produce(w(), 100 + i);
+    absl::StatusOr<uint64_t> pos = r().Acquire(1.0);
     ASSERT_TRUE(pos.ok()) << pos.status();
-    EXPECT_EQ(Value(**r, *pos), 100 + i);
-    (*r)->Release(*pos);
+    EXPECT_EQ(Value(r(), *pos), 100 + i);
+    r().Release(*pos);
   }
-  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(Value(**r, kept[i]), 100 + i);
-  EXPECT_EQ((*w)->released(), 197u);
-  EXPECT_EQ((*w)->published(), 200u);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(Value(r(), kept[i]), 100 + i);
+  EXPECT_EQ(w().released(), 197u);
+  EXPECT_EQ(w().published(), 200u);
 }
 
-TEST(RingTest, AForgedSlotTableIsRefused) {
-  const std::string name = UniqueName("table");
-  auto w = RingWriter::Create(name, Geometry(2, 64));
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(w.ok() && r.ok());
-  Produce(**w, 1);
+TEST_F(RingTest, AForgedSlotTableIsRefused) {
+  ASSERT_TRUE(Make("table", 2));
+  Produce(w(), 1);
   auto* table = reinterpret_cast<shm::SlotTable*>(
-      reinterpret_cast<uint8_t*>((*w)->header()) + shm::kSlotTableOffset);
+      reinterpret_cast<uint8_t*>(w().header()) + shm::kSlotTableOffset);
   table->slot_of[0].store(7);  // past the ring's two slots
-  absl::StatusOr<uint64_t> pos = (*r)->Acquire(1.0);
+  absl::StatusOr<uint64_t> pos = r().Acquire(1.0);
   EXPECT_TRUE(absl::IsDataLoss(pos.status())) << pos.status();
 }
 
-TEST(RingTest, TimesOutWhileServerAlive) {
-  const std::string name = UniqueName("timeout");
-  auto w = RingWriter::Create(name, Geometry(2, 64));
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(w.ok() && r.ok());
+TEST_F(RingTest, TimesOutWhileServerAlive) {
+  ASSERT_TRUE(Make("timeout", 2));
   std::atomic<bool> stop{false};
   std::thread beat([&] {
     while (!stop) {
-      (*w)->Heartbeat(MonotonicNanos());
+      w().Heartbeat(MonotonicNanos());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  absl::StatusOr<uint64_t> pos = (*r)->Acquire(0.3);
+  absl::StatusOr<uint64_t> pos = r().Acquire(0.3);
   stop = true;
   beat.join();
   EXPECT_TRUE(absl::IsDeadlineExceeded(pos.status())) << pos.status();
 }
 
-TEST(RingTest, EndedAndClosedRingsStopTheReader) {
-  const std::string name = UniqueName("end");
-  auto w = RingWriter::Create(name, Geometry(2, 64));
-  auto r = RingReader::Attach(name);
-  ASSERT_TRUE(w.ok() && r.ok());
-  Produce(**w, 7);
-  (*w)->SetState(shm::kStateEnded);
-  ASSERT_TRUE((*r)->Acquire(1.0).ok()) << "published batches come first";
-  EXPECT_TRUE(absl::IsOutOfRange((*r)->Acquire(1.0).status()));
-  (*w)->SetState(shm::kStateClosed);
-  EXPECT_TRUE(absl::IsCancelled((*r)->Acquire(1.0).status()));
+TEST_F(RingTest, EndedAndClosedRingsStopTheReader) {
+  ASSERT_TRUE(Make("end", 2));
+  Produce(w(), 7);
+  w().SetState(shm::kStateEnded);
+  ASSERT_TRUE(r().Acquire(1.0).ok()) << "published batches come first";
+  EXPECT_TRUE(absl::IsOutOfRange(r().Acquire(1.0).status()));
+  w().SetState(shm::kStateClosed);
+  EXPECT_TRUE(absl::IsCancelled(r().Acquire(1.0).status()));
 }
 
-TEST(RingTest, OtherLayoutVersionIsRefused) {
+TEST_F(RingTest, OtherLayoutVersionIsRefused) {
   const std::string name = UniqueName("version");
   auto w = RingWriter::Create(name, Geometry(2, 64));
   ASSERT_TRUE(w.ok());
@@ -219,7 +213,7 @@ TEST(RingTest, OtherLayoutVersionIsRefused) {
   EXPECT_NE(r.status().message().find("bad magic"), std::string::npos);
 }
 
-TEST(RingTest, RefusesWhatDevShmCannotHold) {
+TEST_F(RingTest, RefusesWhatDevShmCannotHold) {
   const std::string name = UniqueName("big");
   const uint64_t free_bytes = ShmFreeBytes();
   RingGeometry g = Geometry(4, free_bytes / 2);  // twice what is free
@@ -233,7 +227,7 @@ TEST(RingTest, RefusesWhatDevShmCannotHold) {
   EXPECT_TRUE(testing::ShmEntries(name.substr(1)).empty());
 }
 
-TEST(RingTest, SegmentIsReservedAndPrivate) {
+TEST_F(RingTest, SegmentIsReservedAndPrivate) {
   const std::string name = UniqueName("reserve");
   auto w = RingWriter::Create(name, Geometry(2, 1 << 20));
   ASSERT_TRUE(w.ok());
@@ -244,7 +238,7 @@ TEST(RingTest, SegmentIsReservedAndPrivate) {
   EXPECT_GE(uint64_t(st.st_blocks) * 512, (*w)->geometry().SegmentBytes());
 }
 
-TEST(RingTest, ServerKilledMidStreamIsNamedWithinTheTimeout) {
+TEST_F(RingTest, ServerKilledMidStreamIsNamedWithinTheTimeout) {
   const std::string name = UniqueName("kill");
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
@@ -285,7 +279,7 @@ TEST(RingTest, ServerKilledMidStreamIsNamedWithinTheTimeout) {
             std::vector<std::string>{name});
 }
 
-TEST(RingTest, StaleSweepKeepsLiveServersSegments) {
+TEST_F(RingTest, StaleSweepKeepsLiveServersSegments) {
   const std::string name = UniqueName("live");
   auto w = RingWriter::Create(name, Geometry(2, 64));
   ASSERT_TRUE(w.ok());
@@ -293,7 +287,7 @@ TEST(RingTest, StaleSweepKeepsLiveServersSegments) {
   EXPECT_EQ(testing::ShmEntries(name.substr(1)).size(), 1u);
 }
 
-TEST(RingTest, ServerSeesKilledClient) {
+TEST_F(RingTest, ServerSeesKilledClient) {
   const std::string name = UniqueName("client");
   auto w = RingWriter::Create(name, Geometry(2, 64));
   ASSERT_TRUE(w.ok());

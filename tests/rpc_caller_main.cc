@@ -36,6 +36,7 @@
 #include "batchd/loader.h"
 #include "batchd/v1/batchd.grpc.pb.h"
 #include "batchd/version.h"
+#include "tests/synthetic_stream.h"
 
 namespace {
 
@@ -81,15 +82,8 @@ int main(int argc, char** argv) {
       }
     }
     if (hold) {
-      batchd::LoaderOptions o;
-      o.server = server;
-      o.stream = stream;
-      o.global_batch_size = 8;
-      o.world_size = 2;
-      o.rank = rank;
-      o.slots = 2;
-      o.options = {{"examples", "1000"}, {"payload_bytes", "64"}};
-      o.timeout_seconds = 20;
+      batchd::LoaderOptions o =
+          batchd::testutil::SyntheticStream(server, stream, 8, 2, rank);
       o.owner_uid = owner;
       auto loader = batchd::Loader::Open(o);
       if (!loader.ok()) {

@@ -17,6 +17,7 @@
 
 #include "batchd/loader.h"
 #include "workloads/sampler.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 #include "workloads/synthetic.h"
 
@@ -30,17 +31,10 @@ constexpr uint64_t kPayload = 40;
 
 LoaderOptions Options(const TestServer& server, const std::string& stream,
                       uint64_t g, int w, int rank, uint64_t seed = 1) {
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = stream;
-  o.workload = "synthetic";
-  o.global_batch_size = g;
-  o.world_size = w;
-  o.rank = rank;
+  LoaderOptions o = testutil::SyntheticStream(server.address(), stream, g, w,
+                                              rank, kExamples, kPayload);
   o.seed = seed;
   o.slots = 3;
-  o.options = {{"examples", std::to_string(kExamples)},
-               {"payload_bytes", std::to_string(kPayload)}};
   o.timeout_seconds = 30;
   return o;
 }

@@ -85,14 +85,44 @@ StreamPreparations::Options Fast(uint64_t grace_ms) {
   return o;
 }
 
-TEST(StreamPreparations, AWaitingCallerIsToldItsProgressAndJoinsTheSameWork) {
-  PrepareTurns turns(2);
+// Preparations made by a SlowMake, with `turns` turns an owner, kept
+// `grace_ms` after their last caller. No stream is ever open.
+struct Preparations {
+  Preparations(int turns_per_owner, uint64_t grace_ms)
+      : turns(turns_per_owner),
+        preps(
+            Fast(grace_ms), turns, [](const StreamKey&) { return false; },
+            make.Fn()) {}
+
+  // Stream `key` (its spec: Spec(key's name, seed)), asked for by pid
+  // `pid` in `call`.
+  absl::StatusOr<StreamPreparations::Ticket> Ask(const StreamKey& key,
+                                                 uint32_t pid,
+                                                 const Cancellation& call,
+                                                 uint64_t seed = 1) {
+    return preps.Await(key, Spec(key.second, seed), ReadAccess::Daemon(),
+                       CallerPid(pid), call);
+  }
+  // Asks for `key` as pid `pid` in a call of 10 s: success when the answer
+  // is that it is being prepared, else a failure that says the answer.
+  ::testing::AssertionResult AskPreparing(const StreamKey& key, uint32_t pid) {
+    const absl::StatusOr<StreamPreparations::Ticket> r =
+        Ask(key, pid, *Call(10));
+    if (PreparingOf(r.status()).has_value()) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << r.status();
+  }
+
+  PrepareTurns turns;
   SlowMake make;
-  StreamPreparations preps(
-      Fast(5000), turns, [](const StreamKey&) { return false; }, make.Fn());
+  StreamPreparations preps;
+};
+
+TEST(StreamPreparations, AWaitingCallerIsToldItsProgressAndJoinsTheSameWork) {
+  Preparations t(2, 5000);
   const StreamKey key{1000, "s"};
-  absl::StatusOr<StreamPreparations::Ticket> first = preps.Await(
-      key, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  absl::StatusOr<StreamPreparations::Ticket> first = t.Ask(key, 1, *Call(10));
   ASSERT_TRUE(absl::IsUnavailable(first.status())) << first.status();
   std::optional<v1::Preparing> p = PreparingOf(first.status());
   ASSERT_TRUE(p.has_value()) << first.status();
@@ -102,106 +132,79 @@ TEST(StreamPreparations, AWaitingCallerIsToldItsProgressAndJoinsTheSameWork) {
   // Asked again, it goes on: its steps grow, and it says what it does.
   uint64_t steps = p->steps();
   ASSERT_TRUE(Eventually([&] {
-    absl::StatusOr<StreamPreparations::Ticket> again = preps.Await(
-        key, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+    absl::StatusOr<StreamPreparations::Ticket> again = t.Ask(key, 1, *Call(10));
     p = PreparingOf(again.status());
     return p.has_value() && p->steps() > steps && p->what() == "listing s";
   }));
   EXPECT_EQ(p->done(), 1u);
   EXPECT_EQ(p->total(), 4u);
-  EXPECT_EQ(preps.List().size(), 1u);
+  EXPECT_EQ(t.preps.List().size(), 1u);
   // Done: the next call (and another rank's) gets its result; it was made
   // once.
-  make.released.Notify();
+  t.make.released.Notify();
   Cancellation no_deadline;
-  absl::StatusOr<StreamPreparations::Ticket> done = preps.Await(
-      key, Spec("s"), ReadAccess::Daemon(), CallerPid(2), no_deadline);
+  absl::StatusOr<StreamPreparations::Ticket> done = t.Ask(key, 2, no_deadline);
   EXPECT_EQ(done.status(), absl::NotFoundError("prepared s"));
-  EXPECT_EQ(make.calls.load(), 1);
-  EXPECT_EQ(make.cancelled.load(), 0);
-  EXPECT_TRUE(Eventually([&] { return preps.size() == 0; }));
+  EXPECT_EQ(t.make.calls.load(), 1);
+  EXPECT_EQ(t.make.cancelled.load(), 0);
+  EXPECT_TRUE(Eventually([&] { return t.preps.size() == 0; }));
 }
 
 TEST(StreamPreparations, OneNobodyAsksForAnyMoreIsCancelledAfterTheGrace) {
-  PrepareTurns turns(2);
-  SlowMake make;
-  StreamPreparations preps(
-      Fast(100), turns, [](const StreamKey&) { return false; }, make.Fn());
-  absl::StatusOr<StreamPreparations::Ticket> first = preps.Await(
-      {1000, "s"}, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
-  ASSERT_TRUE(PreparingOf(first.status()).has_value()) << first.status();
+  Preparations t(2, 100);
+  ASSERT_TRUE(t.AskPreparing({1000, "s"}, 1));
   // Nobody asks again: its work stops (never released), and it is gone.
-  ASSERT_TRUE(Eventually([&] { return make.returned.load() == 1; }));
-  EXPECT_EQ(make.cancelled.load(), 1);
-  EXPECT_TRUE(Eventually([&] { return preps.size() == 0; }));
-  EXPECT_EQ(turns.taken(1000), 0);
+  ASSERT_TRUE(Eventually([&] { return t.make.returned.load() == 1; }));
+  EXPECT_EQ(t.make.cancelled.load(), 1);
+  EXPECT_TRUE(Eventually([&] { return t.preps.size() == 0; }));
+  EXPECT_EQ(t.turns.taken(1000), 0);
 }
 
 TEST(StreamPreparations, ACallerThatGoesStopsWaitingAtOnce) {
-  PrepareTurns turns(2);
-  SlowMake make;
-  StreamPreparations preps(
-      Fast(100), turns, [](const StreamKey&) { return false; }, make.Fn());
+  Preparations t(2, 100);
   auto gone = std::make_shared<Cancellation>();  // no deadline
   std::thread cancel([&] {
-    EXPECT_TRUE(Eventually([&] { return make.calls.load() == 1; }));
+    EXPECT_TRUE(Eventually([&] { return t.make.calls.load() == 1; }));
     gone->Cancel(absl::CancelledError("the client went"));
   });
-  absl::StatusOr<StreamPreparations::Ticket> r = preps.Await(
-      {1000, "s"}, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *gone);
+  absl::StatusOr<StreamPreparations::Ticket> r = t.Ask({1000, "s"}, 1, *gone);
   cancel.join();
   EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
   // And its preparation stops after the grace.
-  EXPECT_TRUE(Eventually([&] { return make.cancelled.load() == 1; }));
+  EXPECT_TRUE(Eventually([&] { return t.make.cancelled.load() == 1; }));
 }
 
 TEST(StreamPreparations, AnotherSpecIsRefusedWhileOneIsPrepared) {
-  PrepareTurns turns(2);
-  SlowMake make;
-  StreamPreparations preps(
-      Fast(5000), turns, [](const StreamKey&) { return false; }, make.Fn());
-  absl::StatusOr<StreamPreparations::Ticket> first = preps.Await(
-      {1000, "s"}, Spec("s"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
-  ASSERT_TRUE(PreparingOf(first.status()).has_value()) << first.status();
+  Preparations t(2, 5000);
+  ASSERT_TRUE(t.AskPreparing({1000, "s"}, 1));
   absl::StatusOr<StreamPreparations::Ticket> other =
-      preps.Await({1000, "s"}, Spec("s", /*seed=*/2), ReadAccess::Daemon(),
-                  CallerPid(2), *Call(10));
+      t.Ask({1000, "s"}, 2, *Call(10), /*seed=*/2);
   EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
-  make.released.Notify();
+  t.make.released.Notify();
 }
 
 TEST(StreamPreparations, AnOwnerPastItsTurnsWaitsInItsQueue) {
-  PrepareTurns turns(1);
-  SlowMake make;
-  StreamPreparations preps(
-      Fast(5000), turns, [](const StreamKey&) { return false; }, make.Fn());
-  absl::StatusOr<StreamPreparations::Ticket> a = preps.Await(
-      {1000, "a"}, Spec("a"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
-  ASSERT_TRUE(PreparingOf(a.status()).has_value()) << a.status();
-  absl::StatusOr<StreamPreparations::Ticket> b = preps.Await(
-      {1000, "b"}, Spec("b"), ReadAccess::Daemon(), CallerPid(1), *Call(10));
+  Preparations t(1, 5000);
+  ASSERT_TRUE(t.AskPreparing({1000, "a"}, 1));
+  absl::StatusOr<StreamPreparations::Ticket> b =
+      t.Ask({1000, "b"}, 1, *Call(10));
   std::optional<v1::Preparing> pb = PreparingOf(b.status());
   ASSERT_TRUE(pb.has_value()) << b.status();
   EXPECT_TRUE(pb->queued());
-  EXPECT_EQ(make.calls.load(), 1);
+  EXPECT_EQ(t.make.calls.load(), 1);
   // Another owner is not held by it.
-  absl::StatusOr<StreamPreparations::Ticket> c = preps.Await(
-      {2000, "c"}, Spec("c"), ReadAccess::Daemon(), CallerPid(3), *Call(10));
-  ASSERT_TRUE(PreparingOf(c.status()).has_value()) << c.status();
-  EXPECT_TRUE(Eventually([&] { return make.calls.load() == 2; }));
+  ASSERT_TRUE(t.AskPreparing({2000, "c"}, 3));
+  EXPECT_TRUE(Eventually([&] { return t.make.calls.load() == 2; }));
   // a ends (its result taken): b starts on a's turn.
-  make.released.Notify();
+  t.make.released.Notify();
   Cancellation no_deadline;
-  EXPECT_EQ(preps
-                .Await({1000, "a"}, Spec("a"), ReadAccess::Daemon(),
-                       CallerPid(1), no_deadline)
-                .status(),
+  EXPECT_EQ(t.Ask({1000, "a"}, 1, no_deadline).status(),
             absl::NotFoundError("prepared a"));
-  absl::StatusOr<StreamPreparations::Ticket> b2 = preps.Await(
-      {1000, "b"}, Spec("b"), ReadAccess::Daemon(), CallerPid(1), no_deadline);
+  absl::StatusOr<StreamPreparations::Ticket> b2 =
+      t.Ask({1000, "b"}, 1, no_deadline);
   EXPECT_EQ(b2.status(), absl::NotFoundError("prepared b"));
-  EXPECT_EQ(make.calls.load(), 3);
-  EXPECT_EQ(make.cancelled.load(), 0);
+  EXPECT_EQ(t.make.calls.load(), 3);
+  EXPECT_EQ(t.make.cancelled.load(), 0);
 }
 
 }  // namespace

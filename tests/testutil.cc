@@ -2,9 +2,13 @@
 #include "tests/testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -202,6 +206,140 @@ absl::StatusOr<RankBatch> ServedRanks::Next(uint32_t rank,
   }
   reader.Release(*pos);
   return batch;
+}
+
+// Server, client and tool tests.
+
+int ExitCodeInChild(const std::function<int()>& fn, unsigned alarm_seconds) {
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (alarm_seconds > 0) alarm(alarm_seconds);
+    _exit(fn());
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool BecomeUser(uid_t uid, gid_t gid, const std::vector<gid_t>& groups) {
+  return setgroups(groups.size(), groups.data()) == 0 && setgid(gid) == 0 &&
+         setuid(uid) == 0;
+}
+
+Child::Child(std::vector<std::string> argv,
+             const std::vector<std::string>& args,
+             const std::function<void()>& in_child) {
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
+      pipe2(err, O_CLOEXEC) != 0) {
+    abort();
+  }
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    // This side's ends: a process in_child forks and keeps (a namespace's
+    // parent) must not hold the child's stdin open.
+    close(in[1]);
+    close(out[0]);
+    close(err[0]);
+    if (in_child) in_child();
+    execv(cargv[0], cargv.data());
+    _exit(94);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  stdin_ = in[1];
+  stdout_ = out[0];
+  stderr_ = err[0];
+}
+
+Child::~Child() {
+  CloseStdin();
+  Kill9();
+  close(stdout_);
+  close(stderr_);
+}
+
+std::string Child::Line(int timeout_ms) {
+  return ReadLine(stdout_, timeout_ms);
+}
+
+void Child::CloseStdin() {
+  if (stdin_ >= 0) close(stdin_);
+  stdin_ = -1;
+}
+
+int Child::Wait(double seconds) {
+  for (int i = 0; i < int(seconds * 100); ++i) {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+std::string Child::Err() {
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(stderr_, buf, sizeof(buf))) > 0;) {
+    text.append(buf, size_t(n));
+  }
+  return text;
+}
+
+void Child::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::vector<std::string> SharedDaemonFlags(const std::string& dir,
+                                           std::vector<std::string> extra) {
+  EXPECT_EQ(chmod(dir.c_str(), 0755), 0) << dir << ": " << strerror(errno);
+  extra.insert(extra.end(), {"--socket-mode", "0666", "--shm-group", "65534"});
+  return extra;
+}
+
+std::string SegmentName(absl::string_view tag) {
+  static std::atomic<int> made{0};
+  return absl::StrCat("/bd", tag, getpid(), ".", made++);
+}
+
+RingGeometry RingGeometryOf(uint32_t slots, uint64_t payload_bytes) {
+  RingGeometry geometry;
+  geometry.slot_count = slots;
+  geometry.payload_bytes = payload_bytes;
+  return geometry;
+}
+
+std::unique_ptr<RingWriter> MakeRingWriter(const std::string& name,
+                                           const RingGeometry& geometry) {
+  absl::StatusOr<std::unique_ptr<RingWriter>> writer =
+      RingWriter::Create(name, geometry);
+  EXPECT_TRUE(writer.ok()) << name << ": " << writer.status();
+  return writer.ok() ? *std::move(writer) : nullptr;
+}
+
+TestRing MakeRing(const std::string& name, const RingGeometry& geometry) {
+  TestRing ring;
+  ring.writer = MakeRingWriter(name, geometry);
+  if (ring.writer == nullptr) return ring;
+  absl::StatusOr<std::unique_ptr<RingReader>> reader = RingReader::Attach(name);
+  EXPECT_TRUE(reader.ok()) << name << ": " << reader.status();
+  if (reader.ok()) ring.reader = *std::move(reader);
+  return ring;
 }
 
 }  // namespace testutil

@@ -10,6 +10,8 @@
 #ifndef BATCHD_TESTS_TESTUTIL_H_
 #define BATCHD_TESTS_TESTUTIL_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ring/ring.h"
 #include "workloads/workload.h"
 
 // BATCHD_TEST_ASAN: built with AddressSanitizer, by gcc
@@ -169,6 +172,75 @@ class ServedRanks {
   std::vector<std::shared_ptr<RankProducer>> producers_;
   Engine* engine_ = nullptr;  // AddTo's, until Retire
 };
+
+// Server, client and tool tests.
+
+// Runs `fn` in a forked child, killed by SIGALRM after `alarm_seconds`
+// (0: never), and returns its exit code (what fn returned), or 128 + the
+// signal that ended it; -1 when it could not be started.
+int ExitCodeInChild(const std::function<int()>& fn, unsigned alarm_seconds = 0);
+
+// Makes this process (a forked child) user `uid` of group `gid`, with
+// `groups` its only supplementary groups; false when it cannot (not root).
+bool BecomeUser(uid_t uid, gid_t gid, const std::vector<gid_t>& groups = {});
+
+// A program run in a forked child, its stdin, stdout and stderr on pipes
+// of this process (close-on-exec: a later child holds none of them open).
+// `in_child` runs in the child before the exec (to become another user or
+// enter a namespace) and exits the child itself when that fails. The child
+// is killed (SIGKILL) and reaped when the Child goes.
+class Child {
+ public:
+  // Runs argv[0] with the rest of `argv`, then `args`, as its arguments.
+  Child(std::vector<std::string> argv, const std::vector<std::string>& args,
+        const std::function<void()>& in_child = nullptr);
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // The next line it printed, or "" at its end or after `timeout_ms`.
+  std::string Line(int timeout_ms);
+  void CloseStdin();
+  // Its exit code, 128 + the signal that ended it, or -1 when it has not
+  // ended within `seconds` (it is left running then).
+  int Wait(double seconds = 60);
+  // What it wrote to stderr; after Wait().
+  std::string Err();
+  void Kill9();
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1, stdout_ = -1, stderr_ = -1;
+};
+
+// The flags of a daemon every user may reach, after `extra`: its socket
+// 0666 in `dir` (made 0755, for them to enter), the rings of their streams
+// shared with nobody's group (65534), whose members map them.
+std::vector<std::string> SharedDaemonFlags(const std::string& dir,
+                                           std::vector<std::string> extra);
+
+// "/bd<tag><pid>.<n>": a shared-memory segment name that no other process
+// and no other call in this one uses.
+std::string SegmentName(absl::string_view tag);
+
+// A ring's geometry: `slots` slots of `payload_bytes` each.
+RingGeometry RingGeometryOf(uint32_t slots, uint64_t payload_bytes);
+
+// A RingWriter of segment `name`; null, and a GoogleTest failure that names
+// the segment, when it cannot be made.
+std::unique_ptr<RingWriter> MakeRingWriter(const std::string& name,
+                                           const RingGeometry& geometry);
+
+// A ring made for a test: a RingWriter of segment `name` and, attached to
+// it, a RingReader. Failures are GoogleTest failures that name the
+// segment; ok() says whether both were made.
+struct TestRing {
+  std::unique_ptr<RingWriter> writer;
+  std::unique_ptr<RingReader> reader;
+  bool ok() const { return writer != nullptr && reader != nullptr; }
+};
+TestRing MakeRing(const std::string& name, const RingGeometry& geometry);
 
 }  // namespace testutil
 }  // namespace batchd

@@ -1,10 +1,10 @@
 // The libtorch adapter: tensors view the slot without copying, and the slot
 // is released only when the last tensor is gone.
-#include "batchd/torch.h"
-
 #include <gtest/gtest.h>
 
+#include "batchd/torch.h"
 #include "ring/ring.h"
+#include "tests/synthetic_stream.h"
 #include "tests/test_server.h"
 
 namespace batchd {
@@ -12,19 +12,24 @@ namespace {
 
 using testing::TestServer;
 
-TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
-  TestServer server("torch");
-  ASSERT_TRUE(server.Start());
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = "t";
-  o.global_batch_size = 8;
-  o.world_size = 2;
-  o.rank = 1;
-  o.slots = 2;
-  o.options = {{"examples", "100"}, {"payload_bytes", "16"}};
-  o.timeout_seconds = 20;
-  auto loader = Loader::Open(o);
+// Tests of the adapter on batches of a daemon of the test's own.
+class TorchAdapterTest : public ::testing::Test {
+ protected:
+  // Starts the daemon and opens rank `rank` of `world` of the synthetic
+  // stream `stream`: global batch `g` of 100 examples of 16 bytes.
+  absl::StatusOr<std::unique_ptr<Loader>> Open(const std::string& stream,
+                                               uint64_t g, int world,
+                                               int rank) {
+    if (!server_.Start()) return absl::UnavailableError("no daemon");
+    return Loader::Open(testutil::SyntheticStream(server_.address(), stream, g,
+                                                  world, rank, 100, 16));
+  }
+
+  TestServer server_{"torch"};
+};
+
+TEST_F(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
+  auto loader = Open("t", 8, 2, 1);
   ASSERT_TRUE(loader.ok()) << loader.status();
   // A second mapping of the same ring to watch the releases.
   auto watch = RingReader::Attach((*loader)->info().segment);
@@ -50,18 +55,8 @@ TEST(TorchAdapterTest, TensorsShareTheSlotAndReleaseItLast) {
   EXPECT_EQ(read_pos(), 1u) << "not released when the last tensor died";
 }
 
-TEST(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
-  TestServer server("feeder");
-  ASSERT_TRUE(server.Start());
-  LoaderOptions o;
-  o.server = server.address();
-  o.stream = "f";
-  o.global_batch_size = 4;
-  o.world_size = 1;
-  o.rank = 0;
-  o.options = {{"examples", "100"}, {"payload_bytes", "16"}};
-  o.timeout_seconds = 20;
-  auto loader = Loader::Open(o);
+TEST_F(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
+  auto loader = Open("f", 4, 1, 0);
   ASSERT_TRUE(loader.ok()) << loader.status();
   DeviceFeeder feeder(**loader, torch::kCPU);
   EXPECT_FALSE(feeder.pinned());
@@ -78,7 +73,7 @@ TEST(TorchAdapterTest, DeviceFeederOnTheCpuHandsOutTheRingsTensors) {
   }
 }
 
-TEST(TorchAdapterTest, NormalizesImagesLikeTorchvision) {
+TEST_F(TorchAdapterTest, NormalizesImagesLikeTorchvision) {
   torch::Tensor img = torch::full({1, 2, 2, 3}, 128, torch::kUInt8);
   torch::Tensor x = NormalizeImages(img);
   EXPECT_EQ(x.dtype(), torch::kFloat32);
