@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/engine.h"
 #include "server/readahead.h"
+#include "tests/readahead_testutil.h"
 #include "tests/testutil.h"
 #include "workloads/criteo1tb/criteo1tb.h"
 #include "workloads/workload.h"
@@ -22,8 +23,10 @@
 namespace batchd {
 namespace {
 
+using readahead_testutil::Reading;
+using readahead_testutil::ReadingOptions;
 using testutil::RankBatch;
-using testutil::ServedRanks;
+using testutil::ServedStream;
 using testutil::TempDir;
 using testutil::WriteFile;
 
@@ -84,8 +87,6 @@ std::string Line(int file, int i) {
   return s;
 }
 
-enum class Reading { kOff, kAhead, kInline };
-
 class CriteoReadAheadTest : public ::testing::Test {
  protected:
   static constexpr uint64_t kGlobal = 256;
@@ -110,50 +111,30 @@ class CriteoReadAheadTest : public ::testing::Test {
   // row's bytes (inputs, targets, weights), rank 0's then rank 1's.
   std::vector<std::string> Serve(const std::string& split, Reading reading,
                                  int steps) {
-    WorkloadConfig config;
-    config.data_path = dir_.path();
-    config.split = split;
-    config.seed = 9;
-    config.options = {{"block_kib", "64"}, {"window_blocks", "2"}};
     absl::StatusOr<std::unique_ptr<Workload>> inner =
-        CreateWorkload(kCriteo1TbWorkload, config);
+        CreateWorkload(kCriteo1TbWorkload,
+                       testutil::StreamConfig(
+                           dir_.path(), split,
+                           {{"block_kib", "64"}, {"window_blocks", "2"}}, 9));
     EXPECT_TRUE(inner.ok()) << inner.status();
     if (!inner.ok()) return {};
     auto counted = std::make_unique<Counted>(*std::move(inner));
     const Counted* c = counted.get();
-    auto sampler =
-        Sampler::Create(c->num_examples(), kGlobal, kWorld, 9, c->shuffle());
-    EXPECT_TRUE(sampler.ok()) << sampler.status();
-    auto layout = BatchLayout::Make(c->tensors(), kGlobal / kWorld);
-    EXPECT_TRUE(layout.ok()) << layout.status();
-    ReadAhead::Options o;
-    o.budget_bytes = reading == Reading::kOff ? 0 : 8 << 20;
-    o.io_threads = 2;
-    if (reading == Reading::kInline) o.inline_read_ns = uint64_t(1e9);
-    ReadAhead ra(o);
+    ReadAhead ra(ReadingOptions(reading, 8 << 20));
+    ServedStream served("criteo", std::move(counted), kGlobal, kWorld, 9, &ra);
+    if (!served.ok()) return {};
+    EXPECT_EQ(served.stream().readahead != nullptr, reading != Reading::kOff);
     std::vector<std::string> got;
-    {
-      auto stream = std::make_shared<StreamSetup>("criteo", std::move(counted),
-                                                  *sampler, *layout);
-      Engine engine(2, &ra);
-      EXPECT_TRUE(engine.Prepare(stream.get()).ok());
-      EXPECT_EQ(stream->readahead != nullptr, reading != Reading::kOff);
-      ServedRanks ranks(stream, kWorld);
-      if (!ranks.ok()) return {};
-      ranks.AddTo(engine);
-      for (int s = 0; s < steps; ++s) {
-        for (uint32_t r = 0; r < kWorld; ++r) {
-          absl::StatusOr<RankBatch> batch = ranks.Next(r);
-          EXPECT_TRUE(batch.ok()) << batch.status();
-          if (!batch.ok()) return {};
-          for (std::string& t : batch->tensors) got.push_back(std::move(t));
-        }
+    for (std::vector<RankBatch>& step : served.NextSteps(steps)) {
+      for (RankBatch& batch : step) {
+        for (std::string& t : batch.tensors) got.push_back(std::move(t));
       }
-      if (stream->readahead != nullptr) stats_ = stream->readahead->stats();
-      reads_ = c->counting().reads();
-      ranks.Retire();
-      EXPECT_TRUE(engine.Stop());
     }
+    if (served.stream().readahead != nullptr) {
+      stats_ = served.stream().readahead->stats();
+    }
+    reads_ = c->counting().reads();
+    EXPECT_TRUE(served.Stop());
     return got;
   }
 
@@ -192,12 +173,9 @@ TEST_F(CriteoReadAheadTest, AnEvalPassIsTheSameWithReadAheadOnAndOff) {
 // whose source fails fails the item with that error.
 TEST_F(CriteoReadAheadTest, FillReadsOnlyThroughTheContext) {
   for (const char* split : {"train", "validation"}) {
-    WorkloadConfig config;
-    config.data_path = dir_.path();
-    config.split = split;
-    config.options = {{"block_kib", "64"}};
-    absl::StatusOr<std::unique_ptr<Workload>> w =
-        CreateWorkload(kCriteo1TbWorkload, config);
+    absl::StatusOr<std::unique_ptr<Workload>> w = CreateWorkload(
+        kCriteo1TbWorkload,
+        testutil::StreamConfig(dir_.path(), split, {{"block_kib", "64"}}));
     ASSERT_TRUE(w.ok()) << w.status();
     ASSERT_NE((*w)->source(), nullptr);
     if (std::string(split) == "train") {

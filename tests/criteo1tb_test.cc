@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -31,35 +33,34 @@ using criteo::ParseLine;
 using testutil::TempDir;
 using testutil::WriteFile;
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+uint32_t Bits(float f) { return absl::bit_cast<uint32_t>(f); }
+float FromBits(uint32_t u) { return absl::bit_cast<float>(u); }
+
+// An input and the bits of what TensorFlow computes of it.
+struct BitsCase {
+  float x;
+  uint32_t want;
+};
+
+// f(x) is bit for bit TensorFlow's result, for each case.
+void ExpectBitExact(const std::function<float(float)>& f,
+                    std::initializer_list<BitsCase> cases) {
+  for (const BitsCase& c : cases) EXPECT_EQ(Bits(f(c.x)), c.want) << c.x;
 }
 
 TEST(CriteoLog, BitExactAgainstTensorFlow) {
   // (x, bits of tf.math.log(relu(x) + 1)) from TF 2.21 on CPU.
-  const struct {
-    float x;
-    uint32_t want;
-  } cases[] = {{0, 0},
-               {1, 1060205080},
-               {6, 1073288086},
-               {36, 1080498504},  // logf(37) is 1 ulp lower here
-               {178, 1084620561},
-               {200, 1084863660},
-               {999999, 1096617045},
-               {FromBits(1266681552), 1099240959},
-               {FromBits(1328730924), 1101960021},
-               {FromBits(2132180564), 1118855703}};
-  for (const auto& c : cases) {
-    EXPECT_EQ(Bits(criteo::TfLog(c.x + 1.0f)), c.want) << c.x;
-  }
+  ExpectBitExact([](float x) { return criteo::TfLog(x + 1.0f); },
+                 {{0, 0},
+                  {1, 1060205080},
+                  {6, 1073288086},
+                  {36, 1080498504},  // logf(37) is 1 ulp lower here
+                  {178, 1084620561},
+                  {200, 1084863660},
+                  {999999, 1096617045},
+                  {FromBits(1266681552), 1099240959},
+                  {FromBits(1328730924), 1101960021},
+                  {FromBits(2132180564), 1118855703}});
   EXPECT_NE(Bits(criteo::TfLog(37.0f)), Bits(logf(37.0f)));
 }
 
@@ -230,23 +231,17 @@ TEST(CriteoLine, FastPathsFollowTheRule) {
 // infinite; 1 ulp from log(x + 1) on ~3 % of counts.
 TEST(CriteoLog, Log1pBitExactAgainstTensorFlow) {
   // (x, bits of AlgoPerf's _parse_example_fn through tf.data, TF 2.21).
-  const struct {
-    float x;
-    uint32_t want;
-  } cases[] = {{0, 0},
-               {20, 0x4042d974},
-               {21, 0x4045d3a5},
-               {159, 0x40a267d4},
-               {616556339.0f, 0x41a1ead3},
-               {1e-30f, 0x0da24260},
-               {1000, 0x40dd1485},
-               {16, 0x4035535e},
-               {3.4e38f, 0x42b171ab},
-               {FromBits(0x7f800000), 0x7f800000},
-               {FromBits(0x7fc00000), 0x7fc00000}};
-  for (const auto& c : cases) {
-    EXPECT_EQ(Bits(criteo::TfLog1p(c.x)), c.want) << c.x;
-  }
+  ExpectBitExact(criteo::TfLog1p, {{0, 0},
+                                   {20, 0x4042d974},
+                                   {21, 0x4045d3a5},
+                                   {159, 0x40a267d4},
+                                   {616556339.0f, 0x41a1ead3},
+                                   {1e-30f, 0x0da24260},
+                                   {1000, 0x40dd1485},
+                                   {16, 0x4035535e},
+                                   {3.4e38f, 0x42b171ab},
+                                   {FromBits(0x7f800000), 0x7f800000},
+                                   {FromBits(0x7fc00000), 0x7fc00000}});
   // Where log(x + 1) and the graph's log1p part.
   for (float v : {20.0f, 21.0f, 159.0f}) {
     EXPECT_NE(Bits(criteo::TfLog1p(v)), Bits(criteo::TfLog(v + 1.0f))) << v;
@@ -256,20 +251,14 @@ TEST(CriteoLog, Log1pBitExactAgainstTensorFlow) {
   EXPECT_EQ(Bits(criteo::Relu(FromBits(0xffc00000))), 0xffc00000u);
   // The scalar rows (a batch's last n mod 8): relu keeps -0, subnormals
   // are zeros of their sign (TF's results, rows 8..11 of a batch of 12).
-  const struct {
-    float x;
-    uint32_t want;
-  } scalar[] = {{-0.0f, 0x80000000},
-                {-5, 0},
-                {1e-40f, 0},
-                {-1e-40f, 0x80000000},
-                {0, 0},
-                {1e-30f, 0x0da24260},
-                {FromBits(0x7f800000), 0x7f800000},
-                {FromBits(0xffc00000), 0xffc00000}};
-  for (const auto& c : scalar) {
-    EXPECT_EQ(Bits(criteo::ScalarDense(c.x)), c.want) << c.x;
-  }
+  ExpectBitExact(criteo::ScalarDense, {{-0.0f, 0x80000000},
+                                       {-5, 0},
+                                       {1e-40f, 0},
+                                       {-1e-40f, 0x80000000},
+                                       {0, 0},
+                                       {1e-30f, 0x0da24260},
+                                       {FromBits(0x7f800000), 0x7f800000},
+                                       {FromBits(0xffc00000), 0xffc00000}});
   // Elsewhere the C library's log1pf, which parts from the vectorised one.
   int apart = 0;
   for (int v = 0; v < 4000; ++v) {
@@ -329,11 +318,9 @@ void MakeSet(Set* s) {
 absl::StatusOr<std::unique_ptr<Workload>> Make(
     const Set& s, const std::string& split,
     std::map<std::string, std::string> options = {{"block_kib", "64"}}) {
-  WorkloadConfig c;
-  c.data_path = s.dir.path();
-  c.split = split;
-  c.options = std::move(options);
-  return CreateWorkload(kCriteo1TbWorkload, c);
+  return CreateWorkload(
+      kCriteo1TbWorkload,
+      testutil::StreamConfig(s.dir.path(), split, std::move(options)));
 }
 
 TEST(Criteo1Tb, RefusesBadOptionsAndSplits) {

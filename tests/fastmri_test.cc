@@ -497,12 +497,9 @@ class FastMriWorkloadTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<Workload>> Open(
       const std::string& split,
       std::map<std::string, std::string> options = {}) {
-    WorkloadConfig config;
-    config.data_path = dir_.path();
-    config.split = split;
-    config.seed = 4;
-    config.options = std::move(options);
-    return CreateWorkload("fastmri", config);
+    return CreateWorkload(
+        "fastmri",
+        testutil::StreamConfig(dir_.path(), split, std::move(options), 4));
   }
   TempDir dir_{"fastmri-set"};
 };

@@ -23,6 +23,7 @@
 #include "server/engine.h"
 #include "server/readahead.h"
 #include "storage/data_file.h"
+#include "tests/readahead_testutil.h"
 #include "tests/testutil.h"
 #include "workloads/options.h"
 #include "workloads/registry.h"
@@ -150,7 +151,8 @@ std::vector<WorkloadEntry> Table() {
   return table;
 }
 
-enum class Reading { kOff, kAhead, kInline };
+using readahead_testutil::Reading;
+using readahead_testutil::ReadingOptions;
 
 class FileWorkloadTest : public ::testing::Test {
  protected:
@@ -189,51 +191,30 @@ class FileWorkloadTest : public ::testing::Test {
   // ranks: per step, each item's bytes and length, rank 0's then rank 1's.
   std::vector<std::vector<std::string>> Serve(const std::string& split,
                                               Reading reading, int steps) {
-    WorkloadConfig config;
-    config.data_path = data_;
-    config.split = split;
-    config.seed = 4;
-    absl::StatusOr<std::unique_ptr<Workload>> w =
-        CreateWorkload("filebytes", config, Table());
+    absl::StatusOr<std::unique_ptr<Workload>> w = CreateWorkload(
+        "filebytes", testutil::StreamConfig(data_, split, {}, 4), Table());
     EXPECT_TRUE(w.ok()) << w.status();
     if (!w.ok()) return {};
     const uint32_t world = 2;
-    auto sampler = Sampler::Create((*w)->num_examples(), kGlobal, world, 4,
-                                   (*w)->shuffle());
-    EXPECT_TRUE(sampler.ok()) << sampler.status();
-    auto layout = BatchLayout::Make((*w)->tensors(), kGlobal / world);
-    EXPECT_TRUE(layout.ok()) << layout.status();
-    ReadAhead::Options o;
-    o.budget_bytes = reading == Reading::kOff ? 0 : 1 << 20;
-    o.io_threads = 2;
-    // Local files return at once: read inline once that is seen.
-    if (reading == Reading::kInline) o.inline_read_ns = uint64_t(1e9);
-    ReadAhead ra(o);
-    std::vector<std::vector<std::string>> got(steps);
-    {
-      auto stream = std::make_shared<StreamSetup>("files", *std::move(w),
-                                                  *sampler, *layout);
-      Engine engine(2, &ra);
-      EXPECT_TRUE(engine.Prepare(stream.get()).ok());
-      EXPECT_EQ(stream->readahead != nullptr, reading != Reading::kOff);
-      testutil::ServedRanks ranks(stream, world);
-      if (!ranks.ok()) return {};
-      ranks.AddTo(engine);
-      for (int s = 0; s < steps; ++s) {
-        for (uint32_t r = 0; r < world; ++r) {
-          absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r);
-          EXPECT_TRUE(batch.ok()) << batch.status();
-          if (!batch.ok()) return {};
-          for (uint64_t i = 0; i < kGlobal / world; ++i) {
-            got[s].push_back(batch->tensors[0].substr(kBytes * i, kBytes) +
-                             batch->tensors[1].substr(8 * i, 8));
-          }
+    ReadAhead ra(ReadingOptions(reading, 1 << 20));
+    testutil::ServedStream served("files", *std::move(w), kGlobal, world, 4,
+                                  &ra);
+    if (!served.ok()) return {};
+    EXPECT_EQ(served.stream().readahead != nullptr, reading != Reading::kOff);
+    std::vector<std::vector<std::string>> got;
+    for (const auto& step : served.NextSteps(steps)) {
+      got.emplace_back();
+      for (const testutil::RankBatch& batch : step) {
+        for (uint64_t i = 0; i < kGlobal / world; ++i) {
+          got.back().push_back(batch.tensors[0].substr(kBytes * i, kBytes) +
+                               batch.tensors[1].substr(8 * i, 8));
         }
       }
-      if (stream->readahead != nullptr) stats_ = stream->readahead->stats();
-      ranks.Retire();
-      EXPECT_TRUE(engine.Stop());
     }
+    if (served.stream().readahead != nullptr) {
+      stats_ = served.stream().readahead->stats();
+    }
+    EXPECT_TRUE(served.Stop());
     return got;
   }
 

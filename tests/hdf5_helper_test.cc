@@ -184,10 +184,23 @@ class Hdf5HelperTest : public ::testing::Test {
     chmod(path.c_str(), 0644);
     return path;
   }
+  // volume_, and the data root as each of two owners opens it (their uids
+  // and gids): root_a_ and root_b_, whose calls go to helpers of their
+  // own, running as those owners.
+  void OpenAsTwoOwners() {
+    volume_ = Write("v.h5", Target::kChunked);
+    auto a =
+        DataRoot::Open(dir_.path(), ReadAccess::User(kOwnerA, kOwnerA, {}));
+    auto b =
+        DataRoot::Open(dir_.path(), ReadAccess::User(kOwnerB, kOwnerB, {}));
+    ASSERT_TRUE(a.ok() && b.ok());
+    root_a_ = *std::move(a);
+    root_b_ = *std::move(b);
+  }
   TempDir dir_{"hdf5-helper"};
   TempDir outside_{"hdf5-outside"};
-  std::string secret_, other_;
-  std::shared_ptr<const DataRoot> root_, outside_root_;
+  std::string secret_, other_, volume_;
+  std::shared_ptr<const DataRoot> root_, outside_root_, root_a_, root_b_;
 };
 
 TEST_F(Hdf5HelperTest, DatasetsStoredInOtherFilesAreRefusedNamingTheFile) {
@@ -292,79 +305,67 @@ TEST_F(Hdf5HelperTest, TheFilterAloneStopsWhatTheChecksWouldRefuse) {
 // with EPERM, as systemd's SystemCallFilter=@system-service does
 // (docker/batchd.service).
 void ExpectConfinedProcessOpensNothing(bool outer) {
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(pipe_fds[0]);
-    if (outer) {
-      scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-      if (ctx == nullptr ||
-          seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(seccomp), 0) !=
-              0 ||
-          seccomp_load(ctx) != 0 || syscall(SYS_seccomp, 0, 0, nullptr) == 0 ||
-          errno != EPERM) {
-        (void)!write(pipe_fds[1], "no outer filter", 15);
-        _exit(0);
-      }
-      seccomp_release(ctx);
-    }
-    HelperCredentials creds;
-    if (geteuid() == 0) {
-      creds.change = true;
-      creds.uid = creds.gid = kOwnerA;
-      creds.groups = {kOwnerB};
-    }
-    absl::Status st = ConfineHelper(creds, uint64_t(1) << 30);
-    std::string out = st.ok() ? "" : std::string(st.message());
-    auto refused = [&](const char* what, long rc) {
-      if (rc >= 0 || errno != EPERM) {
-        absl::StrAppend(&out, what, " not refused (", rc, ", ", strerror(errno),
-                        "); ");
-      }
-    };
-    refused("open", open("/etc/hostname", O_RDONLY));
-    refused("openat", openat(AT_FDCWD, "/etc/hostname", O_RDONLY));
-    refused("openat2",
-            syscall(SYS_openat2, AT_FDCWD, "/etc/hostname", nullptr, 0));
-    refused("creat", creat("/tmp/batchd-hdf5-helper-test", 0600));
-    struct stat sb;
-    refused("stat", stat("/etc/hostname", &sb));
-    refused("socket", socket(AF_UNIX, SOCK_STREAM, 0));
-    char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
-    refused("execve", execve("/bin/true", argv, environ));
-    refused("kill", kill(getppid(), 0));
-    refused("ptrace",
-            syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, getppid(), 0, 0));
-    // Another process's limits and priority, a terminal's input, being
-    // traced again.
-    const rlimit one = {1, 1};
-    refused("prlimit", prlimit(getppid(), RLIMIT_NOFILE, &one, nullptr));
-    refused("setpriority", setpriority(PRIO_PROCESS, getppid(), 19));
-    char c = 'x';
-    refused("TIOCSTI", ioctl(2, TIOCSTI, &c));
-    refused("TIOCSTI, high bits",
-            syscall(SYS_ioctl, 2, (uint64_t(1) << 32) | TIOCSTI, &c));
-    refused("PR_SET_DUMPABLE", prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
-    if (geteuid() == 0 && !creds.change) out += "still root; ";
-    if (creds.change && (getuid() != kOwnerA || getgid() != kOwnerA)) {
-      out += "not the owner's ids; ";
-    }
-    // What it holds: its own pipe, its own pid.
-    if (kill(getpid(), 0) != 0) out += "cannot signal itself; ";
-    if (out.empty()) out = "ok";
-    (void)!write(pipe_fds[1], out.data(), out.size());
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  std::string said;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) said.append(buf, n);
-  close(pipe_fds[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  int status = -1;
+  const std::string said = testutil::RunInChild(
+      [outer] {
+        if (outer) {
+          scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+          if (ctx == nullptr ||
+              seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(seccomp),
+                               0) != 0 ||
+              seccomp_load(ctx) != 0 ||
+              syscall(SYS_seccomp, 0, 0, nullptr) == 0 || errno != EPERM) {
+            return std::string("no outer filter");
+          }
+          seccomp_release(ctx);
+        }
+        HelperCredentials creds;
+        if (geteuid() == 0) {
+          creds.change = true;
+          creds.uid = creds.gid = kOwnerA;
+          creds.groups = {kOwnerB};
+        }
+        absl::Status st = ConfineHelper(creds, uint64_t(1) << 30);
+        std::string out = st.ok() ? "" : std::string(st.message());
+        auto refused = [&](const char* what, long rc) {
+          if (rc >= 0 || errno != EPERM) {
+            absl::StrAppend(&out, what, " not refused (", rc, ", ",
+                            strerror(errno), "); ");
+          }
+        };
+        refused("open", open("/etc/hostname", O_RDONLY));
+        refused("openat", openat(AT_FDCWD, "/etc/hostname", O_RDONLY));
+        refused("openat2",
+                syscall(SYS_openat2, AT_FDCWD, "/etc/hostname", nullptr, 0));
+        refused("creat", creat("/tmp/batchd-hdf5-helper-test", 0600));
+        struct stat sb;
+        refused("stat", stat("/etc/hostname", &sb));
+        refused("socket", socket(AF_UNIX, SOCK_STREAM, 0));
+        char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+        refused("execve", execve("/bin/true", argv, environ));
+        refused("kill", kill(getppid(), 0));
+        refused("ptrace",
+                syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, getppid(), 0, 0));
+        // Another process's limits and priority, a terminal's input, being
+        // traced again.
+        const rlimit one = {1, 1};
+        refused("prlimit", prlimit(getppid(), RLIMIT_NOFILE, &one, nullptr));
+        refused("setpriority", setpriority(PRIO_PROCESS, getppid(), 19));
+        char c = 'x';
+        refused("TIOCSTI", ioctl(2, TIOCSTI, &c));
+        refused("TIOCSTI, high bits",
+                syscall(SYS_ioctl, 2, (uint64_t(1) << 32) | TIOCSTI, &c));
+        refused("PR_SET_DUMPABLE", prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
+        if (geteuid() == 0 && !creds.change) out += "still root; ";
+        if (creds.change && (getuid() != kOwnerA || getgid() != kOwnerA)) {
+          out += "not the owner's ids; ";
+        }
+        // What it holds: its own pipe, its own pid.
+        if (kill(getpid(), 0) != 0) out += "cannot signal itself; ";
+        if (out.empty()) out = "ok";
+        return out;
+      },
+      &status);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(said, "ok");
 }
@@ -413,19 +414,32 @@ bool InPoll(long nr) {
   return nr == SYS_ppoll;
 }
 
+// Starts `fn` on a thread named `name` and waits until that thread is
+// blocked in poll: its call waits on a helper's answer. *waiting says
+// whether it came to that.
+absl::StatusOr<Thread> StartWaitingOnAHelper(absl::string_view name,
+                                             std::function<void()> fn,
+                                             bool* waiting) {
+  auto tid = std::make_shared<std::atomic<pid_t>>(0);
+  absl::StatusOr<Thread> thread =
+      StartThread(name, "", [tid, fn = std::move(fn)] {
+        *tid = pid_t(syscall(SYS_gettid));
+        fn();
+      });
+  *waiting = thread.ok() && WaitFor([&] {
+               return *tid != 0 && InPoll(BlockedIn(getpid(), *tid));
+             });
+  return thread;
+}
+
 TEST_F(Hdf5HelperTest, EachOwnerHasItsHelperAndAStalledOneHoldsNoOneElse) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to take other uids";
-  const std::string path = Write("v.h5", Target::kChunked);
-  auto root_a =
-      DataRoot::Open(dir_.path(), ReadAccess::User(kOwnerA, kOwnerA, {}));
-  auto root_b =
-      DataRoot::Open(dir_.path(), ReadAccess::User(kOwnerB, kOwnerB, {}));
-  ASSERT_TRUE(root_a.ok() && root_b.ok());
-  auto va = IndexVolume(**root_a, path);
-  auto vb = IndexVolume(**root_b, path);
+  ASSERT_NO_FATAL_FAILURE(OpenAsTwoOwners());
+  auto va = IndexVolume(*root_a_, volume_);
+  auto vb = IndexVolume(*root_b_, volume_);
   ASSERT_TRUE(va.ok() && vb.ok()) << va.status() << vb.status();
-  std::shared_ptr<Hdf5Helper> a = Hdf5Helper::For((*root_a)->access());
-  std::shared_ptr<Hdf5Helper> b = Hdf5Helper::For((*root_b)->access());
+  std::shared_ptr<Hdf5Helper> a = Hdf5Helper::For(root_a_->access());
+  std::shared_ptr<Hdf5Helper> b = Hdf5Helper::For(root_b_->access());
   const pid_t pa = a->pid_for_testing(), pb = b->pid_for_testing();
   ASSERT_GT(pa, 0);
   ASSERT_GT(pb, 0);
@@ -433,33 +447,33 @@ TEST_F(Hdf5HelperTest, EachOwnerHasItsHelperAndAStalledOneHoldsNoOneElse) {
   // Each runs as its owner; the daemon's own as nobody.
   EXPECT_EQ(StatusField(pa, "Uid:"), absl::StrCat(kOwnerA));
   EXPECT_EQ(StatusField(pb, "Uid:"), absl::StrCat(kOwnerB));
-  ASSERT_TRUE(IndexVolume(*root_, path).ok());
+  ASSERT_TRUE(IndexVolume(*root_, volume_).ok());
   EXPECT_EQ(StatusField(Hdf5Helper::Get().pid_for_testing(), "Uid:"),
             absl::StrCat(kNobody));
 
   // A's helper stops answering (its owner may SIGSTOP it) while A reads.
   ASSERT_EQ(kill(pa, SIGSTOP), 0);
-  std::atomic<pid_t> reader_tid{0};
   std::atomic<bool> a_done{false};
   absl::Status a_read;
-  absl::StatusOr<Thread> reader = StartThread("A's reader", "", [&] {
-    reader_tid = pid_t(syscall(SYS_gettid));
-    std::string bytes;
-    a_read = ReadVolumeSlice(**root_a, *va, 1, &bytes);
-    a_done = true;
-  });
+  bool waiting = false;
+  absl::StatusOr<Thread> reader = StartWaitingOnAHelper(
+      "A's reader",
+      [&] {
+        std::string bytes;
+        a_read = ReadVolumeSlice(*root_a_, *va, 1, &bytes);
+        a_done = true;
+      },
+      &waiting);
   ASSERT_TRUE(reader.ok());
   // A's call is in flight: its thread waits on the helper's answer.
-  ASSERT_TRUE(WaitFor([&] {
-    return reader_tid != 0 && InPoll(BlockedIn(getpid(), reader_tid));
-  }));
+  ASSERT_TRUE(waiting);
   // B is served meanwhile, index and reads.
   for (uint32_t s = 0; s < 2; ++s) {
     std::string bytes;
-    absl::Status st = ReadVolumeSlice(**root_b, *vb, s, &bytes);
+    absl::Status st = ReadVolumeSlice(*root_b_, *vb, s, &bytes);
     EXPECT_TRUE(st.ok()) << st;
   }
-  EXPECT_TRUE(IndexVolume(**root_b, path).ok());
+  EXPECT_TRUE(IndexVolume(*root_b_, volume_).ok());
   EXPECT_FALSE(a_done.load());  // A's call waited on A's helper alone
   // A's helper killed: A's call is asked again of a new helper.
   ASSERT_EQ(kill(pa, SIGKILL), 0);
@@ -470,48 +484,40 @@ TEST_F(Hdf5HelperTest, EachOwnerHasItsHelperAndAStalledOneHoldsNoOneElse) {
 
 TEST_F(Hdf5HelperTest, HelpersBeyondTheCapTakeAnIdleOnesPlaceOrAreRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to take other uids";
-  const std::string path = Write("v.h5", Target::kChunked);
-  auto root_a =
-      DataRoot::Open(dir_.path(), ReadAccess::User(kOwnerA, kOwnerA, {}));
-  auto root_b =
-      DataRoot::Open(dir_.path(), ReadAccess::User(kOwnerB, kOwnerB, {}));
-  ASSERT_TRUE(root_a.ok() && root_b.ok());
+  ASSERT_NO_FATAL_FAILURE(OpenAsTwoOwners());
   // No helper of this process runs (other tests' may).
   Hdf5Helper::Get().StopForTesting();
-  Hdf5Helper::For((*root_a)->access())->StopForTesting();
-  Hdf5Helper::For((*root_b)->access())->StopForTesting();
+  Hdf5Helper::For(root_a_->access())->StopForTesting();
+  Hdf5Helper::For(root_b_->access())->StopForTesting();
   ASSERT_EQ(Hdf5Helper::running_for_testing(), 0);
   Hdf5Helper::set_max_helpers_for_testing(1);
-  auto va = IndexVolume(**root_a, path);
+  auto va = IndexVolume(*root_a_, volume_);
   ASSERT_TRUE(va.ok()) << va.status();
-  const pid_t pa = Hdf5Helper::For((*root_a)->access())->pid_for_testing();
+  const pid_t pa = Hdf5Helper::For(root_a_->access())->pid_for_testing();
   ASSERT_GT(pa, 0);
   // B's helper takes idle A's place: A is stopped and reaped.
-  ASSERT_TRUE(IndexVolume(**root_b, path).ok());
+  ASSERT_TRUE(IndexVolume(*root_b_, volume_).ok());
   EXPECT_EQ(Hdf5Helper::running_for_testing(), 1);
-  EXPECT_EQ(Hdf5Helper::For((*root_a)->access())->pid_for_testing(), 0);
+  EXPECT_EQ(Hdf5Helper::For(root_a_->access())->pid_for_testing(), 0);
   EXPECT_NE(kill(pa, 0), 0);  // gone, not a zombie of ours
   // B in a call (its helper stopped): A is refused rather than made to wait.
-  std::shared_ptr<Hdf5Helper> b = Hdf5Helper::For((*root_b)->access());
+  std::shared_ptr<Hdf5Helper> b = Hdf5Helper::For(root_b_->access());
   const pid_t pb = b->pid_for_testing();
   ASSERT_EQ(kill(pb, SIGSTOP), 0);
-  std::atomic<pid_t> reader_tid{0};
-  absl::StatusOr<Thread> reader = StartThread("B's reader", "", [&] {
-    reader_tid = pid_t(syscall(SYS_gettid));
-    EXPECT_TRUE(IndexVolume(**root_b, path).ok());
-  });
+  bool waiting = false;
+  absl::StatusOr<Thread> reader = StartWaitingOnAHelper(
+      "B's reader", [&] { EXPECT_TRUE(IndexVolume(*root_b_, volume_).ok()); },
+      &waiting);
   ASSERT_TRUE(reader.ok());
-  ASSERT_TRUE(WaitFor([&] {
-    return reader_tid != 0 && InPoll(BlockedIn(getpid(), reader_tid));
-  }));
-  auto refused = IndexVolume(**root_a, path);
+  ASSERT_TRUE(waiting);
+  auto refused = IndexVolume(*root_a_, volume_);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("every one of the 1 HDF5 helper processes"));
   ASSERT_EQ(kill(pb, SIGKILL), 0);
   reader->Join();
   Hdf5Helper::set_max_helpers_for_testing(Hdf5Helper::kMaxHelpers);
-  EXPECT_TRUE(IndexVolume(**root_a, path).ok());
+  EXPECT_TRUE(IndexVolume(*root_a_, volume_).ok());
 }
 
 // W1: PR_SET_PDEATHSIG follows the thread that started a process; the

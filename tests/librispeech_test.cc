@@ -151,12 +151,9 @@ class LibriSpeechTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<Workload>> Create(
       const std::string& split,
       std::map<std::string, std::string> options = {}) {
-    WorkloadConfig config;
-    config.data_path = dir_.path();
-    config.split = split;
-    config.seed = 7;
-    config.options = std::move(options);
-    return CreateWorkload(kLibriSpeechWorkload, config);
+    return CreateWorkload(
+        kLibriSpeechWorkload,
+        testutil::StreamConfig(dir_.path(), split, std::move(options), 7));
   }
 
   struct Item {

@@ -182,11 +182,8 @@ struct Data {
   absl::StatusOr<std::unique_ptr<Workload>> Create(
       const std::string& split, std::map<std::string, std::string> opts = {
                                     {"graphs_per_row", "2"}}) const {
-    WorkloadConfig c;
-    c.data_path = dir.path();
-    c.split = split;
-    c.options = opts;
-    return CreateWorkload(kOgbgWorkload, c);
+    return CreateWorkload(kOgbgWorkload,
+                          testutil::StreamConfig(dir.path(), split, opts));
   }
 };
 
@@ -207,10 +204,9 @@ TEST(OgbgWorkload, RefusesBadOptionsSplitsAndMissingFiles) {
   EXPECT_THAT(data.Create("train").status().message(),
               HasSubstr("train.tfrecord-00003-of-00008"));
   // The version folder itself is accepted as data.
-  WorkloadConfig c;
-  c.data_path = data.shards;
-  c.split = "validation";
-  EXPECT_TRUE(CreateWorkload(kOgbgWorkload, c).ok());
+  EXPECT_TRUE(CreateWorkload(kOgbgWorkload,
+                             testutil::StreamConfig(data.shards, "validation"))
+                  .ok());
 }
 
 // Graph ids (label 0) of a row's real graphs.

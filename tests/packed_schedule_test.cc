@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -65,13 +66,19 @@ class Rows : public RowPacking {
 // Ready(step) once it is no longer "being prepared", within a generous
 // bound.
 absl::Status ReadyWithin(PackedSchedule& s, uint64_t step) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  absl::Status r = s.Ready(step);
-  while (absl::IsUnavailable(r) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    r = s.Ready(step);
-  }
+  absl::Status r;
+  testutil::WaitFor([&] { return !absl::IsUnavailable(r = s.Ready(step)); }, 60,
+                    5);
   return r;
+}
+
+// The schedules' sampler: global batches of `global` over `world` ranks
+// (seed 3) of 100 examples, which the fake rows' counts stand in for.
+Sampler RowSampler(uint64_t global = 2, uint32_t world = 1) {
+  absl::StatusOr<Sampler> sampler =
+      Sampler::Create(100, global, world, 3, true);
+  EXPECT_TRUE(sampler.ok()) << sampler.status();
+  return std::move(sampler).value();
 }
 
 std::unique_ptr<Executor> MakeExecutor() {
@@ -87,10 +94,9 @@ TEST(PackedSchedule, CountsOnTheExecutorItIsGivenAndStartsNoThread) {
   auto executor = MakeExecutor();
   Rows rows;
   rows.executor = executor.get();
-  auto sampler = Sampler::Create(100, 2, 1, 3, true);
-  ASSERT_TRUE(sampler.ok());
+  const Sampler sampler = RowSampler();
   const int before = ThreadsOfThisProcess();
-  PackedSchedule schedule(rows, *sampler, executor.get());
+  PackedSchedule schedule(rows, sampler, executor.get());
   // Step 40 lies in epoch 8 (5 steps an epoch): nine epochs are counted.
   ASSERT_TRUE(ReadyWithin(schedule, 40).ok());
   EXPECT_TRUE(rows.on_pool.load());
@@ -106,9 +112,8 @@ TEST(PackedSchedule, CountsOnTheExecutorItIsGivenAndStartsNoThread) {
 TEST(PackedSchedule, StepsSayTheirEpochsFirstStepAndLength) {
   auto executor = MakeExecutor();
   Rows rows;  // ten rows an epoch, G = 2: five steps
-  auto sampler = Sampler::Create(100, 2, 1, 3, true);
-  ASSERT_TRUE(sampler.ok());
-  PackedSchedule schedule(rows, *sampler, executor.get());
+  const Sampler sampler = RowSampler();
+  PackedSchedule schedule(rows, sampler, executor.get());
   for (uint64_t step : {0, 4, 5, 12}) {
     ASSERT_TRUE(ReadyWithin(schedule, step).ok());
     absl::StatusOr<StepItems> items = schedule.Locate(step, 0);
@@ -118,7 +123,7 @@ TEST(PackedSchedule, StepsSayTheirEpochsFirstStepAndLength) {
   }
   // Resumed at step 7 from the cursor of row 4 of epoch 2 (its third
   // step): that epoch began at step 5 and ends before step 10.
-  PackedSchedule resumed(rows, *sampler, executor.get());
+  PackedSchedule resumed(rows, sampler, executor.get());
   ASSERT_TRUE(resumed.Anchor(7, RowCursor{2, 4, 0}, false).ok());
   for (uint64_t step : {7, 9, 10}) {
     ASSERT_TRUE(ReadyWithin(resumed, step).ok());
@@ -136,9 +141,8 @@ TEST(PackedSchedule, StepsSayTheirEpochsFirstStepAndLength) {
 TEST(PackedSchedule, ARowsPairsAreListedOnceForReadAheadAndItem) {
   auto executor = MakeExecutor();
   Rows rows;
-  auto sampler = Sampler::Create(100, 4, 2, 3, true);
-  ASSERT_TRUE(sampler.ok());
-  PackedSchedule schedule(rows, *sampler, executor.get());
+  const Sampler sampler = RowSampler(4, 2);
+  PackedSchedule schedule(rows, sampler, executor.get());
   ASSERT_TRUE(ReadyWithin(schedule, 1).ok());
   std::vector<ExampleKey> step_keys;
   ASSERT_TRUE(schedule.ExamplesOf(1, 1, &step_keys));
@@ -183,9 +187,8 @@ TEST(PackedSchedule, ACountThatFailsUnavailableIsAFinalErrorWithItsMessage) {
         absl::OutOfRangeError("row 12 of epoch 0 (which has 10)")}) {
     SCOPED_TRACE(error.ToString());
     Rows rows(error);
-    auto sampler = Sampler::Create(100, 2, 1, 3, true);
-    ASSERT_TRUE(sampler.ok());
-    PackedSchedule schedule(rows, *sampler, executor.get());
+    const Sampler sampler = RowSampler();
+    PackedSchedule schedule(rows, sampler, executor.get());
     const absl::Status r = ReadyWithin(schedule, 0);
     EXPECT_FALSE(r.ok());
     EXPECT_FALSE(absl::IsUnavailable(r)) << r;
@@ -198,9 +201,8 @@ TEST(PackedSchedule, ACountThatCannotBeQueuedIsAnError) {
   auto executor = MakeExecutor();
   executor->Shutdown();
   Rows rows;
-  auto sampler = Sampler::Create(100, 2, 1, 3, true);
-  ASSERT_TRUE(sampler.ok());
-  PackedSchedule schedule(rows, *sampler, executor.get());
+  const Sampler sampler = RowSampler();
+  PackedSchedule schedule(rows, sampler, executor.get());
   const absl::Status r = schedule.Ready(0);
   EXPECT_EQ(r.code(), absl::StatusCode::kFailedPrecondition) << r;
   EXPECT_NE(r.message().find("cannot count the epochs"), std::string::npos);
@@ -231,21 +233,15 @@ class SlowCursorRows : public Rows {
 };
 
 void WaitFor(const std::atomic<bool>& flag) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!flag.load() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(flag.load());
+  ASSERT_TRUE(testutil::WaitFor([&] { return flag.load(); }, 60, 1));
 }
 
 TEST(PackedSchedule, AnchorFindsTheRowOnTheExecutorNotOnItsCaller) {
   auto executor = MakeExecutor();
   SlowCursorRows rows;
   rows.executor = executor.get();
-  auto sampler = Sampler::Create(100, 2, 1, 3, true);
-  ASSERT_TRUE(sampler.ok());
-  PackedSchedule schedule(rows, *sampler, executor.get());
+  const Sampler sampler = RowSampler();
+  PackedSchedule schedule(rows, sampler, executor.get());
   // Returns while the row cannot be found yet: nothing is looked up here.
   ASSERT_TRUE(schedule.Anchor(7, RowCursor{2, 4, 0}, false).ok());
   EXPECT_FALSE(rows.looking.load());
@@ -264,10 +260,9 @@ TEST(PackedSchedule, AnchorFindsTheRowOnTheExecutorNotOnItsCaller) {
 TEST(PackedSchedule, CancelStopsFindingTheRowAndACursorBeyondIsRefusedAtOnce) {
   auto executor = MakeExecutor();
   SlowCursorRows rows;
-  auto sampler = Sampler::Create(100, 2, 1, 3, true);
-  ASSERT_TRUE(sampler.ok());
+  const Sampler sampler = RowSampler();
   {
-    PackedSchedule schedule(rows, *sampler, executor.get());
+    PackedSchedule schedule(rows, sampler, executor.get());
     const absl::Status far = schedule.Anchor(7, RowCursor{0, 1000, 0}, true);
     EXPECT_EQ(far.code(), absl::StatusCode::kInvalidArgument) << far;
     EXPECT_FALSE(rows.looking.load());

@@ -3,7 +3,6 @@
 // fails naming the file; a stream goes, and the read-ahead stops, without
 // waiting for a read that does not return. No test depends on timing.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include "server/engine.h"
 #include "server/readahead.h"
 #include "tests/readahead_testutil.h"
+#include "tests/testutil.h"
 
 namespace batchd {
 namespace {
@@ -86,54 +86,33 @@ struct EngineRun {
 
 EngineRun RunEngine(uint64_t budget, uint32_t w, uint64_t start, int steps) {
   const uint64_t g = 8, n = 101;
-  auto sampler = Sampler::Create(n, g, w, 5, true);
-  EXPECT_TRUE(sampler.ok());
   auto owned = std::make_unique<StoredBytesWorkload>(n);
   StoredBytesWorkload* workload = owned.get();
-  BatchLayout layout = *BatchLayout::Make(owned->tensors(), g / w);
   ReadAhead ra(Budget(budget));
   EngineRun run;
   {
-    auto stream =
-        std::make_shared<StreamSetup>("s", std::move(owned), *sampler, layout);
-    Engine engine(2, &ra);
-    EXPECT_TRUE(engine.Prepare(stream.get()).ok());
-    EXPECT_EQ(stream->readahead != nullptr, budget > 0);
-    std::vector<std::unique_ptr<RingReader>> readers;
-    std::vector<std::shared_ptr<RankProducer>> producers;
-    for (uint32_t r = 0; r < w; ++r) {
-      RingGeometry geo;
-      geo.slot_count = 2;
-      geo.payload_bytes = layout.payload_bytes;
-      const std::string name = absl::StrCat("/bdreadahead", getpid(), ".", r);
-      auto ring = RingWriter::Create(name, geo);
-      EXPECT_TRUE(ring.ok()) << ring.status();
-      readers.push_back(std::move(*RingReader::Attach(name)));
-      producers.push_back(std::make_shared<RankProducer>(
-          stream, r, start, std::move(*ring), SharedSchedule(stream)));
-      engine.Add(producers.back());
-    }
+    testutil::ServedStream served("s", std::move(owned), g, w, 5, &ra, start);
+    if (!served.ok()) return run;
+    EXPECT_EQ(served.stream().readahead != nullptr, budget > 0);
     for (int s = 0; s < steps; ++s) {
       std::string batch;
       for (uint32_t r = 0; r < w; ++r) {
         // Let the read-ahead run to its budget (not a race with the
         // workers, who would otherwise read everything themselves).
         if (budget > 0) ra.WaitIdleForTest();
-        absl::StatusOr<uint64_t> pos = readers[r]->Acquire(10.0);
-        EXPECT_TRUE(pos.ok()) << pos.status();
-        if (!pos.ok()) return run;
-        EXPECT_EQ(readers[r]->Slot(*pos)->step, start + s);
-        batch.append(reinterpret_cast<const char*>(readers[r]->SlotBase(*pos) +
-                                                   layout.entries[0].offset),
-                     (g / w) * StoredBytesWorkload::kBytes);
-        readers[r]->Release(*pos);
+        absl::StatusOr<testutil::RankBatch> got = served.Next(r, 10.0);
+        EXPECT_TRUE(got.ok()) << got.status();
+        if (!got.ok()) return run;
+        EXPECT_EQ(got->step, start + s);
+        batch += got->tensors[0];
       }
       run.batches.push_back(batch);
     }
-    if (stream->readahead != nullptr) run.stats = stream->readahead->stats();
+    if (served.stream().readahead != nullptr) {
+      run.stats = served.stream().readahead->stats();
+    }
     run.max_total_held = ra.max_total_held_bytes();
-    for (auto& p : producers) engine.Retire(p);
-    engine.Stop();
+    served.Stop();
     run.reads = workload->reads.load();
   }
   return run;
@@ -228,21 +207,12 @@ TEST(ReadAheadEngineTest, AStalledStreamHoldsNoWorkerAndFailsNamingTheFile) {
     ASSERT_TRUE(engine.Prepare(stalled.get()).ok());
     ASSERT_TRUE(engine.Prepare(local.get()).ok());
     gate->Set(false);  // the stalled stream's storage stops answering
-    std::vector<std::unique_ptr<RingReader>> readers;
-    std::vector<std::shared_ptr<RankProducer>> producers;
-    for (const auto& setup : {stalled, local}) {
-      RingGeometry geo;
-      geo.slot_count = 2;
-      geo.payload_bytes = layout.payload_bytes;
-      const std::string name =
-          absl::StrCat("/bdstall", getpid(), ".", setup->name);
-      auto ring = RingWriter::Create(name, geo);
-      ASSERT_TRUE(ring.ok()) << ring.status();
-      readers.push_back(std::move(*RingReader::Attach(name)));
-      producers.push_back(std::make_shared<RankProducer>(
-          setup, 0, 0, std::move(*ring), SharedSchedule(setup)));
-      engine.Add(producers.back());
-    }
+    testutil::ServedRanks stalled_rank(stalled, 1), local_rank(local, 1);
+    ASSERT_TRUE(stalled_rank.ok() && local_rank.ok());
+    stalled_rank.AddTo(engine);
+    local_rank.AddTo(engine);
+    const std::shared_ptr<RankProducer> producers[] = {
+        stalled_rank.producers()[0], local_rank.producers()[0]};
     // The server's heartbeat, as the core's thread beats it: the clients
     // below wait longer than a heartbeat may be old.
     std::atomic<bool> beating{true};
@@ -262,12 +232,11 @@ TEST(ReadAheadEngineTest, AStalledStreamHoldsNoWorkerAndFailsNamingTheFile) {
     } join{beating, heart};
     ASSERT_TRUE(gate->WaitEntered(1, 30));
     for (int s = 0; s < 20; ++s) {
-      absl::StatusOr<uint64_t> pos = readers[1]->Acquire(30.0);
-      ASSERT_TRUE(pos.ok()) << "step " << s << ": " << pos.status();
-      EXPECT_EQ(readers[1]->Slot(*pos)->step, uint64_t(s));
-      readers[1]->Release(*pos);
+      absl::StatusOr<testutil::RankBatch> batch = local_rank.Next(0, 30.0);
+      ASSERT_TRUE(batch.ok()) << "step " << s << ": " << batch.status();
+      EXPECT_EQ(batch->step, uint64_t(s));
     }
-    absl::StatusOr<uint64_t> got = readers[0]->Acquire(60.0);
+    absl::StatusOr<testutil::RankBatch> got = stalled_rank.Next(0, 60.0);
     ASSERT_FALSE(got.ok());
     const std::string why(got.status().message());
     EXPECT_NE(why.find("step 0 failed: storage stalled: reading "
@@ -279,7 +248,8 @@ TEST(ReadAheadEngineTest, AStalledStreamHoldsNoWorkerAndFailsNamingTheFile) {
     EXPECT_TRUE(producers[0]->failed.load());
     EXPECT_FALSE(producers[1]->failed.load());
     gate->Set(true);
-    for (auto& p : producers) engine.Retire(p);
+    stalled_rank.Retire();
+    local_rank.Retire();
     EXPECT_TRUE(engine.Stop());
   }
 }

@@ -1,7 +1,8 @@
 // What the read-ahead suites share (readahead_test, readahead_engine_test,
-// readahead_worker_test): a lane's plain order, a source that records what
-// it was asked for, a budget, and a gate that holds reads like a mount that
-// stops answering. Test-only.
+// readahead_worker_test, and the workloads' read-ahead suites): a lane's
+// plain order, a source that records what it was asked for, a budget, a gate
+// that holds reads like a mount that stops answering, and the ways a served
+// stream reads (Reading). Test-only.
 //
 // Thread safety: a RecordingReader's function and a Gate may be called
 // from any thread.
@@ -92,6 +93,21 @@ struct Gate {
                        [&] { return entered >= n; });
   }
 };
+
+// How a stream served in a test reads its examples: without read-ahead, with
+// it, and with it over storage seen to answer at once (a read under a second
+// counts as returning at once, so reads are made inline as on local disk).
+enum class Reading { kOff, kAhead, kInline };
+
+// The read-ahead for `reading`: two I/O threads and `budget_bytes` (none
+// when off).
+inline ReadAhead::Options ReadingOptions(Reading reading,
+                                         uint64_t budget_bytes) {
+  ReadAhead::Options o =
+      Budget(reading == Reading::kOff ? 0 : budget_bytes, /*threads=*/2);
+  if (reading == Reading::kInline) o.inline_read_ns = uint64_t(1e9);
+  return o;
+}
 
 }  // namespace readahead_testutil
 }  // namespace batchd

@@ -254,24 +254,35 @@ std::vector<ExampleKey> StepKeys(uint64_t step) {
   return keys;
 }
 
-TEST(ReadAheadWorkerTest, BytesAreHandedOverToAnItemThatWillNotRunAgain) {
-  ReadAhead ra(Budget(4 << 20));
+// A stream read ahead into an AddressRecorder from step 1 while step 0 is
+// decoded, until idle; then step 1 is decoded, and `item` is step 1's, in
+// its first attempt.
+struct StepOneReadAhead {
+  StepOneReadAhead() {
+    ra.Decoding(lane, 0);
+    ra.WaitIdleForTest();
+    ra.Decoding(lane, 1);
+    item.BeginAttempt();
+  }
+
+  ReadAhead ra{Budget(4 << 20)};
   AddressRecorder source;
-  auto stream = ra.AddStream("s", source.Fn());
-  const auto lane = ra.AddLane(stream, PlainOrder(), 1);
-  ra.Decoding(lane, 0);
-  ra.WaitIdleForTest();
-  ra.Decoding(lane, 1);
+  const std::shared_ptr<ReadAheadStream> stream =
+      ra.AddStream("s", source.Fn());
+  const ReadAhead::LaneId lane = ra.AddLane(stream, PlainOrder(), 1);
+  ReadAheadItem item{stream.get(), lane, 1};
+};
+
+TEST(ReadAheadWorkerTest, BytesAreHandedOverToAnItemThatWillNotRunAgain) {
+  StepOneReadAhead s;
   // Every example of the item is there: each is handed over, not copied
   // (the bytes are where the I/O thread read them).
-  ReadAheadItem item(stream.get(), lane, 1);
-  item.BeginAttempt();
   const std::vector<ExampleKey> keys = StepKeys(1);
   std::vector<std::string> buffers;
   WorkloadCounters counters;
-  FillContext ctx(ItemRef{}, &counters, nullptr, &item);
-  item.ReadInto(keys, &buffers, &ctx);
-  ASSERT_FALSE(item.pending());
+  FillContext ctx(ItemRef{}, &counters, nullptr, &s.item);
+  s.item.ReadInto(keys, &buffers, &ctx);
+  ASSERT_FALSE(s.item.pending());
   for (const ExampleKey& k : keys) {
     std::string bytes;
     int64_t label = -1;
@@ -279,70 +290,62 @@ TEST(ReadAheadWorkerTest, BytesAreHandedOverToAnItemThatWillNotRunAgain) {
     EXPECT_EQ(bytes, std::string(64 << 10, char('a' + k.id % 26)));
     EXPECT_EQ(label, int64_t(k.id));
     EXPECT_EQ(static_cast<const void*>(bytes.data()),
-              static_cast<const void*>(source.At(k.id)))
+              static_cast<const void*>(s.source.At(k.id)))
         << k.id;
   }
   EXPECT_EQ(ctx.reader_reads(), 0u);
-  EXPECT_EQ(stream->stats().hits, kBatch);
+  EXPECT_EQ(s.stream->stats().hits, kBatch);
   // The item will not run again: a substitute it reads now (not read
   // ahead) is read by the worker, not left pending.
   std::string bytes;
   int64_t label;
   ASSERT_TRUE(
       ctx.Read({0, 4, 77, ExampleKey::Kind::kSubstitute}, &bytes, &label).ok());
-  EXPECT_FALSE(item.pending());
+  EXPECT_FALSE(s.item.pending());
   EXPECT_EQ(label, 77);
-  EXPECT_EQ(stream->stats().sync_reads, 1u);
-  ra.FinishItem(&item);
-  ra.RemoveLane(lane);
+  EXPECT_EQ(s.stream->stats().sync_reads, 1u);
+  s.ra.FinishItem(&s.item);
+  s.ra.RemoveLane(s.lane);
 }
 
 TEST(ReadAheadWorkerTest, BytesAreCopiedWhileTheItemMayRunAgain) {
-  ReadAhead ra(Budget(4 << 20));
-  AddressRecorder source;
-  auto stream = ra.AddStream("s", source.Fn());
-  const auto lane = ra.AddLane(stream, PlainOrder(), 1);
-  ra.Decoding(lane, 0);
-  ra.WaitIdleForTest();
-  ra.Decoding(lane, 1);
+  StepOneReadAhead s;
   // One example there, the next not: nothing is given, the item waits.
-  ReadAheadItem item(stream.get(), lane, 1);
-  item.BeginAttempt();
   std::vector<ExampleKey> keys = {{0, 4, 4}, {0, 900, 900}};
   std::vector<std::string> buffers;
   WorkloadCounters counters;
   {
-    FillContext ctx(ItemRef{}, &counters, nullptr, &item);
-    item.ReadInto(keys, &buffers, &ctx);
-    EXPECT_TRUE(item.pending());
+    FillContext ctx(ItemRef{}, &counters, nullptr, &s.item);
+    s.item.ReadInto(keys, &buffers, &ctx);
+    EXPECT_TRUE(s.item.pending());
     EXPECT_TRUE(buffers[0].empty());
   }
-  while (!item.landed()) std::this_thread::yield();
+  while (!s.item.landed()) std::this_thread::yield();
   // A read the item makes itself while it may run again is a copy; the
   // bytes stay for its next attempt.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    item.BeginAttempt();
+    s.item.BeginAttempt();
     std::string bytes;
     int64_t label;
-    ASSERT_TRUE(item.Read(keys[0], &bytes, &label).ok());
+    ASSERT_TRUE(s.item.Read(keys[0], &bytes, &label).ok());
     EXPECT_EQ(bytes, std::string(64 << 10, char('a' + 4)));
     EXPECT_NE(static_cast<const void*>(bytes.data()),
-              static_cast<const void*>(source.At(4)));
+              static_cast<const void*>(s.source.At(4)));
   }
   // Then both are there: handed over.
-  item.BeginAttempt();
-  FillContext ctx(ItemRef{}, &counters, nullptr, &item);
-  item.ReadInto(keys, &buffers, &ctx);
-  ASSERT_FALSE(item.pending());
+  s.item.BeginAttempt();
+  FillContext ctx(ItemRef{}, &counters, nullptr, &s.item);
+  s.item.ReadInto(keys, &buffers, &ctx);
+  ASSERT_FALSE(s.item.pending());
   for (const ExampleKey& k : keys) {
     std::string bytes;
     int64_t label;
     ASSERT_TRUE(ctx.Read(k, &bytes, &label).ok());
     EXPECT_EQ(static_cast<const void*>(bytes.data()),
-              static_cast<const void*>(source.At(k.id)));
+              static_cast<const void*>(s.source.At(k.id)));
   }
-  ra.FinishItem(&item);
-  ra.RemoveLane(lane);
+  s.ra.FinishItem(&s.item);
+  s.ra.RemoveLane(s.lane);
 }
 
 // The bytes a worker held before (its buffer, given to the entry whose

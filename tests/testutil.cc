@@ -342,5 +342,73 @@ TestRing MakeRing(const std::string& name, const RingGeometry& geometry) {
   return ring;
 }
 
+// ---------------------------------------------------------------------------
+// StreamConfig, ServedStream.
+
+WorkloadConfig StreamConfig(const std::string& data_path,
+                            const std::string& split,
+                            std::map<std::string, std::string> options,
+                            uint64_t seed) {
+  WorkloadConfig config;
+  config.data_path = data_path;
+  config.split = split;
+  config.seed = seed;
+  config.options = std::move(options);
+  return config;
+}
+
+ServedStream::ServedStream(absl::string_view name,
+                           std::unique_ptr<Workload> workload,
+                           uint64_t global_batch, uint32_t world, uint64_t seed,
+                           ReadAhead* readahead, uint64_t start) {
+  absl::StatusOr<Sampler> sampler = Sampler::Create(
+      workload->num_examples(), global_batch, world, seed, workload->shuffle());
+  EXPECT_TRUE(sampler.ok()) << name << ": " << sampler.status();
+  absl::StatusOr<BatchLayout> layout =
+      BatchLayout::Make(workload->tensors(), global_batch / world);
+  EXPECT_TRUE(layout.ok()) << name << ": " << layout.status();
+  if (!sampler.ok() || !layout.ok()) return;
+  stream_ =
+      std::make_shared<StreamSetup>(std::string(name), std::move(workload),
+                                    *std::move(sampler), *std::move(layout));
+  engine_ = std::make_unique<Engine>(2, readahead);
+  const absl::Status prepared = engine_->Prepare(stream_.get());
+  EXPECT_TRUE(prepared.ok()) << name << ": " << prepared;
+  if (!prepared.ok()) return;
+  ranks_ = std::make_unique<ServedRanks>(stream_, world, start);
+  if (ranks_->ok()) ranks_->AddTo(*engine_);
+}
+
+ServedStream::~ServedStream() {
+  if (!stopped_) Stop();
+}
+
+absl::StatusOr<RankBatch> ServedStream::Next(uint32_t rank,
+                                             double timeout_seconds) {
+  return ranks_->Next(rank, timeout_seconds);
+}
+
+std::vector<std::vector<RankBatch>> ServedStream::NextSteps(int steps) {
+  std::vector<std::vector<RankBatch>> got;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<RankBatch> step;
+    for (uint32_t r = 0; r < stream_->sampler.world_size(); ++r) {
+      absl::StatusOr<RankBatch> batch = Next(r);
+      EXPECT_TRUE(batch.ok())
+          << "step " << s << ", rank " << r << ": " << batch.status();
+      if (!batch.ok()) return got;
+      step.push_back(*std::move(batch));
+    }
+    got.push_back(std::move(step));
+  }
+  return got;
+}
+
+bool ServedStream::Stop() {
+  stopped_ = true;
+  if (ranks_ != nullptr) ranks_->Retire();
+  return engine_ == nullptr || engine_->Stop();
+}
+
 }  // namespace testutil
 }  // namespace batchd

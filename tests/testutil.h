@@ -1,12 +1,15 @@
 // Fixtures the C++ suites share: temporary directories that remove
 // themselves, whole files, lines of a child's output, TFRecord / TFDS
 // shards of tf.train.Examples, the per-item output buffers
-// Workload::FillItem writes into, and a stream served to its ranks through
-// the engine's rings (ServedRanks). Test-only; failures are GoogleTest
-// failures that name the path.
+// Workload::FillItem writes into, a stream served to its ranks through
+// the engine's rings (ServedRanks), a stream's workload config
+// (StreamConfig) and a workload served through an engine of its own
+// (ServedStream). Test-only; failures are GoogleTest failures
+// that name the path.
 //
 // Thread safety: the free functions may be called from any thread; a
-// TempDir, RowBuffers or ServedRanks belongs to one thread at a time.
+// TempDir, RowBuffers, ServedRanks or ServedStream belongs to one thread at
+// a time.
 #ifndef BATCHD_TESTS_TESTUTIL_H_
 #define BATCHD_TESTS_TESTUTIL_H_
 
@@ -14,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +42,7 @@ namespace batchd {
 class Cancellation;  // base/work_context.h
 class Engine;        // server/engine.h
 class RankProducer;  // server/engine.h
+class ReadAhead;     // server/readahead.h
 class RingReader;    // ring/ring.h
 struct StreamSetup;  // server/engine.h
 
@@ -241,6 +246,53 @@ struct TestRing {
   bool ok() const { return writer != nullptr && reader != nullptr; }
 };
 TestRing MakeRing(const std::string& name, const RingGeometry& geometry);
+
+// ---------------------------------------------------------------------------
+// A workload opened and served to its ranks through an engine.
+
+// The config the daemon opens a stream's workload with, for data in
+// `data_path`: `split`, `options` and the stream's `seed`; no cache, and
+// the daemon's own permissions.
+WorkloadConfig StreamConfig(const std::string& data_path,
+                            const std::string& split,
+                            std::map<std::string, std::string> options = {},
+                            uint64_t seed = 0);
+
+// `workload` served as the daemon serves a stream: a sampler of global batch
+// `global_batch` over `world` ranks (seed `seed`, shuffled if the workload
+// shuffles), its batch layout, a StreamSetup named `name` that an engine of
+// two workers prepares (with `readahead`, if given, which must outlive this),
+// and ServedRanks on it from step `start`, added to the engine. Stop()
+// retires the ranks and stops the engine; the destructor does, if Stop was
+// not called. Failures to build it are GoogleTest failures (ok() says
+// whether it was built).
+class ServedStream {
+ public:
+  ServedStream(absl::string_view name, std::unique_ptr<Workload> workload,
+               uint64_t global_batch, uint32_t world, uint64_t seed,
+               ReadAhead* readahead = nullptr, uint64_t start = 0);
+  ~ServedStream();
+  ServedStream(const ServedStream&) = delete;
+  ServedStream& operator=(const ServedStream&) = delete;
+
+  bool ok() const { return ranks_ != nullptr && ranks_->ok(); }
+  // ServedRanks::Next.
+  absl::StatusOr<RankBatch> Next(uint32_t rank, double timeout_seconds = 60);
+  // The next `steps` steps' batches, rank by rank ([step][rank]); fewer
+  // steps (and a GoogleTest failure) when a rank's batch did not come.
+  std::vector<std::vector<RankBatch>> NextSteps(int steps);
+  // Retires the ranks and stops the engine: Engine::Stop's answer.
+  bool Stop();
+
+  StreamSetup& stream() { return *stream_; }
+  ServedRanks& ranks() { return *ranks_; }
+
+ private:
+  std::shared_ptr<StreamSetup> stream_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ServedRanks> ranks_;
+  bool stopped_ = false;
+};
 
 }  // namespace testutil
 }  // namespace batchd

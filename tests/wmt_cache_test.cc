@@ -37,6 +37,27 @@ class WmtCacheTest : public WmtFixture {
     if (rows != nullptr) *rows = AllRows(w, order, nullptr, nullptr);
     return tokenized;
   }
+  // A cached workload of `data` whose length pass tokenizes every pair of
+  // `order`'s epoch (nothing is stored for it yet) and stores what it
+  // learnt; its rows in *rows, if given.
+  void FillCache(const std::string& data, const EpochOrder& order,
+                 std::vector<PackedRow>* rows = nullptr) {
+    auto first = CreateCached(data);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(Tokenized(**first, order, rows), kTrainPairs);
+  }
+  // After a change to what the lengths depend on: a cached workload of
+  // `data` tokenizes every pair again, and its rows are an uncached one's.
+  void ExpectTokenizedAgain(const std::string& data, const EpochOrder& order) {
+    auto plain = Create(data, "train");
+    ASSERT_TRUE(plain.ok());
+    std::vector<PackedRow> expected, got;
+    Tokenized(**plain, order, &expected);
+    auto second = CreateCached(data);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(Tokenized(**second, order, &got), kTrainPairs);
+    ExpectRowsEqual(got, expected);
+  }
   std::string EntryOf(const std::string& kind,
                       const std::string& suffix = ".entry") {
     for (const auto& e : fs::directory_iterator(cache_path_)) {
@@ -125,30 +146,19 @@ TEST_F(WmtCacheTest, ChangedTextFileInvalidatesTheLengths) {
   const std::string d = NewDataDir();
   WriteText(d, "train", *pairs_);
   const EpochOrder order = Order(Shuffled(kTrainPairs, 23), 0);
-  auto first = CreateCached(d);
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  ASSERT_NO_FATAL_FAILURE(FillCache(d, order));
   // Same line count, one line longer: other rows.
   std::vector<Pair> changed = *pairs_;
   changed[3].en += " the council of europe must answer the question today.";
   WriteText(d, "train", changed);
-  auto plain = Create(d, "train");
-  ASSERT_TRUE(plain.ok());
-  std::vector<PackedRow> expected, got;
-  Tokenized(**plain, order, &expected);
-  auto second = CreateCached(d);
-  ASSERT_TRUE(second.ok());
-  EXPECT_EQ(Tokenized(**second, order, &got), kTrainPairs);
-  ExpectRowsEqual(got, expected);
+  ASSERT_NO_FATAL_FAILURE(ExpectTokenizedAgain(d, order));
 }
 
 TEST_F(WmtCacheTest, ChangedModelInvalidatesTheLengths) {
   const std::string d = NewDataDir();
   WriteText(d, "train", *pairs_);
   const EpochOrder order = Order(Shuffled(kTrainPairs, 24), 0);
-  auto first = CreateCached(d);
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  ASSERT_NO_FATAL_FAILURE(FillCache(d, order));
   // Another model (a smaller vocabulary) at the same path.
   std::string error;
   ASSERT_TRUE(wmt::TrainSentencePiece(
@@ -160,14 +170,7 @@ TEST_F(WmtCacheTest, ChangedModelInvalidatesTheLengths) {
       << error;
   fs::copy_file(d + "/small.model", d + "/wmt_sentencepiece_model",
                 fs::copy_options::overwrite_existing);
-  auto plain = Create(d, "train");
-  ASSERT_TRUE(plain.ok());
-  std::vector<PackedRow> expected, got;
-  Tokenized(**plain, order, &expected);
-  auto second = CreateCached(d);
-  ASSERT_TRUE(second.ok());
-  EXPECT_EQ(Tokenized(**second, order, &got), kTrainPairs);
-  ExpectRowsEqual(got, expected);
+  ASSERT_NO_FATAL_FAILURE(ExpectTokenizedAgain(d, order));
   // An option that changes the lengths is another entry too.
   auto other_length = CreateCached(d, "2", {{"max_length", "128"}});
   ASSERT_TRUE(other_length.ok());
@@ -179,11 +182,7 @@ TEST_F(WmtCacheTest, CorruptEntriesAreRebuiltWithAWarning) {
   WriteText(d, "train", *pairs_);
   const EpochOrder order = Order(Shuffled(kTrainPairs, 25), 0);
   std::vector<PackedRow> expected, got;
-  {
-    auto first = CreateCached(d);
-    ASSERT_TRUE(first.ok());
-    EXPECT_EQ(Tokenized(**first, order, &expected), kTrainPairs);
-  }
+  ASSERT_NO_FATAL_FAILURE(FillCache(d, order, &expected));
   for (const char* kind : {"wmt-lengths", "wmt-lines"}) {
     SCOPED_TRACE(kind);
     const std::string entry = EntryOf(kind);
@@ -196,8 +195,8 @@ TEST_F(WmtCacheTest, CorruptEntriesAreRebuiltWithAWarning) {
     ASSERT_TRUE(again.ok()) << again.status();
     const uint64_t tokenized = Tokenized(**again, order, &got);
     const std::string log = testing::internal::GetCapturedStderr();
-    EXPECT_THAT(log, HasSubstr("event=cache_corrupt kind=" +
-                               std::string(kind)));
+    EXPECT_THAT(log,
+                HasSubstr("event=cache_corrupt kind=" + std::string(kind)));
     EXPECT_EQ(tokenized, std::string(kind) == "wmt-lengths" ? kTrainPairs : 0);
     ExpectRowsEqual(got, expected);
     EXPECT_NE(EntryOf(kind), "");  // rebuilt and stored again
@@ -236,8 +235,8 @@ TEST_F(WmtCacheTest, FirstRowsComeBeforeTheLengthPassEndsAndAreTheSame) {
   SlowLengths slow("4000");
   for (const char* threads : {"1", "2"}) {
     for (bool cached : {false, true}) {
-      SCOPED_TRACE(testing::Message() << threads << " threads, cache "
-                                      << cached);
+      SCOPED_TRACE(testing::Message()
+                   << threads << " threads, cache " << cached);
       cache_path_ += "x";  // a cold cache each time
       std::map<std::string, std::string> o = opts;
       o["index_threads"] = threads;
@@ -321,11 +320,7 @@ TEST_F(WmtCacheTest, StoredTokenIdsServeTheSameRowsWithoutTokenizing) {
   ASSERT_TRUE(plain.ok());
   const std::vector<PackedRow> expected =
       AllRows(**plain, order, nullptr, nullptr);
-  {
-    auto first = CreateCached(d);
-    ASSERT_TRUE(first.ok());
-    EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
-  }  // its pass has stored the token ids
+  ASSERT_NO_FATAL_FAILURE(FillCache(d, order));  // its pass stores the ids
   const std::string blob = EntryOf("wmt-tokens", ".blob");
   ASSERT_NE(blob, "");
   auto restarted = CreateCached(d);
@@ -352,9 +347,8 @@ TEST_F(WmtCacheTest, StoredTokenIdsServeTheSameRowsWithoutTokenizing) {
   const uint64_t from_before = wmt::RowsFromStoredTokens();
   ExpectRowsEqual(AllRows(**again, order, nullptr, nullptr), expected);
   EXPECT_LT(wmt::RowsFromStoredTokens() - from_before, expected.size());
-  for (int i = 0; i < 300 && EntryOf("wmt-tokens", ".blob").empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  testutil::WaitFor([&] { return !EntryOf("wmt-tokens", ".blob").empty(); }, 30,
+                    100);
   const std::string log = testing::internal::GetCapturedStderr();
   EXPECT_THAT(log, HasSubstr("event=cache_corrupt kind=wmt-tokens"));
   EXPECT_NE(EntryOf("wmt-tokens", ".blob"), "");
@@ -370,9 +364,7 @@ TEST_F(WmtCacheTest, TfdsLengthsAreCachedByShardIdentity) {
   const std::string d = NewDataDir();
   WriteTfds(d, "train", *pairs_, 3);
   const EpochOrder order = Order(Shuffled(kTrainPairs, 27), 0);
-  auto first = CreateCached(d);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(Tokenized(**first, order, nullptr), kTrainPairs);
+  ASSERT_NO_FATAL_FAILURE(FillCache(d, order));
   auto again = CreateCached(d);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(Tokenized(**again, order, nullptr), 0u);
@@ -383,9 +375,11 @@ TEST_F(WmtCacheTest, TfdsLengthsAreCachedByShardIdentity) {
 }
 
 TEST(WmtLengthCache, EncodingRoundTripsAndRefusesWhatCannotBeALength) {
-  std::vector<wmt::PackedLengths> t = {{3, 4}, {256, 1}, {0xffff, 0xffff},
-                                       {wmt::kLengthUnknown,
-                                        wmt::kLengthUnknown}};
+  std::vector<wmt::PackedLengths> t = {
+      {3, 4},
+      {256, 1},
+      {0xffff, 0xffff},
+      {wmt::kLengthUnknown, wmt::kLengthUnknown}};
   std::vector<wmt::PackedLengths> back;
   ASSERT_TRUE(wmt::DecodeLengths(wmt::EncodeLengths(t), 4, 256, &back));
   ASSERT_EQ(back.size(), 4u);

@@ -8,7 +8,16 @@ namespace {
 // The fixture, with HasSubstr, PackedRow and TokenPair.
 using namespace wmt_test;  // NOLINT: the suites' shared fixture
 
-class WmtEvalTest : public WmtFixture {};
+class WmtEvalTest : public WmtFixture {
+ protected:
+  // Fills eval item `id` of `w` into `row`, counting into `counters`.
+  static absl::Status Fill(const Workload& w, uint64_t id, EvalRow* row,
+                           WorkloadCounters* counters) {
+    ItemRef item;
+    item.id = id;
+    return w.FillItem(item, row->out(), counters);
+  }
+};
 
 TEST_F(WmtEvalTest, EvalRowsArePaddedPairsWithWeights) {
   const std::string d = NewDataDir();
@@ -81,9 +90,7 @@ TEST_F(WmtEvalTest, ExampleWithoutDeIsADecodeError) {
   WorkloadCounters counters;
   EvalRow row;
   for (uint64_t i = 0; i < 3; ++i) {
-    ItemRef ex;
-    ex.id = i;
-    ASSERT_TRUE((*w)->FillItem(ex, row.out(), &counters).ok());
+    ASSERT_TRUE(Fill(**w, i, &row, &counters).ok());
   }
   EXPECT_EQ(counters.decode_errors.load(), 3u);
 }
@@ -98,16 +105,14 @@ TEST_F(WmtEvalTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
   EXPECT_EQ((*w)->num_examples(), 3u);  // lines 0, 2 and 3
   WorkloadCounters counters;
   EvalRow row;
-  ItemRef ex;
-  ex.id = 1;  // line 2: an empty German side is EOS alone, as in AlgoPerf
-  ASSERT_TRUE((*w)->FillItem(ex, row.out(), &counters).ok());
+  // Line 2: an empty German side is EOS alone, as in AlgoPerf.
+  ASSERT_TRUE(Fill(**w, 1, &row, &counters).ok());
   EXPECT_EQ(row.inputs[0], 2);
   EXPECT_EQ(row.inputs[1], 0);
-  ex.id = 2;  // line 3: "Häuser\r" reads as "Häuser"; the English is empty
-  ASSERT_TRUE((*w)->FillItem(ex, row.out(), &counters).ok());
+  // Line 3: "Häuser\r" reads as "Häuser"; the English is empty.
+  ASSERT_TRUE(Fill(**w, 2, &row, &counters).ok());
   EXPECT_EQ(row.targets[0], 2);
-  ex.id = 0;
-  ASSERT_TRUE((*w)->FillItem(ex, row.out(), &counters).ok());
+  ASSERT_TRUE(Fill(**w, 0, &row, &counters).ok());
   EXPECT_EQ(counters.decode_errors.load(), 2u);  // lines 1 and 4
 
   auto skip =
@@ -115,8 +120,7 @@ TEST_F(WmtEvalTest, InvalidUtf8IsADecodeErrorWhenAskedAndEmptyLinesKept) {
   ASSERT_TRUE(skip.ok());
   EXPECT_EQ((*skip)->num_examples(), 1u);
   WorkloadCounters c2;
-  ex.id = 0;
-  ASSERT_TRUE((*skip)->FillItem(ex, row.out(), &c2).ok());
+  ASSERT_TRUE(Fill(**skip, 0, &row, &c2).ok());
   EXPECT_EQ(c2.skipped_examples.load(), 2u);
   EXPECT_EQ(c2.decode_errors.load(), 2u);
 }
@@ -136,16 +140,14 @@ TEST_F(WmtEvalTest, InvalidUtf8IsEncodedAsSentencePieceDoesByDefault) {
   WorkloadCounters counters;
   EvalRow row;
   for (uint64_t i = 0; i < 3; ++i) {
-    ItemRef ex;
-    ex.id = i;
-    ASSERT_TRUE((*w)->FillItem(ex, row.out(), &counters).ok());
+    ASSERT_TRUE(Fill(**w, i, &row, &counters).ok());
     std::vector<int> want;
     ASSERT_TRUE(model->Encode(bad[i], &want, &error)) << error;
     want.push_back(2);
     EXPECT_THAT(want, ::testing::Contains(model->unk_id()));
-    EXPECT_EQ(std::vector<int>(row.inputs.begin(),
-                               row.inputs.begin() + want.size()),
-              want);
+    EXPECT_EQ(
+        std::vector<int>(row.inputs.begin(), row.inputs.begin() + want.size()),
+        want);
     EXPECT_EQ(row.inputs[want.size()], 0);
   }
   EXPECT_EQ(counters.decode_errors.load(), 0u);

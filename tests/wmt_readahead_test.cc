@@ -8,9 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/engine.h"
 #include "server/readahead.h"
+#include "tests/readahead_testutil.h"
 #include "tests/testutil.h"
 #include "tests/wmt_fixture.h"
 #include "workloads/common/tf_example.h"
@@ -34,28 +33,9 @@ constexpr size_t kTrainPairs = 600;
 constexpr uint64_t kGlobalBatch = 4;  // rows or pairs; 2 ranks of 2
 constexpr int kShards = 3;
 
+using readahead_testutil::Budget;
+using wmt_test::MakePairs;
 using wmt_test::Pair;
-
-std::vector<Pair> MakePairs(size_t n, uint64_t seed) {
-  static const char* const kDe[] = {"der",    "die",     "das",      "und",
-                                    "nicht",  "Straße",  "Mädchen",  "schön",
-                                    "Europa", "Bürger",  "Frage",    "Rat"};
-  static const char* const kEn[] = {"the",    "and",      "not",    "street",
-                                    "girl",   "beautiful", "Europe", "citizens",
-                                    "question", "council", "of",     "to"};
-  std::mt19937_64 rng(seed);
-  std::vector<Pair> pairs(n);
-  for (size_t i = 0; i < n; ++i) {
-    // Mostly short; a few too long for a row (dropped pairs).
-    const int w = i % 97 == 13 ? 300 : 1 + int(rng() % 25);
-    for (int k = 0; k < w; ++k) {
-      pairs[i].de += std::string(k ? " " : "") + kDe[rng() % 12];
-      pairs[i].en += std::string(k ? " " : "") + kEn[rng() % 12];
-    }
-    pairs[i].en += ".";
-  }
-  return pairs;
-}
 
 void WriteTfds(const std::string& dir, const std::string& split,
                const std::vector<Pair>& pairs) {
@@ -75,28 +55,14 @@ struct StreamRun {
 class WmtReadAheadTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/batchd-wmtra-XXXXXX";
-    root_ = new std::string(mkdtemp(tmpl));
-    const std::vector<Pair> pairs = MakePairs(kTrainPairs, 1);
+    root_ = new std::string(testutil::MakeTempDir("wmtra"));
     std::string corpus;
-    for (const Pair& p : pairs) corpus += p.de + "\n" + p.en + "\n";
-    FILE* f = fopen((*root_ + "/corpus.txt").c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    fwrite(corpus.data(), 1, corpus.size(), f);
-    fclose(f);
-    std::string error;
-    ASSERT_TRUE(wmt::TrainSentencePiece(
-        "--input=" + *root_ + "/corpus.txt --model_prefix=" + *root_ +
-            "/spm --vocab_size=60 --model_type=unigram "
-            "--character_coverage=1.0 --hard_vocab_limit=false "
-            "--num_threads=1 --minloglevel=2",
-        &error))
-        << error;
+    for (const Pair& p : MakePairs(kTrainPairs, 1)) {
+      corpus += p.de + "\n" + p.en + "\n";
+    }
+    wmt_test::TrainTestModel(*root_, corpus, 60);
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*root_, ec);
-  }
+  static void TearDownTestSuite() { testutil::RemoveTree(*root_); }
 
   // A fresh data directory: the model, train and validation shards.
   static std::string NewDataDir() {
@@ -108,13 +74,20 @@ class WmtReadAheadTest : public ::testing::Test {
     return d;
   }
 
+  // plain_ and ahead_: `split` of a fresh data directory, opened twice, to
+  // be filled without read-ahead and with it.
+  void OpenTwice(const std::string& split) {
+    const std::string d = NewDataDir();
+    plain_ = Create(d, split);
+    ahead_ = Create(d, split);
+    ASSERT_TRUE(plain_ && ahead_);
+  }
+
   static std::unique_ptr<Workload> Create(const std::string& data,
                                           const std::string& split) {
-    WorkloadConfig c;
-    c.data_path = data;
-    c.split = split;
-    c.options.emplace("index_threads", "2");
-    auto w = CreateWorkload(kWmtWorkload, c);
+    auto w = CreateWorkload(
+        kWmtWorkload,
+        testutil::StreamConfig(data, split, {{"index_threads", "2"}}));
     EXPECT_TRUE(w.ok()) << w.status();
     return w.ok() ? std::move(*w) : nullptr;
   }
@@ -129,11 +102,11 @@ class WmtReadAheadTest : public ::testing::Test {
   // `before_decoding` runs once step 0 is located, before anything is read
   // (the lane begins after it).
   static StreamRun Fill(Workload& w, uint64_t steps, ReadAhead* ra,
-                  ExampleReadFn read = nullptr,
-                  std::function<void()> before_decoding = nullptr) {
+                        ExampleReadFn read = nullptr,
+                        std::function<void()> before_decoding = nullptr) {
     StreamRun run;
-    auto sampler = Sampler::Create(w.num_examples(), kGlobalBatch, 2, 7,
-                                   w.shuffle());
+    auto sampler =
+        Sampler::Create(w.num_examples(), kGlobalBatch, 2, 7, w.shuffle());
     EXPECT_TRUE(sampler.ok()) << sampler.status();
     std::unique_ptr<Schedule> schedule = w.MakeSchedule(*sampler);
     std::shared_ptr<ReadAheadStream> stream;
@@ -220,13 +193,7 @@ class WmtReadAheadTest : public ::testing::Test {
     return run;
   }
 
-  static ReadAhead::Options Budget(uint64_t bytes) {
-    ReadAhead::Options o;
-    o.budget_bytes = bytes;
-    o.io_threads = 2;
-    return o;
-  }
-
+  std::unique_ptr<Workload> plain_, ahead_;
   static std::string* root_;
   static int dirs_;
 };
@@ -239,10 +206,7 @@ TEST_F(WmtReadAheadTest, TextSourcesAreNotReadAhead) {
   fs::create_directories(d);
   fs::copy_file(*root_ + "/spm.model", d + "/wmt_sentencepiece_model");
   for (const char* side : {"de", "en"}) {
-    FILE* f = fopen((d + "/train." + side).c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    fputs("ein Satz\nnoch einer\n", f);
-    fclose(f);
+    testutil::WriteFile(d + "/train." + side, "ein Satz\nnoch einer\n");
   }
   std::unique_ptr<Workload> w = Create(d, "train");
   ASSERT_NE(w, nullptr);
@@ -250,18 +214,15 @@ TEST_F(WmtReadAheadTest, TextSourcesAreNotReadAhead) {
 }
 
 TEST_F(WmtReadAheadTest, TrainRowsReadAheadAreTheRowsReadSynchronously) {
-  const std::string d = NewDataDir();
-  std::unique_ptr<Workload> plain = Create(d, "train");
-  std::unique_ptr<Workload> ahead = Create(d, "train");
-  ASSERT_TRUE(plain && ahead);
-  ASSERT_TRUE(ahead->source() != nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwice("train"));
+  ASSERT_TRUE(ahead_->source() != nullptr);
   constexpr uint64_t kSteps = 6;
-  const StreamRun want = Fill(*plain, kSteps, nullptr);
+  const StreamRun want = Fill(*plain_, kSteps, nullptr);
   ASSERT_TRUE(want.status.ok()) << want.status;
   ASSERT_EQ(want.batches.size(), kSteps);
 
-  ReadAhead ra(Budget(8 << 20));
-  const StreamRun got = Fill(*ahead, kSteps, &ra);
+  ReadAhead ra(Budget(8 << 20, 2));
+  const StreamRun got = Fill(*ahead_, kSteps, &ra);
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(got.batches, want.batches);
   // Reads were issued only for steps after the one decoded, and with room
@@ -280,46 +241,28 @@ TEST_F(WmtReadAheadTest, TrainRowsReadAheadAreTheRowsReadSynchronously) {
 // by the engine and handed in the context: FillItem reads none of them
 // back through the read-ahead, and the rows are the rows read without it.
 TEST_F(WmtReadAheadTest, TheEngineHandsARowsPairsInTheContext) {
-  const std::string d = NewDataDir();
-  std::unique_ptr<Workload> plain = Create(d, "train");
-  std::unique_ptr<Workload> ahead = Create(d, "train");
-  ASSERT_TRUE(plain && ahead);
+  ASSERT_NO_FATAL_FAILURE(OpenTwice("train"));
   constexpr uint64_t kSteps = 5;
-  const StreamRun want = Fill(*plain, kSteps, nullptr);
+  const StreamRun want = Fill(*plain_, kSteps, nullptr);
   ASSERT_TRUE(want.status.ok()) << want.status;
   ASSERT_EQ(want.batches.size(), kSteps);
 
-  auto sampler = Sampler::Create(ahead->num_examples(), kGlobalBatch, 2, 7,
-                                 ahead->shuffle());
-  ASSERT_TRUE(sampler.ok()) << sampler.status();
-  auto layout = BatchLayout::Make(ahead->tensors(), kGlobalBatch / 2);
-  ASSERT_TRUE(layout.ok()) << layout.status();
-  ReadAhead ra(Budget(8 << 20));
+  ReadAhead ra(Budget(8 << 20, 2));
   std::vector<std::string> got;
   ReadAheadStats stats;
   uint64_t reader_reads = 0;
   {
-    auto stream = std::make_shared<StreamSetup>("wmt", std::move(ahead),
-                                                *sampler, *layout);
-    Engine engine(2, &ra);
-    ASSERT_TRUE(engine.Prepare(stream.get()).ok());
-    ASSERT_TRUE(stream->readahead != nullptr);
-    testutil::ServedRanks ranks(stream, 2);
-    ASSERT_TRUE(ranks.ok());
-    ranks.AddTo(engine);
-    for (uint64_t s = 0; s < kSteps; ++s) {
-      for (uint32_t r = 0; r < 2; ++r) {
-        absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r);
-        ASSERT_TRUE(batch.ok()) << batch.status();
-        if (r == 0) {  // Fill's batch: every tensor's rows, in order
-          got.push_back(absl::StrJoin(batch->tensors, ""));
-        }
-      }
+    testutil::ServedStream served("wmt", std::move(ahead_), kGlobalBatch, 2, 7,
+                                  &ra);
+    ASSERT_TRUE(served.ok());
+    ASSERT_TRUE(served.stream().readahead != nullptr);
+    for (const auto& step : served.NextSteps(kSteps)) {
+      // Fill's batch: rank 0's tensors' rows, in order.
+      got.push_back(absl::StrJoin(step[0].tensors, ""));
     }
-    stats = stream->readahead->stats();
-    reader_reads = stream->counters.reader_reads.load();
-    ranks.Retire();
-    EXPECT_TRUE(engine.Stop());
+    stats = served.stream().readahead->stats();
+    reader_reads = served.stream().counters.reader_reads.load();
+    EXPECT_TRUE(served.Stop());
   }
   EXPECT_EQ(got, want.batches);
   EXPECT_GT(stats.hits + stats.sync_reads, kSteps);  // several pairs a row
@@ -327,16 +270,13 @@ TEST_F(WmtReadAheadTest, TheEngineHandsARowsPairsInTheContext) {
 }
 
 TEST_F(WmtReadAheadTest, TheBudgetBoundsTheDepthAndKeepsTheRows) {
-  const std::string d = NewDataDir();
-  std::unique_ptr<Workload> plain = Create(d, "train");
-  std::unique_ptr<Workload> ahead = Create(d, "train");
-  ASSERT_TRUE(plain && ahead);
+  ASSERT_NO_FATAL_FAILURE(OpenTwice("train"));
   constexpr uint64_t kSteps = 6;
-  const StreamRun want = Fill(*plain, kSteps, nullptr);
+  const StreamRun want = Fill(*plain_, kSteps, nullptr);
   // A budget of one byte holds one pair at a time (a lane may always hold
   // one): the first pair of the step after the one decoded, no more.
-  ReadAhead ra(Budget(1));
-  const StreamRun got = Fill(*ahead, kSteps, &ra);
+  ReadAhead ra(Budget(1, 2));
+  const StreamRun got = Fill(*ahead_, kSteps, &ra);
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(got.batches, want.batches);
   EXPECT_EQ(got.stats.hits, kSteps - 1);
@@ -347,14 +287,11 @@ TEST_F(WmtReadAheadTest, TheBudgetBoundsTheDepthAndKeepsTheRows) {
 }
 
 TEST_F(WmtReadAheadTest, EvalPairsReadAheadAreThePairsReadSynchronously) {
-  const std::string d = NewDataDir();
-  std::unique_ptr<Workload> plain = Create(d, "validation");
-  std::unique_ptr<Workload> ahead = Create(d, "validation");
-  ASSERT_TRUE(plain && ahead);
-  const StreamRun want = Fill(*plain, 1000, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwice("validation"));
+  const StreamRun want = Fill(*plain_, 1000, nullptr);
   ASSERT_TRUE(want.status.ok()) << want.status;
-  ReadAhead ra(Budget(8 << 20));
-  const StreamRun got = Fill(*ahead, 1000, &ra);
+  ReadAhead ra(Budget(8 << 20, 2));
+  const StreamRun got = Fill(*ahead_, 1000, &ra);
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(got.batches.size(), want.batches.size());
   EXPECT_EQ(got.batches, want.batches);
@@ -364,23 +301,20 @@ TEST_F(WmtReadAheadTest, EvalPairsReadAheadAreThePairsReadSynchronously) {
 }
 
 TEST_F(WmtReadAheadTest, AFailedReadAheadIsReadAgainByTheWorker) {
-  const std::string d = NewDataDir();
-  std::unique_ptr<Workload> plain = Create(d, "train");
-  std::unique_ptr<Workload> ahead = Create(d, "train");
-  ASSERT_TRUE(plain && ahead);
-  const StreamRun want = Fill(*plain, 4, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwice("train"));
+  const StreamRun want = Fill(*plain_, 4, nullptr);
   // Every read ahead (on an I/O thread) fails; the worker's (this
   // thread's) succeed.
   const std::thread::id worker = std::this_thread::get_id();
-  const ExampleSource* source = ahead->source();
+  const ExampleSource* source = ahead_->source();
   ExampleReadFn flaky = [&](uint64_t id, std::string* bytes, int64_t* label) {
     if (std::this_thread::get_id() != worker) {
       return absl::UnavailableError("the storage hiccuped");
     }
     return source->Read({0, 0, id}, bytes, label);
   };
-  ReadAhead ra(Budget(8 << 20));
-  const StreamRun got = Fill(*ahead, 4, &ra, flaky);
+  ReadAhead ra(Budget(8 << 20, 2));
+  const StreamRun got = Fill(*ahead_, 4, &ra, flaky);
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(got.batches, want.batches);
   EXPECT_EQ(got.stats.hits, 0u);
@@ -394,9 +328,9 @@ TEST_F(WmtReadAheadTest, ATruncatedShardFailsTheStepAsWithoutReadAhead) {
   ASSERT_TRUE(plain);
   // Once the pairs are indexed (step 0 located), a shard loses its tail:
   // the reads of its records fail, ahead and again in the worker.
-  const std::string shard =
-      d + "/wmt17_translate/de-en/1.0.0/"
-          "wmt17_translate-train.tfrecord-00001-of-00003";
+  const std::string shard = d +
+                            "/wmt17_translate/de-en/1.0.0/"
+                            "wmt17_translate-train.tfrecord-00001-of-00003";
   const uint64_t size = fs::file_size(shard);
   const std::string copy = d + "/shard.bak";
   fs::copy_file(shard, copy);
@@ -407,7 +341,7 @@ TEST_F(WmtReadAheadTest, ATruncatedShardFailsTheStepAsWithoutReadAhead) {
   ASSERT_EQ(fs::file_size(shard), size);
   std::unique_ptr<Workload> ahead = Create(d, "train");
   ASSERT_TRUE(ahead);
-  ReadAhead ra(Budget(8 << 20));
+  ReadAhead ra(Budget(8 << 20, 2));
   const StreamRun got = Fill(*ahead, 6, &ra, nullptr, truncate_shard);
   EXPECT_EQ(got.status, want.status);
   EXPECT_EQ(got.failed_step, want.failed_step);

@@ -51,40 +51,9 @@ constexpr size_t kPairs = 600;
 
 using testutil::ReadFile;
 using testutil::WriteFile;
+using wmt_test::MakePairs;
+using wmt_test::Pair;
 using wmt_test::TrainTestModel;
-
-// Sentence pairs of a few dozen words, some over max_length tokens.
-std::vector<std::pair<std::string, std::string>> MakePairs(size_t n,
-                                                           uint64_t seed) {
-  static const char* const kDe[] = {"der",   "die",    "das",   "und",
-                                    "nicht", "Straße", "schön", "Häuser",
-                                    "Rat",   "Europa", "heute", "Frage"};
-  static const char* const kEn[] = {"the",    "and",     "not",   "street",
-                                    "girl",   "houses",  "early", "council",
-                                    "europe", "today",   "must",  "question"};
-  std::mt19937_64 rng(seed);
-  std::vector<std::pair<std::string, std::string>> pairs(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int words = i % 89 == 7 ? 300 : 1 + int(rng() % 40);
-    for (int k = 0; k < words; ++k) {
-      pairs[i].first += std::string(k ? " " : "") + kDe[rng() % 12];
-      pairs[i].second += std::string(k ? " " : "") + kEn[rng() % 12];
-    }
-    pairs[i].second += ".";
-  }
-  return pairs;
-}
-
-void WriteText(const std::string& dir,
-               const std::vector<std::pair<std::string, std::string>>& pairs) {
-  std::string de, en;
-  for (const auto& p : pairs) {
-    de += p.first + "\n";
-    en += p.second + "\n";
-  }
-  WriteFile(dir + "/train.de", de);
-  WriteFile(dir + "/train.en", en);
-}
 
 // A piece of a ModelProto (field 1): text, score, NORMAL.
 void AppendPiece(const std::string& text, float score, std::string* model) {
@@ -119,39 +88,6 @@ void AppendPieces(size_t count, std::string* model) {
     } while (v > 0 || text.size() < 2 + 1 + i % 15);
     AppendPiece(text, -12.0f - float(i % 1000) / 100.0f, model);
   }
-}
-
-// Whatever a forked child reports through its pipe, and how it ended.
-struct ChildResult {
-  bool exited = false;
-  int code = 0;
-  int signal = 0;
-  std::string report;
-};
-
-ChildResult InChild(const std::function<std::string()>& fn) {
-  int fds[2];
-  EXPECT_EQ(pipe(fds), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const std::string out = fn();
-    (void)!write(fds[1], out.data(), out.size());
-    _exit(0);
-  }
-  close(fds[1]);
-  ChildResult r;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) {
-    r.report.append(buf, size_t(n));
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exited = WIFEXITED(status);
-  r.code = r.exited ? WEXITSTATUS(status) : 0;
-  r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  return r;
 }
 
 const PackedWorkload& Rows(const Workload& w) {
@@ -198,9 +134,7 @@ class WmtReliabilityTest : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = new std::string(testutil::MakeTempDir("wmtrel"));
     std::string corpus;
-    for (const auto& p : MakePairs(400, 1)) {
-      corpus += p.first + "\n" + p.second + "\n";
-    }
+    for (const Pair& p : MakePairs(400, 1)) corpus += p.de + "\n" + p.en + "\n";
     TrainTestModel(*root_, corpus, 200);
   }
   static void TearDownTestSuite() { testutil::RemoveTree(*root_); }
@@ -227,7 +161,7 @@ class WmtReliabilityTest : public ::testing::Test {
     fs::create_directories(d);
     WriteFile(d + "/wmt_sentencepiece_model",
               model.empty() ? ReadFile(*root_ + "/spm.model") : model);
-    WriteText(d, MakePairs(kPairs, 2));
+    wmt_test::WriteText(d, "train", MakePairs(kPairs, 2));
     return d;
   }
 
@@ -236,10 +170,8 @@ class WmtReliabilityTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<Workload>> Create(
       const std::string& data, SharedWork* shared, bool cached,
       const std::string& split = "train", Executor* executor = nullptr) {
-    WorkloadConfig c;
-    c.data_path = data;
-    c.split = split;
-    c.options["index_threads"] = "2";
+    WorkloadConfig c =
+        testutil::StreamConfig(data, split, {{"index_threads", "2"}});
     c.executor = executor != nullptr ? executor : executor_.get();
     c.shared = shared;
     if (cached) {
@@ -256,6 +188,19 @@ class WmtReliabilityTest : public ::testing::Test {
     auto w = Create(data, nullptr, false);
     EXPECT_TRUE(w.ok()) << w.status();
     return w.ok() ? AllRows(**w, order) : std::vector<PackedRow>{};
+  }
+
+  // A fresh data directory, the first epoch of seed `seed` over it, and
+  // the rows a stream that shares and caches nothing serves in that epoch.
+  struct Epoch {
+    std::string data;
+    EpochOrder order;
+    std::vector<PackedRow> rows;
+  };
+  Epoch NewEpoch(uint64_t seed) {
+    Epoch e{NewDataDir(), Order(seed), {}};
+    e.rows = Expected(e.data, e.order);
+    return e;
   }
 
   std::string EntryOf(const std::string& kind, const std::string& suffix) {
@@ -275,8 +220,8 @@ class WmtReliabilityTest : public ::testing::Test {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(cache_path_, ec)) {
       const std::string name = e.path().filename().string();
-      n += name.rfind(kind + "-", 0) == 0 &&
-           name.size() > 6 && name.substr(name.size() - 6) == ".entry";
+      n += name.rfind(kind + "-", 0) == 0 && name.size() > 6 &&
+           name.substr(name.size() - 6) == ".entry";
     }
     return n;
   }
@@ -284,24 +229,36 @@ class WmtReliabilityTest : public ::testing::Test {
   // Waits (at most 60 s) until every pass of `shared` has ended (its index
   // is gone then): nothing reads or writes the cache any more.
   static bool PassesEndedWithin60s(const SharedWork& shared) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (shared.Count("wmt-length-index") > 0) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return true;
+    return testutil::WaitFor(
+        [&] { return shared.Count("wmt-length-index") == 0; }, 60, 20);
   }
 
   // Waits (at most 60 s) until the cache holds the pass's token ids.
   bool TokensStoredWithin60s() {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (EntryOf("wmt-tokens", ".blob").empty()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return true;
+    return testutil::WaitFor(
+        [&] { return !EntryOf("wmt-tokens", ".blob").empty(); }, 60, 20);
+  }
+
+  // A cached stream of `data` on `shared` that asks for its first row and
+  // closes at once, as a short job does (a smoke test, a crash at step
+  // 50): its length pass runs on.
+  void FirstRowThenClose(const std::string& data, const EpochOrder& order,
+                         SharedWork* shared) {
+    auto w = Create(data, shared, true);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1, nullptr).ok());
+  }
+
+  // Every row of a cached stream of `data`; once the stream has closed,
+  // its passes end and the cache holds the token ids.
+  void CacheEverything(const std::string& data, const EpochOrder& order) {
+    SharedWork shared;
+    auto w = Create(data, &shared, true);
+    ASSERT_TRUE(w.ok()) << w.status();
+    AllRows(**w, order);
+    w->reset();
+    ASSERT_TRUE(PassesEndedWithin60s(shared));
+    ASSERT_TRUE(TokensStoredWithin60s());
   }
 
   std::unique_ptr<Executor> executor_;
@@ -323,20 +280,25 @@ TEST_F(WmtReliabilityTest, AModelWithOne8MiBPieceIsRefusedAndNothingCrashes) {
   const std::string d = NewDataDir(model);
   // SentencePiece's trie builder recursed once per byte of this piece and
   // overflowed the stack: run it where a crash cannot end the suite.
-  ChildResult r = InChild([&] {
-    ExecutorOptions o;  // the parent's threads are not in the child
-    auto executor = Executor::Create(o);
-    if (!executor.ok()) return std::string("no executor");
-    SharedWork shared;
-    auto w = Create(d, &shared, false, "train", executor->get());
-    return w.ok() ? std::string("loaded") : std::string(w.status().ToString());
-  });
-  ASSERT_TRUE(r.exited) << "the child died of signal " << r.signal;
-  EXPECT_THAT(r.report, HasSubstr("INVALID_ARGUMENT"));
-  EXPECT_THAT(r.report,
-              HasSubstr("piece " + std::to_string(pieces) +
-                        " is 8388608 bytes, over the limit of 1024"));
-  EXPECT_THAT(r.report, HasSubstr("wmt_sentencepiece_model"));
+  int status = 0;
+  const std::string report = testutil::RunInChild(
+      [&] {
+        ExecutorOptions o;  // the parent's threads are not in the child
+        auto executor = Executor::Create(o);
+        if (!executor.ok()) return std::string("no executor");
+        SharedWork shared;
+        auto w = Create(d, &shared, false, "train", executor->get());
+        return w.ok() ? std::string("loaded")
+                      : std::string(w.status().ToString());
+      },
+      &status);
+  ASSERT_TRUE(WIFEXITED(status))
+      << "the child died of signal "
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_THAT(report, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(report, HasSubstr("piece " + std::to_string(pieces) +
+                                " is 8388608 bytes, over the limit of 1024"));
+  EXPECT_THAT(report, HasSubstr("wmt_sentencepiece_model"));
 }
 
 TEST_F(WmtReliabilityTest, ModelsWithTooManyPiecesAreRefusedBeforeLoading) {
@@ -410,26 +372,19 @@ TEST_F(WmtReliabilityTest, AModelOverTheBudgetIsRefusedNamingTheFlag) {
 // The daemon's length pass.
 
 TEST_F(WmtReliabilityTest, APassRunsToItsEndAfterItsStreamCloses) {
-  const std::string d = NewDataDir();
-  const EpochOrder order = Order(4);
-  const std::vector<PackedRow> expected = Expected(d, order);
+  const auto [d, order, expected] = NewEpoch(4);
   {
     SlowLengths slow("2000");  // ~0.6 s a pass on two threads
     SharedWork shared;
-    auto w = Create(d, &shared, true);
-    ASSERT_TRUE(w.ok()) << w.status();
-    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1, nullptr).ok());
-    // A short job (a smoke test, a crash at step 50) closes at once.
-    w->reset();
+    ASSERT_NO_FATAL_FAILURE(FirstRowThenClose(d, order, &shared));
     EXPECT_EQ(EntryOf("wmt-tokens", ".blob"), "");
     ASSERT_TRUE(TokensStoredWithin60s());
     // Then the row counts of the first epochs of the stream's seed.
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (Entries("wmt-epoch-rows") < wmt::LengthIndex::kCountedEpochs) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ASSERT_TRUE(testutil::WaitFor(
+        [&] {
+          return Entries("wmt-epoch-rows") >= wmt::LengthIndex::kCountedEpochs;
+        },
+        60, 20));
   }
   // A restarted daemon: every length, token id and early epoch's row count
   // from the cache.
@@ -468,16 +423,11 @@ TEST_F(WmtReliabilityTest, ASecondStreamJoinsTheRunningPass) {
 }
 
 TEST_F(WmtReliabilityTest, ShutdownStopsThePassWhichKeepsWhatItLearnt) {
-  const std::string d = NewDataDir();
-  const EpochOrder order = Order(6);
-  const std::vector<PackedRow> expected = Expected(d, order);
+  const auto [d, order, expected] = NewEpoch(6);
   {
     SlowLengths slow("20000");  // ~6 s a pass on two threads
     SharedWork shared;
-    auto w = Create(d, &shared, true);
-    ASSERT_TRUE(w.ok()) << w.status();
-    ASSERT_TRUE(Rows(**w).RowsUpTo(order, 1, nullptr).ok());
-    w->reset();
+    ASSERT_NO_FATAL_FAILURE(FirstRowThenClose(d, order, &shared));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     executor_->Shutdown();  // the daemon stops
   }
@@ -498,15 +448,11 @@ TEST_F(WmtReliabilityTest, ShutdownStopsThePassWhichKeepsWhatItLearnt) {
 // The cache.
 
 TEST_F(WmtReliabilityTest, ARemovedCacheDirectoryIsAWarningAndRowsAreTheSame) {
-  const std::string d = NewDataDir();
-  const EpochOrder order = Order(7);
-  const std::vector<PackedRow> expected = Expected(d, order);
+  const auto [d, order, expected] = NewEpoch(7);
   auto cache = CacheDir::Open(cache_path_);
   ASSERT_TRUE(cache.ok()) << cache.status();
   fs::remove_all(cache_path_);  // under the running daemon
-  WorkloadConfig c;
-  c.data_path = d;
-  c.split = "train";
+  WorkloadConfig c = testutil::StreamConfig(d, "train");
   c.executor = executor_.get();
   c.cache = *cache;
   SharedWork shared;
@@ -526,15 +472,7 @@ TEST_F(WmtReliabilityTest, ARemovedCacheDirectoryIsAWarningAndRowsAreTheSame) {
 TEST_F(WmtReliabilityTest, AFileRewrittenWithItsMtimeRestoredIsIndexedAgain) {
   const std::string d = NewDataDir();
   const EpochOrder order = Order(8);
-  {
-    SharedWork shared;
-    auto w = Create(d, &shared, true);
-    ASSERT_TRUE(w.ok()) << w.status();
-    AllRows(**w, order);
-    w->reset();
-    ASSERT_TRUE(PassesEndedWithin60s(shared));
-  }
-  ASSERT_TRUE(TokensStoredWithin60s());
+  ASSERT_NO_FATAL_FAILURE(CacheEverything(d, order));
   // The same bytes count, inode and mtime: "the" becomes "not" in place.
   const std::string en = d + "/train.en";
   struct stat before;
@@ -562,18 +500,8 @@ TEST_F(WmtReliabilityTest, AFileRewrittenWithItsMtimeRestoredIsIndexedAgain) {
 }
 
 TEST_F(WmtReliabilityTest, AStoredTokenIdOutsideTheVocabularyIsNeverServed) {
-  const std::string d = NewDataDir();
-  const EpochOrder order = Order(9);
-  const std::vector<PackedRow> expected = Expected(d, order);
-  {
-    SharedWork shared;
-    auto w = Create(d, &shared, true);
-    ASSERT_TRUE(w.ok()) << w.status();
-    AllRows(**w, order);
-    w->reset();
-    ASSERT_TRUE(PassesEndedWithin60s(shared));
-  }
-  ASSERT_TRUE(TokensStoredWithin60s());
+  const auto [d, order, expected] = NewEpoch(9);
+  ASSERT_NO_FATAL_FAILURE(CacheEverything(d, order));
   // A forged blob: one id (2 bytes each, the vocabulary is small) set past
   // the vocabulary, and the checksum made right again.
   const std::string blob = EntryOf("wmt-tokens", ".blob");
@@ -581,7 +509,8 @@ TEST_F(WmtReliabilityTest, AStoredTokenIdOutsideTheVocabularyIsNeverServed) {
   bytes[100] = '\xff';
   bytes[101] = '\x7f';
   const uint32_t crc = Crc32c(bytes.data(), bytes.size() - 4);
-  for (int i = 0; i < 4; ++i) bytes[bytes.size() - 4 + i] = char(crc >> (8 * i));
+  for (int i = 0; i < 4; ++i)
+    bytes[bytes.size() - 4 + i] = char(crc >> (8 * i));
   WriteFile(blob, bytes);
   testing::internal::CaptureStderr();
   SharedWork shared;

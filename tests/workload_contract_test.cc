@@ -40,9 +40,7 @@ class CountingWorkload : public Workload {
   }
   uint64_t num_examples() const override { return n_; }
   bool shuffle() const override { return train_; }
-  const std::vector<TensorLayout>& tensors() const override {
-    return tensors_;
-  }
+  const std::vector<TensorLayout>& tensors() const override { return tensors_; }
   absl::Status FillItem(FillContext& ctx, uint8_t* const* out) const override {
     const ItemRef& item = ctx.item();
     uint64_t id = 0, noise[2] = {0, 0};
@@ -95,11 +93,11 @@ std::vector<WorkloadEntry> Table() {
 
 absl::StatusOr<std::unique_ptr<Workload>> Open(const std::string& split,
                                                uint64_t examples) {
-  WorkloadConfig config;
-  config.split = split;
-  config.seed = 9;
-  config.options["examples"] = std::to_string(examples);
-  return CreateWorkload("counting", config, Table());
+  return CreateWorkload(
+      "counting",
+      testutil::StreamConfig("", split,
+                             {{"examples", std::to_string(examples)}}, 9),
+      Table());
 }
 
 // What one rank received: per step, its items' (id, noise[0], weight).
@@ -120,26 +118,17 @@ Batches Serve(const std::string& split, uint64_t examples, uint32_t world,
   EXPECT_TRUE(w.ok()) << w.status();
   if (!w.ok()) return {};
   const uint64_t g = 8;
-  auto sampler = Sampler::Create((*w)->num_examples(), g, world, 9,
-                                 (*w)->shuffle());
-  EXPECT_TRUE(sampler.ok()) << sampler.status();
-  auto layout = BatchLayout::Make((*w)->tensors(), g / world);
-  EXPECT_TRUE(layout.ok()) << layout.status();
-  auto stream = std::make_shared<StreamSetup>("counting", *std::move(w),
-                                              *sampler, *layout);
-  Engine engine(2);
-  testutil::ServedRanks ranks(stream, world);
-  if (!ranks.ok()) return {};
-  ranks.AddTo(engine);
+  testutil::ServedStream served("counting", *std::move(w), g, world, 9);
+  if (!served.ok()) return {};
   Batches out(world, std::vector<std::vector<Item>>(steps));
-  const bool eval = layout->entries.size() == 3;
-  for (int s = 0; s < steps; ++s) {
+  const bool eval = served.stream().layout.entries.size() == 3;
+  const std::vector<std::vector<testutil::RankBatch>> got =
+      served.NextSteps(steps);
+  if (got.size() < size_t(steps)) return {};
+  for (size_t s = 0; s < got.size(); ++s) {
     for (uint32_t r = 0; r < world; ++r) {
-      absl::StatusOr<testutil::RankBatch> batch = ranks.Next(r);
-      EXPECT_TRUE(batch.ok()) << batch.status();
-      if (!batch.ok()) return {};
-      EXPECT_EQ(batch->step, uint64_t(s));
-      const std::vector<std::string>& t = batch->tensors;
+      EXPECT_EQ(got[s][r].step, uint64_t(s));
+      const std::vector<std::string>& t = got[s][r].tensors;
       for (uint64_t i = 0; i < g / world; ++i) {
         Item item;
         memcpy(&item.id, t[0].data() + 8 * i, 8);
@@ -150,8 +139,7 @@ Batches Serve(const std::string& split, uint64_t examples, uint32_t world,
       }
     }
   }
-  ranks.Retire();
-  engine.Stop();
+  served.Stop();
   return out;
 }
 
@@ -174,6 +162,18 @@ TEST(WorkloadContractTest, ARegisteredWorkloadIsOpenedByNameAndRefusesTheRest) {
   // The daemon's own table does not know the test's workload.
   EXPECT_EQ(CreateWorkload("counting", config).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// CreateWorkload(e, c) is refused as `unknown` ("option 'x'"), naming what
+// `e` declares of that kind.
+void ExpectRefusedNaming(const WorkloadEntry& e, const WorkloadConfig& c,
+                         const std::string& unknown,
+                         const std::vector<std::string>& declared) {
+  const absl::Status s = CreateWorkload(e, c).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat(e.name, ": unknown ", unknown, " (known: ",
+                                     absl::StrJoin(declared, ", "), ")")));
 }
 
 // Every entry of the daemon's table declares what it takes: a name and a
@@ -201,22 +201,10 @@ TEST(WorkloadContractTest, EveryEntryOfTheTableDeclaresWhatItTakes) {
     c.data_path = "/nonexistent-batchd-data";
     c.split = "train";
     c.options = {{"no_such_option", "1"}};
-    absl::Status s = CreateWorkload(e, c).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(s.message(),
-                HasSubstr(absl::StrCat(e.name,
-                                       ": unknown option 'no_such_option' "
-                                       "(known: ",
-                                       absl::StrJoin(keys, ", "), ")")));
+    ExpectRefusedNaming(e, c, "option 'no_such_option'", keys);
     c.options.clear();
     c.split = "no_such_split";
-    s = CreateWorkload(e, c).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(s.message(),
-                HasSubstr(absl::StrCat(e.name,
-                                       ": unknown split 'no_such_split' "
-                                       "(known: ",
-                                       absl::StrJoin(splits, ", "), ")")));
+    ExpectRefusedNaming(e, c, "split 'no_such_split'", splits);
   }
 }
 
