@@ -4,9 +4,9 @@
 # set, and one batchd daemon at a time. Sourced, not run; the caller sets
 # `set -euo pipefail`.
 #
-# Globals it uses: repo (the source tree), py (the Python), daemon_pid (the
-# running daemon, "" when none; bench_stop_daemon and bench_kill_daemon
-# reset it).
+# Globals it uses: repo (the source tree), py (the Python: bench_init sets
+# it), daemon_pid (the running daemon, "" when none; bench_stop_daemon and
+# bench_kill_daemon reset it).
 
 # bench_init NAME BUILD_DIR TARGET...: a script's start. Sets build
 # (BUILD_DIR made absolute; empty: $repo/build), batchd and batchctl (the
