@@ -49,6 +49,13 @@ static void Sleep(double ms) {
 static void Delay(void) { Sleep(g_options.latency_ms); }
 static void MetaDelay(void) { Sleep(g_options.meta_latency_ms); }
 
+static int Parsed(void) {
+  g_options.latency_ms = g_spec.latency ? atof(g_spec.latency) : 0.0;
+  g_options.meta_latency_ms =
+      g_spec.meta_latency ? atof(g_spec.meta_latency) : 0.0;
+  return 0;
+}
+
 static const struct passthrough_fs kFs = {
     .name = "latency_fs",
     .usage = "--latency-ms=MS [--meta-latency-ms=MS] [-f] [FUSE options]",
@@ -59,15 +66,9 @@ static const struct passthrough_fs kFs = {
     .cache_metadata = 1,
     // libfuse's default is 10; network storage serves more.
     .max_threads = 128,
+    .parsed = Parsed,
 };
 
 int main(int argc, char* argv[]) {
-  struct fuse_args args;
-  const int bad =
-      PassthroughArgs(&kFs, argc, argv, &g_spec, kOptionSpec, &args);
-  if (bad) return bad;
-  g_options.latency_ms = g_spec.latency ? atof(g_spec.latency) : 0.0;
-  g_options.meta_latency_ms =
-      g_spec.meta_latency ? atof(g_spec.meta_latency) : 0.0;
-  return PassthroughMount(&kFs, &args);
+  return PassthroughMain(&kFs, argc, argv, &g_spec, kOptionSpec);
 }

@@ -120,9 +120,8 @@ static const struct fuse_operations kOps = {
     .init = FsInit,
 };
 
-int PassthroughArgs(const struct passthrough_fs* fs, int argc, char* argv[],
-                    void* data, const struct fuse_opt* spec,
-                    struct fuse_args* args) {
+int PassthroughMain(const struct passthrough_fs* fs, int argc, char* argv[],
+                    void* data, const struct fuse_opt* spec) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s SOURCE_DIR MOUNTPOINT %s\n", argv[0], fs->usage);
     return 2;
@@ -132,18 +131,19 @@ int PassthroughArgs(const struct passthrough_fs* fs, int argc, char* argv[],
     return 2;
   }
   // FUSE sees the arguments after SOURCE_DIR.
-  *args = (struct fuse_args)FUSE_ARGS_INIT(argc - 1, argv + 1);
-  return fuse_opt_parse(args, data, spec, NULL) == 0 ? 0 : 2;
-}
-
-int PassthroughMount(const struct passthrough_fs* fs, struct fuse_args* args) {
+  struct fuse_args args = FUSE_ARGS_INIT(argc - 1, argv + 1);
+  if (fuse_opt_parse(&args, data, spec, NULL) != 0) return 2;
+  if (fs->parsed != NULL) {
+    const int bad = fs->parsed();
+    if (bad) return bad;
+  }
   g_fs = fs;
   char threads[32];
   snprintf(threads, sizeof(threads), "-omax_threads=%d", fs->max_threads);
-  fuse_opt_add_arg(args, "-oallow_other");
-  fuse_opt_add_arg(args, "-oro");
-  fuse_opt_add_arg(args, threads);
-  const int rc = fuse_main(args->argc, args->argv, &kOps, NULL);
-  fuse_opt_free_args(args);
+  fuse_opt_add_arg(&args, "-oallow_other");
+  fuse_opt_add_arg(&args, "-oro");
+  fuse_opt_add_arg(&args, threads);
+  const int rc = fuse_main(args.argc, args.argv, &kOps, NULL);
+  fuse_opt_free_args(&args);
   return rc;
 }

@@ -20,20 +20,19 @@ struct passthrough_fs {
   // metadata is not what is measured); data is never cached either way.
   int cache_metadata;
   int max_threads;  // of libfuse's multithreaded loop
+  // After the program's options are parsed: checks and takes them; returns
+  // 0, or the exit code after printing why not. NULL: nothing to check.
+  int (*parsed)(void);
 };
 
-// SOURCE_DIR MOUNTPOINT [options]: takes SOURCE_DIR (argv[1]) as the
-// source and parses the arguments after it with `spec` into `data` (as
-// fuse_opt_parse does), leaving the rest in *args for PassthroughMount.
-// Returns 0, or 2 after printing the usage or the error.
-int PassthroughArgs(const struct passthrough_fs* fs, int argc, char* argv[],
-                    void* data, const struct fuse_opt* spec,
-                    struct fuse_args* args);
-
-// Mounts the source read-only at the mount point of *args, open to other
-// users (readers, a daemon under test, may run as another user than the
-// mount's), and serves it until it is unmounted; frees *args. Returns
-// fuse_main's exit code.
-int PassthroughMount(const struct passthrough_fs* fs, struct fuse_args* args);
+// The program's main: SOURCE_DIR MOUNTPOINT [options]. Takes SOURCE_DIR
+// (argv[1]) as the source, parses the arguments after it with `spec` into
+// `data` (as fuse_opt_parse does), calls fs->parsed, and mounts the source
+// read-only at MOUNTPOINT with the FUSE options left, open to other users
+// (readers, a daemon under test, may run as another user than the
+// mount's), serving it until it is unmounted. Returns 2 after printing
+// the usage or an error, else fs->parsed's failure or fuse_main's code.
+int PassthroughMain(const struct passthrough_fs* fs, int argc, char* argv[],
+                    void* data, const struct fuse_opt* spec);
 
 #endif  // BATCHD_BENCH_PASSTHROUGH_FS_H_

@@ -45,23 +45,23 @@ static void WaitWhileStalled(void) {
   }
 }
 
-static const struct passthrough_fs kFs = {
-    .name = "stall_fs",
-    .usage = "--control=FILE [-f] [FUSE options]",
-    .before_data = WaitWhileStalled,
-    .before_meta = NULL,
-    .cache_metadata = 0,
-    .max_threads = 256,
-};
-
-int main(int argc, char* argv[]) {
-  struct fuse_args args;
-  const int bad =
-      PassthroughArgs(&kFs, argc, argv, &g_spec, kOptionSpec, &args);
-  if (bad) return bad;
+static int Parsed(void) {
   if (g_spec.control == NULL) {
     fprintf(stderr, "stall_fs: --control=FILE is required\n");
     return 2;
   }
-  return PassthroughMount(&kFs, &args);
+  return 0;
+}
+
+// Metadata is served at once and not cached beyond libfuse's default.
+static const struct passthrough_fs kFs = {
+    .name = "stall_fs",
+    .usage = "--control=FILE [-f] [FUSE options]",
+    .before_data = WaitWhileStalled,
+    .max_threads = 256,
+    .parsed = Parsed,
+};
+
+int main(int argc, char* argv[]) {
+  return PassthroughMain(&kFs, argc, argv, &g_spec, kOptionSpec);
 }
