@@ -28,5 +28,5 @@ def run_pipeline(*args, cores=None):
     out = subprocess.run(cmd, capture_output=True, text=True, env=quiet_env())
     if out.returncode:
         sys.stderr.write(out.stderr[-4000:])
-        raise RuntimeError(f"{args[0]}: the pipeline exited {out.returncode}")
+        raise RuntimeError(f"the AlgoPerf pipeline exited {out.returncode}")
     return json.loads(out.stdout.strip().splitlines()[-1])
