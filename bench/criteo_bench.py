@@ -22,7 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 sys.path.insert(0, HERE)
-REF_PY = "/var/cache/batchd-ci/venv-ref-3.12/bin/python"
+from ref_python import run_pipeline  # noqa: E402
 
 
 def run_batchd(root, cores, batch, rows, run):
@@ -57,14 +57,9 @@ def run_batchd(root, cores, batch, rows, run):
 
 def run_tf(root, cores, batch, rows):
     cpus = ",".join(str(c) for c in range(cores))
-    out = subprocess.run(["taskset", "-c", cpus, REF_PY,
-                          os.path.join(HERE, "criteo_tf.py"), str(cores),
-                          str(batch), str(rows),
-                          os.path.join(root, "criteo1tb")],
-                         capture_output=True, text=True, check=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                  CUDA_VISIBLE_DEVICES=""))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_pipeline(os.path.join(HERE, "criteo_tf.py"), str(cores),
+                        str(batch), str(rows), os.path.join(root, "criteo1tb"),
+                        cores=cpus)
 
 
 def main():

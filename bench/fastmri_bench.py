@@ -50,10 +50,9 @@ import sys
 import time
 
 from procstat import cpu_seconds, descendants, status
+from ref_python import run_pipeline
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF_PYTHON = os.environ.get("BATCHD_REF_PYTHON",
-                            "/var/cache/batchd-ci/venv-ref-3.12/bin/python")
 
 ALGOPERF = r'''
 import glob, json, os, sys, time
@@ -153,15 +152,8 @@ print(json.dumps({"slices": count, "wall": wall,
 
 
 def run_algoperf(data, b, warmup, steps, cache):
-    out = subprocess.run([REF_PYTHON, "-c", ALGOPERF, data, str(b),
-                          str(warmup), str(steps), "1" if cache else "0"],
-                         capture_output=True, text=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                  CUDA_VISIBLE_DEVICES=""))
-    if out.returncode:
-        sys.stderr.write(out.stderr[-4000:])
-        raise RuntimeError(f"algoperf pipeline exited {out.returncode}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_pipeline("-c", ALGOPERF, data, str(b), str(warmup), str(steps),
+                     "1" if cache else "0")
     return {"pipeline": "algoperf", "world": "-", "b": b, **r,
             "slices_per_s": r["slices"] / r["wall"],
             "slices_per_cpu_s": r["slices"] / r["cpu"]}

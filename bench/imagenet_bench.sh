@@ -29,14 +29,11 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$(cd "${1:-$repo/build}" && pwd)"
-batchd="$build/server/batchd"
-batchctl="$build/server/batchctl"
-tool="$build/workloads/imagenet/imagenet_tool"
-py=/usr/bin/python3
 # shellcheck source=bench/lib.sh
 . "$repo/bench/lib.sh"
-bench_require imagenet_bench "$build" "$batchd" "$batchctl" "$tool"
+bench_init imagenet_bench "${1:-}" server/batchd server/batchctl \
+  workloads/imagenet/imagenet_tool
+tool="$build/workloads/imagenet/imagenet_tool"
 helper="$repo/bench/imagenet_bench.py"
 
 data="${BENCH_DATA:-${TMPDIR:-/tmp}/batchd-imagenet-bench}"

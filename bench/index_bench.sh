@@ -29,17 +29,11 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$(cd "${1:-$repo/build}" && pwd)"
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_init index_bench "${1:-}" bench/index_bench bench/latency_fs
 bench="$build/bench/index_bench"
 latency_fs="$build/bench/latency_fs"
-for bin in "$bench" "$latency_fs"; do
-  [[ -x "$bin" ]] || {
-    echo "index_bench: $bin is missing; build it first:" >&2
-    echo "  ninja -C $build index_bench latency_fs" >&2
-    exit 1
-  }
-done
-py=/usr/bin/python3
 data="${BENCH_DATA:-${TMPDIR:-/tmp}/batchd-imgscale}"
 latency="${BENCH_LATENCY-2}"
 sources="${BENCH_SOURCES:-imagefolder tfrecord}"

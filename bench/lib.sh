@@ -1,11 +1,30 @@
 # shellcheck shell=bash disable=SC2154
-# What the ImageNet benchmark scripts share (imagenet_bench.sh,
-# readahead_bench.sh): their binaries, the generated data set, and one batchd
-# daemon at a time. Sourced, not run; the caller sets `set -euo pipefail`.
+# What the benchmark scripts share (ab.sh, imagenet_bench.sh, index_bench.sh,
+# readahead_bench.sh, wmt_bench.sh): their binaries, the generated ImageNet
+# set, and one batchd daemon at a time. Sourced, not run; the caller sets
+# `set -euo pipefail`.
 #
-# Globals it uses: repo (the source tree), py (the Python), daemon_pid (the
-# running daemon, "" when none; bench_stop_daemon and bench_kill_daemon
-# reset it).
+# Globals it uses: repo (the source tree), py (the Python: bench_init sets
+# it), daemon_pid (the running daemon, "" when none; bench_stop_daemon and
+# bench_kill_daemon reset it).
+
+# bench_init NAME BUILD_DIR TARGET...: a script's start. Sets build
+# (BUILD_DIR made absolute; empty: $repo/build), batchd and batchctl (the
+# build's daemon and CLI) and py (Debian's python3), and checks every
+# TARGET, a path under the build (server/batchd, bench/latency_fs, ...),
+# with bench_require.
+bench_init() {
+  local name=$1 target targets=()
+  build="$(cd "${2:-$repo/build}" && pwd)"
+  shift 2
+  batchd="$build/server/batchd"
+  batchctl="$build/server/batchctl"
+  py=/usr/bin/python3
+  for target in "$@"; do
+    targets+=("$build/$target")
+  done
+  bench_require "$name" "$build" "${targets[@]}"
+}
 
 # bench_require NAME BUILD BIN...: every BIN (a path under BUILD) exists and
 # is executable, or NAME says which targets to build and the script exits.

@@ -20,10 +20,10 @@ import sys
 import time
 
 from procstat import drop_pages, status
+from ref_python import REF_PYTHON, quiet_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
-REF_PY = "/var/cache/batchd-ci/venv-ref-3.12/bin/python"
 B = 64
 
 
@@ -64,14 +64,12 @@ def run_algoperf(root, world, windows):
     folder = os.path.join(root, "finewebedu_lm", "train")
     drop_pages(os.path.join(root, "finewebedu_lm"))
     t0 = time.monotonic()
-    procs = [subprocess.Popen(["taskset", "-c", "0", REF_PY,
+    procs = [subprocess.Popen(["taskset", "-c", "0", REF_PYTHON,
                                os.path.join(HERE, "lm_algoperf.py"), folder,
                                str(B // world), str(world), str(r),
                                str(windows // world)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                       CUDA_VISIBLE_DEVICES=""))
+                              text=True, env=quiet_env())
              for r in range(world)]
     outs = [json.loads(p.communicate()[0].strip().splitlines()[-1])
             for p in procs]

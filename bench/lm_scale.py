@@ -17,10 +17,10 @@ import sys
 import time
 
 from procstat import status
+from ref_python import REF_PYTHON
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
-REF_PY = "/var/cache/batchd-ci/venv-ref-3.12/bin/python"
 
 WRITER = r'''
 import os, sys
@@ -57,9 +57,9 @@ def main():
     rows = -(-a.tokens // 2049)
     try:
         t = time.monotonic()
-        subprocess.run([REF_PY, "-c", WRITER, os.path.join(lm, "train"),
+        subprocess.run([REF_PYTHON, "-c", WRITER, os.path.join(lm, "train"),
                         str(rows), str(a.shards)], check=True)
-        subprocess.run([REF_PY, "-c", WRITER, os.path.join(lm, "val"),
+        subprocess.run([REF_PYTHON, "-c", WRITER, os.path.join(lm, "val"),
                         "4881", "1"], check=True)
         print(f"wrote {rows} rows ({rows * 2049 / 1e9:.2f} G tokens) in "
               f"{time.monotonic() - t:.0f} s")

@@ -32,7 +32,6 @@ arguments does nothing (OUT/.done-* markers).
         [--record-scale S] [--no-tree] [--no-tfrecord]
 """
 
-import argparse
 import importlib.util
 import os
 import struct
@@ -43,6 +42,7 @@ from PIL import Image
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "workloads", "common"))
+import generator_cli  # noqa: E402
 from records import masked_crc  # noqa: E402
 
 
@@ -157,14 +157,8 @@ def write_tfrecords(mi, out, classes, shards, records, pool, scale):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("out")
-    ap.add_argument("--classes", type=int, default=1000)
-    ap.add_argument("--files", type=int, default=1281167)
-    ap.add_argument("--pool", type=int, default=1000)
-    ap.add_argument("--shards", type=int, default=1024)
-    ap.add_argument("--records", type=int, default=1281167)
+    ap = generator_cli.parser(__doc__, classes=1000, files=1281167, pool=1000,
+                              shards=1024, records=1281167)
     ap.add_argument("--record-scale", type=float, default=None,
                     help="records of the pool's JPEGs scaled by this, as real "
                     "bytes (default: ImageNet-sized sparse records)")

@@ -19,7 +19,6 @@ The output depends only on the arguments and the two word lists.
     make_wmt_scale.py --out DIR [--pairs 5900000] [--seed 0]
 """
 
-import argparse
 import hashlib
 import os
 import sys
@@ -27,9 +26,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "workloads", "wmt", "tools"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "workloads", "wmt", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "workloads", "common"))
 import generate_wmt  # noqa: E402
+import generator_cli  # noqa: E402
 
 MEAN_WORDS = 16.0  # ~170 bytes a side: 2 GB at 5.9 M pairs
 SIGMA = 0.75
@@ -66,14 +67,9 @@ def gather(blob, starts, lengths, ids, last):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--pairs", type=int, default=5_900_000)
-    ap.add_argument("--mutate", type=float, default=0.08)
-    ap.add_argument("--tail", type=int, default=2_000_000)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = generator_cli.parser(__doc__, "--out", pairs=5_900_000,
+                                mutate=0.08, tail=2_000_000,
+                                seed=0).parse_args()
     t0 = time.monotonic()
     rng = np.random.default_rng(args.seed)
 

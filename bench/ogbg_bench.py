@@ -34,10 +34,9 @@ import tempfile
 import time
 
 from procstat import cpu_seconds, status
+from ref_python import run_pipeline
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF_PYTHON = os.environ.get("BATCHD_REF_PYTHON",
-                            "/var/cache/batchd-ci/venv-ref-3.12/bin/python")
 
 ALGOPERF = r'''
 import os, sys, time, json
@@ -92,11 +91,7 @@ print(json.dumps({"graphs": count, "wall": time.time() - t0,
 
 
 def run_algoperf(data, graphs, b):
-    out = subprocess.run([REF_PYTHON, "-c", ALGOPERF, data, str(graphs),
-                          str(b)], capture_output=True, text=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                  CUDA_VISIBLE_DEVICES=""), check=True)
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_pipeline("-c", ALGOPERF, data, str(graphs), str(b))
     return {"pipeline": "algoperf", "b": b, **r,
             "graphs_per_cpu_s": r["graphs"] / r["cpu"]}
 

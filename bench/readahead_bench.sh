@@ -30,14 +30,11 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$(cd "${1:-$repo/build}" && pwd)"
-batchd="$build/server/batchd"
-batchctl="$build/server/batchctl"
-latency_fs="$build/bench/latency_fs"
-py=/usr/bin/python3
 # shellcheck source=bench/lib.sh
 . "$repo/bench/lib.sh"
-bench_require readahead_bench "$build" "$batchd" "$batchctl" "$latency_fs"
+bench_init readahead_bench "${1:-}" server/batchd server/batchctl \
+  bench/latency_fs
+latency_fs="$build/bench/latency_fs"
 [[ -c /dev/fuse ]] || { echo "readahead_bench: no /dev/fuse" >&2; exit 1; }
 helper="$repo/bench/imagenet_bench.py"
 

@@ -42,17 +42,9 @@ set -euo pipefail
 want_json=0
 if [[ "${1:-}" == "--json" ]]; then want_json=1; shift; fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$(cd "${1:-$repo/build}" && pwd)"
-batchd="$build/server/batchd"
-batchctl="$build/server/batchctl"
-for bin in "$batchd" "$batchctl"; do
-  [[ -x "$bin" ]] || {
-    echo "wmt_bench: $bin is missing; build it first:" >&2
-    echo "  ninja -C $build batchd batchctl" >&2
-    exit 1
-  }
-done
-py=/usr/bin/python3
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_init wmt_bench "${1:-}" server/batchd server/batchctl
 helper="$repo/bench/wmt_tf_pipeline.py"
 tools="$repo/workloads/wmt/tools"
 

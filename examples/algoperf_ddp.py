@@ -18,7 +18,6 @@ host-to-device copy bandwidth from the pinned ring.
 
 import argparse
 import os
-import sys
 import time
 
 import torch
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd.algoperf
+from ddp_exit import end_rank
 
 
 def resnet(classes):
@@ -142,17 +142,7 @@ def main():
               f"loss {stats[1].item():.4f} -> {stats[2].item():.4f}, "
               f"pinned ring: {queue._pinned}", flush=True)
     queue.close()
-    dist.destroy_process_group()
-    # DDP keeps the Gloo group alive past destroy_process_group, and one of
-    # its worker threads that drops the last collective's tensors while the
-    # interpreter exits aborts the process ("terminate called without an
-    # active exception"): the rank leaves without the interpreter's teardown.
-    # os._exit runs no atexit handler and flushes no file but stdout and
-    # stderr (below): a trainer closes its loaders, checkpoints and loggers
-    # first.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_rank()  # ddp_exit.py: why a rank leaves without the teardown
 
 
 if __name__ == "__main__":

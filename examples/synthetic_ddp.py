@@ -11,7 +11,6 @@ loss falls as the model learns it.
 
 import argparse
 import os
-import sys
 import time
 
 import torch
@@ -19,6 +18,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd
+from ddp_exit import end_rank
 
 
 def main():
@@ -85,17 +85,7 @@ def main():
               f"{100 * final[1].item() / world:.1f}% of the time for data; "
               "every step's ranks held disjoint examples", flush=True)
     loader.close()
-    dist.destroy_process_group()
-    # DDP keeps the Gloo group alive past destroy_process_group, and one of
-    # its worker threads that drops the last collective's tensors while the
-    # interpreter exits aborts the process ("terminate called without an
-    # active exception"): the rank leaves without the interpreter's teardown.
-    # os._exit runs no atexit handler and flushes no file but stdout and
-    # stderr (below): a trainer closes its loaders, checkpoints and loggers
-    # first.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_rank()  # ddp_exit.py: why a rank leaves without the teardown
 
 
 if __name__ == "__main__":

@@ -383,43 +383,34 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     out = sys.argv[1]
-    for i, e in enumerate(EXAMPLES):
-        write(f"{out}/example_fuzz", f"example{i}", e)
-    for i, g in enumerate(graphs()):
-        write(f"{out}/ogbg_graph_fuzz", f"graph{i}", g)
     shards = [EXAMPLES[:1], EXAMPLES[:3], [], [b"x" * 100]]
-    for i, records in enumerate(shards):
-        write(f"{out}/tfrecord_fuzz", f"shard{i}", tfrecord(records))
+    # Each target's numbered seeds: out/<target>/<name with i for {}>.
+    numbered = [
+        ("example_fuzz", "example{}", EXAMPLES),
+        ("ogbg_graph_fuzz", "graph{}", graphs()),
+        ("tfrecord_fuzz", "shard{}", [tfrecord(r) for r in shards]),
+        ("spec_fuzz", "request{}", [open_request(spec, rank=i % 2)
+                                    for i, spec in enumerate(SPECS)]),
+        ("config_fuzz", "config{}.toml", configs()),
+        ("tokenizer_fuzz", "text{}", TEXTS),
+        ("tokenizer_fuzz", "bad{}", BAD_TEXTS),
+        ("sentencepiece_model_fuzz", "model{}", models()),
+        ("cache_entry_fuzz", "file{}", cache_files()),
+        ("cache_index_fuzz", "value{}", cache_values()),
+        ("wmt_lengths_fuzz", "table{}", length_tables()),
+        ("npy_fuzz", "array{}", npys()),
+        ("criteo_line_fuzz", "line{}", criteo_lines()),
+        ("criteo_blocks_fuzz", "day{}", criteo_blocks()),
+        ("arrow_ipc_fuzz", "stream{}", arrow_streams()),
+        ("hdf5_reply_fuzz", "reply{}", hdf5_replies()),
+    ]
+    for target, name, seeds in numbered:
+        for i, data in enumerate(seeds):
+            write(f"{out}/{target}", name.format(i), data)
     write(f"{out}/tfrecord_fuzz", "truncated", tfrecord(EXAMPLES[:2])[:-7])
     claim = struct.pack("<Q", 1 << 40)  # a record longer than the file
     write(f"{out}/tfrecord_fuzz", "claimed",
           claim + struct.pack("<I", masked_crc(claim)) + b"x" * 20)
-    for i, spec in enumerate(SPECS):
-        write(f"{out}/spec_fuzz", f"request{i}", open_request(spec, rank=i % 2))
-    for i, text in enumerate(configs()):
-        write(f"{out}/config_fuzz", f"config{i}.toml", text)
-    for i, text in enumerate(TEXTS):
-        write(f"{out}/tokenizer_fuzz", f"text{i}", text)
-    for i, data in enumerate(BAD_TEXTS):
-        write(f"{out}/tokenizer_fuzz", f"bad{i}", data)
-    for i, data in enumerate(models()):
-        write(f"{out}/sentencepiece_model_fuzz", f"model{i}", data)
-    for i, data in enumerate(cache_files()):
-        write(f"{out}/cache_entry_fuzz", f"file{i}", data)
-    for i, data in enumerate(cache_values()):
-        write(f"{out}/cache_index_fuzz", f"value{i}", data)
-    for i, data in enumerate(length_tables()):
-        write(f"{out}/wmt_lengths_fuzz", f"table{i}", data)
-    for i, data in enumerate(npys()):
-        write(f"{out}/npy_fuzz", f"array{i}", data)
-    for i, data in enumerate(criteo_lines()):
-        write(f"{out}/criteo_line_fuzz", f"line{i}", data)
-    for i, data in enumerate(criteo_blocks()):
-        write(f"{out}/criteo_blocks_fuzz", f"day{i}", data)
-    for i, data in enumerate(arrow_streams()):
-        write(f"{out}/arrow_ipc_fuzz", f"stream{i}", data)
-    for i, data in enumerate(hdf5_replies()):
-        write(f"{out}/hdf5_reply_fuzz", f"reply{i}", data)
     os.makedirs(f"{out}/image_decoder_fuzz", exist_ok=True)
     images(f"{out}/image_decoder_fuzz")
 

@@ -23,15 +23,13 @@ is its class.
 """
 
 import os
+import sys
 
-M64 = (1 << 64) - 1
-M32 = (1 << 32) - 1
-
-def mix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-    return x ^ (x >> 31)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "python", "reference"))
+from counter_rng import M32, M64  # noqa: E402
+from counter_rng import philox4x32_10 as philox4x32  # noqa: E402
+from counter_rng import splitmix64_finaliser as mix64  # noqa: E402
 
 
 class Feistel:
@@ -62,19 +60,6 @@ class Feistel:
             x = self._encrypt(x)
             if x < self.n:
                 return x
-
-
-def philox4x32(ctr, key):
-    k0, k1 = key & M32, key >> 32
-    c0, c1, c2, c3 = ctr
-    for _ in range(10):
-        p0 = 0xD2511F53 * c0
-        p1 = 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0, p1 & M32,
-                          (p0 >> 32) ^ c3 ^ k1, p0 & M32)
-        k0 = (k0 + 0x9E3779B9) & M32
-        k1 = (k1 + 0xBB67AE85) & M32
-    return c0, c1, c2, c3
 
 
 def payload(seed, epoch, position, example_id, nbytes):

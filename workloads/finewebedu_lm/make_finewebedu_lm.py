@@ -19,11 +19,15 @@ work. The real train split is ~4.4 M rows in shards of at most 500 MB
 
   make_finewebedu_lm.py OUT --train-rows 40 --val-rows 12 --shards 2
 """
-import argparse
 import os
+import sys
 
 import numpy as np
 import datasets
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "common"))
+import generator_cli  # noqa: E402
 
 ROW = 2049
 VOCAB = 50257
@@ -39,14 +43,8 @@ def write(path, rows, shards, rng):
 
 
 def main():
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("out")
-    p.add_argument("--train-rows", type=int, default=40)
-    p.add_argument("--val-rows", type=int, default=12)
-    p.add_argument("--shards", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
+    a = generator_cli.parser(__doc__, train_rows=40, val_rows=12, shards=2,
+                             seed=0).parse_args()
     rng = np.random.default_rng(a.seed)
     os.makedirs(a.out, exist_ok=True)
     write(os.path.join(a.out, "train"), a.train_rows, a.shards, rng)

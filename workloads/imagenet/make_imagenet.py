@@ -30,7 +30,6 @@ side) or smaller than 500 pixels; and the counts, which --classes and
         [--shards 2] [--no-tfrecord] [--no-imagefolder] [--no-truncated]
 """
 
-import argparse
 import importlib.util
 import io
 import os
@@ -41,6 +40,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "common"))
+import generator_cli  # noqa: E402
 from records import field_bytes, varint, write_tfrecord  # noqa: E402,F401
 
 COLOUR_PHOTOS = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg",
@@ -153,14 +153,8 @@ def build_split(split, classes, per_class, seed, colour, gray, odd):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("out")
-    ap.add_argument("--classes", type=int, default=4)
-    ap.add_argument("--per-class", type=int, default=6)
-    ap.add_argument("--val-per-class", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--shards", type=int, default=2)
+    ap = generator_cli.parser(__doc__, classes=4, per_class=6,
+                              val_per_class=2, seed=0, shards=2)
     ap.add_argument("--no-tfrecord", action="store_true")
     ap.add_argument("--no-imagefolder", action="store_true")
     ap.add_argument("--no-truncated", action="store_true")

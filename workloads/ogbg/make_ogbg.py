@@ -25,7 +25,6 @@ validation.tfrecord-00000-of-00001, test.tfrecord-00000-of-00001}.
 Needs numpy only.
 """
 
-import argparse
 import json
 import os
 import struct
@@ -35,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "common"))
+import generator_cli  # noqa: E402
 from records import field_bytes, varint, write_tfrecord  # noqa: E402
 
 VERSION_DIR = os.path.join("ogbg_molpcba", "0.1.3")
@@ -162,13 +162,8 @@ def write_info(out, sizes):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("out")
-    ap.add_argument("--train", type=int, default=400)
-    ap.add_argument("--validation", type=int, default=120)
-    ap.add_argument("--test", type=int, default=120)
-    ap.add_argument("--seed", type=int, default=0)
+    ap = generator_cli.parser(__doc__, train=400, validation=120, test=120,
+                              seed=0)
     ap.add_argument("--stats", choices=sorted(STATS), default="uniform",
                     help="sizes and features: uniform (small test sets) or "
                     "molpcba (ogbg-molpcba's, for benchmarks; see above)")

@@ -37,7 +37,6 @@ The output depends only on the seed, the counts and the two input files.
                     [--shards 16] [--seed 0] [--stats small|wmt17]
 """
 
-import argparse
 import hashlib
 import math
 import os
@@ -46,6 +45,9 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))), "common"))
+import generator_cli  # noqa: E402
 import wmt_data  # noqa: E402
 
 ENGLISH_DIR = "/usr/share/common-licenses"
@@ -174,14 +176,8 @@ def write_split(out, split, pairs, shards):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--train", type=int, default=3000)
-    ap.add_argument("--validation", type=int, default=300)
-    ap.add_argument("--test", type=int, default=300)
-    ap.add_argument("--shards", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
+    ap = generator_cli.parser(__doc__, "--out", train=3000, validation=300,
+                              test=300, shards=16, seed=0)
     ap.add_argument("--stats", choices=("small", "wmt17"), default="small",
                     help="sizes: small (tests, demos) or wmt17 (WMT17's, "
                     "for benchmarks; see above)")

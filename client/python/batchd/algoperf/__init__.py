@@ -53,15 +53,17 @@ _SPLITS = {"train": "train", "eval_train": "eval_train",
 _opened = collections.Counter()
 
 # The names input_queue takes, each with its module: WORKLOAD (the daemon's
-# workload), NUM_EVAL_TRAIN_EXAMPLES (AlgoPerf's, or None), options(split,
-# opts) (the stream's option defaults), repeats(split, num_batches,
-# repeat_final_dataset) and convert(host, split, move, torch) (the batch
-# AlgoPerf's queue yields, from the ring's tensors; move(t, dtype) puts a
-# ring tensor on the queue's device), and optionally DEVICE and
-# rows(global_batch_size, opts, world_size, saved_options) (the stream's
-# global batch, where its items are rows of several examples; it may set
-# option defaults from the world size, or from `saved_options`, the
-# options of the state the queue resumes from, else None).
+# workload), NUM_EVAL_TRAIN_EXAMPLES (AlgoPerf's, or None) and
+# convert(host, split, move, torch) (the batch AlgoPerf's queue yields, from
+# the ring's tensors; move(t, dtype) puts a ring tensor on the queue's
+# device); and optionally DEVICE, options(split, opts) (the stream's option
+# defaults; without it, none), repeats(split, num_batches,
+# repeat_final_dataset) (whether a pass starts again at its end; without
+# it, _repeats: AlgoPerf's usual rule) and rows(global_batch_size, opts,
+# world_size, saved_options) (the stream's global batch, where its items
+# are rows of several examples; it may set option defaults from the world
+# size, or from `saved_options`, the options of the state the queue resumes
+# from, else None).
 def _drop_in_modules():
     """{WORKLOAD: module} of this package's modules, by workload name."""
     found = {}
@@ -73,6 +75,13 @@ def _drop_in_modules():
 
 
 WORKLOADS = _drop_in_modules()
+
+
+def _repeats(split, num_batches, repeat_final_dataset):
+    """AlgoPerf's usual rule, for the modules without repeats(): an
+    evaluation queue repeats as ``take(num_batches).repeat()`` when
+    repeat_final_dataset is set; train never ends a pass."""
+    return split != "train" and repeat_final_dataset
 
 
 def _default_device(torch):
@@ -131,7 +140,8 @@ class InputQueue:
             device = getattr(adapter, "DEVICE", None) or _default_device(torch)
         self.device = torch.device(device)
         opts = dict(options or {})
-        adapter.options(self.split, opts)
+        if hasattr(adapter, "options"):
+            adapter.options(self.split, opts)
         eval_train_examples = (num_eval_train_examples or
                                adapter.NUM_EVAL_TRAIN_EXAMPLES)
         if self.split == "eval_train" and eval_train_examples:
@@ -157,8 +167,8 @@ class InputQueue:
             start_step=start_step, server=server, options=opts,
             timeout=timeout)
         self.num_batches = num_batches
-        self.repeat = adapter.repeats(self.split, num_batches,
-                                      repeat_final_dataset)
+        repeats = getattr(adapter, "repeats", _repeats)
+        self.repeat = repeats(self.split, num_batches, repeat_final_dataset)
         self.passes = 0  # completed passes of a repeating queue
         self._served = 0  # batches of the current pass
         # Host batches whose asynchronous copies may still be reading them.

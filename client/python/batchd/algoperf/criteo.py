@@ -30,14 +30,6 @@ WORKLOAD = "criteo1tb"
 NUM_EVAL_TRAIN_EXAMPLES = 83279872
 
 
-def options(split, opts):
-    pass
-
-
-def repeats(split, num_batches, repeat_final_dataset):
-    return split != "train" and repeat_final_dataset
-
-
 def convert(host, split, move, torch):
     out = {"inputs": move(host["inputs"], torch.float32),
            "targets": move(host["targets"], torch.float32),

@@ -35,14 +35,6 @@ WORKLOAD = "fastmri"
 NUM_EVAL_TRAIN_EXAMPLES = 3584
 
 
-def options(split, opts):
-    pass
-
-
-def repeats(split, num_batches, repeat_final_dataset):
-    return split != "train" and repeat_final_dataset
-
-
 def convert(host, split, move, torch):
     out = {key: move(host[key], torch.float32)
            for key in ("inputs", "targets", "mean", "std", "volume_max")}

@@ -50,10 +50,6 @@ MAX_AUDIO = 320000
 MAX_TARGETS = 256
 
 
-def options(split, opts):
-    pass
-
-
 def repeats(split, num_batches, repeat_final_dataset):
     return split != "train"
 

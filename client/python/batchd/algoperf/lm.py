@@ -28,14 +28,6 @@ WORKLOAD = "finewebedu_lm"
 NUM_EVAL_TRAIN_EXAMPLES = 10000
 
 
-def options(split, opts):
-    pass
-
-
-def repeats(split, num_batches, repeat_final_dataset):
-    return split != "train" and repeat_final_dataset
-
-
 def convert(host, split, move, torch):
     return {"inputs": move(host["inputs"], torch.int32),
             "targets": move(host["targets"], torch.int64),

@@ -55,10 +55,6 @@ GraphsTuple = collections.namedtuple(
     ["nodes", "edges", "receivers", "senders", "globals", "n_node", "n_edge"])
 
 
-def options(split, opts):
-    pass
-
-
 def rows(global_batch_size, opts, world_size, saved_options):
     """The stream's global batch in rows of graphs_per_row graph slots,
     setting graphs_per_row where the caller did not: the resumed state's

@@ -40,14 +40,6 @@ TRAIN_KEYS = ("inputs", "inputs_position", "inputs_segmentation",
 EVAL_KEYS = ("inputs", "targets", "weights")
 
 
-def options(split, opts):
-    pass
-
-
-def repeats(split, num_batches, repeat_final_dataset):
-    return split != "train" and repeat_final_dataset
-
-
 def convert(host, split, move, torch):
     names = TRAIN_KEYS[:-1] if split == "train" else EVAL_KEYS[:-1]
     out = {name: move(host[name], torch.int64) for name in names}
