@@ -72,10 +72,42 @@ def wait_until(condition, seconds, what):
         time.sleep(0.02)
 
 
+def algoperf_queue(server, workload, split, g, **kwargs):
+    """batchd.algoperf's input_queue of `workload` on the set of its name in
+    server's data root, as rank 0 of 1 unless `kwargs` (more of its
+    arguments) say otherwise, with a timeout of 120 s."""
+    import batchd.algoperf
+    kwargs = {"world_size": 1, "rank": 0, **kwargs}
+    return batchd.algoperf.input_queue(workload, split, g, data=workload,
+                                       server=server.address, timeout=120,
+                                       **kwargs)
 
 
+def torchrun_or_skip():
+    """The torchrun beside this interpreter; skips the calling module where
+    torch is older than 2 or has no torchrun there (Debian's torch 1.13
+    torchrun fails on Python 3.11)."""
+    torch = pytest.importorskip("torch")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if (int(torch.__version__.split(".")[0]) < 2
+            or not os.access(torchrun, os.X_OK)):
+        pytest.skip(f"needs torch >= 2 and its torchrun (torch "
+                    f"{torch.__version__}, {torchrun})",
+                    allow_module_level=True)
+    return torchrun
 
 
+def utterance_digest(batch, i):
+    """The SHA-256 (hex) of utterance i of an AlgoPerf LibriSpeech batch
+    (torch tensors): the bytes of its audio, audio paddings, targets and
+    target paddings, as reference/librispeech_ref.py computes it."""
+    import hashlib
+    audio, audio_paddings = batch["inputs"]
+    targets, target_paddings = batch["targets"]
+    digest = hashlib.sha256()
+    for t in (audio[i], audio_paddings[i], targets[i], target_paddings[i]):
+        digest.update(t.contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def step_rows(loader, steps, *keys):
