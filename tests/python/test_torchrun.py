@@ -88,20 +88,30 @@ def test_torchrun_runs_synthetic_ddp_example(server):
     assert "every step's ranks held disjoint examples" in out, out
 
 
-def test_ctrl_c_stops_torchrun_and_its_ranks_cleanly(server):
+def stopped_job(server, stream, stop):
+    """Runs ddp_check.py on `stream` as a torchrun job without end; once
+    its step 5 is done, stop(proc, lines so far) acts on it. The job's
+    process and its whole output once it has ended."""
     proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
-                    "--stream", "tr-sigint", "--steps", "-1")
+                    "--stream", stream, "--steps", "-1")
     lines = []
     try:
         assert read_until(proc, r"^step 5 ok$", lines), "".join(lines)
-        assert len(server.segments()) == 2
-        # What a terminal's Ctrl-C does: SIGINT to the whole foreground group.
-        os.killpg(proc.pid, signal.SIGINT)
+        stop(proc, lines)
         rest, _ = proc.communicate(timeout=DEADLINE)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    out = "".join(lines) + rest
+    return proc, "".join(lines) + rest
+
+
+def test_ctrl_c_stops_torchrun_and_its_ranks_cleanly(server):
+    def ctrl_c(proc, lines):
+        assert len(server.segments()) == 2
+        # What a terminal's Ctrl-C does: SIGINT to the whole foreground group.
+        os.killpg(proc.pid, signal.SIGINT)
+
+    proc, out = stopped_job(server, "tr-sigint", ctrl_c)
     assert proc.returncode != 0, out
     assert wait_until(lambda: gone(proc.pid)), "a rank outlived torchrun"
     assert wait_until(lambda: server.segments() == []), server.segments()
@@ -111,21 +121,14 @@ def test_ctrl_c_stops_torchrun_and_its_ranks_cleanly(server):
 
 
 def test_a_killed_rank_stops_the_job_and_frees_the_rings(server):
-    proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
-                    "--stream", "tr-kill", "--steps", "-1")
-    lines = []
-    try:
-        assert read_until(proc, r"^step 5 ok$", lines), "".join(lines)
+    def kill_rank_1(proc, lines):
         # Both ranks write to torchrun's one stdout: their lines may
         # interleave, so no anchors.
         pids = dict(re.findall(r"rank (\d) pid (\d+)", "".join(lines)))
         assert set(pids) == {"0", "1"}, "".join(lines)
         os.kill(int(pids["1"]), signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = "".join(lines) + rest
+
+    proc, out = stopped_job(server, "tr-kill", kill_rank_1)
     # torchrun reports the failed rank and stops the other one.
     assert proc.returncode != 0, out
     assert re.search(r"Signal 9|SIGKILL", out), out
