@@ -169,8 +169,23 @@ class Daemon:
 
 
 class Server(Daemon):
-    """A daemon whose data root is tmp_path/data (made empty here)."""
+    """A daemon whose data root, `data`, is tmp_path/data (made empty
+    here), logging to tmp_path/batchd.log; `kwargs` as Daemon's."""
 
-    def __init__(self, tmp_path):
-        (tmp_path / "data").mkdir()
-        super().__init__(tmp_path / "data", tmp_path / "batchd.log")
+    def __init__(self, tmp_path, **kwargs):
+        self.data = tmp_path / "data"
+        self.data.mkdir()
+        super().__init__(self.data, tmp_path / "batchd.log", **kwargs)
+
+
+def daemon_fixture(root, **kwargs):
+    """A pytest fixture: a Daemon (`kwargs` as Daemon's) of the test's own
+    serving the data root the fixture named `root` gives, logging to
+    tmp_path/batchd.log, stopped after the test."""
+    @pytest.fixture
+    def daemon(request, tmp_path):
+        d = Daemon(request.getfixturevalue(root), tmp_path / "batchd.log",
+                   **kwargs)
+        yield d
+        d.stop()
+    return daemon

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from batchd_daemon import daemon_fixture
 from helpers import IMAGENET_TOOL as IMAGENET_GENERATOR, REPO, WMT_TOOLS
 from helpers import WORKLOADS, make_imagenet, make_wmt, run_generator
 from helpers import workload_test_data
@@ -71,13 +72,8 @@ def shared_data(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def shared_daemon(shared_data, tmp_path):
-    """A daemon serving shared_data, with a cache of its own."""
-    from batchd_daemon import Daemon
-    d = Daemon(shared_data, tmp_path / "batchd.log")
-    yield d
-    d.stop()
+# A daemon serving shared_data, with a cache of its own.
+shared_daemon = daemon_fixture("shared_data")
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,16 @@ ranks' slices are disjoint and complete), for train and for validation
 (with its weights); then one DDP step runs. Prints "criteo step S ok".
 """
 
-import argparse
-
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import against_one_rank, end_rank
+from ddp_slices import against_one_rank, end_rank, sgd_step, start
 
 OPTS = {"block_kib": "64", "window_blocks": "2"}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--global-batch-size", type=int, default=64)
-    a = ap.parse_args()
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    a, rank, world = start(steps=6, global_batch_size=64)
     g = a.global_batch_size
     model = DDP(torch.nn.Linear(39, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -41,9 +33,7 @@ def main():
                 print(f"criteo {split} step {step} ok", flush=True)
             loss = (model(batch["inputs"]).squeeze(1) -
                     batch["targets"]).pow(2).mul(batch["weights"]).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            sgd_step(opt, loss)
     if rank == 0:
         print("criteo: every global batch disjoint and complete", flush=True)
     end_rank()

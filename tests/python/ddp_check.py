@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd
-from ddp_slices import end_rank
+from ddp_slices import end_rank, sgd_step
 
 FEATURES = 16
 HOLD_DEADLINE = 300  # seconds a held rank waits for --hold-file
@@ -157,10 +157,7 @@ def main():
                     seen = set()
         x = features(batch, args.workload)
         del batch
-        loss = model(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        sgd_step(opt, model(x).pow(2).mean())
         if rank == 0:
             print(f"step {step} ok", flush=True)
         if step == args.hold_at:

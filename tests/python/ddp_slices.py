@@ -3,22 +3,48 @@
 and the two ways of checking that the slices are disjoint and complete.
 
 - `against_one_rank`: each step's slices, gathered on rank 0, equal the
-  global batch a world-size-1 stream of the same seed serves.
+  global batch a world-size-1 stream of the same seed serves (`start`
+  parses such a check's flags and joins the job).
 - `epoch_and_eval`: each step's rows, by a digest of each, are distinct
   across the ranks and make the whole global batch; one train epoch and
-  one validation pass, each row's printed value listed for the test.
+  one validation pass, each row's printed value listed for the test
+  (`epoch_and_eval_job` is such a check's whole rank).
 
-`end_rank` ends every check's rank (see there).
+`sgd_step` is every check's optimiser step; `end_rank` ends every
+check's rank (see there).
 """
 
+import argparse
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd
 from batchd import algoperf
+
+
+def start(steps, global_batch_size):
+    """Parses an against_one_rank check's flags (--steps and
+    --global-batch-size, these their defaults) and joins the Gloo group
+    torchrun set up: (flags, rank, world size)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--global-batch-size", type=int,
+                    default=global_batch_size)
+    a = ap.parse_args()
+    dist.init_process_group("gloo")
+    return a, dist.get_rank(), dist.get_world_size()
+
+
+def sgd_step(opt, loss):
+    """One step of `opt` down the gradient of `loss` (DDP all-reduces the
+    gradients)."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
 
 
 def end_rank():
@@ -74,6 +100,34 @@ def against_one_rank(workload, split, g, steps, *, seed=5, options=None):
         q.close()
         if ref is not None:
             ref.close()
+
+
+def epoch_and_eval_job(workload, digests, features, **int_options):
+    """The whole rank of an epoch_and_eval check: its flags
+    (--global-batch-size, --epoch, --eval, --seed, and for each of
+    `int_options`, {option: default}, a flag of its name with dashes whose
+    value goes to the workload as that option), the Gloo group torchrun
+    set up, and epoch_and_eval with a DDP step on features(batch) (two
+    features a row); then end_rank."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--global-batch-size", type=int, default=4)
+    p.add_argument("--epoch", type=int, required=True)
+    p.add_argument("--eval", type=int, required=True)
+    for option, default in int_options.items():
+        p.add_argument("--" + option.replace("_", "-"), type=int,
+                       default=default)
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    dist.init_process_group("gloo")
+    model = DDP(torch.nn.Linear(2, 1))
+
+    def ddp_step(batch):
+        model(features(batch)).sum().backward()  # the DDP all-reduce
+
+    options = {option: getattr(a, option) for option in int_options}
+    epoch_and_eval(workload, a.global_batch_size, a.epoch, a.eval, digests,
+                   ddp_step, seed=a.seed, options=options or None)
+    end_rank()
 
 
 def epoch_and_eval(workload, g, epoch, evaluated_rows, digests, ddp_step, *,

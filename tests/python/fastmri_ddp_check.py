@@ -15,14 +15,11 @@ slice's mean ("train MEAN", "validation MEAN") for the test to compare
 with AlgoPerf's, and "fastmri ddp ok" (rank 0).
 """
 
-import argparse
 import hashlib
 
 import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import end_rank, epoch_and_eval
+from ddp_slices import epoch_and_eval_job
 
 
 def rows(batch):
@@ -37,25 +34,12 @@ def rows(batch):
     return out
 
 
+def features(batch):
+    return torch.stack([batch["mean"], batch["std"]], 1)
+
+
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--global-batch-size", type=int, default=4)
-    p.add_argument("--epoch", type=int, required=True)
-    p.add_argument("--eval", type=int, required=True)
-    p.add_argument("--validation-files", type=int, default=100)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args()
-    dist.init_process_group("gloo")
-    model = DDP(torch.nn.Linear(2, 1))
-
-    def ddp_step(batch):
-        x = torch.stack([batch["mean"], batch["std"]], 1)
-        model(x).sum().backward()  # the DDP all-reduce
-
-    epoch_and_eval("fastmri", a.global_batch_size, a.epoch, a.eval, rows,
-                   ddp_step, seed=a.seed,
-                   options={"validation_files": a.validation_files})
-    end_rank()
+    epoch_and_eval_job("fastmri", rows, features, validation_files=100)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Helpers shared by the Python suites that are not fixtures: where the
 tree's tools are, the generators of small WMT and ImageNet sets, each
 workload's description of its test data (workloads/<name>/test_data.py),
-and the Python reference of WMT's tokenization. Fixtures live in
-conftest.py, the daemon in batchd_daemon.py; no test module imports
-another.
+the Python reference of WMT's tokenization, what /proc says of a process,
+and running as other users of the node. Fixtures live in conftest.py, the
+daemon in batchd_daemon.py; no test module imports another.
 """
 
 import functools
@@ -72,6 +72,55 @@ def wait_until(condition, seconds, what):
         time.sleep(0.02)
 
 
+def algoperf_queue(server, workload, split, g, **kwargs):
+    """batchd.algoperf's input_queue of `workload` on the set of its name in
+    server's data root, as rank 0 of 1 unless `kwargs` (more of its
+    arguments) say otherwise, with a timeout of 120 s."""
+    import batchd.algoperf
+    kwargs = {"world_size": 1, "rank": 0, **kwargs}
+    return batchd.algoperf.input_queue(workload, split, g, data=workload,
+                                       server=server.address, timeout=120,
+                                       **kwargs)
+
+
+def torchrun_or_skip():
+    """The torchrun beside this interpreter; skips the calling module where
+    torch is older than 2 or has no torchrun there (Debian's torch 1.13
+    torchrun fails on Python 3.11)."""
+    torch = pytest.importorskip("torch")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if (int(torch.__version__.split(".")[0]) < 2
+            or not os.access(torchrun, os.X_OK)):
+        pytest.skip(f"needs torch >= 2 and its torchrun (torch "
+                    f"{torch.__version__}, {torchrun})",
+                    allow_module_level=True)
+    return torchrun
+
+
+def utterance_digest(batch, i):
+    """The SHA-256 (hex) of utterance i of an AlgoPerf LibriSpeech batch
+    (torch tensors): the bytes of its audio, audio paddings, targets and
+    target paddings, as reference/librispeech_ref.py computes it."""
+    import hashlib
+    audio, audio_paddings = batch["inputs"]
+    targets, target_paddings = batch["targets"]
+    digest = hashlib.sha256()
+    for t in (audio[i], audio_paddings[i], targets[i], target_paddings[i]):
+        digest.update(t.contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def step_rows(loader, steps, *keys):
+    """[(step, batch[key] as a list for each of `keys`)] of the next `steps`
+    batches of a numpy Loader."""
+    rows = []
+    for _ in range(steps):
+        batch, info = loader.next_batch()
+        rows.append((info.step, *(batch[key].tolist() for key in keys)))
+        del batch
+    return rows
+
+
 @functools.lru_cache(maxsize=None)
 def workload_test_data():
     """{workload: its workloads/<name>/test_data.py as a module}, by name:
@@ -119,12 +168,74 @@ def run_reference(script, *args, timeout=600):
     return out.stdout
 
 
-def _runs_as(uid):
+def status_bytes(pid, field):
+    """A size of /proc/<pid>/status ("VmHWM", "VmRSS"), in bytes; 0 where
+    the process has none."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid):
+    """User and system CPU time process pid has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------ other users
+#
+# The suites of what one user can do to another run as root and make their
+# clients, daemons and files those of uids of no user on the test machine:
+# setuid and setgid take any number, and nothing else owns files under
+# them.
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="needs root to become other users")
+
+
+def as_user(uid, groups=()):
+    """subprocess's keyword arguments for a child of `uid` (None: this
+    process's), with uid's own gid and of the supplementary groups only
+    `groups`, and this environment with its PYTHONPATH (batchd's module)."""
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    if uid is None:
+        return dict(env=env)
+    return dict(user=uid, group=uid, extra_groups=list(groups), env=env)
+
+
+def become(uid):
+    """Makes this (forked) process uid for good: its own gid, no
+    supplementary groups."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def chown_tree(path, uid, gid=None, dir_mode=None, file_mode=None):
+    """Gives path and everything under it to uid and gid (default: uid's
+    own); dir_mode and file_mode, where given, become every directory's
+    and every file's mode."""
+    gid = uid if gid is None else gid
+    for top, _, files in os.walk(path):
+        os.chown(top, uid, gid)
+        if dir_mode is not None:
+            os.chmod(top, dir_mode)
+        for name in files:
+            file = os.path.join(top, name)
+            os.chown(file, uid, gid)
+            if file_mode is not None:
+                os.chmod(file, file_mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_as(uid):
     try:
         return subprocess.run([sys.executable, "-c", "import batchd"],
-                              user=uid, group=uid, extra_groups=[], env=env,
-                              capture_output=True, timeout=60).returncode == 0
+                              capture_output=True, timeout=60,
+                              **as_user(uid)).returncode == 0
     except OSError:
         return False
 
@@ -135,6 +246,28 @@ def require_python_as(uid):
     enter); Debian's Python, which the main suite runs under, can."""
     if uid is not None and not _runs_as(uid):
         pytest.skip(f"uid {uid} cannot run {sys.executable} with batchd")
+
+
+def python_as(uid, script, *args, groups=(), **popen):
+    """The Popen of this interpreter running the Python source `script`
+    with `args` as uid (as_user; None: this process's uid), its stdin,
+    stdout and stderr text pipes, unless `popen` (more Popen arguments: a
+    primary group other than uid's, ...) says otherwise. The test skips
+    where uid cannot run it (require_python_as)."""
+    require_python_as(uid)
+    popen = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+             "stderr": subprocess.PIPE, **as_user(uid, groups), **popen}
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)],
+                            text=True, **popen)
+
+
+def last_line(proc, timeout):
+    """The last line proc printed, once it has ended; the test fails with
+    its stderr where it printed none. The timeout only guards the suite."""
+    out, err = proc.communicate(timeout=timeout)
+    lines = out.strip().splitlines()
+    assert lines, err
+    return lines[-1]
 
 
 @functools.lru_cache(maxsize=None)

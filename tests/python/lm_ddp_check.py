@@ -11,22 +11,14 @@ validation (with its weights); then one DDP step runs. Prints
 "lm SPLIT step S ok".
 """
 
-import argparse
-
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_slices import against_one_rank, end_rank
+from ddp_slices import against_one_rank, end_rank, sgd_step, start
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--global-batch-size", type=int, default=16)
-    a = ap.parse_args()
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    a, rank, world = start(steps=4, global_batch_size=16)
     g, b = a.global_batch_size, a.global_batch_size // world
     model = DDP(torch.nn.Sequential(torch.nn.Embedding(50257, 4),
                                     torch.nn.Linear(4, 1)))
@@ -48,9 +40,7 @@ def main():
             loss = (out - batch["targets"].clamp(min=0).float() / 50257).pow(2)
             if batch["weights"] is not None:
                 loss = loss * batch["weights"]
-            opt.zero_grad()
-            loss.mean().backward()
-            opt.step()
+            sgd_step(opt, loss.mean())
     if rank == 0:
         print("lm: every global batch disjoint and complete", flush=True)
     end_rank()

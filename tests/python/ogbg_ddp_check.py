@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batchd.algoperf
-from ddp_slices import end_rank
+from ddp_slices import end_rank, sgd_step
 
 
 def flat(batch):
@@ -80,10 +80,7 @@ def main():
                                      for r, g in enumerate(gathered)])
                 assert torch.equal(got, want[k]), (step, k)
             print(f"ogbg step {step} ok", flush=True)
-        loss = model(batch["inputs"].nodes).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        sgd_step(opt, model(batch["inputs"].nodes).mean())
     assert rows >= 1
     q.close()
     if whole is not None:

@@ -24,8 +24,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import batchd  # noqa: E402  (after the torch check: batches are torch tensors)
-import batchd_daemon  # noqa: E402
 from batchd_daemon import Server as Daemon, binary  # noqa: E402
+from helpers import as_user, needs_root  # noqa: E402
 
 MIB = 1 << 20
 SYNTHETIC = {"examples": "1000", "payload_bytes": "4096"}
@@ -631,19 +631,14 @@ except batchd.StreamClosedError:
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become nobody")
+@needs_root
 def test_an_administrator_joins_and_closes_another_uids_stream_by_owner(
         tmp_path):
-    (tmp_path / "data").mkdir()
-    d = batchd_daemon.Daemon(
-        tmp_path / "data", tmp_path / "batchd.log",
-        args=("--socket-mode", "0666", "--shm-group", str(NOBODY)))
-    os.chmod(d.dir, 0o755)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    d = Daemon(tmp_path, open_to_all=True, args=("--shm-group", str(NOBODY)))
     user = subprocess.Popen(
-        ["/usr/bin/python3", "-c", NOBODY_LOADER, d.address], user=NOBODY,
-        group=NOBODY, extra_groups=[], env=env, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True)
+        ["/usr/bin/python3", "-c", NOBODY_LOADER, d.address],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        **as_user(NOBODY))
     try:
         assert user.stdout.readline().strip() == "attached"
         spec = dict(world_size=2, rank=1, options={"examples": "100",

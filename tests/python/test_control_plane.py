@@ -18,10 +18,9 @@ Run as root (setuid to nobody):
         /usr/bin/python3 -m pytest tests/python/test_control_plane.py
 """
 
+import contextlib
 import json
-import os
 import subprocess
-import sys
 import threading
 import urllib.request
 
@@ -30,35 +29,20 @@ import pytest
 pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
-from batchd_daemon import Daemon, binary, free_port  # noqa: E402
-from helpers import require_python_as, wait_until  # noqa: E402
+from batchd_daemon import Daemon, Server, binary, free_port  # noqa: E402
+from helpers import as_user, needs_root, python_as, wait_until  # noqa: E402
 
 NOBODY = 65534
 PAIRS = 3000
 STATE_VERSION = 1  # of Loader.state_dict()
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
-
-
-def as_nobody():
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
-
-
-def open_daemon(data, log, **kw):
-    """A daemon every uid may call (its socket 0666 in a 0755 directory)."""
-    d = Daemon(data, log, **kw)
-    os.chmod(d.dir, 0o755)
-    return d
+pytestmark = needs_root
 
 
 def batchctl(address, *args, user=None, timeout=60):
     return subprocess.run([binary("batchctl"), *args, "--server", address],
                           capture_output=True, text=True, timeout=timeout,
-                          user=user, group=user,
-                          extra_groups=[] if user is not None else None)
+                          **as_user(user))
 
 
 # Opens argv[3] streams named argv[2]-<i> of world_size argv[4] (rank 0,
@@ -84,21 +68,23 @@ sys.stdin.readline()
 """
 
 
-def start_opener(address, prefix, count, world, user=NOBODY):
-    require_python_as(user)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    p = subprocess.Popen([sys.executable, "-c", OPENER, address, prefix,
-                          str(count), str(world)], user=user, group=user,
-                         extra_groups=[] if user is not None else None,
-                         env=env, text=True, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lines = []
-    while True:
-        line = p.stdout.readline()
-        assert line, p.stderr.read()
-        if line.strip() == "done":
-            return p, lines
-        lines.append(line.strip())
+@contextlib.contextmanager
+def opener(address, prefix, count, world, user=NOBODY):
+    """Runs OPENER as `user`; yields what it printed for each stream, and
+    holds the streams until the block ends."""
+    p = python_as(user, OPENER, address, prefix, count, world)
+    try:
+        lines = []
+        while True:
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            if line.strip() == "done":
+                break
+            lines.append(line.strip())
+        yield lines
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
 
 
 def synthetic(daemon, name, **kw):
@@ -153,8 +139,8 @@ def held_daemon(wmt_root, tmp_path, monkeypatch):
     hold.write_text("")
     monkeypatch.setenv("BATCHD_TEST_WMT_LEARN_HOLD", str(hold))
     monkeypatch.setenv("BATCHD_TEST_WMT_INDEX_DELAY_US", "20000")
-    d = open_daemon(wmt_root, tmp_path / "batchd.log", hooks=True,
-                    args=("--socket-mode", "0666", "--cache-dir", ""))
+    d = Daemon(wmt_root, tmp_path / "batchd.log", hooks=True,
+               open_to_all=True, args=("--cache-dir", ""))
     try:
         yield d, hold
     finally:
@@ -206,12 +192,8 @@ def test_a_far_cursor_holds_no_other_caller_and_sigterm_exits_0(
     assert st.returncode == 0, st.stderr
     names = [s["spec"]["name"] for s in json.loads(st.stdout)["streams"]]
     assert "far" in names
-    p, lines = start_opener(d.address, "other", 1, 1)
-    try:
+    with opener(d.address, "other", 1, 1) as lines:
         assert lines == ["opened 0"], lines
-    finally:
-        p.stdin.close()
-        p.wait(timeout=60)
     # ... and the far stream is still being prepared, not served.
     assert held.exists() and hold.exists()
     assert "batch" not in outcome and "error" not in outcome, outcome
@@ -246,14 +228,11 @@ def test_a_cursor_no_epoch_can_hold_is_refused_at_once(held_daemon):
 
 def test_world_size_65536_costs_status_and_metrics_only_what_is_attached(
         tmp_path):
-    (tmp_path / "data").mkdir()
     port = free_port()
-    d = open_daemon(tmp_path / "data", tmp_path / "batchd.log",
-                    args=("--socket-mode", "0666", "--metrics-listen",
-                          f"127.0.0.1:{port}"))
+    d = Server(tmp_path, open_to_all=True,
+               args=("--metrics-listen", f"127.0.0.1:{port}"))
     try:
-        p, lines = start_opener(d.address, "wide", 16, 65536)
-        try:
+        with opener(d.address, "wide", 16, 65536) as lines:
             assert lines == [f"opened {i}" for i in range(16)], lines
             mine = synthetic(d, "mine")
             next(mine)
@@ -279,9 +258,6 @@ def test_world_size_65536_costs_status_and_metrics_only_what_is_attached(
             assert b'batchd_rank_attached{stream="wide-3",owner="65534",' \
                    b'rank="0"} 1' in body
             del mine
-        finally:
-            p.stdin.close()
-            p.wait(timeout=60)
     finally:
         d.stop()
 
@@ -289,12 +265,9 @@ def test_world_size_65536_costs_status_and_metrics_only_what_is_attached(
 # ----------------------------------------- the stream quota, --max-streams
 
 def test_the_stream_quota_follows_max_streams(tmp_path):
-    (tmp_path / "data").mkdir()
-    d = open_daemon(tmp_path / "data", tmp_path / "batchd.log",
-                    args=("--socket-mode", "0666", "--max-streams", "8"))
+    d = Server(tmp_path, open_to_all=True, args=("--max-streams", "8"))
     try:
-        p, lines = start_opener(d.address, "many", 8, 1)
-        try:
+        with opener(d.address, "many", 8, 1) as lines:
             # A quarter of --max-streams 8: two streams, then the quota.
             assert lines[:2] == ["opened 0", "opened 1"], lines
             for line in lines[2:]:
@@ -307,8 +280,5 @@ def test_the_stream_quota_follows_max_streams(tmp_path):
             for loader in mine:
                 next(loader)
             del mine
-        finally:
-            p.stdin.close()
-            p.wait(timeout=60)
     finally:
         d.stop()

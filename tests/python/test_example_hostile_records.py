@@ -29,7 +29,8 @@ import pytest
 pytest.importorskip("numpy")
 
 from batchd_daemon import Daemon  # noqa: E402
-from helpers import REPO, require_python_as  # noqa: E402
+from helpers import REPO, chown_tree, last_line, needs_root  # noqa: E402
+from helpers import python_as, status_bytes  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "workloads", "common"))
 import records  # noqa: E402
@@ -39,8 +40,7 @@ ATTACKER = 47451
 VICTIM = 47452
 EMPTY_VALUES = 16 << 20  # a 32 MiB record
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 # Opens an imagenet train stream of batches of 4 and reads `batches` of
 # them: prints "OK <batches>" or "ERR <message>". With "wait", it prints
@@ -70,14 +70,6 @@ except batchd.Error as e:
 '''
 
 
-def chown_tree(path, uid, mode):
-    for top, _, files in os.walk(path):
-        os.chown(top, uid, uid)
-        os.chmod(top, mode)
-        for f in files:
-            os.chown(os.path.join(top, f), uid, uid)
-
-
 def empty_values_example(count):
     """A tf.train.Example whose `image` is `count` empty bytes values."""
     bytes_list = b"\x0a\x00" * count
@@ -100,56 +92,39 @@ def tree(shared_data):
     for i in range(1, 4):
         os.link(first,
                 os.path.join(inet, f"x-train.tfrecord-0000{i}-of-00004"))
-    chown_tree(os.path.join(root, "attacker"), ATTACKER, 0o755)
+    chown_tree(os.path.join(root, "attacker"), ATTACKER, dir_mode=0o755)
     victim = os.path.join(root, "victim")
     os.mkdir(victim)
     shutil.copytree(shared_data / "imagenet" / "train",
                     os.path.join(victim, "imagenet", "train"))
-    chown_tree(victim, VICTIM, 0o700)
+    chown_tree(victim, VICTIM, dir_mode=0o700)
     yield root
     subprocess.run(["rm", "-rf", root], check=True)
 
 
 def client(uid, server, data, batches, wait=False):
-    require_python_as(uid)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, server, data, str(batches),
-         "wait" if wait else "go"],
-        env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, user=uid, group=uid, extra_groups=[])
+    return python_as(uid, CLIENT, server, data, batches,
+                     "wait" if wait else "go")
 
 
-def answer(proc, timeout=180):
-    """The client's last line. The timeout only guards the suite."""
-    out, err = proc.communicate(timeout=timeout)
-    lines = out.strip().splitlines()
-    assert lines, err
-    return lines[-1]
-
-
-def vm_hwm(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+def answer(proc):
+    """The client's last line."""
+    return last_line(proc, timeout=180)
 
 
 def test_records_of_tiny_values_are_refused_without_swelling_the_daemon(
         tree, tmp_path):
     # One worker and read-ahead within 16 MiB, so that the peak RSS
     # measures the parses, not the victim's read-ahead.
-    d = Daemon(tree, tmp_path / "batchd.log", threads=1,
-               args=("--socket-mode", "0666", "--index-threads", "2",
+    d = Daemon(tree, tmp_path / "batchd.log", threads=1, open_to_all=True,
+               args=("--index-threads", "2",
                      "--readahead-bytes", str(16 << 20)))
-    os.chmod(d.dir, 0o755)  # other uids may reach the socket
     try:
         pid = d.proc.pid
         running = client(VICTIM, d.address, "victim/imagenet", 3, wait=True)
         assert running.stdout.readline().strip() == "ready", \
             running.stderr.read()
-        hwm = vm_hwm(pid)
+        hwm = status_bytes(pid, "VmHWM")
 
         got = answer(client(ATTACKER, d.address, "attacker/inet", 1))
         assert got.startswith("ERR"), got
@@ -158,7 +133,7 @@ def test_records_of_tiny_values_are_refused_without_swelling_the_daemon(
         # Unbounded, the parses kept over 2 GiB (512 MiB of std::strings
         # each, and their vectors' growth); bounded, about 500 MiB (the
         # records read, and what each parse keeps before it is refused).
-        grown = vm_hwm(pid) - hwm
+        grown = status_bytes(pid, "VmHWM") - hwm
         assert grown < 3 << 29, f"peak RSS grew by {grown >> 20} MiB"
         # The client's text is cut short; the log says why in full.
         with open(d.log_path) as f:

@@ -14,11 +14,9 @@ import shutil
 import numpy as np
 import pytest
 
-from helpers import run_reference
+from helpers import algoperf_queue, run_reference
 
 torch = pytest.importorskip("torch")
-
-import batchd.algoperf  # noqa: E402
 
 SEED = 3
 VALIDATION_FILES = 2  # of the 3 val volumes: test has the third
@@ -55,19 +53,15 @@ def reference(fastmri_data, tmp_path_factory):
 def server(fastmri_data, tmp_path):
     from batchd_daemon import Server
     s = Server(tmp_path)
-    s.data = tmp_path / "data"
     shutil.copytree(fastmri_data, s.data / "fastmri")
     yield s
     s.stop()
 
 
 def queue(server, split, g, **kwargs):
-    kwargs.setdefault("world_size", 1)
-    kwargs.setdefault("rank", 0)
-    return batchd.algoperf.input_queue(
-        "fastmri", split, g, data="fastmri", seed=SEED,
-        server=server.address, timeout=120, options=OPTIONS,
-        num_eval_train_examples=EVAL_TRAIN, **kwargs)
+    return algoperf_queue(server, "fastmri", split, g, seed=SEED,
+                          options=OPTIONS, num_eval_train_examples=EVAL_TRAIN,
+                          **kwargs)
 
 
 def check_structure(batch, b, split):

@@ -38,8 +38,9 @@ import pytest
 pytest.importorskip("numpy")
 pytest.importorskip("h5py")
 
-from batchd_daemon import Daemon, binary  # noqa: E402
-from helpers import REPO, require_python_as, wait_until  # noqa: E402
+from batchd_daemon import binary, daemon_fixture  # noqa: E402
+from helpers import REPO, chown_tree, needs_root, python_as  # noqa: E402
+from helpers import wait_until  # noqa: E402
 
 ATTACKER = 47441
 VICTIM = 47442
@@ -48,8 +49,7 @@ GENERATOR = os.path.join(REPO, "workloads", "fastmri", "make_fastmri.py")
 # that indexing them all takes the daemon one helper call each.
 MANY = 400
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 # Opens a fastMRI stream; prints "OPENED" or "ERR <message>", then waits
 # for stdin to close (the stream stays attached meanwhile).
@@ -70,14 +70,7 @@ sys.stdin.read()
 
 
 def client(server, name, data, split="validation", timeout=60):
-    require_python_as(ATTACKER)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, server, name, data, split,
-         str(timeout)],
-        env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, user=ATTACKER, group=ATTACKER,
-        extra_groups=[])
+    return python_as(ATTACKER, CLIENT, server, name, data, split, timeout)
 
 
 def first_line(proc):
@@ -118,10 +111,7 @@ def tree():
     with open(os.path.join(private, "secret"), "w") as f:
         f.write("the victim's\n")
     os.chmod(os.path.join(private, "secret"), 0o600)
-    for d in (os.path.join(root, "victim"), private):
-        os.chown(d, VICTIM, VICTIM)
-        os.chmod(d, 0o700)
-    os.chown(os.path.join(private, "secret"), VICTIM, VICTIM)
+    chown_tree(os.path.join(root, "victim"), VICTIM, dir_mode=0o700)
     attacker = os.path.join(root, "attacker")
     subprocess.run([sys.executable, GENERATOR, os.path.join(attacker, "ds"),
                     "--train", "1", "--val", "1", "--slices", "1", "1",
@@ -133,18 +123,12 @@ def tree():
     os.makedirs(many)
     for i in range(MANY):
         os.link(volume, os.path.join(many, f"file{i:06d}.h5"))
-    for top, dirs, files in os.walk(attacker):
-        for name in [top] + [os.path.join(top, n) for n in files]:
-            os.chown(name, ATTACKER, ATTACKER)
+    chown_tree(attacker, ATTACKER)
     yield root
     shutil.rmtree(root)
 
 
-@pytest.fixture
-def daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log", open_to_all=True)
-    yield d
-    d.stop()
+daemon = daemon_fixture("tree", open_to_all=True)
 
 
 def attacker_helper(daemon):

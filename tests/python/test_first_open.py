@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -32,6 +31,7 @@ import pytest
 pytest.importorskip("numpy")
 
 from batchd_daemon import Daemon, binary  # noqa: E402
+from helpers import as_user, chown_tree, python_as  # noqa: E402
 from helpers import require_python_as, wait_until  # noqa: E402
 
 # Uids of no user on the test machine.
@@ -57,19 +57,10 @@ except batchd.Error as e:
 '''
 
 
-def as_uid(uid):
-    if uid is None:
-        return dict(text=True)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return dict(user=uid, group=uid, extra_groups=[], env=env, text=True)
-
-
 def start_open(uid, server, workload, data, split, name, connect_timeout,
                stderr):
-    return subprocess.Popen(
-        [sys.executable, "-c", OPEN, server, workload, data, split, name,
-         str(connect_timeout)],
-        stdout=subprocess.PIPE, stderr=stderr, **as_uid(uid))
+    return python_as(uid, OPEN, server, workload, data, split, name,
+                     connect_timeout, stdin=None, stderr=stderr)
 
 
 def log_count(d, event):
@@ -86,17 +77,11 @@ def tree(shared_data):
     root = tempfile.mkdtemp(prefix="batchd-first-open-", dir="/tmp")
     os.chmod(root, 0o755)
     shutil.copytree(shared_data / "imagenet", os.path.join(root, "imagenet"))
-    for top, dirs, files in os.walk(os.path.join(root, "imagenet")):
-        os.chmod(top, 0o755)
-        for name in files:
-            os.chmod(os.path.join(top, name), 0o644)
+    chown_tree(os.path.join(root, "imagenet"), 0, 0, 0o755, 0o644)
     other = os.path.join(root, "other")
     os.mkdir(other)
     shutil.copytree(shared_data / "wmt", os.path.join(other, "wmt"))
-    for top, dirs, files in os.walk(other):
-        os.chown(top, OTHER, OTHER)
-        for name in files:
-            os.chown(os.path.join(top, name), OTHER, OTHER)
+    chown_tree(other, OTHER)
     os.chmod(other, 0o700)
     yield root
     shutil.rmtree(root)
@@ -147,7 +132,8 @@ def test_a_first_open_longer_than_the_connect_timeout_opens(
         # (the folders of a directory it may not read).
         seen = json.loads(subprocess.run(
             [binary("batchctl"), "status", "--json", "--server", d.address],
-            check=True, capture_output=True, **as_uid(OTHER)).stdout)
+            check=True, capture_output=True, text=True,
+            **as_user(OTHER)).stdout)
         others = seen.get("preparations", [])
         assert [p["stream"] for p in others] == ["slow"], others
         assert [others[0][k] for k in ("what", "unit", "done", "total")] \

@@ -22,7 +22,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 import uuid
 
@@ -31,15 +30,14 @@ import pytest
 pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
-from batchd_daemon import Daemon, binary, free_port, metrics  # noqa: E402
-from helpers import require_python_as, wait_until  # noqa: E402
+from batchd_daemon import Server, binary, free_port, metrics  # noqa: E402
+from helpers import become, needs_root, python_as, wait_until  # noqa: E402
 
 NOBODY = 65534
 CLIENT_PID, CLIENT_START, CLIENT_HEARTBEAT = 256, 264, 272
 WRITE_POS, RELEASED = 64, 192
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 
 CLIENT = r"""
@@ -55,12 +53,7 @@ sys.stdin.readline()
 
 
 def start_client(address, user=None):
-    require_python_as(user)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    p = subprocess.Popen([sys.executable, "-c", CLIENT, address], user=user,
-                         group=user, extra_groups=[] if user else None,
-                         env=env, text=True, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = python_as(user, CLIENT, address)
     segment = p.stdout.readline().strip()
     assert segment, p.stderr.read()
     return p, "/dev/shm" + segment
@@ -86,22 +79,26 @@ def forge_liveness(segment):
         os.close(fd)
 
 
-def forged_then_killed(client, segment, user):
-    """The client stops (its heartbeat thread too), its ring is forged by
-    a process of the same uid, and the client dies by kill -9."""
-    client.send_signal(signal.SIGSTOP)
+def forked_as(user, work):
+    """Runs work() in a child forked from this process that has become
+    `user` (None: stays root); it must return."""
     pid = os.fork()
     if pid == 0:
         try:
             if user is not None:
-                os.setgroups([])
-                os.setgid(user)
-                os.setuid(user)
-            forge_liveness(segment)
+                become(user)
+            work()
             os._exit(0)
         except BaseException:
             os._exit(1)
     assert os.waitpid(pid, 0)[1] == 0
+
+
+def forged_then_killed(client, segment, user):
+    """The client stops (its heartbeat thread too), its ring is forged by
+    a process of the same uid, and the client dies by kill -9."""
+    client.send_signal(signal.SIGSTOP)
+    forked_as(user, lambda: forge_liveness(segment))
     client.kill()
     client.wait()
 
@@ -113,13 +110,11 @@ def batchctl(address, *args, timeout=120):
 
 def test_a_dead_client_that_forged_pid_1_loses_its_ring_and_drain_ends(
         tmp_path):
-    (tmp_path / "data").mkdir()
     # --shm-group: how nobody mapped root's rings before rings had ACLs.
     # A stale heartbeat alone would take an hour here.
-    d = Daemon(tmp_path / "data", tmp_path / "batchd.log",
-               args=("--socket-mode", "0666", "--shm-group", str(NOBODY),
+    d = Server(tmp_path, open_to_all=True,
+               args=("--shm-group", str(NOBODY),
                      "--client-stale-seconds", "3600"))
-    os.chmod(d.dir, 0o755)
     try:
         client, segment = start_client(d.address, user=NOBODY)
         forged_then_killed(client, segment, NOBODY)
@@ -168,9 +163,7 @@ def test_a_tcp_clients_heartbeat_from_the_future_is_stale(tmp_path):
 
 
 def test_a_drain_ends_at_its_deadline_with_a_client_attached(tmp_path):
-    (tmp_path / "data").mkdir()
-    d = Daemon(tmp_path / "data", tmp_path / "batchd.log",
-               args=("--drain-timeout-seconds", "2"))
+    d = Server(tmp_path, args=("--drain-timeout-seconds", "2"))
     try:
         client, segment = start_client(d.address)
         r = batchctl(d.address, "drain", "--wait", "60")
@@ -185,29 +178,21 @@ def test_a_drain_ends_at_its_deadline_with_a_client_attached(tmp_path):
 
 
 def test_an_impossible_released_counter_is_clamped_and_flagged(tmp_path):
-    (tmp_path / "data").mkdir()
     port = free_port()
-    d = Daemon(tmp_path / "data", tmp_path / "batchd.log",
-               args=("--socket-mode", "0666", "--shm-group", str(NOBODY),
+    d = Server(tmp_path, open_to_all=True,
+               args=("--shm-group", str(NOBODY),
                      "--metrics-listen", f"127.0.0.1:{port}"))
-    os.chmod(d.dir, 0o755)
     try:
         client, segment = start_client(d.address, user=NOBODY)
-        # As the client could: released far beyond what was published.
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-                fd = os.open(segment, os.O_RDWR)
-                m = mmap.mmap(fd, 4096)
-                published = struct.unpack_from("<Q", m, WRITE_POS)[0]
-                struct.pack_into("<Q", m, RELEASED, published + 5)
-                os._exit(0)
-            except BaseException:
-                os._exit(1)
-        assert os.waitpid(pid, 0)[1] == 0
+
+        def overrelease():
+            # As the client could: released far beyond what was published.
+            fd = os.open(segment, os.O_RDWR)
+            m = mmap.mmap(fd, 4096)
+            published = struct.unpack_from("<Q", m, WRITE_POS)[0]
+            struct.pack_into("<Q", m, RELEASED, published + 5)
+
+        forked_as(NOBODY, overrelease)
         (stream,) = d.status()["streams"]
         (rank,) = stream["ranks"]
         assert rank.get("ring_fill", 0) <= rank["ring_slots"] == 4, rank

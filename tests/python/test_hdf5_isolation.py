@@ -34,8 +34,9 @@ import pytest
 np = pytest.importorskip("numpy")
 h5py = pytest.importorskip("h5py")
 
-from batchd_daemon import Daemon  # noqa: E402
-from helpers import REPO, require_python_as, wait_until  # noqa: E402
+from batchd_daemon import daemon_fixture  # noqa: E402
+from helpers import REPO, chown_tree, needs_root, python_as  # noqa: E402
+from helpers import wait_until  # noqa: E402
 
 ATTACKER = 47421
 VICTIM = 47422
@@ -43,8 +44,7 @@ GENERATOR = os.path.join(REPO, "workloads", "fastmri", "make_fastmri.py")
 SECRET = (b"victim's private line: only uid %d may read this\n" % VICTIM)
 TARGET_BYTES = 320 * 320 * 4
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 # Opens a stream and reads up to `batches` batches; prints "OK <n>" or
 # "ERR <n> <message>" (n: batches received), and "BATCH" as each comes.
@@ -73,12 +73,7 @@ except batchd.Error as e:
 
 
 def client(uid, server, data, split="validation", batches=1):
-    require_python_as(uid)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, server, data, split, str(batches)],
-        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        user=uid, group=uid, extra_groups=[])
+    return python_as(uid, CLIENT, server, data, split, batches, stdin=None)
 
 
 def result(proc):
@@ -98,15 +93,6 @@ def write_volume(path, reconstruction):
                                                 np.complex64))
         reconstruction(f)
         f.attrs["max"] = 1.0
-
-
-def chown_tree(path, uid, mode=None):
-    for top, dirs, files in os.walk(path):
-        os.chown(top, uid, uid)
-        for name in files:
-            os.chown(os.path.join(top, name), uid, uid)
-            if mode is not None:
-                os.chmod(os.path.join(top, name), mode)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +115,7 @@ def tree():
     subprocess.run([sys.executable, GENERATOR, os.path.join(victim, "fastmri"),
                     "--train", "3", "--val", "1", "--slices", "2", "2",
                     "--seed", "3"], check=True, capture_output=True)
-    chown_tree(victim, VICTIM, 0o600)
+    chown_tree(victim, VICTIM, file_mode=0o600)
     os.chmod(victim, 0o700)
     val = os.path.join(victim, "fastmri", "knee_singlecoil_val")
     victim_volume = os.path.join(val, os.listdir(val)[0])
@@ -161,7 +147,7 @@ def tree():
         os.makedirs(d)
         write_volume(os.path.join(d, names.get(kind, "file1000001.h5")), make)
     os.mkfifo(os.path.join(attacker, "fifo", "pipe"))
-    chown_tree(attacker, ATTACKER, 0o644)
+    chown_tree(attacker, ATTACKER, file_mode=0o644)
     yield root
     shutil.rmtree(root)
 
@@ -173,11 +159,7 @@ def vds_layout(source):
     return layout
 
 
-@pytest.fixture
-def daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log", hooks=True, open_to_all=True)
-    yield d
-    d.stop()
+daemon = daemon_fixture("tree", hooks=True, open_to_all=True)
 
 
 def zombies_of(daemon_pid):

@@ -30,7 +30,7 @@ pytest.importorskip("skimage")  # the generator's photos
 from torchvision import datasets, transforms  # noqa: E402
 
 import batchd  # noqa: E402
-from batchd_daemon import Daemon as Server  # noqa: E402
+from batchd_daemon import Daemon as Server, daemon_fixture  # noqa: E402
 
 MAX_MEAN_ABS_DIFF = 2.0
 
@@ -47,18 +47,8 @@ def data_root(imagenet_clean_and_odd):  # conftest.py
     return imagenet_clean_and_odd
 
 
-@pytest.fixture
-def server(data_root, tmp_path):
-    s = Server(data_root, tmp_path / "batchd.log")
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def hook_server(data_root, tmp_path):
-    s = Server(data_root, tmp_path / "batchd.log", hooks=True)
-    yield s
-    s.stop()
+server = daemon_fixture("data_root")
+hook_server = daemon_fixture("data_root", hooks=True)
 
 
 def loader(server, stream, data, split, global_batch_size, **kw):

@@ -8,16 +8,13 @@ shapes, device and repeat, resume from state_dict, and two ranks.
         /usr/bin/python3 -m pytest tests/python/test_librispeech.py
 """
 
-import hashlib
 import shutil
 
 import pytest
 
-from helpers import run_reference
+from helpers import algoperf_queue, run_reference, utterance_digest
 
 torch = pytest.importorskip("torch")
-
-import batchd.algoperf  # noqa: E402
 
 SEED = 3
 EVAL_TRAIN = 10  # of the 16 train utterances
@@ -42,7 +39,6 @@ def reference(librispeech_data):
 def server(librispeech_data, tmp_path):
     from batchd_daemon import Server
     s = Server(tmp_path)
-    s.data = tmp_path / "data"
     shutil.copytree(librispeech_data / "librispeech",
                     s.data / "librispeech")
     yield s
@@ -50,12 +46,8 @@ def server(librispeech_data, tmp_path):
 
 
 def queue(server, split, g, **kwargs):
-    kwargs.setdefault("world_size", 1)
-    kwargs.setdefault("rank", 0)
-    return batchd.algoperf.input_queue(
-        "librispeech", split, g, data="librispeech", seed=SEED,
-        server=server.address, timeout=120,
-        num_eval_train_examples=EVAL_TRAIN, **kwargs)
+    return algoperf_queue(server, "librispeech", split, g, seed=SEED,
+                          num_eval_train_examples=EVAL_TRAIN, **kwargs)
 
 
 def check_structure(batch, b):
@@ -72,17 +64,11 @@ def check_structure(batch, b):
 
 def rows(batch):
     """Each utterance of a batch as the reference describes it."""
-    audio, audio_paddings = batch["inputs"]
-    targets, target_paddings = batch["targets"]
-    out = []
-    for i in range(audio.shape[0]):
-        digest = hashlib.sha256()
-        for t in (audio[i], audio_paddings[i], targets[i], target_paddings[i]):
-            digest.update(t.contiguous().numpy().tobytes())
-        out.append((digest.hexdigest(),
-                    str(int((audio_paddings[i] == 0).sum())),
-                    str(int((target_paddings[i] == 0).sum()))))
-    return out
+    audio_paddings, target_paddings = batch["inputs"][1], batch["targets"][1]
+    return [(utterance_digest(batch, i),
+             str(int((audio_paddings[i] == 0).sum())),
+             str(int((target_paddings[i] == 0).sum())))
+            for i in range(audio_paddings.shape[0])]
 
 
 @pytest.mark.parametrize("split", ["validation", "test", "eval_train"])

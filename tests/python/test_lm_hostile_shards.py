@@ -30,7 +30,8 @@ import pytest
 pytest.importorskip("numpy")
 
 from batchd_daemon import Daemon  # noqa: E402
-from helpers import (REPO, daemon_threads, require_python_as,  # noqa: E402
+from helpers import (REPO, chown_tree, cpu_seconds, daemon_threads,  # noqa: E402
+                     last_line, needs_root, python_as, status_bytes,
                      wait_until)
 
 sys.path.insert(0, os.path.join(REPO, "workloads", "finewebedu_lm"))
@@ -42,8 +43,7 @@ VICTIM = 47432
 ROW = 2049
 CLAIM = 0x7FFFFFF8  # 2 GiB of metadata, claimed
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 # Opens a finewebedu_lm train stream and checks that each row of a batch
 # is a window of the token stream 0, 1, 2, ...: prints "OK <batches>" or
@@ -80,14 +80,6 @@ except batchd.Error as e:
 '''
 
 
-def chown_tree(path, uid, mode):
-    for top, _, files in os.walk(path):
-        os.chown(top, uid, uid)
-        os.chmod(top, mode)
-        for f in files:
-            os.chown(os.path.join(top, f), uid, uid)
-
-
 def write_shards(folder, shards):
     """folder/train/data-XXXXX-of-NNNNN.arrow, one per entry of `shards`:
     bytes, or (bytes, apparent size) for a sparse file."""
@@ -113,42 +105,27 @@ def tree():
                  [arrow_ipc.dag_schema_stream(60)])
     sparse = (arrow_ipc.claimed_metadata_prefix(CLAIM), CLAIM + 8)
     write_shards(os.path.join(attacker, "claimed"), [sparse, sparse])
-    chown_tree(attacker, ATTACKER, 0o755)
+    chown_tree(attacker, ATTACKER, dir_mode=0o755)
     tokens = list(range(16 * ROW))
     rows = [tokens[i:i + ROW] for i in range(0, len(tokens), ROW)]
     victim = os.path.join(root, "victim")
     write_shards(os.path.join(victim, "lm"),
                  [arrow_ipc.token_stream([rows[0:4], rows[4:8]]),
                   arrow_ipc.token_stream([rows[8:12], rows[12:16]])])
-    chown_tree(victim, VICTIM, 0o700)
+    chown_tree(victim, VICTIM, dir_mode=0o700)
     yield root
     subprocess.run(["rm", "-rf", root], check=True)
 
 
 def client(uid, server, data, batches, wait=False):
-    require_python_as(uid)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(
-        [sys.executable, "-c", CLIENT, server, data, str(batches),
-         "wait" if wait else "go"],
-        env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, user=uid, group=uid, extra_groups=[])
+    return python_as(uid, CLIENT, server, data, batches,
+                     "wait" if wait else "go")
 
 
-def answer(proc, timeout=120):
-    """The client's last line: what it printed when done. The timeout only
-    guards the suite: a daemon that spins on a shard never answers."""
-    out, err = proc.communicate(timeout=timeout)
-    lines = out.strip().splitlines()
-    assert lines, err
-    return lines[-1]
-
-
-def cpu_seconds(pid):
-    """User and system CPU time the process has used."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def answer(proc):
+    """The client's last line: what it printed when done (a daemon that
+    spins on a shard never answers)."""
+    return last_line(proc, timeout=120)
 
 
 def idle(pid):
@@ -157,14 +134,6 @@ def idle(pid):
     before = cpu_seconds(pid)
     time.sleep(0.5)
     return cpu_seconds(pid) - before < 0.1
-
-
-def vm_hwm(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def test_hostile_shards_are_refused_and_leave_the_daemon_as_it_was(
@@ -182,7 +151,7 @@ def test_hostile_shards_are_refused_and_leave_the_daemon_as_it_was(
         assert running.stdout.readline().strip() == "ready", \
             running.stderr.read()
         idle_threads = daemon_threads(pid)
-        hwm = vm_hwm(pid)
+        hwm = status_bytes(pid, "VmHWM")
 
         dag = answer(client(ATTACKER, d.address, "attacker/dag", 1))
         assert dag.startswith("ERR"), dag
@@ -200,7 +169,7 @@ def test_hostile_shards_are_refused_and_leave_the_daemon_as_it_was(
             assert (f"metadata of {CLAIM} bytes, over the limit of "
                     f"{1 << 20}") in got, got
 
-        grown = vm_hwm(pid) - hwm
+        grown = status_bytes(pid, "VmHWM") - hwm
         assert grown < 256 << 20, f"peak RSS grew by {grown >> 20} MiB"
         # One more of the daemon's own may have started since the count
         # (those it starts in the background at start-up).

@@ -21,22 +21,18 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
-if int(torch.__version__.split(".")[0]) < 2 or not os.access(TORCHRUN, os.X_OK):
-    pytest.skip(f"needs torch >= 2 and its torchrun (torch {torch.__version__}, "
-                f"{TORCHRUN})", allow_module_level=True)
+from helpers import make_wmt, torchrun_or_skip
+
+TORCHRUN = torchrun_or_skip()
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, free_port  # noqa: E402
-from helpers import make_wmt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEADLINE = 300  # seconds for a job: torch's import alone takes several on a loaded machine

@@ -60,19 +60,25 @@ def rows_of(daemon, split, g, stream, world_size=1, rank=0, steps=None,
                            data="ogbg", split=split, world_size=world_size,
                            rank=rank, seed=3, server=daemon.address,
                            options=opts, timeout=120, **kw)
-    out = collections.defaultdict(list)
-    n = 0
     try:
-        while steps is None or n < steps:
-            try:
-                host, _ = loader.next_batch()
-            except StopIteration:
-                break
-            for k in KEYS:
-                out[k].append(host[k].numpy().copy())
-            n += 1
+        return read_rows(loader, steps)
     finally:
         loader.close()
+
+
+def read_rows(loader, steps=None):
+    """The rows of the loader's batches to the end of its pass (or of
+    `steps` batches), as numpy, {key: [rows, ...]}."""
+    out = collections.defaultdict(list)
+    n = 0
+    while steps is None or n < steps:
+        try:
+            host, _ = loader.next_batch()
+        except StopIteration:
+            break
+        for k in KEYS:
+            out[k].append(host[k].numpy().copy())
+        n += 1
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
@@ -248,19 +254,11 @@ def test_damaged_graphs_are_counted_not_fatal(ogbg_data, reference,
             stream="bad", global_batch_size=1, workload="ogbg", data="ogbg",
             split="validation", world_size=1, rank=0, server=d.address,
             options={"graphs_per_row": R}, timeout=120)
-        rows = collections.defaultdict(list)
-        while True:
-            try:
-                host, _ = loader.next_batch()
-            except StopIteration:
-                break
-            for k in KEYS:
-                rows[k].append(host[k].numpy().copy())
+        rows = read_rows(loader)
         text = json.dumps(d.status())
         loader.close()
     finally:
         d.stop()
-    rows = {k: np.concatenate(v) for k, v in rows.items()}
     ref = reference["validation"]
     want = collections.Counter(
         (int(n), lab.astype(np.float32).tobytes())

@@ -28,7 +28,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -37,8 +36,9 @@ import pytest
 
 pytest.importorskip("numpy")
 
-from batchd_daemon import Daemon, binary, free_port  # noqa: E402
-from helpers import require_python_as  # noqa: E402
+from batchd_daemon import binary, daemon_fixture, free_port  # noqa: E402
+from helpers import as_user, chown_tree, last_line, needs_root  # noqa: E402
+from helpers import python_as, require_python_as  # noqa: E402
 
 # Uids and a group of no user on the test machine.
 GROUP = 47410
@@ -46,8 +46,7 @@ USER_A = 47411
 USER_B = 47412
 DAEMON_UID = 47413
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 # Opens one stream and reads a batch; prints "OK" or "ERR <message>".
 OPEN = r'''
@@ -70,18 +69,6 @@ try:
 except batchd.Error as e:
     print("ERR", " ".join(str(e).replace(name, "NAME").split()))
 '''
-
-
-def chown_tree(path, uid, gid, dir_mode=None, file_mode=None):
-    for top, dirs, files in os.walk(path):
-        os.chown(top, uid, gid)
-        if dir_mode is not None:
-            os.chmod(top, dir_mode)
-        for f in files:
-            p = os.path.join(top, f)
-            os.chown(p, uid, gid)
-            if file_mode is not None:
-                os.chmod(p, file_mode)
 
 
 def set_acl(path, entries):
@@ -147,40 +134,27 @@ def tree(shared_data):
     shutil.rmtree(root)
 
 
-def run_as(uid, argv, groups=()):
-    require_python_as(uid)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    kw = {} if uid is None else dict(user=uid, group=uid,
-                                     extra_groups=list(groups))
-    return subprocess.run(argv, env=env, text=True, capture_output=True,
-                          timeout=120, **kw)
-
-
 def open_as(uid, server, workload, data, groups=(), server_uid=None):
     """("OK", "") or ("ERR", the error) of a stream opened by `uid` (None:
     this process, root)."""
-    r = run_as(uid, [sys.executable, "-c", OPEN, server, workload, data,
-                     *([str(server_uid)] if server_uid is not None else [])],
-               groups)
-    out = r.stdout.strip()
-    assert out, r.stderr
-    word, _, rest = out.partition(" ")
+    proc = python_as(uid, OPEN, server, workload, data,
+                     *([server_uid] if server_uid is not None else []),
+                     groups=groups)
+    word, _, rest = last_line(proc, timeout=120).partition(" ")
     return word, rest
 
 
 def plan_as(uid, server, workload, data):
     """batchctl plan's exit status and stderr for `uid`."""
-    r = run_as(uid, [binary("batchctl"), "plan", "--server", server,
-                     "--workload", workload, "--data", data,
-                     "--global-batch-size", "4"])
+    require_python_as(uid)
+    r = subprocess.run([binary("batchctl"), "plan", "--server", server,
+                        "--workload", workload, "--data", data,
+                        "--global-batch-size", "4"], text=True,
+                       capture_output=True, timeout=120, **as_user(uid))
     return r.returncode, r.stderr.strip()
 
 
-@pytest.fixture
-def daemon(tree, tmp_path):
-    d = Daemon(tree, tmp_path / "batchd.log", open_to_all=True)
-    yield d
-    d.stop()
+daemon = daemon_fixture("tree", open_to_all=True)
 
 
 def test_another_uid_opens_no_stream_on_a_private_directory(daemon):

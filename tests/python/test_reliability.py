@@ -34,9 +34,9 @@ pytest.importorskip("PIL")
 pytest.importorskip("skimage")  # the generator's photos
 
 import batchd  # noqa: E402
-from batchd_daemon import Daemon, free_port, metrics  # noqa: E402
-from helpers import (daemon_threads, make_imagenet, thread_names,  # noqa: E402
-                     wait_until)
+from batchd_daemon import Daemon, Server, free_port, metrics  # noqa: E402
+from helpers import (become, daemon_threads, make_imagenet,  # noqa: E402
+                     thread_names, wait_until)
 
 NOBODY = 65534
 
@@ -231,9 +231,7 @@ def read_line(proc, seconds):
 
 def as_nobody():
     resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+    become(NOBODY)
 
 
 def systemd_fd_limit():
@@ -292,10 +290,8 @@ def test_idle_connections_of_one_user_starve_no_one(images, tmp_path):
 # ----------------------------------------------------- 8: slow metrics
 
 def test_slow_metrics_peers_do_not_keep_a_scrape_out(tmp_path):
-    (tmp_path / "data").mkdir()
     port = free_port()
-    d = Daemon(tmp_path / "data", tmp_path / "batchd.log",
-               args=["--metrics-listen", f"127.0.0.1:{port}"])
+    d = Server(tmp_path, args=["--metrics-listen", f"127.0.0.1:{port}"])
     slow = []
     try:
         # Requests begun and never finished: each would hold a server

@@ -22,7 +22,6 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -33,7 +32,8 @@ pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port  # noqa: E402
-from helpers import require_python_as, wait_until  # noqa: E402
+from helpers import needs_root, python_as, require_python_as  # noqa: E402
+from helpers import wait_until  # noqa: E402
 
 NOBODY = 65534
 # Uids and a group of no user on the test machine: setuid/setgid accept
@@ -42,8 +42,7 @@ GROUP = 47300
 MEMBER_A = 47301
 MEMBER_B = 47302
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 
 def accepts(port):
@@ -232,15 +231,6 @@ def acl_entries(path):
             for i in range((len(raw) - 4) // 8)]
 
 
-def as_user(uid, argv, groups=(), **kw):
-    require_python_as(uid)
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(argv, user=uid, group=GROUP if groups else uid,
-                            extra_groups=list(groups), env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            **kw)
-
-
 def test_a_member_of_the_shm_group_cannot_touch_another_members_ring(
         tmp_path):
     require_python_as(MEMBER_B)
@@ -248,8 +238,7 @@ def test_a_member_of_the_shm_group_cannot_touch_another_members_ring(
     d = Daemon(tmp_path / "data", tmp_path / "batchd.log",
                args=("--socket-mode", "0666", "--shm-group", str(GROUP)))
     os.chmod(d.dir, 0o755)
-    b = as_user(MEMBER_B, [sys.executable, "-c", READER, d.address],
-                groups=[GROUP], stdin=subprocess.PIPE)
+    b = python_as(MEMBER_B, READER, d.address, groups=[GROUP], group=GROUP)
     try:
         segment = "/dev/shm" + b.stdout.readline().strip()
         assert segment != "/dev/shm", b.stderr.read()
@@ -265,12 +254,11 @@ def test_a_member_of_the_shm_group_cannot_touch_another_members_ring(
         assert (0x20, 0, 0xFFFFFFFF) in entries, entries
 
         # Member A of the same group: neither write nor read.
-        a = as_user(MEMBER_A, [sys.executable, "-c", TOUCH, segment],
-                    groups=[GROUP])
+        a = python_as(MEMBER_A, TOUCH, segment, groups=[GROUP], group=GROUP)
         out, err = a.communicate(timeout=60)
         assert out.split() == ["EACCES", "EACCES"], (out, err)
         # A uid in no group at all: neither.
-        n = as_user(NOBODY, [sys.executable, "-c", TOUCH, segment])
+        n = python_as(NOBODY, TOUCH, segment)
         out, err = n.communicate(timeout=60)
         assert out.split() == ["EACCES", "EACCES"], (out, err)
         # B reads on, undisturbed.
@@ -308,8 +296,7 @@ def test_a_daemon_of_another_uid_gives_each_trainer_its_ring_alone(tmp_path):
         script = READER.replace('world_size=1', f'server_uid={NOBODY}, '
                                                 'world_size=1')
         for uid in (MEMBER_A, MEMBER_B):
-            readers.append(as_user(uid, [sys.executable, "-c", script,
-                                         address], stdin=subprocess.PIPE))
+            readers.append(python_as(uid, script, address))
         segments = []
         for r in readers:
             line = r.stdout.readline().strip()
@@ -320,7 +307,7 @@ def test_a_daemon_of_another_uid_gives_each_trainer_its_ring_alone(tmp_path):
             assert [e for e in acl_entries(segment) if e[0] == 0x02] == [
                 (0x02, 6, uid)]
         # A cannot open B's ring.
-        a = as_user(MEMBER_A, [sys.executable, "-c", TOUCH, segments[1]])
+        a = python_as(MEMBER_A, TOUCH, segments[1])
         out, err = a.communicate(timeout=60)
         assert out.split() == ["EACCES", "EACCES"], (out, err)
         for r in readers:

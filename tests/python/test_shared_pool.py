@@ -21,8 +21,6 @@ Run as root (setuid to uids of no user):
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -31,6 +29,7 @@ import pytest
 pytest.importorskip("numpy")
 
 from batchd_daemon import Daemon  # noqa: E402
+from helpers import chown_tree, last_line, needs_root, python_as  # noqa: E402
 from helpers import require_python_as, wait_until  # noqa: E402
 from helpers import workload_test_data  # noqa: E402
 
@@ -38,8 +37,7 @@ from helpers import workload_test_data  # noqa: E402
 ATTACKER = 47431
 VICTIM = 47432
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="needs root to become other users")
+pytestmark = needs_root
 
 TIB = 1 << 40
 # The workload whose test data makes a giant, and that test data.
@@ -69,21 +67,13 @@ except batchd.Error as e:
 '''
 
 
-def as_uid(uid):
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    return dict(user=uid, group=uid, extra_groups=[], env=env, text=True)
-
-
 def open_as(uid, server, workload, data, split, name, connect_timeout=90.0):
     """("OK", "") or ("ERR", the error) of a stream `uid` opens and reads
     (its OpenStream bounded by `connect_timeout`: generous, since a stream
     starved of the pool would wait for the attacker's hours of counting)."""
-    r = subprocess.run([sys.executable, "-c", OPEN, server, workload, data,
-                        split, name, str(connect_timeout)],
-                       capture_output=True, timeout=180, **as_uid(uid))
-    out = r.stdout.strip()
-    assert out, r.stderr
-    word, _, rest = out.partition(" ")
+    proc = python_as(uid, OPEN, server, workload, data, split, name,
+                     connect_timeout)
+    word, _, rest = last_line(proc, timeout=180).partition(" ")
     return word, rest
 
 
@@ -131,17 +121,11 @@ def tree(shared_data):
     att = os.path.join(root, "att")
     for sub, size in (("giant", 2 * TIB), ("big", 4 * TIB)):
         giant = GIANT_DATA.giant(os.path.join(att, sub), size)
-    for top, dirs, files in os.walk(att):
-        os.chown(top, ATTACKER, ATTACKER)
-        for name in files:
-            os.chown(os.path.join(top, name), ATTACKER, ATTACKER)
+    chown_tree(att, ATTACKER)
     vic = os.path.join(root, "vic")
     os.mkdir(vic)
     shutil.copytree(shared_data / "wmt", os.path.join(vic, "wmt"))
-    for top, dirs, files in os.walk(vic):
-        os.chown(top, VICTIM, VICTIM)
-        for name in files:
-            os.chown(os.path.join(top, name), VICTIM, VICTIM)
+    chown_tree(vic, VICTIM)
     os.chmod(vic, 0o700)
     yield root, giant
     shutil.rmtree(root)
@@ -185,10 +169,8 @@ def test_a_giant_stops_with_its_caller_and_leaves_the_pool_to_others(
     attacker = None
     try:
         before = cpu_ticks(d.proc.pid)
-        attacker = subprocess.Popen(
-            [sys.executable, "-c", OPEN, d.address, GIANT, "att/big", split,
-             "giant", "600"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **as_uid(ATTACKER))
+        attacker = python_as(ATTACKER, OPEN, d.address, GIANT, "att/big",
+                             split, "giant", 600, stdin=None)
         # Indexing: the daemon burns CPU for the attacker's call.
         wait_until(lambda: cpu_ticks(d.proc.pid) - before > 2 * HZ, 120,
                    "the daemon counts the attacker's giant")

@@ -21,7 +21,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 
@@ -31,7 +30,7 @@ np = pytest.importorskip("numpy")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary, free_port, metrics  # noqa: E402
-from helpers import (GRPC_THREAD_NAMES, require_python_as,  # noqa: E402
+from helpers import (GRPC_THREAD_NAMES, python_as,  # noqa: E402
                      thread_names, wait_until)
 
 TRAIN = dict(workload="imagenet", data="imagenet", split="train",
@@ -118,16 +117,8 @@ class JobProcess:
         self.hashes = {}
         self.lines = []
         self._cv = threading.Condition()
-        kw = {}
-        if uid is not None:
-            require_python_as(uid)
-            kw = dict(user=uid, group=uid, extra_groups=[])
-        env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", JOB, daemon.address, self.name,
-             str(world), str(steps), json.dumps(spec), json.dumps(extra)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env, **kw)
+        self.proc = python_as(uid, JOB, daemon.address, self.name, world,
+                              steps, json.dumps(spec), json.dumps(extra))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

@@ -17,11 +17,9 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
-TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
-if int(torch.__version__.split(".")[0]) < 2 or not os.access(TORCHRUN, os.X_OK):
-    pytest.skip(f"needs torch >= 2 and its torchrun (torch {torch.__version__}, "
-                f"{TORCHRUN})", allow_module_level=True)
+from helpers import torchrun_or_skip
+
+TORCHRUN = torchrun_or_skip()
 
 from batchd_daemon import Server  # noqa: E402
 
@@ -30,19 +28,21 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 DEADLINE = 120  # seconds: torch's import alone takes several on a loaded machine
 
 
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
-    yield s
-    s.stop()
-
-
 def torchrun(server, *args, **popen):
     env = dict(os.environ, OMP_NUM_THREADS="1", BATCHD_SERVER=server.address)
     return subprocess.Popen(
         [TORCHRUN, "--standalone", "--nproc_per_node", "2", *args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True, **popen)
+
+
+def run_job(server, script, *args):
+    """Runs `script` (a path) with args as a torchrun job to its end; its
+    output, the job having succeeded."""
+    proc = torchrun(server, script, *args)
+    out, _ = proc.communicate(timeout=DEADLINE * 3)
+    assert proc.returncode == 0, out
+    return out
 
 
 def read_until(proc, pattern, lines):
@@ -73,10 +73,8 @@ def wait_until(cond, seconds=DEADLINE):
 
 
 def test_torchrun_ranks_get_disjoint_complete_slices_every_step(server):
-    proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
-                    "--stream", "tr-check", "--steps", "25")
-    out, _ = proc.communicate(timeout=DEADLINE * 3)
-    assert proc.returncode == 0, out
+    out = run_job(server, os.path.join(HERE, "ddp_check.py"),
+                  "--stream", "tr-check", "--steps", "25")
     assert "every step's slices disjoint and complete, every epoch whole" in out, out
     assert len(re.findall(r"^step \d+ ok$", out, re.M)) == 25, out
     # The ranks detached: their rings are freed, the daemon serves on.
@@ -84,54 +82,53 @@ def test_torchrun_ranks_get_disjoint_complete_slices_every_step(server):
 
 
 def test_torchrun_runs_synthetic_ddp_example(server):
-    proc = torchrun(server, os.path.join(REPO, "examples", "synthetic_ddp.py"),
-                    "--steps", "20", "--global-batch-size", "64",
-                    "--examples", "2048", "--features", "16")
-    out, _ = proc.communicate(timeout=DEADLINE * 3)
-    assert proc.returncode == 0, out
+    out = run_job(server, os.path.join(REPO, "examples", "synthetic_ddp.py"),
+                  "--steps", "20", "--global-batch-size", "64",
+                  "--examples", "2048", "--features", "16")
     assert "every step's ranks held disjoint examples" in out, out
 
 
-def test_ctrl_c_stops_torchrun_and_its_ranks_cleanly(server):
+def stopped_job(server, stream, stop):
+    """Runs ddp_check.py on `stream` as a torchrun job without end; once
+    its step 5 is done, stop(proc, lines so far) acts on it. The job's
+    process and its whole output once it has ended."""
     proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
-                    "--stream", "tr-sigint", "--steps", "-1")
+                    "--stream", stream, "--steps", "-1")
     lines = []
     try:
         assert read_until(proc, r"^step 5 ok$", lines), "".join(lines)
-        assert len(server.segments()) == 2
-        # What a terminal's Ctrl-C does: SIGINT to the whole foreground group.
-        os.killpg(proc.pid, signal.SIGINT)
+        stop(proc, lines)
         rest, _ = proc.communicate(timeout=DEADLINE)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    out = "".join(lines) + rest
+    return proc, "".join(lines) + rest
+
+
+def test_ctrl_c_stops_torchrun_and_its_ranks_cleanly(server):
+    def ctrl_c(proc, lines):
+        assert len(server.segments()) == 2
+        # What a terminal's Ctrl-C does: SIGINT to the whole foreground group.
+        os.killpg(proc.pid, signal.SIGINT)
+
+    proc, out = stopped_job(server, "tr-sigint", ctrl_c)
     assert proc.returncode != 0, out
     assert wait_until(lambda: gone(proc.pid)), "a rank outlived torchrun"
     assert wait_until(lambda: server.segments() == []), server.segments()
     # No stuck worker, no torn daemon: a new job runs.
-    again = torchrun(server, os.path.join(HERE, "ddp_check.py"),
-                     "--stream", "tr-after-sigint", "--steps", "3")
-    out2, _ = again.communicate(timeout=DEADLINE * 3)
-    assert again.returncode == 0, out2
+    run_job(server, os.path.join(HERE, "ddp_check.py"),
+            "--stream", "tr-after-sigint", "--steps", "3")
 
 
 def test_a_killed_rank_stops_the_job_and_frees_the_rings(server):
-    proc = torchrun(server, os.path.join(HERE, "ddp_check.py"),
-                    "--stream", "tr-kill", "--steps", "-1")
-    lines = []
-    try:
-        assert read_until(proc, r"^step 5 ok$", lines), "".join(lines)
+    def kill_rank_1(proc, lines):
         # Both ranks write to torchrun's one stdout: their lines may
         # interleave, so no anchors.
         pids = dict(re.findall(r"rank (\d) pid (\d+)", "".join(lines)))
         assert set(pids) == {"0", "1"}, "".join(lines)
         os.kill(int(pids["1"]), signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = "".join(lines) + rest
+
+    proc, out = stopped_job(server, "tr-kill", kill_rank_1)
     # torchrun reports the failed rank and stops the other one.
     assert proc.returncode != 0, out
     assert re.search(r"Signal 9|SIGKILL", out), out
@@ -144,10 +141,8 @@ def test_torchrun_criteo1tb_through_algoperf_disjoint_complete(server, tmp_path)
         REPO, "workloads", "criteo1tb", "make_criteo1tb.py"), "--out",
         str(tmp_path / "data" / "criteo1tb"), "--lines", "400",
         "--day23-lines", "30"], check=True)
-    proc = torchrun(server, os.path.join(HERE, "criteo_ddp_check.py"),
-                    "--steps", "6", "--global-batch-size", "64")
-    out, _ = proc.communicate(timeout=DEADLINE * 3)
-    assert proc.returncode == 0, out
+    out = run_job(server, os.path.join(HERE, "criteo_ddp_check.py"),
+                  "--steps", "6", "--global-batch-size", "64")
     assert "criteo: every global batch disjoint and complete" in out, out
     assert len(re.findall(r"^criteo \w+ step \d+ ok$", out, re.M)) == 12, out
 
@@ -162,11 +157,9 @@ def test_torchrun_librispeech_through_algoperf_drop_in(tmp_path,
     try:
         shutil.copytree(librispeech_data / "librispeech",
                         tmp_path / "data" / "librispeech")
-        proc = torchrun(s, os.path.join(HERE, "librispeech_ddp_check.py"),
-                        "--global-batch-size", "4", "--epoch", "16",
-                        "--eval", "7")
-        out, _ = proc.communicate(timeout=DEADLINE * 3)
-        assert proc.returncode == 0, out
+        out = run_job(s, os.path.join(HERE, "librispeech_ddp_check.py"),
+                      "--global-batch-size", "4", "--epoch", "16",
+                      "--eval", "7")
         assert "librispeech ddp ok" in out, out
         data = librispeech_data / "librispeech"
         for split in ("train", "validation"):
@@ -199,12 +192,10 @@ def test_torchrun_fastmri_through_algoperf_drop_in(tmp_path, fastmri_data):
     s = Server(tmp_path)
     try:
         shutil.copytree(fastmri_data, tmp_path / "data" / "fastmri")
-        proc = torchrun(s, os.path.join(HERE, "fastmri_ddp_check.py"),
-                        "--global-batch-size", str(g), "--epoch", str(epoch),
-                        "--eval", str(len(ref["validation"])),
-                        "--validation-files", "2")
-        out, _ = proc.communicate(timeout=DEADLINE * 3)
-        assert proc.returncode == 0, out
+        out = run_job(s, os.path.join(HERE, "fastmri_ddp_check.py"),
+                      "--global-batch-size", str(g), "--epoch", str(epoch),
+                      "--eval", str(len(ref["validation"])),
+                      "--validation-files", "2")
         assert "fastmri ddp ok" in out, out
         for split in ("train", "validation"):
             got = [float(m) for m in re.findall(rf"^{split} (\S+)$", out, re.M)]
@@ -226,11 +217,9 @@ def test_torchrun_ogbg_through_the_drop_in(server, ogbg_data, tmp_path):
     global batch's slices disjoint and complete (ogbg_ddp_check.py)."""
     import shutil
     shutil.copytree(ogbg_data / "ogbg", tmp_path / "data" / "ogbg")
-    proc = torchrun(server, os.path.join(HERE, "ogbg_ddp_check.py"),
-                    "--steps", "6", "--global-batch", "16",
-                    "--graphs-per-row", "4")
-    out, _ = proc.communicate(timeout=DEADLINE * 3)
-    assert proc.returncode == 0, out
+    out = run_job(server, os.path.join(HERE, "ogbg_ddp_check.py"),
+                  "--steps", "6", "--global-batch", "16",
+                  "--graphs-per-row", "4")
     assert "ogbg: every global batch disjoint and complete" in out, out
     assert len(re.findall(r"^ogbg step \d+ ok$", out, re.M)) == 6, out
 
@@ -242,9 +231,7 @@ def test_torchrun_finewebedu_lm_through_algoperf_disjoint_complete(server,
         REPO, "workloads", "finewebedu_lm", "make_finewebedu_lm.py"),
         str(tmp_path / "data" / "finewebedu_lm"), "--train-rows", "40",
         "--val-rows", "40", "--shards", "2"], check=True, capture_output=True)
-    proc = torchrun(server, os.path.join(HERE, "lm_ddp_check.py"),
-                    "--steps", "4", "--global-batch-size", "16")
-    out, _ = proc.communicate(timeout=DEADLINE * 3)
-    assert proc.returncode == 0, out
+    out = run_job(server, os.path.join(HERE, "lm_ddp_check.py"),
+                  "--steps", "4", "--global-batch-size", "16")
     assert "lm: every global batch disjoint and complete" in out, out
     assert len(re.findall(r"^lm \w+ step \d+ ok$", out, re.M)) == 8, out

@@ -19,20 +19,16 @@ pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon  # noqa: E402
-from helpers import make_wmt  # noqa: E402
+from helpers import step_rows  # noqa: E402
 
 GLOBAL_BATCH = 16
-PAIRS = 300
+PAIRS = 300  # train pairs of shared_data's wmt/
 KEYS = ("inputs", "targets", "inputs_segmentation")
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wmtcache")
-    data = root / "wmt"
-    make_wmt(data, train=PAIRS, validation=10, test=10, shards=2, seed=7,
-             vocab_size=600)
-    return root
+def data_root(shared_data):  # conftest.py
+    return shared_data
 
 
 def train_rows(daemon, stream, steps=6, threads=1):
@@ -41,11 +37,7 @@ def train_rows(daemon, stream, steps=6, threads=1):
                            format="numpy", connect_timeout=10.0, timeout=120.0,
                            options={"index_threads": threads,
                                     "source": "text"})
-    rows = []
-    for _ in range(steps):
-        batch, _ = loader.next_batch()
-        rows.append({k: batch[k].tolist() for k in KEYS})
-        del batch
+    rows = step_rows(loader, steps, *KEYS)
     loader.close()
     return rows
 

@@ -17,19 +17,15 @@ pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary  # noqa: E402
-from helpers import make_wmt  # noqa: E402
+from helpers import step_rows  # noqa: E402
 
-PAIRS = 300
+PAIRS = 300  # train pairs of shared_data's wmt/
 DELAY_US = 30000  # per pair: a pass of about 9 s with one thread
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wmtprogress")
-    data = root / "wmt"
-    make_wmt(data, train=PAIRS, validation=10, test=10, shards=2, seed=7,
-             vocab_size=600)
-    return root
+def data_root(shared_data):  # conftest.py
+    return shared_data
 
 
 def loader(daemon, timeout):
@@ -101,13 +97,7 @@ def rows_of(daemon, name, steps, timeout):
                            options={"index_threads": 1, "source": "text",
                                     "max_length": 32})
     try:
-        rows = []
-        for _ in range(steps):
-            batch, info = loader.next_batch()
-            rows.append((info.step, batch["inputs"].tolist(),
-                         batch["targets_segmentation"].tolist()))
-            del batch
-        return rows
+        return step_rows(loader, steps, "inputs", "targets_segmentation")
     finally:
         loader.close()
 

@@ -23,7 +23,8 @@ pytest.importorskip("sentencepiece")
 
 import batchd  # noqa: E402
 from batchd_daemon import Daemon, binary  # noqa: E402
-from helpers import daemon_threads, generate_wmt, train_sentencepiece  # noqa: E402
+from helpers import daemon_threads, generate_wmt, status_bytes  # noqa: E402
+from helpers import step_rows, train_sentencepiece  # noqa: E402
 
 PAIRS = 300
 # Enough pairs that a length pass wanted hundreds of threads at once
@@ -79,20 +80,6 @@ def model_with(data_root, name, extra):
     return dst.name
 
 
-def threads_of(pid):
-    """The daemon's own threads (gRPC's, which it starts for calls as it
-    sees fit, left out: helpers.daemon_threads)."""
-    return daemon_threads(pid)
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def loader(daemon, name, data="wmt", split="train", start_step=0,
            options=None, timeout=60.0):
     opts = {"source": "text", "max_length": 32}
@@ -105,13 +92,7 @@ def loader(daemon, name, data="wmt", split="train", start_step=0,
 
 def rows(daemon, name, steps, **kwargs):
     with loader(daemon, name, **kwargs) as l:
-        out = []
-        for _ in range(steps):
-            batch, info = l.next_batch()
-            out.append((info.step, batch["inputs"].tolist(),
-                        batch["targets"].tolist()))
-            del batch
-        return out
+        return step_rows(l, steps, "inputs", "targets")
 
 
 def close(daemon, stream):
@@ -150,7 +131,7 @@ def test_index_threads_cannot_exhaust_a_pids_limit(data_root, tmp_path):
             tasks = int(f.read())
         with open(os.path.join(group, "pids.max"), "w") as f:
             f.write(str(tasks + 32))
-        before = threads_of(pid)
+        before = daemon_threads(pid)
         most = before
         with loader(daemon, "greedy", data="big",
                     options={"index_threads": 100000}, timeout=300.0) as l:
@@ -158,14 +139,14 @@ def test_index_threads_cannot_exhaust_a_pids_limit(data_root, tmp_path):
                 batch, _ = l.next_batch()
                 assert batch["inputs"].shape == (GLOBAL_BATCH, 32)
                 del batch
-                most = max(most, threads_of(pid))
+                most = max(most, daemon_threads(pid))
             # Until the pass has every length, threads are sampled.
             log = tmp_path / "pids.log"
             deadline = time.monotonic() + 300
             while "event=wmt_lengths" not in log.read_text():
                 assert daemon.proc.poll() is None, log.read_text()
                 assert time.monotonic() < deadline
-                most = max(most, threads_of(pid))
+                most = max(most, daemon_threads(pid))
                 time.sleep(0.05)
         assert daemon.proc.poll() is None, (tmp_path / "pids.log").read_text()
         print(f"daemon threads: {before} before the stream, at most {most} "
@@ -212,13 +193,13 @@ def test_model_memory_is_budgeted_shared_and_returned(data_root, tmp_path):
     daemon = Daemon(data_root, tmp_path / "memory.log")
     try:
         pid = daemon.proc.pid
-        idle = rss_bytes(pid)
+        idle = status_bytes(pid, "VmRSS")
         first = loader(daemon, "first", data=big, split="validation")
         first.next_batch()
-        one = rss_bytes(pid)
+        one = status_bytes(pid, "VmRSS")
         second = loader(daemon, "second", data=big, split="validation")
         second.next_batch()
-        two = rss_bytes(pid)
+        two = status_bytes(pid, "VmRSS")
         first.close()
         second.close()
         for name in ("first", "second"):
@@ -226,7 +207,7 @@ def test_model_memory_is_budgeted_shared_and_returned(data_root, tmp_path):
         # Closed, the streams go, and the model's memory with them.
         wait_until("the streams are gone",
                    lambda: not daemon.status()["streams"])
-        after = rss_bytes(pid)
+        after = status_bytes(pid, "VmRSS")
         print(f"rss idle {idle >> 20} MiB, one stream {one >> 20} MiB, "
               f"two {two >> 20} MiB, after {after >> 20} MiB")
         loaded = one - idle
