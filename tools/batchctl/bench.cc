@@ -361,8 +361,7 @@ absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv) {
   AddString(*app, "--touch", &touch);
   app->add_option("--option", options)->allow_extra_args(false);
   app->add_flag("--json", cfg.json);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) return s;
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) return c.status();
   cfg.connection = *std::move(c);
   if (cfg.connection.credentials != nullptr) {
