@@ -89,28 +89,30 @@ uint64_t SelfRssBytes(bool include_shared_memory) {
   return rss_kb * 1024;
 }
 
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* c = static_cast<const char*>(data);
+namespace {
+
+// Calls `io` (read or write) until `n` bytes have moved; false on an error
+// or at the end of the file.
+template <typename Char, typename Io>
+bool MoveAll(int fd, Char* c, size_t n, Io io) {
   while (n > 0) {
-    const ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= size_t(w);
+    const ssize_t done = io(fd, c, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return false;
+    c += done;
+    n -= size_t(done);
   }
   return true;
 }
 
+}  // namespace
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  return MoveAll(fd, static_cast<const char*>(data), n, write);
+}
+
 bool ReadAll(int fd, void* data, size_t n) {
-  char* c = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= size_t(r);
-  }
-  return true;
+  return MoveAll(fd, static_cast<char*>(data), n, read);
 }
 
 void FutexWait(const void* word, uint32_t expected, uint64_t timeout_ns) {

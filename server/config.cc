@@ -124,6 +124,32 @@ absl::Status ParseBool(const std::string& flag, const std::string& v,
         [](const DaemonConfig& c) { return c.FIELD; }                     \
   }
 
+// A flag of a byte count or auto: CoreOptions::kAutoRingBytes, a bound the
+// core works out when it starts (no count may spell it).
+Flag AutoBytesFlag(const char* name, uint64_t CoreOptions::*field,
+                   const char* help) {
+  return Flag{
+      name,
+      Kind::kString,
+      "BYTES",
+      help,
+      [name, field](DaemonConfig* c, const std::string& v) {
+        uint64_t n = CoreOptions::kAutoRingBytes;
+        if (v != "auto" &&
+            (!absl::SimpleAtoi(v, &n) || n == CoreOptions::kAutoRingBytes)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--", name, " wants a byte count or auto, not '", v, "'"));
+        }
+        c->core.*field = n;
+        return absl::OkStatus();
+      },
+      [field](const DaemonConfig& c) {
+        return c.core.*field == CoreOptions::kAutoRingBytes
+                   ? std::string("auto")
+                   : absl::StrCat(c.core.*field);
+      }};
+}
+
 // The most threads --threads and --readahead-threads may ask for.
 constexpr uint64_t kMaxThreadsFlag = 1024;
 
@@ -215,29 +241,11 @@ std::vector<Flag> StreamFlags() {
       U64_FLAG("max-stream-bytes", core.max_stream_bytes, 0, "BYTES",
                "ring bytes one stream may hold on this node; 0: no limit. "
                "Default: 0"),
-      Flag{"max-ring-bytes", Kind::kString, "BYTES",
-           "ring bytes of all streams together; auto: half of /dev/shm's "
-           "size when batchd starts, so that no client can fill the node's "
-           "shared memory; 0: no limit but /dev/shm's size. Default: auto",
-           [](DaemonConfig* c, const std::string& v) {
-             if (v == "auto") {
-               c->core.max_total_bytes = CoreOptions::kAutoRingBytes;
-               return absl::OkStatus();
-             }
-             uint64_t n;
-             if (!absl::SimpleAtoi(v, &n) || n == CoreOptions::kAutoRingBytes) {
-               return absl::InvalidArgumentError(absl::StrCat(
-                   "--max-ring-bytes wants a byte count or auto, not '", v,
-                   "'"));
-             }
-             c->core.max_total_bytes = n;
-             return absl::OkStatus();
-           },
-           [](const DaemonConfig& c) {
-             return c.core.max_total_bytes == CoreOptions::kAutoRingBytes
-                        ? std::string("auto")
-                        : absl::StrCat(c.core.max_total_bytes);
-           }},
+      AutoBytesFlag("max-ring-bytes", &CoreOptions::max_total_bytes,
+                    "ring bytes of all streams together; auto: half of "
+                    "/dev/shm's size when batchd starts, so that no client "
+                    "can fill the node's shared memory; 0: no limit but "
+                    "/dev/shm's size. Default: auto"),
       DOUBLE_FLAG("attach-timeout-seconds", core.attach_timeout_seconds, "S",
                   "free a ring that no client has mapped S seconds after "
                   "OpenStream asked for it, so that requests for rings "
@@ -269,29 +277,12 @@ std::vector<Flag> StreamFlags() {
                         ? std::string("auto")
                         : absl::StrCat(c.core.max_streams_per_uid);
            }},
-      Flag{"max-ring-bytes-per-uid", Kind::kString, "BYTES",
-           "ring bytes of one uid's streams (TCP callers share one quota; "
-           "administrators are exempt); auto: a quarter of --max-ring-bytes "
-           "(of /dev/shm's size when that is 0); 0: no limit. Default: auto",
-           [](DaemonConfig* c, const std::string& v) {
-             if (v == "auto") {
-               c->core.max_ring_bytes_per_uid = CoreOptions::kAutoRingBytes;
-               return absl::OkStatus();
-             }
-             uint64_t n;
-             if (!absl::SimpleAtoi(v, &n) || n == CoreOptions::kAutoRingBytes) {
-               return absl::InvalidArgumentError(absl::StrCat(
-                   "--max-ring-bytes-per-uid wants a byte count or auto, not '",
-                   v, "'"));
-             }
-             c->core.max_ring_bytes_per_uid = n;
-             return absl::OkStatus();
-           },
-           [](const DaemonConfig& c) {
-             return c.core.max_ring_bytes_per_uid == CoreOptions::kAutoRingBytes
-                        ? std::string("auto")
-                        : absl::StrCat(c.core.max_ring_bytes_per_uid);
-           }},
+      AutoBytesFlag("max-ring-bytes-per-uid",
+                    &CoreOptions::max_ring_bytes_per_uid,
+                    "ring bytes of one uid's streams (TCP callers share one "
+                    "quota; administrators are exempt); auto: a quarter of "
+                    "--max-ring-bytes (of /dev/shm's size when that is 0); "
+                    "0: no limit. Default: auto"),
       U64_FLAG("max-model-bytes-per-uid", core.max_model_bytes_per_uid, 0,
                "BYTES",
                "resident bytes of the models (SentencePiece) of one uid's "

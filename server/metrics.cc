@@ -182,42 +182,30 @@ std::string PrometheusText(const v1::GetStatusResponse& s,
           "Ranks whose samples this scrape leaves out (beyond the rows "
           "it exports); their streams' totals count them."});
   sample("batchd_ranks_not_exported", "", double(ranks_not_exported));
-  family({"batchd_stream_attached_ranks", "gauge",
-          "Ranks of the stream attached now."});
-  for (const v1::StreamStatus& st : s.streams()) {
-    sample("batchd_stream_attached_ranks", StreamLabels(st),
-           double(st.attached_ranks()));
-  }
-  family({"batchd_stream_examples_total", "counter",
-          "Examples written to the stream's rings, every rank's."});
-  for (const v1::StreamStatus& st : s.streams()) {
-    sample("batchd_stream_examples_total", StreamLabels(st),
-           double(st.examples()));
-  }
-  family({"batchd_decode_errors_total", "counter",
-          "Examples that failed to decode (substituted or failed)."});
-  for (const v1::StreamStatus& st : s.streams()) {
-    sample("batchd_decode_errors_total", StreamLabels(st),
-           double(st.decode_errors()));
-  }
-  family({"batchd_skipped_examples_total", "counter",
-          "Examples skipped (e.g. too long)."});
-  for (const v1::StreamStatus& st : s.streams()) {
-    sample("batchd_skipped_examples_total", StreamLabels(st),
-           double(st.skipped_examples()));
-  }
-  family({"batchd_fills_made_total", "counter",
-          "Items the stream's workers filled (decoded) themselves."});
-  for (const v1::StreamStatus& st : s.streams()) {
-    sample("batchd_fills_made_total", StreamLabels(st),
-           double(st.fills_made()));
-  }
-  family({"batchd_fills_shared_total", "counter",
-          "Items taken over from the fill another stream made of them "
-          "(streams of the same content share fills)."});
-  for (const v1::StreamStatus& st : s.streams()) {
-    sample("batchd_fills_shared_total", StreamLabels(st),
-           double(st.fills_shared()));
+  const Family per_stream[] = {
+      {"batchd_stream_attached_ranks", "gauge",
+       "Ranks of the stream attached now."},
+      {"batchd_stream_examples_total", "counter",
+       "Examples written to the stream's rings, every rank's."},
+      {"batchd_decode_errors_total", "counter",
+       "Examples that failed to decode (substituted or failed)."},
+      {"batchd_skipped_examples_total", "counter",
+       "Examples skipped (e.g. too long)."},
+      {"batchd_fills_made_total", "counter",
+       "Items the stream's workers filled (decoded) themselves."},
+      {"batchd_fills_shared_total", "counter",
+       "Items taken over from the fill another stream made of them "
+       "(streams of the same content share fills)."},
+  };
+  for (size_t k = 0; k < sizeof(per_stream) / sizeof(per_stream[0]); ++k) {
+    family(per_stream[k]);
+    for (const v1::StreamStatus& st : s.streams()) {
+      const double values[] = {
+          double(st.attached_ranks()), double(st.examples()),
+          double(st.decode_errors()),  double(st.skipped_examples()),
+          double(st.fills_made()),     double(st.fills_shared())};
+      sample(per_stream[k].name, StreamLabels(st), values[k]);
+    }
   }
   family({"batchd_share_window_bytes", "gauge",
           "Bytes of fills kept for streams that share them (at most the "

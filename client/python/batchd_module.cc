@@ -398,26 +398,8 @@ class PyLoader {
   // Loader::RegisterPinned / UnregisterPinned, the one implementation of
   // pinning the ring (batchd.algoperf calls these): whether it worked
   // (False where there is no CUDA runtime, driver or device).
-  bool RegisterPinned() {
-    GilReleased gil;
-    bool ok;
-    {
-      absl::MutexLock lock(&mu_);
-      ok = loader_ != nullptr && loader_->RegisterPinned().ok();
-    }
-    gil.Reacquire();
-    return ok;
-  }
-  bool UnregisterPinned() {
-    GilReleased gil;
-    bool ok;
-    {
-      absl::MutexLock lock(&mu_);
-      ok = loader_ != nullptr && loader_->UnregisterPinned().ok();
-    }
-    gil.Reacquire();
-    return ok;
-  }
+  bool RegisterPinned() { return PinCall(&Loader::RegisterPinned); }
+  bool UnregisterPinned() { return PinCall(&Loader::UnregisterPinned); }
 
   double WaitSeconds() {
     GilReleased gil;
@@ -457,6 +439,19 @@ class PyLoader {
   }
 
  private:
+  // (loader_->*call)() without the GIL: whether it worked (false once
+  // closed).
+  bool PinCall(absl::Status (Loader::*call)()) {
+    GilReleased gil;
+    bool ok;
+    {
+      absl::MutexLock lock(&mu_);
+      ok = loader_ != nullptr && (loader_.get()->*call)().ok();
+    }
+    gil.Reacquire();
+    return ok;
+  }
+
   py::tuple ToPython(const Batch& batch, bool uint64_as_int64) const {
     py::list tensors;
     for (const Tensor& tensor : batch.tensors()) {

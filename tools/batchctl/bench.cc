@@ -361,8 +361,7 @@ absl::StatusOr<BenchConfig> ParseBenchArgs(int argc, char** argv) {
   AddString(*app, "--touch", &touch);
   app->add_option("--option", options)->allow_extra_args(false);
   app->add_flag("--json", cfg.json);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) return s;
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) return c.status();
   cfg.connection = *std::move(c);
   if (cfg.connection.credentials != nullptr) {
@@ -463,13 +462,7 @@ Json BenchToJson(const BenchConfig& cfg,
   out["batches_per_s"] = double(r.rank_batches) / double(o.world_size) / span;
   out["rank_batches_per_s"] = double(r.rank_batches) / span;
   out["wait_fraction"] = r.wait_fraction;
-  out["server_pid"] = uint64_t(r.server_pid);
-  out["server_threads"] = uint64_t(r.server_threads);
-  out["server_worker_threads"] = uint64_t(r.server_worker_threads);
-  out["server_rss_bytes"] = r.server_rss_bytes;
-  out["server_ring_bytes"] = r.server_ring_bytes;
-  out["server_cpu_seconds"] =
-      r.server_cpu_seconds >= 0 ? Json(r.server_cpu_seconds) : Json(nullptr);
+  AddServerJson(r, &out);
   Json ranks = Json::array();
   for (const RankMessage& m : reports) {
     const double s = RankSeconds(m);
@@ -523,11 +516,7 @@ std::string FormatBench(const BenchConfig& cfg,
       double(r.rank_batches) / double(o.world_size) / span,
       double(r.rank_batches) / span, r.wait_fraction, r.seconds,
       r.ended_early ? "  (the stream ended early)" : "");
-  absl::StrAppendFormat(
-      &out, "server: pid %u  threads %u (%u workers)  rss %s  rings %s%s\n",
-      r.server_pid, r.server_threads, r.server_worker_threads,
-      HumanBytes(double(r.server_rss_bytes)),
-      HumanBytes(double(r.server_ring_bytes)), ServerCpuText(r));
+  out += ServerLine(r);
   return out;
 }
 

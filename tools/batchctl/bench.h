@@ -92,8 +92,12 @@ struct BenchResult {
 // User and system CPU seconds of process `pid` so far; -1 when its /proc
 // entry cannot be read (gone, another pid namespace).
 double ProcessCpuSeconds(uint32_t pid);
-// "  cpu 12.30 s (1.98 cores)" over r.seconds; "" when unknown.
-std::string ServerCpuText(const BenchResult& r);
+// The daemon's line of bench's and a sweep's text: "server: pid P  threads
+// T (W workers)  rss ...  rings ...", then "  cpu S s (C cores)" when known.
+std::string ServerLine(const BenchResult& r);
+// The daemon's figures of `r` as "server_pid", "server_threads", ...,
+// "server_cpu_seconds" (null when unknown) in `out`.
+void AddServerJson(const BenchResult& r, Json* out);
 
 // A sweep's job: its stream, world size, the figures of its ranks' reports
 // (SumReports) and its fills as the daemon counted them at the end.

@@ -89,6 +89,9 @@ double ProcessCpuSeconds(uint32_t pid) {
   return tick > 0 ? double(utime + stime) / double(tick) : -1;
 }
 
+namespace {
+
+// "  cpu 12.30 s (1.98 cores)" over r.seconds; "" when unknown.
 std::string ServerCpuText(const BenchResult& r) {
   if (r.server_cpu_seconds < 0) return "";
   return absl::StrFormat(
@@ -96,13 +99,30 @@ std::string ServerCpuText(const BenchResult& r) {
       r.seconds > 0 ? r.server_cpu_seconds / r.seconds : 0.0);
 }
 
-namespace {
-
 double Rate(uint64_t n, double seconds) {
   return seconds > 0 ? double(n) / seconds : 0.0;
 }
 
 }  // namespace
+
+std::string ServerLine(const BenchResult& r) {
+  return absl::StrFormat(
+      "server: pid %u  threads %u (%u workers)  rss %s  rings %s%s\n",
+      r.server_pid, r.server_threads, r.server_worker_threads,
+      HumanBytes(double(r.server_rss_bytes)),
+      HumanBytes(double(r.server_ring_bytes)), ServerCpuText(r));
+}
+
+void AddServerJson(const BenchResult& r, Json* out) {
+  Json& o = *out;
+  o["server_pid"] = uint64_t(r.server_pid);
+  o["server_threads"] = uint64_t(r.server_threads);
+  o["server_worker_threads"] = uint64_t(r.server_worker_threads);
+  o["server_rss_bytes"] = r.server_rss_bytes;
+  o["server_ring_bytes"] = r.server_ring_bytes;
+  o["server_cpu_seconds"] =
+      r.server_cpu_seconds >= 0 ? Json(r.server_cpu_seconds) : Json(nullptr);
+}
 
 Json SweepToJson(const BenchConfig& cfg, const std::vector<JobResult>& jobs,
                  const BenchResult& all) {
@@ -118,16 +138,9 @@ Json SweepToJson(const BenchConfig& cfg, const std::vector<JobResult>& jobs,
   out["seconds"] = all.seconds;
   out["examples"] = all.examples;
   out["examples_per_s"] = Rate(all.examples, all.seconds);
-  out["server_pid"] = uint64_t(all.server_pid);
-  out["server_threads"] = uint64_t(all.server_threads);
-  out["server_worker_threads"] = uint64_t(all.server_worker_threads);
-  out["server_rss_bytes"] = all.server_rss_bytes;
-  out["server_ring_bytes"] = all.server_ring_bytes;
-  const bool cpu = all.server_cpu_seconds >= 0;
-  out["server_cpu_seconds"] =
-      cpu ? Json(all.server_cpu_seconds) : Json(nullptr);
+  AddServerJson(all, &out);
   out["examples_per_cpu_second"] =
-      cpu && all.server_cpu_seconds > 0
+      all.server_cpu_seconds > 0
           ? Json(double(all.examples) / all.server_cpu_seconds)
           : Json(nullptr);
   Json list = Json::array();
@@ -178,11 +191,7 @@ std::string FormatSweep(const BenchConfig& cfg,
   absl::StrAppendFormat(&out, "\nall jobs: %.1f examples/s over %.3f s%s\n",
                         Rate(all.examples, all.seconds), all.seconds,
                         all.ended_early ? "  (a stream ended early)" : "");
-  absl::StrAppendFormat(
-      &out, "server: pid %u  threads %u (%u workers)  rss %s  rings %s%s\n",
-      all.server_pid, all.server_threads, all.server_worker_threads,
-      HumanBytes(double(all.server_rss_bytes)),
-      HumanBytes(double(all.server_ring_bytes)), ServerCpuText(all));
+  out += ServerLine(all);
   if (all.server_cpu_seconds > 0) {
     absl::StrAppendFormat(&out, "%.1f examples per server cpu-second\n",
                           double(all.examples) / all.server_cpu_seconds);

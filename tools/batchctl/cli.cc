@@ -296,4 +296,10 @@ absl::StatusOr<Connection> ConnectionFlags::Resolve() const {
   return c;
 }
 
+absl::StatusOr<Connection> ParseConnection(CLI::App& app, int argc, char** argv,
+                                           const ConnectionFlags& flags) {
+  if (absl::Status s = ParseArgs(app, argc, argv); !s.ok()) return s;
+  return flags.Resolve();
+}
+
 }  // namespace batchd::batchctl

@@ -150,6 +150,11 @@ class ConnectionFlags {
   CLI::Option* tls_key_flag_;
 };
 
+// ParseArgs(app, argc, argv) for a command without operands, then
+// flags.Resolve(): the connection, or the first of their errors.
+absl::StatusOr<Connection> ParseConnection(CLI::App& app, int argc, char** argv,
+                                           const ConnectionFlags& flags);
+
 }  // namespace batchd::batchctl
 
 #endif  // BATCHD_TOOLS_BATCHCTL_CLI_H_

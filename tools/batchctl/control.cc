@@ -36,21 +36,28 @@ Control::Control(const Connection& c)
       tls_(c.credentials != nullptr),
       stub_(v1::Batchd::NewStub(MakeChannel(c))) {}
 
-absl::StatusOr<v1::GetStatusResponse> Control::GetStatus() {
-  v1::GetStatusResponse resp;
+template <typename Request, typename Response>
+absl::StatusOr<Response> Control::Call(
+    const std::string& call,
+    grpc::Status (v1::Batchd::Stub::*method)(grpc::ClientContext*,
+                                             const Request&, Response*),
+    const Request& req) {
+  Response resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  absl::Status s =
-      Check("GetStatus", stub_->GetStatus(&ctx, v1::GetStatusRequest(), &resp));
+  absl::Status s = Check(call, (stub_.get()->*method)(&ctx, req, &resp));
   if (!s.ok()) return s;
   return resp;
 }
 
+absl::StatusOr<v1::GetStatusResponse> Control::GetStatus() {
+  return Call("GetStatus", &v1::Batchd::Stub::GetStatus,
+              v1::GetStatusRequest());
+}
+
 absl::Status Control::Shutdown() {
-  v1::ShutdownResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  return Check("Shutdown", stub_->Shutdown(&ctx, v1::ShutdownRequest(), &resp));
+  return Call("Shutdown", &v1::Batchd::Stub::Shutdown, v1::ShutdownRequest())
+      .status();
 }
 
 absl::Status Control::CloseStream(const std::string& name,
@@ -58,32 +65,19 @@ absl::Status Control::CloseStream(const std::string& name,
   v1::CloseStreamRequest req;
   req.set_name(name);
   if (owner_uid.has_value()) req.set_owner_uid(*owner_uid);
-  v1::CloseStreamResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  return Check(absl::StrCat("CloseStream ", name),
-               stub_->CloseStream(&ctx, req, &resp));
+  return Call(absl::StrCat("CloseStream ", name),
+              &v1::Batchd::Stub::CloseStream, req)
+      .status();
 }
 
 absl::StatusOr<v1::DrainResponse> Control::Drain() {
-  v1::DrainResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  absl::Status s =
-      Check("Drain", stub_->Drain(&ctx, v1::DrainRequest(), &resp));
-  if (!s.ok()) return s;
-  return resp;
+  return Call("Drain", &v1::Batchd::Stub::Drain, v1::DrainRequest());
 }
 
 absl::StatusOr<v1::PlanResponse> Control::Plan(const v1::StreamSpec& spec) {
   v1::PlanRequest req;
   *req.mutable_spec() = spec;
-  v1::PlanResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  absl::Status s = Check("Plan", stub_->Plan(&ctx, req, &resp));
-  if (!s.ok()) return s;
-  return resp;
+  return Call("Plan", &v1::Batchd::Stub::Plan, req);
 }
 
 bool Control::Answers(double seconds) {

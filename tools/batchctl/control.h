@@ -33,6 +33,13 @@ class Control {
   bool Answers(double seconds);
 
  private:
+  // One call of `method` with the deadline; a failure says `call`.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      const std::string& call,
+      grpc::Status (v1::Batchd::Stub::*method)(grpc::ClientContext*,
+                                               const Request&, Response*),
+      const Request& req);
   void SetDeadline(grpc::ClientContext* ctx) const;
   absl::Status Check(const std::string& call, const grpc::Status& s) const;
 

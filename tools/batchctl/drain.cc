@@ -65,10 +65,7 @@ int RunDrain(int argc, char** argv) {
       app->add_option("--wait", wait_value)->expected(0, 1);
   bool json = false;
   app->add_flag("--json", json);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) {
-    return UsageError("drain", std::string(s.message()));
-  }
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) return UsageError("drain", std::string(c.status().message()));
   const bool wait = Given(wait_flag);
   double wait_seconds = 0;  // 0: for ever

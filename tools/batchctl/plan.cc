@@ -116,8 +116,7 @@ absl::StatusOr<PlanArgs> ParsePlanArgs(int argc, char** argv) {
   CLI::Option* local_f = AddString(*app, "--local-ranks", &local_s);
   app->add_option("--option", options)->allow_extra_args(false);
   app->add_flag("--json", args.json);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) return s;
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) return c.status();
   args.connection = *std::move(c);
 

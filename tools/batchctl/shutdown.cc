@@ -40,10 +40,7 @@ int RunShutdown(int argc, char** argv) {
   ConnectionFlags connection(*app, 10);
   bool json = false;
   app->add_flag("--json", json);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) {
-    return UsageError("shutdown", std::string(s.message()));
-  }
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) {
     return UsageError("shutdown", std::string(c.status().message()));
   }

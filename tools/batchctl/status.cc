@@ -149,8 +149,7 @@ absl::StatusOr<StatusArgs> ParseStatusArgs(int argc, char** argv) {
   app->add_flag("--json", args.json);
   // --watch alone means every 2 s; its value is optional.
   CLI::Option* watch_flag = app->add_option("--watch", watch)->expected(0, 1);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) return s;
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) return c.status();
   args.connection = *std::move(c);
   args.watch = Given(watch_flag);

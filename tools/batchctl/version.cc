@@ -35,10 +35,7 @@ int RunVersion(int argc, char** argv) {
   ConnectionFlags connection(*app, 5);
   bool json = false;
   app->add_flag("--json", json);
-  if (absl::Status s = ParseArgs(*app, argc, argv); !s.ok()) {
-    return UsageError("version", std::string(s.message()));
-  }
-  absl::StatusOr<Connection> c = connection.Resolve();
+  absl::StatusOr<Connection> c = ParseConnection(*app, argc, argv, connection);
   if (!c.ok()) {
     return UsageError("version", std::string(c.status().message()));
   }

@@ -56,83 +56,83 @@ constexpr uint64_t kEntryBytes =
     sizeof(std::pair<const std::string, std::vector<std::string>>) +
     8 * sizeof(void*);  // the nodes' links and colours, and malloc's headers
 
-bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out,
-                    Overhead* kept) {
+// Calls `read(wire, r)` for each field 1 of the value list message at
+// [p, p + n) (BytesList, FloatList, Int64List), with `r` at the field's
+// value; other fields are skipped. False on a bad tag or when `read` is.
+template <typename Read>
+bool ForEachValueField(const char* p, size_t n, Read read) {
   WireReader r(p, n);
   while (!r.done()) {
     uint32_t field, wire;
     if (!r.ReadTag(&field, &wire)) return false;
-    if (field == 1 && wire == kWireLengthDelimited) {
-      const char* d;
-      size_t len;
-      if (!r.ReadBytes(&d, &len) || !kept->Take(sizeof(std::string))) {
-        return false;
-      }
-      out->emplace_back(d, len);
-    } else if (!r.Skip(wire)) {
-      return false;
-    }
+    if (!(field == 1 ? read(wire, r) : r.Skip(wire))) return false;
   }
   return true;
 }
 
+bool ParseBytesList(const char* p, size_t n, std::vector<std::string>* out,
+                    Overhead* kept) {
+  return ForEachValueField(p, n, [&](uint32_t wire, WireReader& r) {
+    if (wire != kWireLengthDelimited) return r.Skip(wire);
+    const char* d;
+    size_t len;
+    if (!r.ReadBytes(&d, &len) || !kept->Take(sizeof(std::string))) {
+      return false;
+    }
+    out->emplace_back(d, len);
+    return true;
+  });
+}
+
 bool ParseInt64List(const char* p, size_t n, std::vector<int64_t>* out,
                     Overhead* kept) {
-  WireReader r(p, n);
-  while (!r.done()) {
-    uint32_t field, wire;
-    if (!r.ReadTag(&field, &wire)) return false;
-    if (field == 1 && wire == kWireVarint) {
+  return ForEachValueField(p, n, [&](uint32_t wire, WireReader& r) {
+    if (wire == kWireVarint) {
       uint64_t v;
       if (!r.ReadVarint(&v) || !kept->Take(sizeof(int64_t))) return false;
       out->push_back(int64_t(v));
-    } else if (field == 1 && wire == kWireLengthDelimited) {
-      const char* d;
-      size_t len;
-      if (!r.ReadBytes(&d, &len)) return false;
-      WireReader packed(d, len);
-      while (!packed.done()) {
-        uint64_t v;
-        if (!packed.ReadVarint(&v) || !kept->Take(sizeof(int64_t))) {
-          return false;
-        }
-        out->push_back(int64_t(v));
-      }
-    } else if (!r.Skip(wire)) {
-      return false;
+      return true;
     }
-  }
-  return true;
+    if (wire != kWireLengthDelimited) return r.Skip(wire);
+    const char* d;
+    size_t len;
+    if (!r.ReadBytes(&d, &len)) return false;
+    WireReader packed(d, len);
+    while (!packed.done()) {
+      uint64_t v;
+      if (!packed.ReadVarint(&v) || !kept->Take(sizeof(int64_t))) {
+        return false;
+      }
+      out->push_back(int64_t(v));
+    }
+    return true;
+  });
 }
 
 // A FloatList, packed (one length-delimited run) or not (fixed32 each).
 bool ParseFloatList(const char* p, size_t n, std::vector<float>* out,
                     Overhead* kept) {
-  WireReader r(p, n);
-  while (!r.done()) {
-    uint32_t field, wire;
-    if (!r.ReadTag(&field, &wire)) return false;
-    if (field == 1 && wire == kWireLengthDelimited) {
-      const char* d;
-      size_t len;
-      if (!r.ReadBytes(&d, &len) || len % 4 != 0 || !kept->Take(len)) {
-        return false;
-      }
-      if (len == 0) continue;  // an empty run: no bytes (memcpy of null)
-      const size_t at = out->size();
-      out->resize(at + len / 4);
-      memcpy(out->data() + at, d, len);  // little endian, as the wire
-    } else if (field == 1 && wire == kWireFixed32) {
+  return ForEachValueField(p, n, [&](uint32_t wire, WireReader& r) {
+    if (wire == kWireFixed32) {
       uint32_t v;
       if (!r.ReadFixed32(&v) || !kept->Take(sizeof(float))) return false;
       float f;
       memcpy(&f, &v, 4);
       out->push_back(f);
-    } else if (!r.Skip(wire)) {
+      return true;
+    }
+    if (wire != kWireLengthDelimited) return r.Skip(wire);
+    const char* d;
+    size_t len;
+    if (!r.ReadBytes(&d, &len) || len % 4 != 0 || !kept->Take(len)) {
       return false;
     }
-  }
-  return true;
+    if (len == 0) return true;  // an empty run: no bytes (memcpy of null)
+    const size_t at = out->size();
+    out->resize(at + len / 4);
+    memcpy(out->data() + at, d, len);  // little endian, as the wire
+    return true;
+  });
 }
 
 absl::Status ParseFeature(const char* p, size_t n, ParsedFeature* f,
