@@ -4,8 +4,12 @@
 // Workload::FillItem writes into, a stream served to its ranks through
 // the engine's rings (ServedRanks), a stream's workload config
 // (StreamConfig) and a workload served through an engine of its own
-// (ServedStream). Test-only; failures are GoogleTest failures
-// that name the path.
+// (ServedStream); for server, client and tool tests, a child program on
+// pipes (Child), a function run in a child for its exit code
+// (ExitCodeInChild), becoming another uid (BecomeUser), the flags of a
+// daemon every uid may reach (SharedDaemonFlags) and rings made by hand
+// (MakeRing). Test-only; failures are GoogleTest failures that name the
+// path.
 //
 // Thread safety: the free functions may be called from any thread; a
 // TempDir, RowBuffers, ServedRanks or ServedStream belongs to one thread at

@@ -97,19 +97,6 @@ def torchrun_or_skip():
     return torchrun
 
 
-def utterance_digest(batch, i):
-    """The SHA-256 (hex) of utterance i of an AlgoPerf LibriSpeech batch
-    (torch tensors): the bytes of its audio, audio paddings, targets and
-    target paddings, as reference/librispeech_ref.py computes it."""
-    import hashlib
-    audio, audio_paddings = batch["inputs"]
-    targets, target_paddings = batch["targets"]
-    digest = hashlib.sha256()
-    for t in (audio[i], audio_paddings[i], targets[i], target_paddings[i]):
-        digest.update(t.contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def step_rows(loader, steps, *keys):
     """[(step, batch[key] as a list for each of `keys`)] of the next `steps`
     batches of a numpy Loader."""

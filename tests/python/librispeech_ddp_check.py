@@ -17,7 +17,7 @@ Prints "librispeech ddp ok" at the end (rank 0).
 import torch
 
 from ddp_slices import epoch_and_eval_job
-from helpers import utterance_digest
+from librispeech_digest import utterance_digest
 
 
 def digests(batch):

@@ -12,7 +12,8 @@ import shutil
 
 import pytest
 
-from helpers import algoperf_queue, run_reference, utterance_digest
+from helpers import algoperf_queue, run_reference
+from librispeech_digest import utterance_digest
 
 torch = pytest.importorskip("torch")
 
