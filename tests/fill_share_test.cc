@@ -400,7 +400,7 @@ TEST(FillShareTest, AGivenUpClaimLetsItsWaiterFillTheItem) {
   memset(tb.targets()[1], 0xab, kPayload);
   counted.decode_errors = 1;
   mb.EndItem(&tb, absl::OkStatus(), out_b, counted);
-  EXPECT_EQ(id_b, 7u);  // copied from the window's buffer into b's slot
+  EXPECT_EQ(id_b, 7u);  // the window buffer's bytes, now in b's slot
   EXPECT_EQ(payload_b[kPayload - 1], 0xab);
 
   ASSERT_EQ(ma.BeginItem(6, item, out_a, &counters_a, &ta),
