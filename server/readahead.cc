@@ -89,8 +89,9 @@ std::shared_ptr<ReadAheadStream> ReadAhead::AddStream(
     const std::string& name, std::shared_ptr<const ExampleSource> source) {
   if (!enabled() || source == nullptr) return nullptr;
   std::shared_ptr<ReadAheadStream> stream(new ReadAheadStream(this, name));
+  stream->source_ = source.get();
   absl::MutexLock lock(&mu_);
-  reader_.AddStream(stream.get(), std::move(source));
+  stream->inline_ = reader_.AddStream(stream.get(), std::move(source));
   return stream;
 }
 
@@ -226,6 +227,41 @@ void ReadAhead::WaitIdleForTest() {
 
 // ------------------------------------------------------------ a worker's reads
 
+template <typename ReadFn>
+bool ReadAhead::ReadInline(ReadAheadStream* stream, size_t n,
+                           const ReadFn& read) {
+  ReadAheadInline* path = stream->inline_;
+  const uint64_t bound =
+      ReadAheadReader::kInlineStallFactor * options_.inline_read_ns;
+  int slot;
+  if (path == nullptr || !path->Begin(MonotonicNanos(), bound, &slot)) {
+    return false;
+  }
+  path->Count(n);  // as the locked path counts: when decided
+  const ThreadClock& clock = ThreadClock::Self();
+  absl::InlinedVector<uint64_t, 2> slow;  // how long each slow read blocked
+  for (size_t i = 0; i < n; ++i) {
+    const ThreadSample start = clock.Sample();
+    path->Start(slot, clock, start);
+    read(i);
+    const ThreadSample end = clock.Sample();
+    path->Returned(slot);
+    const uint64_t blocked = clock.BlockedNs(start, end);
+    if (blocked > options_.inline_read_ns) slow.push_back(blocked);
+  }
+  path->End(slot);
+  if (!slow.empty()) {
+    // Noted as a read under the lock notes it (EndSelfRead): the path
+    // closes, and enough of them send the stream back to reading ahead.
+    absl::MutexLock lock(&mu_);
+    bool ahead_again = false;
+    for (uint64_t ns : slow)
+      ahead_again |= reader_.NoteSlowInlineRead(stream, ns);
+    if (ahead_again) Wake(true);
+  }
+  return true;
+}
+
 absl::Status ReadAhead::ReadSelf(ReadAheadReader::SelfRead* read,
                                  const ExampleKey& key, std::string* bytes,
                                  int64_t* label) {
@@ -247,6 +283,12 @@ absl::Status ReadAhead::ReadSelf(ReadAheadReader::SelfRead* read,
 absl::Status ReadAhead::ReadForItem(ReadAheadStream* stream,
                                     ReadAheadItem* item, const ExampleKey& key,
                                     std::string* bytes, int64_t* label) {
+  absl::Status status;
+  if (ReadInline(stream, 1, [&](size_t) {
+        status = stream->source_->Read(key, bytes, label);
+      })) {
+    return status;
+  }
   absl::MutexLock lock(&mu_);
   while (true) {
     WorkerRead r = reader_.ForItem(stream, item, EntryKeyOf(key), bytes, label,
@@ -273,6 +315,17 @@ void ReadAhead::ReadInto(ReadAheadItem* item,
   if (buffers->size() < keys.size()) buffers->resize(keys.size());
   ReadAheadReader::WorkerReads reads;
   ReadAheadReader::Labels labels;
+  reads.resize(keys.size());
+  labels.resize(keys.size());
+  if (ReadInline(item->stream_, keys.size(), [&](size_t i) {
+        reads[i].status =
+            item->stream_->source_->Read(keys[i], &(*buffers)[i], &labels[i]);
+      })) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ctx->Give(keys[i], reads[i].status, &(*buffers)[i], labels[i]);
+    }
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     const WorkerRead all = reader_.ForItemAll(

@@ -138,6 +138,9 @@ class ReadAheadStream : public ExampleReader {
 
   ReadAhead* const owner_;
   const std::string name_;
+  // Set when added, for the reads without the owner's lock.
+  ReadAheadInline* inline_ = nullptr;
+  const ExampleSource* source_ = nullptr;
 };
 
 class ReadAhead {
@@ -262,6 +265,11 @@ class ReadAhead {
   // what was not read ahead.
   absl::Status ReadOutsideItem(ReadAheadStream* stream, const ExampleKey& key,
                                std::string* bytes, int64_t* label)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A worker's reads without mu_ (ReadAheadInline): `read(i)` reads the
+  // i-th of `n`. False, having read nothing, when they go under mu_.
+  template <typename ReadFn>
+  bool ReadInline(ReadAheadStream* stream, size_t n, const ReadFn& read)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A worker's own read (mu_ is released while reading).
   absl::Status ReadSelf(ReadAheadReader::SelfRead* read, const ExampleKey& key,

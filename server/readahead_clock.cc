@@ -47,7 +47,13 @@ ThreadClock::ThreadClock() {
   }
 }
 
+absl::Mutex& ThreadClock::LifetimeMutex() {
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  return mu;
+}
+
 ThreadClock::~ThreadClock() {
+  absl::MutexLock lock(&LifetimeMutex());
   if (schedstat_fd_ >= 0) close(schedstat_fd_);
   if (stat_fd_ >= 0) close(stat_fd_);
 }

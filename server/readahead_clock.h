@@ -14,12 +14,15 @@
 //
 // Thread safety: a ThreadClock belongs to its thread (ThreadClock::Self);
 // another thread may call BlockedNowNs while the clock's thread is inside
-// the read that began at `start` (the caller makes sure it is: the
-// read-ahead does so under its lock).
+// the read that began at `start` (the caller makes sure it is: under the
+// read-ahead's lock, or holding LifetimeMutex() while it checks that the
+// read has not returned).
 #ifndef BATCHD_SERVER_READAHEAD_CLOCK_H_
 #define BATCHD_SERVER_READAHEAD_CLOCK_H_
 
 #include <cstdint>
+
+#include "absl/synchronization/mutex.h"
 
 namespace batchd {
 
@@ -51,6 +54,8 @@ class ThreadClock {
   // blocked, how long it has been blocked since `start` (wall time since
   // `start` where /proc cannot tell).
   uint64_t BlockedNowNs(const ThreadSample& start, uint64_t now_ns) const;
+  // No clock goes (its thread ends) while this is held.
+  static absl::Mutex& LifetimeMutex();
 
  private:
   ThreadClock();

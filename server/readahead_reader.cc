@@ -35,15 +35,20 @@ ReadAheadReader::StreamState* ReadAheadReader::State(StreamId stream) const {
 
 // ------------------------------------------------------------ streams
 
-void ReadAheadReader::AddStream(ReadAheadStream* handle,
-                                std::shared_ptr<const ExampleSource> source) {
+ReadAheadInline* ReadAheadReader::AddStream(
+    ReadAheadStream* handle, std::shared_ptr<const ExampleSource> source) {
   auto state = std::make_unique<StreamState>();
   state->source = std::move(source);
+  ReadAheadInline* path = &state->inline_path;
   streams_[handle] = std::move(state);
+  return path;
 }
 
 void ReadAheadReader::Closing(StreamId stream) {
-  if (StreamState* s = State(stream)) s->demand.clear();
+  if (StreamState* s = State(stream)) {
+    s->demand.clear();
+    s->inline_path.Allow(false);
+  }
 }
 
 uint64_t ReadAheadReader::NewestReadStart(StreamId stream) const {
@@ -62,6 +67,7 @@ bool ReadAheadReader::RemoveStream(StreamId stream,
   s->by_file.clear();
   s->demand.clear();
   s->removed = true;
+  Reconsider(s);
   // A read still in flight (stuck in a stalled mount, perhaps) keeps the
   // state, and the source, until it returns.
   if (s->in_flight > 0) {
@@ -96,6 +102,7 @@ ReadAheadReader::Entry& ReadAheadReader::Insert(StreamState* s,
   auto [it, added] = s->entries.try_emplace(key);
   if (added) {
     s->by_file.emplace(std::make_pair(std::get<2>(key), std::get<3>(key)), key);
+    Reconsider(s);
   }
   return it->second;
 }
@@ -134,7 +141,9 @@ ReadAheadReader::Erase(StreamState* s, std::map<Key, Entry>::iterator it) {
     }
   }
   KeepSpare(&it->second.bytes);
-  return s->entries.erase(it);
+  auto next = s->entries.erase(it);
+  if (s->entries.empty()) Reconsider(s);
+  return next;
 }
 
 bool ReadAheadReader::Land(Entry* e) {
@@ -188,24 +197,37 @@ bool ReadAheadReader::WorkerReadsInline(StreamState& s, uint64_t now_ns) {
     }
     if (r.stalled) return false;
   }
-  return true;
+  return !s.inline_path.Stalled(now_ns, bound);
 }
 
 bool ReadAheadReader::NoteReadTime(StreamState* s, uint64_t blocked_ns,
                                    bool ahead) {
   if (options_.inline_read_ns == 0) return false;
+  bool again = false;
   if (blocked_ns <= options_.inline_read_ns) {
     if (ahead) s->fast_reads = std::min(s->fast_reads + 1, kFastReadsForInline);
     if (s->fast_reads == kFastReadsForInline) s->reads_inline = true;
-    return false;
+  } else {
+    // Slow storage: read ahead again.
+    s->fast_reads -= std::min(s->fast_reads, kSlowReadCost);
+    if (s->reads_inline && s->fast_reads < kLeaveInlineScore) {
+      s->reads_inline = false;
+      again = true;
+    }
   }
-  // Slow storage: read ahead again.
-  s->fast_reads -= std::min(s->fast_reads, kSlowReadCost);
-  if (s->reads_inline && s->fast_reads < kLeaveInlineScore) {
-    s->reads_inline = false;
-    return true;
-  }
-  return false;
+  Reconsider(s);
+  return again;
+}
+
+void ReadAheadReader::Reconsider(StreamState* s) {
+  s->inline_path.Allow(ReadsInline(*s) && !s->removed &&
+                       s->fast_reads == kFastReadsForInline &&
+                       s->entries.empty());
+}
+
+bool ReadAheadReader::NoteSlowInlineRead(StreamId stream, uint64_t blocked_ns) {
+  StreamState* s = State(stream);
+  return s != nullptr && NoteReadTime(s, blocked_ns, /*ahead=*/true);
 }
 
 int ReadAheadReader::PerStreamThreads() const {
@@ -343,6 +365,7 @@ void ReadAheadReader::BeginSelfRead(SelfRead* read) {
   r.clock = &clock;
   read->in_flight = std::prev(s->worker_reads.end());
   read->begun = true;
+  s->inline_path.CountLockedRead(+1);
 }
 
 void ReadAheadReader::HandOver(Entry* e, std::string* bytes) {
@@ -473,7 +496,10 @@ ReadAheadReader::WorkerRead ReadAheadReader::ForItemAll(
 
 bool ReadAheadReader::EndSelfRead(const SelfRead& read, uint64_t blocked_ns) {
   StreamState* s = State(read.stream);
-  if (read.begun) s->worker_reads.erase(read.in_flight);
+  if (read.begun) {
+    s->worker_reads.erase(read.in_flight);
+    s->inline_path.CountLockedRead(-1);
+  }
   return NoteReadTime(s, blocked_ns, /*ahead=*/!read.demand);
 }
 
@@ -703,6 +729,12 @@ ReadAheadStats ReadAheadReader::Stats(StreamId stream) const {
   for (const WorkerReadInFlight& r : s.worker_reads) {
     oldest = std::min(oldest, r.start.wall_ns);
   }
+  if (const uint64_t start = s.inline_path.OldestStart(); start != 0) {
+    oldest = std::min(oldest, start);
+  }
+  out.unlocked_reads = s.inline_path.reads();
+  out.sync_reads += out.unlocked_reads;
+  out.inline_reads += out.unlocked_reads;
   out.oldest_read_seconds = double(now - std::min(now, oldest)) / 1e9;
   out.budget_bytes = lanes_->StreamShare(stream);
   return out;

@@ -29,6 +29,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "server/readahead_clock.h"
+#include "server/readahead_inline.h"
 #include "server/readahead_item.h"
 #include "server/readahead_lanes.h"
 #include "server/readahead_types.h"
@@ -112,8 +113,9 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
   ~ReadAheadReader();
 
   // ---- streams
-  void AddStream(ReadAheadStream* handle,
-                 std::shared_ptr<const ExampleSource> source);
+  // The stream's path without the lock (it lives while the handle does).
+  ReadAheadInline* AddStream(ReadAheadStream* handle,
+                             std::shared_ptr<const ExampleSource> source);
   // Nothing more is read on demand for the stream: it goes.
   void Closing(StreamId stream);
   // When the newest read of `stream` in flight began (0: none).
@@ -149,6 +151,10 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
   // ... and returned, blocked `blocked_ns`; true when reads go ahead again
   // from now on (wake the I/O threads).
   bool EndSelfRead(const SelfRead& read, uint64_t blocked_ns);
+  // A worker's read without the lock (ReadAheadInline) was blocked
+  // `blocked_ns`, more than a read that returns at once; true as for
+  // EndSelfRead.
+  bool NoteSlowInlineRead(StreamId stream, uint64_t blocked_ns);
   // The item is done: what it read is freed; true when budget was freed.
   bool FinishItem(ReadAheadItem* item);
   // An item got the bytes of `key` elsewhere (ReadAheadStream::Forgo):
@@ -254,6 +260,9 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
     bool reads_inline = false;
     bool removed = false;  // its handle went; reads in flight remain
     ReadAheadStats stats;
+    // Open (Reconsider) while workers read inline with nothing read ahead
+    // or asked for.
+    ReadAheadInline inline_path;
   };
 
   StreamState* State(StreamId stream) const;
@@ -268,6 +277,10 @@ class ReadAheadReader final : public ReadAheadLanes::Streams {
   // returned at once. Only reads made ahead (`ahead`) count towards
   // reading inline, so that a stream reads ahead before it stops.
   bool NoteReadTime(StreamState* s, uint64_t blocked_ns, bool ahead);
+  // Opens or closes `s`'s path without the lock: open while its reads
+  // return at once (the score at its top: a read that did not closes it)
+  // and it holds no entry.
+  void Reconsider(StreamState* s);
   // An item's hold on an entry: kept for it until it completes.
   void TakeFor(ReadAheadItem* item, const Key& key, Entry* e, StreamState* s);
   // A read on demand of `key` for `item` (a new entry, or a failed one

@@ -57,15 +57,17 @@ struct ReadAheadStats {
   uint64_t reads_issued = 0;        // reads ahead started
   uint64_t min_steps_ahead = 0;     // of every read issued (0: none issued)
   uint64_t max_steps_ahead = 0;
-  uint64_t hits = 0;          // examples decoded from read-ahead bytes
-  uint64_t waits = 0;         // ... of which a worker waited for
-  uint64_t sync_reads = 0;    // examples not read ahead (read on demand or
-                              // inline)
-  uint64_t inline_reads = 0;  // ... of which a worker read itself
-  uint64_t copies = 0;        // reads ahead served from bytes buffered under
-                              // another key (the same file), not read again
-  uint64_t failed_reads = 0;  // reads that failed (then read again)
-  uint64_t io_wait_ns = 0;    // time items waited for bytes
+  uint64_t hits = 0;            // examples decoded from read-ahead bytes
+  uint64_t waits = 0;           // ... of which a worker waited for
+  uint64_t sync_reads = 0;      // examples not read ahead (read on demand or
+                                // inline)
+  uint64_t inline_reads = 0;    // ... of which a worker read itself
+  uint64_t unlocked_reads = 0;  // ... of which without the read-ahead's lock
+                                // (server/readahead_inline.h)
+  uint64_t copies = 0;          // reads ahead served from bytes buffered under
+                                // another key (the same file), not read again
+  uint64_t failed_reads = 0;    // reads that failed (then read again)
+  uint64_t io_wait_ns = 0;      // time items waited for bytes
   double oldest_read_seconds = 0;  // age of the oldest read in flight, now
 };
 

@@ -99,10 +99,15 @@ struct InlineStream {
       ReadAhead::kInlineStallFactor * kInlineNs;
   enum class Slow { kSpin, kBlock };
 
-  explicit InlineStream(Slow slow) : ra(Options()) {
+  // `drained`: what the lane read ahead is read and done with, so that
+  // nothing is held and workers read without the read-ahead's lock.
+  explicit InlineStream(Slow slow, bool drained = false) : ra(Options()) {
     gate.Set(false);
     stream = ra.AddStream(
         "s", [this, slow](uint64_t id, std::string* b, int64_t* l) {
+          if (id >= kSleepyId) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          }
           if (id == kSlowId) {
             const uint64_t start = MonotonicNanos();
             if (slow == Slow::kSpin) {
@@ -118,8 +123,23 @@ struct InlineStream {
           *l = int64_t(id);
           return absl::OkStatus();
         });
-    lane = ra.AddLane(stream, PlainOrder(), 0);
+    lane = ra.AddLane(stream, PlainOrder(drained ? kDrainSteps : 1000), 0);
     ra.WaitIdleForTest();
+    for (uint64_t p = 0; drained && p < kDrainSteps * kBatch; ++p) {
+      EXPECT_TRUE(Read(p / kBatch, p).ok());
+    }
+  }
+  // A worker's item of `step` reads example `id`.
+  absl::Status Read(uint64_t step, uint64_t id, bool* pending = nullptr) {
+    ReadAheadItem item(stream.get(), lane, step);
+    item.BeginAttempt();
+    std::string bytes;
+    int64_t label = -1;
+    absl::Status st = item.Read({0, id, id}, &bytes, &label);
+    if (pending != nullptr) *pending = item.pending();
+    if (st.ok() && label != int64_t(id)) st = absl::InternalError("label");
+    ra.FinishItem(&item);
+    return st;
   }
   ~InlineStream() {
     release = true;
@@ -145,6 +165,10 @@ struct InlineStream {
   }
 
   static constexpr uint64_t kSlowId = 2000;
+  static constexpr uint64_t kSleepyId = 3000;  // and above: blocked 3 ms
+  // Steps the drained lane reads ahead: enough reads to read inline.
+  static constexpr uint64_t kDrainSteps =
+      ReadAheadReader::kFastReadsForInline / kBatch + 2;
   ReadAhead ra;
   Gate gate;
   std::atomic<bool> release{false}, past{false};
@@ -222,6 +246,78 @@ TEST(ReadAheadWorkerTest, ReadsThatSpinLongerThanTheBoundStillReturnAtOnce) {
   EXPECT_EQ(stream->stats().inline_reads, 10u);
   ra.FinishItem(&item);
   ra.RemoveLane(lane);
+}
+
+// ------------------------------------------------------------ without the lock
+
+TEST(ReadAheadWorkerTest, OnceNothingIsHeldInlineReadsTakeNoLock) {
+  InlineStream s(InlineStream::Slow::kSpin, /*drained=*/true);
+  const ReadAheadStats before = s.stream->stats();
+  EXPECT_EQ(before.depth_examples + before.on_demand_examples, 0u);
+  for (uint64_t id = 1000; id < 1010; ++id) {
+    bool pending = true;
+    ASSERT_TRUE(s.Read(600, id, &pending).ok()) << id;
+    EXPECT_FALSE(pending);
+  }
+  const ReadAheadStats after = s.stream->stats();
+  EXPECT_EQ(after.unlocked_reads - before.unlocked_reads, 10u);
+  EXPECT_EQ(after.inline_reads - before.inline_reads, 10u);
+  EXPECT_EQ(after.sync_reads - before.sync_reads, 10u);
+  EXPECT_EQ(after.reads_issued, before.reads_issued);
+}
+
+TEST(ReadAheadWorkerTest, AReadWithoutTheLockKeptFromTheCpuSendsNothingAhead) {
+  InlineStream s(InlineStream::Slow::kSpin, /*drained=*/true);
+  const ReadAheadStats before = s.stream->stats();
+  s.StartSlowRead();
+  while (!s.past.load()) std::this_thread::yield();
+  bool pending = true;
+  ASSERT_TRUE(s.Read(601, 2004, &pending).ok());
+  EXPECT_FALSE(pending);
+  s.release = true;
+  s.slow_reader.join();
+  EXPECT_TRUE(s.slow_status.ok());
+  const ReadAheadStats after = s.stream->stats();
+  EXPECT_EQ(after.inline_reads - before.inline_reads, 2u);
+  EXPECT_GE(after.unlocked_reads - before.unlocked_reads, 1u);  // the slow one
+  EXPECT_EQ(after.reads_issued, before.reads_issued);
+}
+
+TEST(ReadAheadWorkerTest,
+     AReadWithoutTheLockBlockedPastTheBoundSendsTheNextAhead) {
+  InlineStream s(InlineStream::Slow::kBlock, /*drained=*/true);
+  const ReadAheadStats before = s.stream->stats();
+  s.StartSlowRead();
+  ASSERT_TRUE(s.gate.WaitEntered(1, 60));
+  EXPECT_EQ(s.stream->stats().unlocked_reads - before.unlocked_reads, 1u);
+  SpinUntil(MonotonicNanos() + 3 * InlineStream::kBoundNs);
+  // Seen from the other worker as a read under the lock would be.
+  ReadAheadItem item(s.stream.get(), s.lane, 601);
+  item.BeginAttempt();
+  std::string bytes;
+  int64_t label;
+  EXPECT_TRUE(IsReadPending(item.Read({0, 2004, 2004}, &bytes, &label)));
+  s.gate.Set(true);
+  s.slow_reader.join();
+  s.ra.FinishItem(&item);
+}
+
+TEST(ReadAheadWorkerTest, SlowReadsWithoutTheLockSendTheStreamAhead) {
+  InlineStream s(InlineStream::Slow::kSpin, /*drained=*/true);
+  const ReadAheadStats before = s.stream->stats();
+  // Each read blocked 3 ms (over the 1 ms a read returning at once may
+  // be): the first closes the path without the lock, a few more send the
+  // stream back to reading ahead.
+  bool pending = false;
+  uint64_t id = InlineStream::kSleepyId;
+  for (; id < InlineStream::kSleepyId + 20 && !pending; ++id) {
+    const absl::Status st = s.Read(700, id, &pending);
+    ASSERT_TRUE(st.ok() || IsReadPending(st)) << st;
+  }
+  EXPECT_TRUE(pending);
+  const ReadAheadStats after = s.stream->stats();
+  EXPECT_EQ(after.unlocked_reads - before.unlocked_reads, 1u);
+  EXPECT_GT(after.inline_reads - before.inline_reads, 1u);
 }
 
 // ------------------------------------------------------------ handing over
