@@ -4,8 +4,10 @@
 // never a crash or a read outside the file. Options and splits.
 #include "workloads/finewebedu_lm/finewebedu_lm.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -364,6 +366,48 @@ TEST(FineWebEduLmTest, RefusesBadOptionsAndSplits) {
   c.options = {};
   w = CreateWorkload(kFineWebEduLmWorkload, c);  // "/" holds no train/ shards
   ASSERT_FALSE(w.ok());
+}
+
+// Each shard of a split stays open while its stream lives, and the daemon's
+// descriptors are every user's: a folder of more shards than a split may
+// hold (empty files, named right) is refused from its listing, before one
+// is opened, however few descriptors are left.
+TEST(FineWebEduLmTest, ASplitOfMoreShardsThanItMayHoldIsRefusedUnopened) {
+  char root[] = "/tmp/finewebedu-shards-XXXXXX";
+  ASSERT_NE(mkdtemp(root), nullptr);
+  const std::string train = std::string(root) + "/train";
+  ASSERT_EQ(mkdir(train.c_str(), 0755), 0);
+  constexpr int kShards = 1025;
+  for (int i = 0; i < kShards; ++i) {
+    char name[64];
+    snprintf(name, sizeof(name), "/data-%05d-of-%05d.arrow", i, kShards);
+    const int fd = open((train + name).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    close(fd);
+  }
+  rlimit was{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  rlimit few = was;
+  few.rlim_cur = std::min<rlim_t>(was.rlim_cur, 512);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &few), 0);
+  WorkloadConfig c;
+  c.data_path = root;
+  c.split = "train";
+  auto w = CreateWorkload(kFineWebEduLmWorkload, c);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument)
+      << w.status();
+  EXPECT_NE(w.status().message().find("more than 1024 shards"),
+            std::string::npos)
+      << w.status();
+  for (int i = 0; i < kShards; ++i) {
+    char name[64];
+    snprintf(name, sizeof(name), "/data-%05d-of-%05d.arrow", i, kShards);
+    unlink((train + name).c_str());
+  }
+  rmdir(train.c_str());
+  rmdir(root);
 }
 
 }  // namespace

@@ -21,6 +21,13 @@ constexpr char kName[] = "finewebedu_lm";
 constexpr uint64_t kSeqLen = 1024;
 constexpr uint64_t kWindow = kSeqLen + 1;
 constexpr uint64_t kAlgoPerfEvalTrain = 10000;
+// The most shards a split may have: each stays open (a descriptor) while
+// its stream lives, and the daemon's descriptors serve every user
+// (docs/security.md, "Connections and file descriptors"), so that one
+// folder of empty files named as shards must not take them all. AlgoPerf's
+// FineWeb-Edu sample-10BT (~40 GB of int32 tokens) makes about 80 of
+// save_to_disk's 500 MB shards.
+constexpr uint64_t kMaxShards = 1024;
 
 // One record batch's tokens: `tokens` values from byte `offset` of file
 // `file`, the split's tokens [first, first + tokens).
@@ -121,9 +128,14 @@ absl::StatusOr<std::shared_ptr<TokenStream>> OpenSplit(const DataRoot& root,
     if (count != 0 && n != count) mixed = true;
     count = n;
     found.emplace_back(i, e.d_name);
-    return true;
+    return found.size() <= kMaxShards;
   });
   if (!listed.ok()) return listed;
+  if (found.size() > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": more than ", kMaxShards, " shards in ", dir,
+                     " (each stays open while the stream lives)"));
+  }
   std::sort(found.begin(), found.end());
   if (found.empty()) {
     return absl::NotFoundError(
