@@ -2,10 +2,14 @@
 #include "workloads/common/tfrecord_shards.h"
 
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil.h"
@@ -82,6 +86,30 @@ TEST(TFRecordShards, AMissingShardFailsOpenNamingIt) {
   ASSERT_FALSE(shards.ok());
   EXPECT_THAT(std::string(shards.status().message()),
               HasSubstr("missing-absent"));
+}
+
+// Each shard stays open (a descriptor) while the set lives, and the
+// daemon's descriptors are every user's: a list of more shards than a set
+// may hold (valid, empty ones) is refused before one is opened, however
+// few descriptors are left.
+TEST(TFRecordShards, MoreShardsThanASetMayHoldAreRefusedUnopened) {
+  const std::vector<int> empty(kMaxTFRecordShards + 1, 0);
+  const std::vector<std::string> paths = WriteShards("many", empty);
+  rlimit was{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  rlimit few = was;
+  few.rlim_cur = std::min<rlim_t>(was.rlim_cur, 512);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &few), 0);
+  absl::StatusOr<TFRecordShards> shards = TFRecordShards::Open(paths, {});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_FALSE(shards.ok());
+  EXPECT_EQ(shards.status().code(), absl::StatusCode::kInvalidArgument)
+      << shards.status();
+  EXPECT_THAT(std::string(shards.status().message()),
+              HasSubstr(absl::StrCat("more than ", kMaxTFRecordShards,
+                                     " TFRecord shards")));
+  EXPECT_THAT(std::string(shards.status().message()), HasSubstr("many-0"));
+  for (const std::string& path : paths) unlink(path.c_str());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/executor.h"
 #include "base/work_context.h"
@@ -15,6 +16,11 @@ namespace batchd {
 absl::StatusOr<TFRecordShards> TFRecordShards::Open(
     const std::vector<std::string>& paths, const TFRecordOptions& options,
     const OnShard& on_shard, size_t parallel, Executor* executor) {
+  if (paths.size() > kMaxTFRecordShards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "more than ", kMaxTFRecordShards, " TFRecord shards (", paths.size(),
+        ", the first ", paths[0], "): each stays open while its stream lives"));
+  }
   std::vector<std::unique_ptr<TFRecordFile>> opened(paths.size());
   std::vector<absl::Status> errors(paths.size());
   struct Progress {

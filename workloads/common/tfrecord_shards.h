@@ -21,6 +21,12 @@ namespace batchd {
 
 class Executor;  // base/executor.h
 
+// The most shards a set may have: each stays open (a descriptor) while
+// the set lives, and the daemon's descriptors serve every user, so that a
+// folder of empty files named as shards must not take them all. TFDS
+// writes ImageNet's train split in 1,024 shards.
+inline constexpr size_t kMaxTFRecordShards = 2048;
+
 class TFRecordShards {
  public:
   // Where record i of the set lives.
@@ -40,7 +46,8 @@ class TFRecordShards {
   // trip, and the waits overlap. The set is in the order given whatever
   // the threads; the first error in that order is returned as is.
   // `on_shard` is called (serialised) as shards finish. An empty list is an
-  // empty set.
+  // empty set; more than kMaxTFRecordShards is InvalidArgument, before any
+  // is opened.
   static absl::StatusOr<TFRecordShards> Open(
       const std::vector<std::string>& paths, const TFRecordOptions& options,
       const OnShard& on_shard = nullptr, size_t parallel = 1,
