@@ -31,6 +31,9 @@ bool ReadAheadInline::Begin(uint64_t now_ns, uint64_t bound_ns, int* slot) {
 void ReadAheadInline::Start(int slot, const ThreadClock& clock,
                             const ThreadSample& start) {
   Slot& s = slots_[slot];
+  // The slot's last read ended (wall_ns 0) before this one's sample is
+  // written: Stalled never takes a mix of two reads for one.
+  std::atomic_thread_fence(std::memory_order_release);
   s.cpu_ns.store(start.cpu_ns, std::memory_order_relaxed);
   s.queued_ns.store(start.queued_ns, std::memory_order_relaxed);
   s.clock.store(&clock, std::memory_order_relaxed);
@@ -67,7 +70,9 @@ bool ReadAheadInline::Stalled(uint64_t now_ns, uint64_t bound_ns) {
       sample.cpu_ns = s.cpu_ns.load(std::memory_order_relaxed);
       sample.queued_ns = s.queued_ns.load(std::memory_order_relaxed);
       const ThreadClock* clock = s.clock.load(std::memory_order_relaxed);
-      if (s.wall_ns.load(std::memory_order_acquire) != start) continue;
+      // The loads above stay before the recheck.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (s.wall_ns.load(std::memory_order_relaxed) != start) continue;
       s.stalled = clock->BlockedNowNs(sample, now_ns) > bound_ns;
       s.next_check_ns = now_ns + (now_ns - start);
     }
