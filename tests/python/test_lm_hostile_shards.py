@@ -6,6 +6,10 @@
   naming the file;
 - sparse 2 GiB shards (8 bytes on disk) whose first message claims 2 GiB of
   metadata are refused from the claim, two OpenStreams at once;
+- a folder of 2,000 valid shards (each would stay open, a descriptor, while
+  its stream lives: the daemon's descriptors serve every user) is refused
+  from its listing, before any is opened, and the daemon holds no more
+  descriptors than before;
 
 and afterwards the daemon's peak RSS has not grown by what was claimed, its
 threads are back to idle, another uid's running stream and its new
@@ -20,6 +24,7 @@ Run as root (setuid to uids of no user):
 """
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,6 +47,8 @@ ATTACKER = 47431
 VICTIM = 47432
 ROW = 2049
 CLAIM = 0x7FFFFFF8  # 2 GiB of metadata, claimed
+MANY = 2000  # valid shards of one row each: 16 MB
+LIMIT = 8192  # the daemon's RLIMIT_NOFILE: room for every shard
 
 pytestmark = needs_root
 
@@ -96,8 +103,9 @@ def write_shards(folder, shards):
 
 @pytest.fixture(scope="module")
 def tree():
-    """A root-owned data root with attacker/ (its hostile shards) and the
-    victim's 0700 victim/lm (two shards of 16 rows, tokens 0, 1, 2, ...)."""
+    """A root-owned data root with attacker/ (its hostile shards, and
+    attacker/many: MANY valid ones) and the victim's 0700 victim/lm (two
+    shards of 16 rows, tokens 0, 1, 2, ...)."""
     root = tempfile.mkdtemp(prefix="batchd-lm-hostile-", dir="/tmp")
     os.chmod(root, 0o755)
     attacker = os.path.join(root, "attacker")
@@ -105,6 +113,9 @@ def tree():
                  [arrow_ipc.dag_schema_stream(60)])
     sparse = (arrow_ipc.claimed_metadata_prefix(CLAIM), CLAIM + 8)
     write_shards(os.path.join(attacker, "claimed"), [sparse, sparse])
+    write_shards(os.path.join(attacker, "many"),
+                 [arrow_ipc.token_stream([[list(range(i, i + ROW))]])
+                  for i in range(MANY)])
     chown_tree(attacker, ATTACKER, dir_mode=0o755)
     tokens = list(range(16 * ROW))
     rows = [tokens[i:i + ROW] for i in range(0, len(tokens), ROW)]
@@ -185,6 +196,44 @@ def test_hostile_shards_are_refused_and_leave_the_daemon_as_it_was(
         assert answer(client(ATTACKER, d.address, "victim/lm", 1)) \
             .startswith("ERR")
         # Nothing keeps a thread busy: SIGTERM stops it cleanly.
+        d.proc.terminate()
+        assert d.proc.wait(timeout=60) == 0
+    finally:
+        d.stop()
+
+
+def descriptors(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_folder_of_many_shards_takes_no_descriptors(tree, tmp_path):
+    d = Daemon(tree, tmp_path / "batchd.log", open_to_all=True,
+               preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                  (LIMIT, LIMIT)))
+    try:
+        pid = d.proc.pid
+        running = client(VICTIM, d.address, "victim/lm", 6, wait=True)
+        assert running.stdout.readline().strip() == "ready", \
+            running.stderr.read()
+        before = descriptors(pid)
+        # The attacker's stream waits after its first batch, holding what
+        # it opened, had it opened.
+        attack = client(ATTACKER, d.address, "attacker/many", 3, wait=True)
+        got = attack.stdout.readline().strip()
+        held = descriptors(pid) - before
+        if got == "ready":
+            attack.stdin.write("go\n")
+            attack.stdin.flush()
+            got = answer(attack)
+        attack.wait(timeout=120)
+        assert held < 64, f"the attacker's stream holds {held} descriptors"
+        assert got.startswith("ERR"), got
+        assert "more than 1024 shards in" in got, got
+        assert "attacker/many/train" in got, got
+        running.stdin.write("go\n")
+        running.stdin.flush()
+        assert answer(running) == "OK 6"
+        assert answer(client(VICTIM, d.address, "victim/lm", 3)) == "OK 3"
         d.proc.terminate()
         assert d.proc.wait(timeout=60) == 0
     finally:
